@@ -1,0 +1,65 @@
+"""Small typed helpers that read settings from the environment.
+
+Each helper fails loudly on a value it cannot parse, so a typo in a deployment's
+environment stops the process at start instead of silently taking a default.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+class EnvError(ValueError):
+    """An environment variable holds a value its helper cannot accept."""
+
+
+def env_str(name: str, default: str = "") -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    lowered = raw.strip().lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise EnvError(f"{name}={raw!r}: expected true or false")
+
+
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise EnvError(f"{name}={raw!r}: expected an integer") from None
+
+
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise EnvError(f"{name}={raw!r}: expected a number") from None
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return list(default)
+    return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+def env_secret(name: str, default: str = "") -> str:
+    """Read a secret from NAME, or from the file named by NAME_FILE (Docker/K8s secrets)."""
+    file_name = os.environ.get(f"{name}_FILE")
+    if file_name:
+        return Path(file_name).read_text().strip()
+    return os.environ.get(name, default)

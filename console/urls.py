@@ -1,0 +1,25 @@
+"""URL root: the API, its schema and docs, the Django admin, and the SPA for every other path."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.urls import include, path, re_path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from console.views import spa_index
+
+# Each app contributes its API under /api/ through its own api/urls.py.
+api_patterns = [
+    path("", include("console.api.urls")),
+    path("", include("models_registry.api.urls")),
+    path("", include("nodes.api.urls")),
+    path("", include("routing.api.urls")),
+]
+
+urlpatterns = [
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("api/", include(api_patterns)),
+    path("django-admin/", admin.site.urls),
+    re_path(r"^(?!api/|static/|ws/|v1/|django-admin/).*$", spa_index, name="spa"),
+]
