@@ -1,0 +1,78 @@
+"""Fixtures shared by every test package: users of each role and API clients signed in as them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from django.conf import settings
+from rest_framework.test import APIClient
+
+from console.choices import Role
+from console.models import User
+from console.redis_client import get_redis
+
+PASSWORD = "correct-horse-battery-9"
+
+
+def make_user(username: str, role: str) -> User:
+    user = User(username=username, role=role)
+    user.set_password(PASSWORD)
+    user.save()
+    return user
+
+
+@pytest.fixture
+def admin_user(db: None) -> User:
+    return make_user("alice-admin", Role.ADMIN)
+
+
+@pytest.fixture
+def evaluator_user(db: None) -> User:
+    return make_user("eve-evaluator", Role.EVALUATOR)
+
+
+@pytest.fixture
+def viewer_user(db: None) -> User:
+    return make_user("victor-viewer", Role.VIEWER)
+
+
+def client_for(user: User | None) -> APIClient:
+    client = APIClient()
+    if user is not None:
+        client.force_authenticate(user)
+    return client
+
+
+@pytest.fixture
+def admin_client(admin_user: User) -> APIClient:
+    return client_for(admin_user)
+
+
+@pytest.fixture
+def evaluator_client(evaluator_user: User) -> APIClient:
+    return client_for(evaluator_user)
+
+
+@pytest.fixture
+def viewer_client(viewer_user: User) -> APIClient:
+    return client_for(viewer_user)
+
+
+@pytest.fixture
+def anon_client() -> APIClient:
+    return APIClient()
+
+
+@pytest.fixture
+def redis_clean() -> Iterator[None]:
+    """Real Redis, with this run's keys (they share REDIS_KEY_PREFIX) removed before and after."""
+    r = get_redis()
+
+    def wipe() -> None:
+        for key in r.scan_iter(match=f"{settings.REDIS_KEY_PREFIX}*", count=500):
+            r.delete(key)
+
+    wipe()
+    yield
+    wipe()
