@@ -131,8 +131,9 @@ CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.SessionAuthentication",
+        # Token first, so a request without credentials gets 401 with a WWW-Authenticate header.
         "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["console.permissions.RolePermission"],
     "DEFAULT_FILTER_BACKENDS": [
@@ -169,3 +170,15 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
 }
+
+# The /v1/ proxy (routing/); docs/proxy.md explains each.
+PROXY_MAX_BODY_BYTES = env_int("PROXY_MAX_BODY_BYTES", 4 * 1024 * 1024)
+# What admission does while Redis is unreachable: "reject" (503, fail closed) or "local" (per-process limits).
+PROXY_LIMITS_ON_REDIS_DOWN = env_str("PROXY_LIMITS_ON_REDIS_DOWN", "reject")
+# Extra endpoints outside the fleet, "alias=http://host:port[|engine-key],...", e.g. for benchmarks.
+PROXY_STATIC_ENDPOINTS = env_str("PROXY_STATIC_ENDPOINTS", "")
+PROXY_CONFIG_REFRESH_SECONDS = env_float("PROXY_CONFIG_REFRESH_SECONDS", 30.0)
+REQUEST_LOG_RETENTION_DAYS = env_int("REQUEST_LOG_RETENTION_DAYS", 30)
+REQUEST_LOG_SPOOL_DIR = Path(
+    env_str("REQUEST_LOG_SPOOL_DIR", str(BASE_DIR / "var" / "spool" / "request_log"))
+)

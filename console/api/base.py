@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.db import transaction
@@ -12,18 +13,17 @@ from console.services import record_audit
 
 
 class StrictSerializerMixin:
-    """Reject fields the serializer does not know, instead of silently dropping them."""
+    """Reject fields the serializer does not know, instead of silently dropping them (nested ones too)."""
 
-    initial_data: Any
     fields: Any
 
-    def validate(self, attrs: Any) -> Any:
-        if isinstance(self.initial_data, dict):
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
             writable = {name for name, field in self.fields.items() if not field.read_only}
-            unknown = sorted(set(self.initial_data) - writable)
+            unknown = sorted(set(data) - writable)
             if unknown:
                 raise serializers.ValidationError({name: ["Unknown or read-only field."] for name in unknown})
-        return super().validate(attrs)  # type: ignore[misc]
+        return super().to_internal_value(data)  # type: ignore[misc]
 
 
 class StrictModelSerializer(StrictSerializerMixin, serializers.ModelSerializer):
