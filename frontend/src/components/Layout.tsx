@@ -1,0 +1,58 @@
+import { NavLink, Outlet, useNavigate } from "react-router-dom";
+import { useAuth } from "../auth";
+import { navSections } from "../routes";
+
+/** Sidebar navigation, the signed-in user with their role, and the current page. */
+export function Layout() {
+  const { me, logout } = useAuth();
+  const navigate = useNavigate();
+  return (
+    <div className="shell">
+      <aside className="sidebar">
+        <div className="brand">
+          <span className="brand-mark">◆</span> inferchain
+        </div>
+        <nav aria-label="Main">
+          {navSections().map(({ section, items }) => (
+            <div className="nav-section" key={section}>
+              {section && <div className="nav-section-title">{section}</div>}
+              {items.map((item) => (
+                <NavLink key={item.to} to={item.to} end={item.to === "/"} className="nav-link">
+                  {item.label}
+                </NavLink>
+              ))}
+            </div>
+          ))}
+        </nav>
+        <div className="sidebar-footer">
+          <a href="/api/docs/" className="nav-link" target="_blank" rel="noreferrer">
+            API docs ↗
+          </a>
+        </div>
+      </aside>
+      <div className="main">
+        <header className="topbar">
+          <span />
+          <span className="user" data-testid="current-user">
+            <span className="user-name">{me?.username}</span>
+            <span className={`role role-${me?.role ?? "none"}`} data-testid="current-role">
+              {me?.role}
+            </span>
+            <button
+              type="button"
+              className="btn btn-small"
+              onClick={() => {
+                void logout().then(() => navigate("/login"));
+              }}
+            >
+              Sign out
+            </button>
+          </span>
+        </header>
+        <main className="content">
+          <Outlet />
+        </main>
+      </div>
+    </div>
+  );
+}

@@ -1,0 +1,71 @@
+import { useState, type FormEvent } from "react";
+import { Navigate, useNavigate, useSearchParams } from "react-router-dom";
+import { ApiError } from "../../api/client";
+import { useAuth } from "../../auth";
+import { FormErrors, InputField } from "../../components/Field";
+
+/** Only same-site paths are followed after login, so `?next=` cannot send anyone elsewhere. */
+function safeNext(value: string | null): string {
+  return value && value.startsWith("/") && !value.startsWith("//") ? value : "/";
+}
+
+export function LoginPage() {
+  const { me, login } = useAuth();
+  const navigate = useNavigate();
+  const [params] = useSearchParams();
+  const next = safeNext(params.get("next"));
+  const [username, setUsername] = useState("");
+  const [password, setPassword] = useState("");
+  const [error, setError] = useState<ApiError | Error | null>(null);
+  const [busy, setBusy] = useState(false);
+
+  if (me) return <Navigate to={next} replace />;
+
+  const submit = async (event: FormEvent) => {
+    event.preventDefault();
+    setBusy(true);
+    setError(null);
+    try {
+      await login(username, password);
+      navigate(next, { replace: true });
+    } catch (err) {
+      setError(err instanceof Error ? err : new Error(String(err)));
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  const fieldErrors = error instanceof ApiError ? error.fieldErrors : undefined;
+  return (
+    <div className="login-screen">
+      <form className="login-card" onSubmit={submit} noValidate>
+        <div className="brand brand-login">
+          <span className="brand-mark">◆</span> inferchain
+        </div>
+        <h1>Sign in to the console</h1>
+        <InputField
+          label="Username"
+          name="username"
+          autoComplete="username"
+          autoFocus
+          value={username}
+          onChange={(e) => setUsername(e.target.value)}
+          errors={fieldErrors}
+        />
+        <InputField
+          label="Password"
+          name="password"
+          type="password"
+          autoComplete="current-password"
+          value={password}
+          onChange={(e) => setPassword(e.target.value)}
+          errors={fieldErrors}
+        />
+        <FormErrors error={error} fields={["username", "password"]} />
+        <button type="submit" className="btn btn-primary btn-block" disabled={busy}>
+          {busy ? "Signing in…" : "Sign in"}
+        </button>
+      </form>
+    </div>
+  );
+}

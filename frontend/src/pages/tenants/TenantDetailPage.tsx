@@ -1,0 +1,4 @@
+import { Page } from "../../components/Page";
+export function TenantDetailPage() {
+  return <Page title="Tenant">…</Page>;
+}

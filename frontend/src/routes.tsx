@@ -1,0 +1,67 @@
+// The console's one route table. Add a page: create src/pages/<area>/<Name>Page.tsx, import it here, and add
+// one entry below; give it `nav` to show it in the sidebar (entries appear in this order).
+import type { ReactNode } from "react";
+import { AuditPage } from "./pages/audit/AuditPage";
+import { ComingSoon } from "./pages/placeholder/ComingSoon";
+import { TenantDetailPage } from "./pages/tenants/TenantDetailPage";
+import { TenantsPage } from "./pages/tenants/TenantsPage";
+
+export interface ConsoleRoute {
+  /** Path under the console root, without the leading slash ("" is the dashboard). */
+  path: string;
+  element: ReactNode;
+  /** Sidebar entry; omit for detail pages reached from a list. */
+  nav?: { label: string; section?: string };
+}
+
+export const routes: ConsoleRoute[] = [
+  {
+    path: "",
+    element: <ComingSoon area="Dashboard" what="Fleet overview with live throughput, latency and GPU charts." />,
+    nav: { label: "Dashboard", section: "Overview" },
+  },
+  {
+    path: "nodes",
+    element: <ComingSoon area="Nodes" what="Hosts, GPUs and engines with live health and utilisation." />,
+    nav: { label: "Nodes", section: "Fleet" },
+  },
+  {
+    path: "models",
+    element: <ComingSoon area="Models" what="Model registry: versions, files, quantizations and deployments." />,
+    nav: { label: "Models", section: "Fleet" },
+  },
+  {
+    path: "routing",
+    element: <ComingSoon area="Routing" what="Aliases, route pools, weights and failover." />,
+    nav: { label: "Routing", section: "Fleet" },
+  },
+  { path: "tenants", element: <TenantsPage />, nav: { label: "Tenants", section: "Access" } },
+  { path: "tenants/:id", element: <TenantDetailPage /> },
+  {
+    path: "evaluations",
+    element: <ComingSoon area="Evaluations" what="Evaluation runs, datasets and human review." />,
+    nav: { label: "Evaluations", section: "Quality" },
+  },
+  {
+    path: "requests",
+    element: <ComingSoon area="Request log" what="Every proxied request with latency, tokens and outcome." />,
+    nav: { label: "Request log", section: "Quality" },
+  },
+  { path: "audit", element: <AuditPage />, nav: { label: "Audit", section: "Access" } },
+];
+
+/** Sidebar entries grouped by section, in first-appearance order. */
+export function navSections(): Array<{ section: string; items: Array<{ label: string; to: string }> }> {
+  const sections: Array<{ section: string; items: Array<{ label: string; to: string }> }> = [];
+  for (const route of routes) {
+    if (!route.nav) continue;
+    const name = route.nav.section ?? "";
+    let section = sections.find((s) => s.section === name);
+    if (!section) {
+      section = { section: name, items: [] };
+      sections.push(section);
+    }
+    section.items.push({ label: route.nav.label, to: `/${route.path}` });
+  }
+  return sections;
+}
