@@ -1,0 +1,15 @@
+"""Celery tasks of the model registry: thin wrappers that take IDs and call services."""
+
+from __future__ import annotations
+
+from console.celery import app
+from models_registry.services import verify_version_on_host
+
+
+@app.task(name="models_registry.verify_version", acks_late=True)
+def verify_version(version_id: int, host_name: str) -> int:
+    """Re-hash a version's files on `host_name` (runs on queue node.<host>); returns the run's id.
+
+    Idempotent: each call records one more run, and the version's state follows the latest run per host.
+    """
+    return verify_version_on_host(version_id, host_name, trigger="task").pk
