@@ -10,10 +10,12 @@ interface DialogProps {
   /** When false, Escape and the backdrop do not close it (e.g. the copy-once key dialog). */
   dismissable?: boolean;
   testId?: string;
+  /** Room for side-by-side content (e.g. before/after JSON). */
+  wide?: boolean;
 }
 
 /** A modal on the native <dialog> element: focus trapping and Escape come from the browser. */
-export function Dialog({ title, open, onClose, children, footer, dismissable = true, testId }: DialogProps) {
+export function Dialog({ title, open, onClose, children, footer, dismissable = true, testId, wide }: DialogProps) {
   const ref = useRef<HTMLDialogElement>(null);
 
   useEffect(() => {
@@ -27,7 +29,7 @@ export function Dialog({ title, open, onClose, children, footer, dismissable = t
   return (
     <dialog
       ref={ref}
-      className="dialog"
+      className={wide ? "dialog dialog-wide" : "dialog"}
       aria-labelledby="dialog-title"
       data-testid={testId}
       onCancel={(event) => {

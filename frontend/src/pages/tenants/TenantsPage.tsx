@@ -1,4 +1,136 @@
-import { Page } from "../../components/Page";
+import { useState, type FormEvent } from "react";
+import { useNavigate, useSearchParams } from "react-router-dom";
+import { api, ApiError } from "../../api/client";
+import type { Page as ApiPage, Tenant } from "../../api/types";
+import { useAuth } from "../../auth";
+import { Dialog } from "../../components/Dialog";
+import { CheckboxField, FormErrors, InputField, TextareaField } from "../../components/Field";
+import { ErrorState, Page } from "../../components/Page";
+import { StatusBadge } from "../../components/StatusBadge";
+import { Pagination, Table } from "../../components/Table";
+import { formatDateTime, formatNumber } from "../../format";
+import { useApi } from "../../hooks/useApi";
+
+const LIMIT = 25;
+
+/** Tenants: a searchable, paged list; admins create new ones here and manage them on the detail page. */
 export function TenantsPage() {
-  return <Page title="Tenants">…</Page>;
+  const { isAdmin } = useAuth();
+  const navigate = useNavigate();
+  const [params, setParams] = useSearchParams();
+  const offset = Number(params.get("offset") ?? 0) || 0;
+  const search = params.get("search") ?? "";
+  const [creating, setCreating] = useState(false);
+  const tenants = useApi<ApiPage<Tenant>>("/api/tenants/", { limit: LIMIT, offset, search });
+
+  const setParam = (name: string, value: string) => {
+    const next = new URLSearchParams(params);
+    if (value) next.set(name, value);
+    else next.delete(name);
+    if (name !== "offset") next.delete("offset");
+    setParams(next, { replace: true });
+  };
+
+  return (
+    <Page
+      title="Tenants"
+      subtitle="Customers of the proxy: each has API keys and quotas."
+      actions={
+        isAdmin && (
+          <button type="button" className="btn btn-primary" onClick={() => setCreating(true)}>
+            New tenant
+          </button>
+        )
+      }
+    >
+      <div className="filters">
+        <InputField label="Search" name="search" type="search" placeholder="Name or description" value={search} onChange={(e) => setParam("search", e.target.value)} />
+      </div>
+      <ErrorState error={tenants.error} onRetry={tenants.reload} />
+      <Table
+        testId="tenants-table"
+        rows={tenants.data?.results}
+        loading={tenants.loading}
+        rowKey={(t) => t.id}
+        onRowClick={(t) => navigate(`/tenants/${t.id}`)}
+        empty={search ? "No tenant matches." : "No tenants yet."}
+        columns={[
+          { header: "Name", cell: (t) => <strong>{t.name}</strong> },
+          { header: "Status", cell: (t) => <StatusBadge status={t.is_active ? "active" : "inactive"} /> },
+          { header: "Active keys", className: "num", cell: (t) => t.key_count },
+          { header: "Requests / min", className: "num", cell: (t) => formatNumber(t.quota?.requests_per_minute) },
+          { header: "Tokens / min", className: "num", cell: (t) => formatNumber(t.quota?.tokens_per_minute) },
+          { header: "Prompt logging", cell: (t) => (t.log_prompts ? "on" : "off") },
+          { header: "Created", cell: (t) => formatDateTime(t.created_at) },
+        ]}
+        pagination={
+          tenants.data && tenants.data.count > LIMIT ? (
+            <Pagination count={tenants.data.count} limit={LIMIT} offset={offset} onOffset={(o) => setParam("offset", String(o))} />
+          ) : undefined
+        }
+      />
+      <CreateTenantDialog
+        open={creating}
+        onClose={() => setCreating(false)}
+        onCreated={(tenant) => navigate(`/tenants/${tenant.id}`)}
+      />
+    </Page>
+  );
+}
+
+function CreateTenantDialog({ open, onClose, onCreated }: { open: boolean; onClose: () => void; onCreated: (t: Tenant) => void }) {
+  const [name, setName] = useState("");
+  const [description, setDescription] = useState("");
+  const [logPrompts, setLogPrompts] = useState(false);
+  const [error, setError] = useState<ApiError | Error | null>(null);
+  const [busy, setBusy] = useState(false);
+
+  const close = () => {
+    setName("");
+    setDescription("");
+    setLogPrompts(false);
+    setError(null);
+    onClose();
+  };
+
+  const submit = async (event: FormEvent) => {
+    event.preventDefault();
+    setBusy(true);
+    setError(null);
+    try {
+      const tenant = await api.post<Tenant>("/api/tenants/", { name, description, log_prompts: logPrompts });
+      close();
+      onCreated(tenant);
+    } catch (err) {
+      setError(err instanceof Error ? err : new Error(String(err)));
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  const errors = error instanceof ApiError ? error.fieldErrors : undefined;
+  return (
+    <Dialog title="New tenant" open={open} onClose={close} testId="create-tenant-dialog">
+      <form onSubmit={submit} noValidate>
+        <InputField label="Name" name="name" value={name} onChange={(e) => setName(e.target.value)} errors={errors} autoFocus required />
+        <TextareaField label="Description" name="description" value={description} onChange={(e) => setDescription(e.target.value)} errors={errors} />
+        <CheckboxField
+          label="Keep prompts and outputs in the request log"
+          name="log_prompts"
+          checked={logPrompts}
+          onChange={(e) => setLogPrompts(e.target.checked)}
+          errors={errors}
+        />
+        <FormErrors error={error} fields={["name", "description", "log_prompts"]} />
+        <div className="form-actions">
+          <button type="button" className="btn" onClick={close} disabled={busy}>
+            Cancel
+          </button>
+          <button type="submit" className="btn btn-primary" disabled={busy}>
+            Create tenant
+          </button>
+        </div>
+      </form>
+    </Dialog>
+  );
 }
