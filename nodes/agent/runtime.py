@@ -1,0 +1,312 @@
+"""What the agent does to one deployment: launch, stop, restart, re-adopt after an agent restart.
+
+Each function takes a deployment id, re-reads the row, and is idempotent: a launch of an engine
+that already runs with the current start token does nothing, a stop of a stopped one does nothing.
+Celery tasks and the supervisor call these; a per-deployment lock keeps them from racing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+from django.utils import timezone
+
+from nodes import process
+from nodes.choices import DeploymentState, DesiredState
+from nodes.conf import engine_log_dir, node_int, node_setting
+from nodes.engines import get_adapter
+from nodes.models import Deployment
+from nodes.probes import http_get
+from nodes.services import (
+    bind_host_for,
+    engine_spec,
+    new_start_token,
+    preflight_deployment,
+    redact_argv,
+    transition,
+)
+
+log = logging.getLogger(__name__)
+
+_locks: dict[int, threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+def deployment_lock(deployment_id: int) -> threading.Lock:
+    with _locks_guard:
+        return _locks.setdefault(deployment_id, threading.Lock())
+
+
+@contextlib.contextmanager
+def locked(deployment_id: int, *, wait: bool = True) -> Iterator[bool]:
+    """Hold the deployment's lock; with wait=False, yield False at once if someone else holds it."""
+    lock = deployment_lock(deployment_id)
+    acquired = lock.acquire(blocking=wait)
+    try:
+        yield acquired
+    finally:
+        if acquired:
+            lock.release()
+
+
+def engine_dir(host_name: str) -> Path:
+    return engine_log_dir() / host_name
+
+
+def _load(deployment_id: int) -> Deployment | None:
+    return (
+        Deployment.objects.select_related("host", "model_version", "quantization")
+        .filter(pk=deployment_id)
+        .first()
+    )
+
+
+def engine_running(deployment: Deployment) -> bool:
+    """Whether the engine process recorded on the row runs and was started with its start token."""
+    return bool(
+        deployment.pid
+        and deployment.start_token
+        and process.is_alive(deployment.pid)
+        and process.carries_token(deployment.pid, deployment.start_token)
+    )
+
+
+def verify_files(deployment: Deployment) -> str | None:
+    """Check the version's files on this host against its manifest; an error message, or None if fine."""
+    from models_registry import services as registry
+
+    version = deployment.model_version
+    host_name = deployment.host.name
+    if registry.is_verified_on_host(version, host_name):
+        return None
+    run = registry.verify_version_on_host(version.pk, host_name)
+    if getattr(run, "ok", False):
+        return None
+    problems = getattr(run, "problems", None) or []
+    detail = (
+        "; ".join(f"{p.get('path')}: {p.get('kind')}" for p in problems[:5] if isinstance(p, dict))
+        or "see the version's verification history"
+    )
+    return f"Files of {version} do not match its manifest on {host_name}: {detail}."
+
+
+def launch(deployment_id: int) -> str:
+    """Verify files, fit-check, start the engine; the supervisor then waits for /health and /v1/models."""
+    with locked(deployment_id):
+        deployment = _load(deployment_id)
+        if deployment is None:
+            return "gone"
+        if deployment.desired_state != DesiredState.RUNNING:
+            return "not wanted"
+        if engine_running(deployment):
+            return "already running"
+        if (
+            deployment.pid
+            and process.is_alive(deployment.pid)
+            and deployment.state == DeploymentState.STARTING
+        ):
+            return "already starting"
+
+        transition(deployment, DeploymentState.VERIFYING, "Verifying model files on the host.")
+        problem = verify_files(deployment)
+        if problem:
+            transition(deployment, DeploymentState.FAILED, problem, pid=None)
+            return "verification failed"
+        deployment.model_version.refresh_from_db()
+
+        check = preflight_deployment(deployment, check_reachable=False)
+        if not check.ok:
+            transition(
+                deployment, DeploymentState.FAILED, f"Refused before start: {check.summary()}", pid=None
+            )
+            return "refused"
+        bind = bind_host_for(deployment.host)
+        if not process.port_is_free(deployment.port, bind):
+            transition(
+                deployment,
+                DeploymentState.FAILED,
+                f"Refused before start: port {deployment.port} on {deployment.host.name} is already in use "
+                "by another process; pick a free port.",
+                pid=None,
+            )
+            return "port in use"
+
+        # A new token per launch: a new engine key, and a pid that cannot be mistaken for the old one.
+        deployment.start_token = new_start_token()
+        Deployment.objects.filter(pk=deployment.pk).update(start_token=deployment.start_token)
+        adapter = get_adapter(deployment.engine)
+        spec = engine_spec(deployment)
+        argv = adapter.build_argv(spec)
+        record = process.start_engine(
+            argv=argv,
+            env=adapter.build_env(spec),
+            directory=engine_dir(deployment.host.name),
+            deployment_id=deployment.pk,
+            port=deployment.port,
+            start_token=deployment.start_token,
+            log_keep=node_int("ENGINE_LOG_KEEP"),
+        )
+        transition(
+            deployment,
+            DeploymentState.STARTING,
+            f"Engine started (pid {record.pid}); waiting for /health and /v1/models.",
+            pid=record.pid,
+            start_token=deployment.start_token,
+            launch_argv=redact_argv(argv, spec.api_key),
+            log_path=record.log_path,
+            started_at=timezone.now(),
+            ready_at=None,
+            next_restart_at=None,
+        )
+        log.info("launched deployment %s pid %s", deployment.pk, record.pid)
+        return "started"
+
+
+def _in_flight(deployment: Deployment) -> float | None:
+    """Running + waiting requests from the engine's /metrics, or None when it has none to read."""
+    adapter = get_adapter(deployment.engine)
+    if adapter.metrics_path is None:
+        return None
+    result = http_get(deployment.host.address, deployment.port, adapter.metrics_path, timeout=1.0)
+    if not result.ok:
+        return None
+    metrics = adapter.parse_metrics(result.body.decode("utf-8", errors="replace"))
+    return metrics.num_requests_running + metrics.num_requests_waiting
+
+
+def stop(deployment_id: int, *, drain: bool = False, drain_timeout: float = 300.0) -> str:
+    """Stop the engine: optionally wait for in-flight requests, then SIGTERM, then SIGKILL after a timeout."""
+    with locked(deployment_id):
+        deployment = _load(deployment_id)
+        if deployment is None:
+            return "gone"
+        if deployment.desired_state != DesiredState.STOPPED:
+            return "not wanted"
+        if deployment.state == DeploymentState.STOPPED and not deployment.pid:
+            return "already stopped"
+        pid = deployment.pid
+        if pid and process.is_alive(pid):
+            if deployment.state != DeploymentState.STOPPING:
+                transition(deployment, DeploymentState.STOPPING, "Stopping the engine.")
+            if drain:
+                deadline = time.monotonic() + drain_timeout
+                while time.monotonic() < deadline:
+                    pending = _in_flight(deployment)
+                    if not pending:
+                        break
+                    time.sleep(0.5)
+            forced = process.stop_engine(pid, node_setting("NODE_STOP_TIMEOUT_SECONDS"))
+            message = (
+                "Engine did not exit on SIGTERM within the stop timeout; killed."
+                if forced
+                else "Engine stopped gracefully."
+            )
+        else:
+            message = "Engine was not running."
+        process.forget_record(engine_dir(deployment.host.name), deployment.pk)
+        transition(
+            deployment,
+            DeploymentState.STOPPED,
+            message,
+            log_tail=process.tail(deployment.log_path, 20) if deployment.log_path else "",
+            pid=None,
+            ready_at=None,
+            next_restart_at=None,
+        )
+        return "stopped"
+
+
+def restart(deployment_id: int) -> str:
+    """Stop the running engine (if any) and launch it again with a new start token."""
+    with locked(deployment_id):
+        deployment = _load(deployment_id)
+        if deployment is None:
+            return "gone"
+        if deployment.pid and process.is_alive(deployment.pid):
+            transition(deployment, DeploymentState.STOPPING, "Restarting the engine.")
+            process.stop_engine(deployment.pid, node_setting("NODE_STOP_TIMEOUT_SECONDS"))
+        transition(deployment, DeploymentState.PENDING, "Restart: launching again.", pid=None)
+    return launch(deployment_id)
+
+
+def record_crash(deployment: Deployment, reason: str) -> None:
+    """The engine exited or hung: schedule a restart with capped exponential backoff, or give up.
+
+    After NODE_MAX_RESTARTS restarts that did not stay up, the deployment is FAILED with the last
+    log lines attached, for a person to read.
+    """
+    log_tail = process.tail(deployment.log_path, 40) if deployment.log_path else ""
+    process.forget_record(engine_dir(deployment.host.name), deployment.pk)
+    if deployment.desired_state == DesiredState.STOPPED:
+        transition(deployment, DeploymentState.STOPPED, reason, log_tail=log_tail, pid=None, ready_at=None)
+        return
+    attempts = deployment.restart_count + 1
+    limit = node_int("NODE_MAX_RESTARTS")
+    if attempts > limit:
+        transition(
+            deployment,
+            DeploymentState.FAILED,
+            f"{reason} Gave up after {limit} restarts; fix the cause and start it again.",
+            log_tail=log_tail,
+            pid=None,
+            ready_at=None,
+            next_restart_at=None,
+        )
+        return
+    delay = min(
+        node_setting("NODE_RESTART_BACKOFF_MAX_SECONDS"),
+        node_setting("NODE_RESTART_BACKOFF_SECONDS") * 2 ** (attempts - 1),
+    )
+    transition(
+        deployment,
+        DeploymentState.CRASHED,
+        f"{reason} Restart {attempts} of {limit} in {delay:.1f} s.",
+        log_tail=log_tail,
+        pid=None,
+        ready_at=None,
+        restart_count=attempts,
+        next_restart_at=timezone.now() + timedelta(seconds=delay),
+    )
+
+
+def kill_hung(deployment: Deployment, reason: str) -> None:
+    if deployment.pid:
+        process.stop_engine(deployment.pid, timeout=5.0)
+    record_crash(deployment, reason)
+
+
+def adopt(host_name: str) -> list[int]:
+    """On agent start: keep engines that still run (pid + start token + answering), drop the rest.
+
+    An engine that survived the agent's restart keeps serving and is not launched twice; one that
+    died while the agent was away is handled as a crash (restart with backoff).
+    """
+    adopted = []
+    candidates = Deployment.objects.select_related("host", "model_version", "quantization").filter(
+        host__name=host_name, pid__isnull=False
+    )
+    for deployment in candidates:
+        with locked(deployment.pk):
+            record = process.read_record(engine_dir(host_name), deployment.pk)
+            same = (
+                record is not None
+                and record.pid == deployment.pid
+                and record.start_token == deployment.start_token
+                and record.port == deployment.port
+            )
+            if same and engine_running(deployment):
+                # Its health is the supervisor's business from here on, like any engine's.
+                adopted.append(deployment.pk)
+                log.info("re-adopted deployment %s (pid %s)", deployment.pk, deployment.pid)
+                continue
+            if deployment.state in (DeploymentState.STOPPED, DeploymentState.FAILED):
+                Deployment.objects.filter(pk=deployment.pk).update(pid=None)
+                continue
+            record_crash(deployment, "The engine was gone when the agent restarted.")
+    return adopted

@@ -1,0 +1,387 @@
+"""The agent's loop: once per NODE_TELEMETRY_SECONDS, probe every engine on the host, judge its health,
+restart crashed ones when their backoff is due, sample the GPUs, and publish all of it.
+
+Health has three parts, so that a busy engine is never marked dead and a hung one is:
+- liveness: the process exists (and /health answers);
+- readiness: /v1/models lists the served name (with the engine key);
+- progress: while requests are running, the engine's token counters move.
+A failed probe alone never kills an engine; a dead process, or no progress (and no answer) for
+NODE_HANG_SECONDS, does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.db import close_old_connections
+from django.utils import timezone
+
+from console.consumers import FLEET_GROUP, deployment_group, host_group
+from console.redis_client import get_redis
+from nodes import process
+from nodes.agent import runtime
+from nodes.agent.gpus import GpuSource
+from nodes.choices import DeploymentState, DesiredState, Engine
+from nodes.conf import heartbeat_seconds, node_int, node_setting
+from nodes.engines import get_adapter
+from nodes.engines.metrics import EngineMetrics, bucket_delta, histogram_quantile, merge_buckets
+from nodes.models import Deployment, Host
+from nodes.probes import get_json, http_get, lists_model
+from nodes.services import (
+    engine_api_key,
+    live_deployment_key,
+    live_gpu_key,
+    push_event,
+    record_heartbeat,
+    report_gpus,
+    transition,
+)
+
+log = logging.getLogger(__name__)
+
+PROBE_TIMEOUT = 1.0
+# Readiness must fail this many ticks in a row (with no token progress) before READY -> DEGRADED.
+DEGRADE_AFTER_FAILURES = 3
+# Window over which tokens/s and the TTFT/ITL medians are computed.
+RATE_WINDOW_SECONDS = 10.0
+SUPERVISED_STATES = (DeploymentState.STARTING, DeploymentState.READY, DeploymentState.DEGRADED)
+
+
+@dataclass
+class Observation:
+    """One tick's probes of one engine."""
+
+    alive: bool
+    health_ok: bool = False
+    ready: bool = False
+    metrics: EngineMetrics | None = None
+    sim_gpus: list[dict[str, Any]] = field(default_factory=list)
+    error: str = ""
+
+
+@dataclass
+class Track:
+    """What the supervisor remembers about one engine between ticks."""
+
+    start_token: str
+    last_answer: float
+    last_progress: float
+    last_tokens: float | None = None
+    readiness_failures: int = 0
+    history: list[tuple[float, EngineMetrics]] = field(default_factory=list)
+
+
+def observe(deployment: Deployment) -> Observation:
+    """Probe one engine. Never raises."""
+    if not deployment.pid or not process.is_alive(deployment.pid):
+        return Observation(alive=False)
+    adapter = get_adapter(deployment.engine)
+    address, port = deployment.host.address, deployment.port
+    obs = Observation(alive=True)
+    health = http_get(address, port, adapter.health_path, timeout=PROBE_TIMEOUT)
+    obs.health_ok = health.ok
+    if not health.ok:
+        obs.error = health.error or f"{adapter.health_path} answered {health.status}"
+    else:
+        models = http_get(
+            address, port, adapter.models_path, timeout=PROBE_TIMEOUT, api_key=engine_api_key(deployment)
+        )
+        obs.ready = lists_model(models, deployment.served_model_name)
+        if not obs.ready:
+            obs.error = (
+                models.error
+                or f"{adapter.models_path} answered {models.status} without '{deployment.served_model_name}'"
+            )
+    if adapter.metrics_path is not None:
+        scraped = http_get(address, port, adapter.metrics_path, timeout=PROBE_TIMEOUT)
+        if scraped.ok:
+            try:
+                obs.metrics = adapter.parse_metrics(scraped.body.decode("utf-8", errors="replace"))
+            except ValueError as exc:
+                obs.error = obs.error or f"unreadable /metrics: {exc}"
+    if deployment.engine == Engine.SIM:
+        data = get_json(address, port, "/sim/gpu", timeout=PROBE_TIMEOUT)
+        if isinstance(data, dict) and isinstance(data.get("gpus"), list):
+            obs.sim_gpus = [g for g in data["gpus"] if isinstance(g, dict)]
+    return obs
+
+
+class Supervisor:
+    """Supervision, telemetry and heartbeats for one host. `tick()` does one round; `run()` loops."""
+
+    def __init__(self, host_name: str, gpu_source: GpuSource | None = None) -> None:
+        self.host_name = host_name
+        self.gpus = gpu_source or GpuSource(host_name)
+        self.tracks: dict[int, Track] = {}
+        self.last_heartbeat = 0.0
+        self.stop_event = threading.Event()
+        self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"probe-{host_name}")
+        self.last_gpu_samples: list[dict[str, Any]] = []
+
+    # --- lifecycle ---
+
+    def start(self) -> None:
+        """Register GPUs, heartbeat once and re-adopt surviving engines; call before the first tick."""
+        host = Host.objects.get(name=self.host_name)
+        report_gpus(host, self.gpus.inventory())
+        self.heartbeat(force=True)
+        runtime.adopt(self.host_name)
+
+    def run(self) -> None:
+        interval = node_setting("NODE_TELEMETRY_SECONDS")
+        while not self.stop_event.is_set():
+            began = time.monotonic()
+            try:
+                close_old_connections()
+                self.tick()
+            except Exception:  # one bad tick must not end supervision of the whole host
+                log.exception("supervisor tick failed on %s", self.host_name)
+            self.stop_event.wait(max(0.05, interval - (time.monotonic() - began)))
+
+    def heartbeat(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last_heartbeat < heartbeat_seconds():
+            return
+        self.last_heartbeat = now
+        info = {
+            "pid": os.getpid(),
+            "nvml": self.gpus.nvml_available,
+            "gpu_note": self.gpus.nvml_error,
+            "simulated_gpus": self.gpus.simulated,
+            "heartbeat_seconds": heartbeat_seconds(),
+        }
+        record_heartbeat(self.host_name, info)
+
+    # --- one round ---
+
+    def tick(self) -> None:
+        self.heartbeat()
+        deployments = list(
+            Deployment.objects.select_related("host", "model_version", "quantization").filter(
+                host__name=self.host_name
+            )
+        )
+        watched = [d for d in deployments if d.state in SUPERVISED_STATES and d.pid]
+        observations = dict(zip([d.pk for d in watched], self.pool.map(observe, watched), strict=True))
+        now = time.monotonic()
+        engines_live: list[dict[str, Any]] = []
+        sim_reports: dict[int, list[dict[str, Any]]] = {}
+        for deployment in deployments:
+            obs = observations.get(deployment.pk)
+            if obs is not None:
+                self.judge(deployment, obs, now)
+                live = self.publish_engine(deployment, obs, now)
+                if live is not None:
+                    engines_live.append(live)
+                for report in obs.sim_gpus:
+                    # The simulator numbers its GPUs from --sim-gpu-index, i.e. in the host's indices.
+                    sim_reports.setdefault(int(report.get("index", 0)), []).append(report)
+            else:
+                self.tracks.pop(deployment.pk, None)
+                self.reconcile(deployment)
+            if deployment.log_path and deployment.pid:
+                process.truncate_if_large(
+                    Path(deployment.log_path),
+                    node_int("ENGINE_LOG_MAX_BYTES"),
+                    node_int("ENGINE_LOG_KEEP"),
+                )
+        self.publish_gpus(sim_reports, engines_live)
+
+    def reconcile(self, deployment: Deployment) -> None:
+        """Deployments not being probed: restart crashed ones when due, stop unwanted ones."""
+        if (
+            deployment.state == DeploymentState.CRASHED
+            and deployment.desired_state == DesiredState.RUNNING
+            and deployment.next_restart_at is not None
+            and deployment.next_restart_at <= timezone.now()
+        ):
+            self.pool.submit(runtime.launch, deployment.pk)
+        elif deployment.desired_state == DesiredState.STOPPED and deployment.state == DeploymentState.CRASHED:
+            transition(deployment, DeploymentState.STOPPED, "Stopped while waiting to restart.", pid=None)
+
+    def judge(self, deployment: Deployment, obs: Observation, now: float) -> None:
+        """Turn one tick's observation into a state change, a kill, or nothing."""
+        track = self.tracks.get(deployment.pk)
+        if track is None or track.start_token != deployment.start_token:
+            track = Track(start_token=deployment.start_token, last_answer=now, last_progress=now)
+            self.tracks[deployment.pk] = track
+        with runtime.locked(deployment.pk, wait=False) as mine:
+            if not mine:
+                return  # a launch/stop task is working on it right now
+            deployment.refresh_from_db()
+            if deployment.state not in SUPERVISED_STATES or deployment.start_token != track.start_token:
+                return
+            if not obs.alive:
+                code = process.exit_code(deployment.pid) if deployment.pid else None
+                how = f" with code {code}" if code is not None else ""
+                when = "during start-up" if deployment.state == DeploymentState.STARTING else ""
+                runtime.record_crash(deployment, f"The engine exited{how} {when}".rstrip() + ".")
+                self.tracks.pop(deployment.pk, None)
+                return
+
+            metrics = obs.metrics
+            answered = obs.health_ok or metrics is not None
+            if answered:
+                track.last_answer = now
+            moved = False
+            if metrics is not None:
+                tokens = metrics.tokens_processed
+                moved = track.last_tokens is not None and tokens != track.last_tokens
+                if moved or metrics.num_requests_running == 0:
+                    track.last_progress = now
+                track.last_tokens = tokens
+                track.history.append((now, metrics))
+                track.history = [(t, m) for t, m in track.history if now - t <= RATE_WINDOW_SECONDS + 1]
+            elif answered:
+                # No metrics to read (llama.cpp): answering is the only progress evidence there is.
+                track.last_progress = now
+
+            hang = node_setting("NODE_HANG_SECONDS")
+            if deployment.state == DeploymentState.STARTING:
+                started = deployment.started_at or timezone.now()
+                if obs.health_ok and obs.ready:
+                    transition(
+                        deployment,
+                        DeploymentState.READY,
+                        f"Ready: /health answers and /v1/models lists '{deployment.served_model_name}'.",
+                        ready_at=timezone.now(),
+                    )
+                elif (timezone.now() - started).total_seconds() > node_setting(
+                    "NODE_STARTUP_TIMEOUT_SECONDS"
+                ):
+                    runtime.kill_hung(
+                        deployment,
+                        f"Not ready after {node_setting('NODE_STARTUP_TIMEOUT_SECONDS'):.0f} s "
+                        f"({obs.error or 'no answer'}).",
+                    )
+                    self.tracks.pop(deployment.pk, None)
+                return
+
+            running = metrics.num_requests_running if metrics is not None else 0.0
+            if now - track.last_progress > hang:
+                runtime.kill_hung(
+                    deployment,
+                    f"Hung: {running:.0f} running requests but no token progress for {hang:.0f} s.",
+                )
+                self.tracks.pop(deployment.pk, None)
+                return
+            if now - track.last_answer > hang:
+                runtime.kill_hung(deployment, f"Hung: no answer to any probe for {hang:.0f} s ({obs.error}).")
+                self.tracks.pop(deployment.pk, None)
+                return
+
+            if obs.health_ok and obs.ready:
+                track.readiness_failures = 0
+                if deployment.state == DeploymentState.DEGRADED:
+                    transition(deployment, DeploymentState.READY, "Recovered: probes pass again.")
+                self.reset_restarts_when_stable(deployment)
+            elif moved:
+                # Too busy to answer a probe in time, but tokens flow: working, not dead.
+                track.readiness_failures = 0
+            else:
+                track.readiness_failures += 1
+                if (
+                    track.readiness_failures >= DEGRADE_AFTER_FAILURES
+                    and deployment.state == DeploymentState.READY
+                ):
+                    transition(deployment, DeploymentState.DEGRADED, f"Not ready: {obs.error}")
+
+    def reset_restarts_when_stable(self, deployment: Deployment) -> None:
+        if deployment.restart_count and deployment.ready_at:
+            stable = (timezone.now() - deployment.ready_at).total_seconds()
+            if stable >= node_setting("NODE_STABLE_SECONDS"):
+                Deployment.objects.filter(pk=deployment.pk).update(restart_count=0)
+                deployment.restart_count = 0
+
+    # --- publishing ---
+
+    def engine_live(self, deployment: Deployment, obs: Observation, now: float) -> dict[str, Any]:
+        """The live record of an engine as the proxy's scorer and the UI read it."""
+        track = self.tracks.get(deployment.pk)
+        m = obs.metrics or EngineMetrics()
+        tokens_per_s = 0.0
+        ttft = itl = None
+        if track is not None and len(track.history) >= 2:
+            t0, first = track.history[0]
+            dt = now - t0
+            if dt > 0:
+                tokens_per_s = max(0.0, (m.generation_tokens_total - first.generation_tokens_total) / dt)
+            ttft = histogram_quantile(0.5, bucket_delta(m.ttft_buckets, first.ttft_buckets))
+            itl = histogram_quantile(0.5, bucket_delta(m.itl_buckets, first.itl_buckets))
+        if ttft is None:
+            ttft = histogram_quantile(0.5, merge_buckets([m.ttft_buckets]))
+        if itl is None:
+            itl = histogram_quantile(0.5, merge_buckets([m.itl_buckets]))
+        return {
+            "ts": time.time(),
+            "deployment_id": deployment.pk,
+            "host": self.host_name,
+            "name": deployment.name,
+            "served_model_name": deployment.served_model_name,
+            "engine": deployment.engine,
+            "state": deployment.state,
+            "alive": obs.alive,
+            "ready": obs.ready,
+            "num_requests_running": m.num_requests_running,
+            "num_requests_waiting": m.num_requests_waiting,
+            "kv_cache_usage_perc": m.kv_cache_usage_perc,
+            "num_gpu_blocks": m.num_gpu_blocks,
+            "block_size": m.block_size or deployment.block_size,
+            "kv_cache_total_tokens": m.kv_cache_total_tokens,
+            "prompt_tokens_total": m.prompt_tokens_total,
+            "generation_tokens_total": m.generation_tokens_total,
+            "prefix_cache_queries_total": m.prefix_cache_queries_total,
+            "prefix_cache_hits_total": m.prefix_cache_hits_total,
+            "tokens_per_s": round(tokens_per_s, 2),
+            "ttft_p50_s": ttft,
+            "itl_p50_s": itl,
+            "has_metrics": obs.metrics is not None,
+        }
+
+    def publish_engine(self, deployment: Deployment, obs: Observation, now: float) -> dict[str, Any] | None:
+        live = self.engine_live(deployment, obs, now)
+        ttl = max(1, round(node_setting("NODE_LIVE_TTL_SECONDS")))
+        try:
+            get_redis().set(live_deployment_key(deployment.pk), json.dumps(live), ex=ttl)
+        except Exception as exc:  # Redis down: the proxy treats missing live data as busy
+            log.warning("could not write live state of deployment %s: %s", deployment.pk, exc)
+        push_event([deployment_group(deployment.pk)], {"type": "deployment.metrics", **live})
+        return live
+
+    def publish_gpus(
+        self, sim_reports: dict[int, list[dict[str, Any]]], engines: list[dict[str, Any]]
+    ) -> None:
+        samples = self.gpus.sample(sim_reports)
+        self.last_gpu_samples = samples
+        ttl = max(1, round(node_setting("NODE_LIVE_TTL_SECONDS")))
+        try:
+            pipe = get_redis().pipeline(transaction=False)
+            for sample in samples:
+                pipe.set(live_gpu_key(self.host_name, sample["index"]), json.dumps(sample), ex=ttl)
+            pipe.execute()
+        except Exception as exc:
+            log.warning("could not write GPU samples of %s: %s", self.host_name, exc)
+        # One event per host per tick: the fleet dashboard and the host page both draw from it.
+        # `ts` is the GPU sample time, so a browser can measure sample-to-screen latency.
+        event = {
+            "type": "host.telemetry",
+            "host": self.host_name,
+            "ts": samples[0]["ts"] if samples else time.time(),
+            "simulated": self.gpus.simulated,
+            "gpu_note": self.gpus.nvml_error,
+            "gpus": samples,
+            "engines": engines,
+        }
+        push_event([FLEET_GROUP, host_group(self.host_name)], event)
+
+    def close(self) -> None:
+        self.stop_event.set()
+        self.pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,58 @@
+"""Enumerations shared by the nodes app: engines, host and deployment states, node roles."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class Engine(models.TextChoices):
+    VLLM = "vllm", "vLLM"
+    LLAMACPP = "llamacpp", "llama.cpp"
+    SIM = "sim", "vLLM simulator"
+
+
+class HostState(models.TextChoices):
+    # No heartbeat seen yet: the agent has never started on this host.
+    UNKNOWN = "unknown", "Unknown"
+    ONLINE = "online", "Online"
+    # Heartbeats stopped for longer than NODE_UNREACHABLE_SECONDS.
+    UNREACHABLE = "unreachable", "Unreachable"
+    # Admin-set: keep running engines, accept no new deployments.
+    DRAINING = "draining", "Draining"
+
+
+class DesiredState(models.TextChoices):
+    RUNNING = "running", "Running"
+    STOPPED = "stopped", "Stopped"
+
+
+class DeploymentState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    VERIFYING = "verifying", "Verifying files"
+    STARTING = "starting", "Starting"
+    READY = "ready", "Ready"
+    # Alive but not fully serving: readiness probe failing, or the host stopped heartbeating.
+    DEGRADED = "degraded", "Degraded"
+    # The process exited or hung; the agent restarts it with backoff.
+    CRASHED = "crashed", "Crashed"
+    # Too many failed restarts, or refused at launch: needs a person.
+    FAILED = "failed", "Failed"
+    STOPPING = "stopping", "Stopping"
+    STOPPED = "stopped", "Stopped"
+
+
+# States in which an engine process may exist and hold its port and GPU memory.
+ACTIVE_STATES = frozenset(
+    {
+        DeploymentState.PENDING,
+        DeploymentState.VERIFYING,
+        DeploymentState.STARTING,
+        DeploymentState.READY,
+        DeploymentState.DEGRADED,
+        DeploymentState.CRASHED,
+        DeploymentState.STOPPING,
+    }
+)
+
+# Suggested role labels; any other free-form label is accepted.
+NODE_ROLES = ("long-context", "high-throughput", "cpu-postprocess")

@@ -1,0 +1,49 @@
+"""llama.cpp for CPU nodes, through llama-cpp-python's OpenAI server (`python -m llama_cpp.server`).
+
+Its settings are pydantic fields turned into `--snake_case` flags (llama_cpp/server/settings.py).
+It has no /health and no /metrics. /v1/models waits on the model lock while a completion runs, so
+it cannot be the liveness probe (a busy engine would look dead); FastAPI's /docs page is served by
+the event loop without that lock and answers while the model is busy.
+"""
+
+from __future__ import annotations
+
+from nodes.engines.base import EngineSpec
+from nodes.engines.metrics import EngineMetrics
+
+name = "llamacpp"
+health_path = "/docs"
+models_path = "/v1/models"
+metrics_path: str | None = None
+
+
+def build_argv(spec: EngineSpec) -> list[str]:
+    argv = [
+        spec.python,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        spec.model_path,
+        "--model_alias",
+        spec.served_model_name,
+        "--host",
+        spec.bind_host,
+        "--port",
+        str(spec.port),
+        "--api_key",
+        spec.api_key,
+        "--n_ctx",
+        str(spec.max_model_len),
+    ]
+    if spec.max_num_batched_tokens is not None:
+        argv += ["--n_batch", str(spec.max_num_batched_tokens)]
+    return [*argv, *spec.extra_args]
+
+
+def build_env(spec: EngineSpec) -> dict[str, str]:
+    # CPU engine: hide any GPU so that a llama.cpp build with CUDA does not grab one by accident.
+    return {"CUDA_VISIBLE_DEVICES": ""}
+
+
+def parse_metrics(text: str) -> EngineMetrics:
+    return EngineMetrics()

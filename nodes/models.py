@@ -1,0 +1,159 @@
+"""Node hosts, their GPUs, deployments of model versions onto them, and each deployment's history."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.db import models
+
+from console.celery import node_queue
+from nodes.choices import DeploymentState, DesiredState, Engine, HostState
+
+HOST_NAME_VALIDATOR = RegexValidator(
+    r"^[a-z0-9][a-z0-9\-]{0,62}$",
+    "Use lowercase letters, digits and hyphens (it becomes a queue and a group name).",
+)
+
+
+class Host(models.Model):
+    """A machine that runs a node agent and inference engines.
+
+    Its GPUs are reported by the agent (never typed in by hand); `last_heartbeat`
+    is written by the agent every NODE_HEARTBEAT_SECONDS.
+    """
+
+    name = models.CharField(max_length=63, unique=True, validators=[HOST_NAME_VALIDATOR])
+    # Where the proxy reaches this host's engines (IP or DNS name, no scheme, no port).
+    address = models.CharField(max_length=255, default="127.0.0.1")
+    # Pool/role label: long-context, high-throughput, cpu-postprocess, or free-form.
+    role = models.CharField(max_length=64, blank=True, default="")
+    labels = models.JSONField(default=dict, blank=True)
+    cost_per_hour = models.DecimalField(max_digits=10, decimal_places=4, default=Decimal("0"))
+    state = models.CharField(max_length=16, choices=HostState.choices, default=HostState.UNKNOWN)
+    last_heartbeat = models.DateTimeField(null=True, blank=True)
+    # What the agent says about itself: version, pid, whether NVML works and why not.
+    agent_info = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def agent_queue(self) -> str:
+        return node_queue(self.name)
+
+
+class Gpu(models.Model):
+    """One GPU of a host, as the agent last reported it (NVML, or a simulated GPU marked so)."""
+
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=100, blank=True, default="")
+    name = models.CharField(max_length=200, blank=True, default="")
+    memory_total_bytes = models.PositiveBigIntegerField(default=0)
+    simulated = models.BooleanField(default=False)
+    last_seen = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["host__name", "index"]
+        constraints = [models.UniqueConstraint(fields=["host", "index"], name="gpu_unique_host_index")]
+
+    def __str__(self) -> str:
+        return f"{self.host.name}:gpu{self.index} {self.name}"
+
+
+class Deployment(models.Model):
+    """A model version served by one engine process on one host, with its engine parameters.
+
+    `desired_state` is what an admin asked for; `state` is what the agent observed. The engine's
+    API key is never stored: it is derived from `id` and `start_token` (see services.engine_api_key),
+    and `start_token` changes at every launch.
+    """
+
+    name = models.CharField(max_length=100, unique=True)
+    model_version = models.ForeignKey(
+        "models_registry.ModelVersion", on_delete=models.PROTECT, related_name="deployments"
+    )
+    quantization = models.ForeignKey(
+        "models_registry.QuantizationConfig",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="deployments",
+    )
+    engine = models.CharField(max_length=16, choices=Engine.choices, default=Engine.VLLM)
+    host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="deployments")
+    gpu_indices = models.JSONField(default=list, blank=True)
+    # Engine parameters (vLLM names; the llama.cpp adapter maps what applies).
+    gpu_memory_utilization = models.FloatField(
+        default=0.9, validators=[MinValueValidator(0.01), MaxValueValidator(1.0)]
+    )
+    max_model_len = models.PositiveIntegerField(default=4096)
+    block_size = models.PositiveIntegerField(default=16)
+    max_num_seqs = models.PositiveIntegerField(default=256)
+    max_num_batched_tokens = models.PositiveIntegerField(null=True, blank=True)
+    tensor_parallel_size = models.PositiveSmallIntegerField(default=1)
+    enable_prefix_caching = models.BooleanField(default=True)
+    extra_args = models.JSONField(default=list, blank=True)
+    port = models.PositiveIntegerField(validators=[MinValueValidator(1024), MaxValueValidator(65535)])
+    # The name tenants send as "model" (the ModelAlias name); the engine serves under it.
+    served_model_name = models.CharField(max_length=200)
+    # Routing role label, e.g. long-context or high-throughput.
+    role = models.CharField(max_length=64, blank=True, default="")
+    desired_state = models.CharField(
+        max_length=16, choices=DesiredState.choices, default=DesiredState.RUNNING
+    )
+    state = models.CharField(max_length=16, choices=DeploymentState.choices, default=DeploymentState.PENDING)
+    state_reason = models.TextField(blank=True, default="")
+    state_changed_at = models.DateTimeField(null=True, blank=True)
+    start_token = models.CharField(max_length=64, blank=True, default="")
+    # The running engine process as the agent last saw it.
+    pid = models.PositiveIntegerField(null=True, blank=True)
+    launch_argv = models.JSONField(default=list, blank=True)
+    log_path = models.CharField(max_length=500, blank=True, default="")
+    started_at = models.DateTimeField(null=True, blank=True)
+    ready_at = models.DateTimeField(null=True, blank=True)
+    # Consecutive restarts that did not stay up; reset after the engine has been ready for a while.
+    restart_count = models.PositiveIntegerField(default=0)
+    next_restart_at = models.DateTimeField(null=True, blank=True)
+    last_log_lines = models.TextField(blank=True, default="")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["host__name", "port"]
+        indexes = [models.Index(fields=["host", "state"])]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host.address}:{self.port}"
+
+
+class DeploymentEvent(models.Model):
+    """One step in a deployment's history: a state change, an action, or a refusal, with why."""
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    from_state = models.CharField(max_length=16, blank=True, default="")
+    to_state = models.CharField(max_length=16, blank=True, default="")
+    message = models.TextField(blank=True, default="")
+    # The engine's last log lines, attached when it exited or failed.
+    log_tail = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.deployment_id}: {self.from_state} -> {self.to_state}"

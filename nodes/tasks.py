@@ -1,0 +1,46 @@
+"""Celery tasks of the nodes app. Thin: each takes ids and calls the agent runtime or services.
+
+Deployment tasks run on the host's own queue (node.<host>), so they execute on the agent that
+owns the engine; the heartbeat sweep runs on the control queue from beat.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from console.celery import app
+
+
+@app.task(name="nodes.launch_deployment", acks_late=True)
+def launch_deployment(deployment_id: int) -> str:
+    from nodes.agent import runtime
+
+    return runtime.launch(deployment_id)
+
+
+@app.task(name="nodes.stop_deployment", acks_late=True)
+def stop_deployment(deployment_id: int, drain: bool = False) -> str:
+    from nodes.agent import runtime
+
+    return runtime.stop(deployment_id, drain=drain)
+
+
+@app.task(name="nodes.restart_deployment", acks_late=True)
+def restart_deployment(deployment_id: int) -> str:
+    from nodes.agent import runtime
+
+    return runtime.restart(deployment_id)
+
+
+@app.task(name="nodes.check_host_heartbeats")
+def check_host_heartbeats() -> list[str]:
+    """Mark hosts that missed heartbeats unreachable (beat runs it every 2 s)."""
+    from nodes.services import mark_unreachable_hosts
+
+    return mark_unreachable_hosts()
+
+
+@app.on_after_finalize.connect
+def schedule_heartbeat_sweep(sender: Any, **kwargs: Any) -> None:
+    # Bound for "unreachable": NODE_UNREACHABLE_SECONDS after the last heartbeat, plus this period.
+    sender.add_periodic_task(2.0, check_host_heartbeats.s(), name="nodes: host heartbeat sweep")
