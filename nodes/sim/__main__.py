@@ -1,0 +1,28 @@
+"""Entry point: `python -m nodes.sim serve MODEL [options]`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+
+from nodes.sim.cli import parse_args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the vLLM-style command line and run the simulated server until it is stopped."""
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(levelname)s %(asctime)s [sim] %(message)s", stream=sys.stderr
+    )
+    from nodes.sim.server import serve
+
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a pinned dependency
+        return asyncio.run(serve(args))
+    return uvloop.run(serve(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

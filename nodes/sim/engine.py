@@ -1,0 +1,442 @@
+"""The simulated engine core: vLLM V1's continuous-batching scheduler over a paged KV cache, in model time.
+
+One asyncio task runs engine steps back to back. Each step schedules, within max_num_batched_tokens and
+max_num_seqs, one token for every decoding sequence and prefill chunks for the others (running ones
+first, then waiting ones in FCFS order); it sleeps for the step time that profiles.step_time_s models
+(divided by --sim-time-scale) and then applies the step: KV computed, one token sampled for every
+sequence whose tokens are all computed, finished sequences freed.
+
+KV memory is a pool of blocks of block_size tokens. A sequence holds ceil(tokens/block_size) blocks;
+when a running sequence needs a block and none is free, the most recently admitted running sequence
+is preempted (its blocks freed, its computed tokens dropped, recomputed later), as vLLM V1 does.
+With prefix caching, full prompt blocks are content-addressed by a chained hash, stay cached after
+they are freed until the block is reused (LRU), and a new request starting with the same blocks takes
+them instead of recomputing them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from nodes.sim import text
+from nodes.sim.metrics import EngineMetrics
+from nodes.sim.profiles import EngineShape, step_time_s
+
+
+@dataclass(eq=False)
+class Sequence:
+    """One generated sequence (one choice of one request) as the scheduler sees it."""
+
+    prompt_ids: list[int]
+    max_tokens: int
+    key: int
+    natural_len: int
+    drift: float
+    ignore_eos: bool = False
+    min_tokens: int = 0
+    stop: tuple[str, ...] = ()
+    notify: Callable[[], None] | None = None
+    stream: bool = True  # notify on every token (streaming) or only when finished
+    # scheduler state
+    num_tokens: int = 0
+    num_computed: int = 0
+    num_cached_prompt_tokens: int = 0  # prefix-cache hit of the first admission (usage details)
+    blocks: list[int] = field(default_factory=list)
+    hashes_registered: int = 0
+    block_hashes: list[int] = field(default_factory=list)
+    out: list[int] = field(default_factory=list)  # VOCAB indices of the generated tokens
+    finish_reason: str | None = None
+    stop_reason: str | None = None
+    tail: str = ""
+    # times (wall, loop clock)
+    arrival: float = 0.0
+    scheduled_at: float | None = None
+    first_token_at: float | None = None
+    last_token_at: float = 0.0
+    done_at: float | None = None
+
+    def __post_init__(self) -> None:
+        self.num_tokens = len(self.prompt_ids)
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.prompt_ids)
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+class BlockPool:
+    """Fixed pool of KV blocks with reference counts and an LRU queue of free (evictable) blocks."""
+
+    def __init__(self, num_blocks: int) -> None:
+        self.num_blocks = num_blocks
+        self.ref = [0] * num_blocks
+        self.block_hash: list[int | None] = [None] * num_blocks
+        self.free: collections.OrderedDict[int, None] = collections.OrderedDict(
+            (b, None) for b in range(num_blocks)
+        )
+        self.cached: dict[int, int] = {}
+
+    @property
+    def num_free(self) -> int:
+        return len(self.free)
+
+    def allocate(self, n: int) -> list[int]:
+        out = []
+        for _ in range(n):
+            b, _unused = self.free.popitem(last=False)
+            h = self.block_hash[b]
+            if h is not None:
+                # Evicting a cached block: its content is gone.
+                if self.cached.get(h) == b:
+                    del self.cached[h]
+                self.block_hash[b] = None
+            self.ref[b] = 1
+            out.append(b)
+        return out
+
+    def touch(self, b: int) -> None:
+        """Take one more reference to a cached block (a prefix-cache hit)."""
+        if self.ref[b] == 0:
+            del self.free[b]
+        self.ref[b] += 1
+
+    def release(self, blocks: list[int]) -> None:
+        # Tail blocks go to the free queue first so they are evicted before the shared head blocks.
+        for b in reversed(blocks):
+            self.ref[b] -= 1
+            if self.ref[b] == 0:
+                self.free[b] = None
+
+    def register(self, b: int, h: int) -> None:
+        if h not in self.cached:
+            self.cached[h] = b
+            self.block_hash[b] = h
+
+    def reset_cache(self) -> None:
+        self.cached.clear()
+        for b in range(self.num_blocks):
+            self.block_hash[b] = None
+
+
+@dataclass
+class StepPlan:
+    """What one engine step computes."""
+
+    items: list[tuple[Sequence, int]]
+    num_tokens: int
+    context_tokens: int
+    attention_pairs: float
+
+
+class SimEngine:
+    """The scheduler loop and KV cache of one simulated vLLM engine."""
+
+    def __init__(
+        self,
+        shape: EngineShape,
+        metrics: EngineMetrics,
+        *,
+        enable_prefix_caching: bool = True,
+        time_scale: float = 1.0,
+    ) -> None:
+        self.shape = shape
+        self.metrics = metrics
+        self.enable_prefix_caching = enable_prefix_caching
+        self.time_scale = time_scale
+        self.pool = BlockPool(shape.num_gpu_blocks)
+        self.waiting: collections.deque[Sequence] = collections.deque()
+        self.running: list[Sequence] = []
+        self.hung = False
+        self.dead = False
+        self.num_preemptions = 0
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        # (wall end time, wall busy seconds, tokens in step) of recent steps, for the modelled GPU's
+        # utilisation and power.
+        self.recent_steps: collections.deque[tuple[float, float, int]] = collections.deque()
+        self.total_steps = 0
+
+    # lifecycle ---------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-engine")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    # requests ----------------------------------------------------------------------------------------
+
+    def add(self, seq: Sequence) -> None:
+        seq.arrival = time.monotonic()
+        if self.enable_prefix_caching:
+            seq.block_hashes = self._block_hashes(seq.prompt_ids)
+        self.waiting.append(seq)
+        self.metrics.request_params_max_tokens.observe(seq.max_tokens)
+        self._wake.set()
+
+    def abort(self, seq: Sequence) -> None:
+        """Stop a sequence whose client went away; frees its KV blocks."""
+        if seq.finished:
+            return
+        self._finish(seq, "abort", time.monotonic())
+        if seq in self.running:
+            self.running.remove(seq)
+        else:
+            with contextlib.suppress(ValueError):
+                self.waiting.remove(seq)
+
+    def _block_hashes(self, ids: list[int]) -> list[int]:
+        bs = self.shape.block_size
+        out = []
+        parent = 0
+        for i in range(0, len(ids) - bs + 1, bs):
+            parent = hash((parent, tuple(ids[i : i + bs])))
+            out.append(parent)
+        return out
+
+    # the loop ----------------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        loop_time = time.monotonic
+        next_start = loop_time()
+        while True:
+            if self.hung:
+                await asyncio.Event().wait()
+            if not self.running and not self.waiting:
+                self._wake.clear()
+                self._update_gauges()
+                await self._wake.wait()
+                next_start = loop_time()
+            plan = self._schedule()
+            self._update_gauges()
+            if not plan.items:
+                # Nothing fits (should not happen with a non-empty queue unless blocks are exhausted by
+                # a single sequence); wait for a change instead of spinning.
+                self._wake.clear()
+                await self._wake.wait()
+                next_start = loop_time()
+                continue
+            dt = step_time_s(
+                self.shape,
+                num_tokens=plan.num_tokens,
+                num_seqs=len(plan.items),
+                context_tokens=plan.context_tokens,
+                attention_pairs=plan.attention_pairs,
+            )
+            now = loop_time()
+            # Steps are laid end to end on a virtual clock, so timer granularity does not accumulate;
+            # if the process falls far behind (overloaded CPU), the clock restarts from now.
+            if now - next_start > 0.05:
+                next_start = now
+            end = next_start + dt / self.time_scale
+            delay = end - now
+            if delay > 0:
+                await asyncio.sleep(delay)
+            next_start = end
+            self.total_steps += 1
+            self.recent_steps.append((end, dt / self.time_scale, plan.num_tokens))
+            while self.recent_steps and self.recent_steps[0][0] < end - 1.0:
+                self.recent_steps.popleft()
+            self.metrics.iteration_tokens.observe(plan.num_tokens)
+            self._apply(plan, max(end, loop_time()))
+
+    def _schedule(self) -> StepPlan:
+        shape = self.shape
+        bs = shape.block_size
+        pool = self.pool
+        budget = shape.max_num_batched_tokens
+        items: list[tuple[Sequence, int]] = []
+        context = 0
+        pairs = 0.0
+        preempted = False
+        running = self.running
+        i = 0
+        while i < len(running) and budget > 0:
+            seq = running[i]
+            n = min(seq.num_tokens - seq.num_computed, budget)
+            need = -(-(seq.num_computed + n) // bs) - len(seq.blocks)
+            self_preempted = False
+            while need > pool.num_free:
+                victim = running.pop()
+                self._preempt(victim)
+                preempted = True
+                if victim is seq:
+                    self_preempted = True
+                    break
+            if self_preempted:
+                break
+            if need > 0:
+                seq.blocks.extend(pool.allocate(need))
+            items.append((seq, n))
+            budget -= n
+            context += seq.num_computed + n
+            pairs += n * (seq.num_computed + n / 2)
+            i += 1
+        if not preempted:
+            waiting = self.waiting
+            while waiting and budget > 0 and len(running) < shape.max_num_seqs:
+                seq = waiting[0]
+                hit_blocks: list[int] = []
+                if self.enable_prefix_caching and seq.num_computed == 0:
+                    for h in seq.block_hashes:
+                        b = pool.cached.get(h)
+                        if b is None:
+                            break
+                        hit_blocks.append(b)
+                hit_tokens = len(hit_blocks) * bs
+                if hit_tokens >= seq.num_tokens:
+                    # vLLM recomputes the last token so that the step produces logits.
+                    hit_tokens = seq.num_tokens - 1
+                n = min(seq.num_tokens - hit_tokens, budget)
+                need = -(-(hit_tokens + n) // bs) - len(hit_blocks)
+                free_after_touch = pool.num_free - sum(1 for b in hit_blocks if pool.ref[b] == 0)
+                if need > free_after_touch:
+                    break
+                waiting.popleft()
+                for b in hit_blocks:
+                    pool.touch(b)
+                seq.blocks = hit_blocks + pool.allocate(need)
+                seq.num_computed = hit_tokens
+                seq.hashes_registered = len(hit_blocks)
+                if self.enable_prefix_caching:
+                    self.metrics.prefix_queries.inc(seq.num_tokens)
+                    self.metrics.prefix_hits.inc(hit_tokens)
+                if seq.scheduled_at is None:
+                    seq.scheduled_at = time.monotonic()
+                    seq.num_cached_prompt_tokens = hit_tokens
+                running.append(seq)
+                items.append((seq, n))
+                budget -= n
+                context += hit_tokens + n
+                pairs += n * (hit_tokens + n / 2)
+        num_tokens = shape.max_num_batched_tokens - budget
+        return StepPlan(items, num_tokens, context, pairs)
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.pool.release(seq.blocks)
+        seq.blocks = []
+        seq.num_computed = 0
+        seq.hashes_registered = 0
+        self.waiting.appendleft(seq)
+        self.num_preemptions += 1
+        self.metrics.preemptions.inc()
+
+    def _apply(self, plan: StepPlan, now: float) -> None:
+        scale = self.time_scale
+        bs = self.shape.block_size
+        pool = self.pool
+        m = self.metrics
+        prompt_tokens = 0
+        gen_tokens = 0
+        finished_any = False
+        itl = m.itl
+        for seq, n in plan.items:
+            if seq.finished:
+                continue
+            if seq.num_computed < seq.prompt_len:
+                prompt_tokens += min(n, seq.prompt_len - seq.num_computed)
+            seq.num_computed += n
+            if self.enable_prefix_caching and seq.hashes_registered < len(seq.block_hashes):
+                full = min(seq.num_computed // bs, len(seq.block_hashes))
+                for j in range(seq.hashes_registered, full):
+                    pool.register(seq.blocks[j], seq.block_hashes[j])
+                seq.hashes_registered = max(seq.hashes_registered, full)
+            if seq.num_computed < seq.num_tokens:
+                continue
+            pos = len(seq.out)
+            tok = text.output_token(seq.key, pos, seq.drift)
+            seq.out.append(tok)
+            seq.num_tokens += 1
+            gen_tokens += 1
+            if seq.first_token_at is None:
+                seq.first_token_at = now
+                m.ttft.observe((now - seq.arrival) * scale)
+            else:
+                itl.observe((now - seq.last_token_at) * scale)
+            seq.last_token_at = now
+            reason = self._check_stop(seq, tok)
+            if reason is not None:
+                self._finish(seq, reason, now)
+                finished_any = True
+            elif seq.stream and seq.notify is not None:
+                seq.notify()
+        if prompt_tokens:
+            m.prompt_tokens.inc(prompt_tokens)
+        if gen_tokens:
+            m.generation_tokens.inc(gen_tokens)
+        if finished_any:
+            self.running = [s for s in self.running if not s.finished]
+
+    def _check_stop(self, seq: Sequence, tok: int) -> str | None:
+        n = len(seq.out)
+        if n >= seq.max_tokens:
+            return "length"
+        if n < seq.min_tokens:
+            return None
+        if not seq.ignore_eos and n >= seq.natural_len:
+            return "stop"
+        if seq.stop:
+            seq.tail = (seq.tail + text.VOCAB[tok])[-64:]
+            for s in seq.stop:
+                if s in seq.tail:
+                    seq.stop_reason = s
+                    return "stop"
+        return None
+
+    def _finish(self, seq: Sequence, reason: str, now: float) -> None:
+        seq.finish_reason = reason
+        seq.done_at = now
+        self.pool.release(seq.blocks)
+        seq.blocks = []
+        m = self.metrics
+        scale = self.time_scale
+        m.request_success[reason].inc()
+        if reason != "abort":
+            m.e2e.observe((now - seq.arrival) * scale)
+            m.request_prompt_tokens.observe(seq.prompt_len)
+            m.request_generation_tokens.observe(len(seq.out))
+            sched = seq.scheduled_at if seq.scheduled_at is not None else seq.arrival
+            m.queue_time.observe((sched - seq.arrival) * scale)
+            m.inference_time.observe((now - sched) * scale)
+            first = seq.first_token_at if seq.first_token_at is not None else now
+            m.prefill_time.observe((first - sched) * scale)
+            m.decode_time.observe((now - first) * scale)
+            if len(seq.out) > 1:
+                m.tpot.observe((now - first) * scale / (len(seq.out) - 1))
+        if seq.notify is not None:
+            seq.notify()
+
+    def fail_all(self, reason: str = "error") -> None:
+        """Finish every sequence (engine death): clients see an error."""
+        now = time.monotonic()
+        for seq in [*self.running, *self.waiting]:
+            self._finish(seq, reason, now)
+        self.running = []
+        self.waiting.clear()
+
+    def _update_gauges(self) -> None:
+        m = self.metrics
+        m.num_running.set(len(self.running))
+        m.num_waiting.set(len(self.waiting))
+        m.kv_usage.set(self.kv_cache_usage)
+
+    @property
+    def kv_cache_usage(self) -> float:
+        return 1.0 - self.pool.num_free / self.pool.num_blocks
+
+    def busy_fraction(self, now: float | None = None) -> float:
+        """Fraction of the last second of wall time during which the modelled GPU was running a step."""
+        now = time.monotonic() if now is None else now
+        busy = sum(d for end, d, _ in self.recent_steps if end >= now - 1.0)
+        return min(1.0, busy)

@@ -1,0 +1,194 @@
+"""The vLLM Prometheus metrics, with vLLM's names, HELP strings, labels and buckets.
+
+Source: vllm/v1/metrics/loggers.py (PrometheusStatLogger) at vLLM main 2f41c894, as recorded in
+/work/shared/reference/vllm/metrics.md. Durations are observed in modelled time (wall time multiplied by
+--sim-time-scale), so a sped-up simulator still reports the latencies of the hardware it models.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+
+from nodes.sim.profiles import EngineShape
+
+LABELS = ["model_name", "engine"]
+FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
+
+TTFT_BUCKETS = [
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+]  # fmt: skip
+ITL_BUCKETS = [
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+]  # fmt: skip
+REQUEST_LATENCY_BUCKETS = [
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
+    960.0, 1920.0, 7680.0,
+]  # fmt: skip
+ITERATION_TOKEN_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+
+
+def build_1_2_5_buckets(max_value: int) -> list[float]:
+    """1, 2, 5, 10, 20, 50, ... up to max_value (vLLM's token-count histogram buckets)."""
+    out: list[float] = []
+    exponent = 0
+    while True:
+        for m in (1, 2, 5):
+            v = m * 10**exponent
+            if v > max_value:
+                return out
+            out.append(float(v))
+        exponent += 1
+
+
+class EngineMetrics:
+    """One engine's metric children (labels already bound), updated by the scheduler loop."""
+
+    def __init__(
+        self,
+        shape: EngineShape,
+        model_name: str,
+        enable_prefix_caching: bool,
+        registry: CollectorRegistry = REGISTRY,
+    ) -> None:
+        lv = {"model_name": model_name, "engine": "0"}
+        r = registry
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, LABELS, registry=r, multiprocess_mode="mostrecent")
+
+        def counter(name: str, doc: str) -> Counter:
+            return Counter(name, doc, LABELS, registry=r)
+
+        def hist(name: str, doc: str, buckets: list[float]) -> Histogram:
+            return Histogram(name, doc, LABELS, buckets=buckets, registry=r)
+
+        self.num_running = gauge(
+            "vllm:num_requests_running", "Number of requests in model execution batches."
+        ).labels(**lv)
+        self.num_waiting = gauge(
+            "vllm:num_requests_waiting", "Number of requests waiting to be processed."
+        ).labels(**lv)
+        self.kv_usage = gauge(
+            "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."
+        ).labels(**lv)
+        self.prefix_queries = counter(
+            "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens."
+        ).labels(**lv)
+        self.prefix_hits = counter(
+            "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."
+        ).labels(**lv)
+        self.preemptions = counter(
+            "vllm:num_preemptions", "Cumulative number of preemption from the engine."
+        ).labels(**lv)
+        self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.").labels(**lv)
+        self.generation_tokens = counter(
+            "vllm:generation_tokens", "Number of generation tokens processed."
+        ).labels(**lv)
+        success = Counter(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            [*LABELS, "finished_reason"],
+            registry=r,
+        )
+        self.request_success = {
+            reason: success.labels(finished_reason=reason, **lv) for reason in FINISHED_REASONS
+        }
+        token_buckets = build_1_2_5_buckets(shape.max_model_len)
+        self.request_prompt_tokens = hist(
+            "vllm:request_prompt_tokens", "Number of prefill tokens processed.", token_buckets
+        ).labels(**lv)
+        self.request_generation_tokens = hist(
+            "vllm:request_generation_tokens", "Number of generation tokens processed.", token_buckets
+        ).labels(**lv)
+        self.request_params_max_tokens = hist(
+            "vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", token_buckets
+        ).labels(**lv)
+        self.iteration_tokens = hist(
+            "vllm:iteration_tokens_total",
+            "Histogram of number of tokens per engine_step.",
+            [float(b) for b in ITERATION_TOKEN_BUCKETS],
+        ).labels(**lv)
+        self.ttft = hist(
+            "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT_BUCKETS
+        ).labels(**lv)
+        self.itl = hist(
+            "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", ITL_BUCKETS
+        ).labels(**lv)
+        self.tpot = hist(
+            "vllm:request_time_per_output_token_seconds",
+            "Histogram of time_per_output_token_seconds per request.",
+            ITL_BUCKETS,
+        ).labels(**lv)
+        self.e2e = hist(
+            "vllm:e2e_request_latency_seconds",
+            "Histogram of e2e request latency in seconds.",
+            REQUEST_LATENCY_BUCKETS,
+        ).labels(**lv)
+        self.queue_time = hist(
+            "vllm:request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase for request.",
+            REQUEST_LATENCY_BUCKETS,
+        ).labels(**lv)
+        self.inference_time = hist(
+            "vllm:request_inference_time_seconds",
+            "Histogram of time spent in RUNNING phase for request.",
+            REQUEST_LATENCY_BUCKETS,
+        ).labels(**lv)
+        self.prefill_time = hist(
+            "vllm:request_prefill_time_seconds",
+            "Histogram of time spent in PREFILL phase for request.",
+            REQUEST_LATENCY_BUCKETS,
+        ).labels(**lv)
+        self.decode_time = hist(
+            "vllm:request_decode_time_seconds",
+            "Histogram of time spent in DECODE phase for request.",
+            REQUEST_LATENCY_BUCKETS,
+        ).labels(**lv)
+        info_labels = cache_config_labels(shape, enable_prefix_caching)
+        info = Gauge(
+            "vllm:cache_config_info",
+            "Information of the LLMEngine CacheConfig",
+            [*info_labels, "engine"],
+            registry=r,
+            multiprocess_mode="mostrecent",
+        )
+        info.labels(engine="0", **info_labels).set(1)
+
+
+def cache_config_labels(shape: EngineShape, enable_prefix_caching: bool) -> dict[str, str]:
+    """CacheConfig.metrics_info(): every CacheConfig attribute as a string (vllm/config/cache.py)."""
+    values: dict[str, object] = {
+        "block_size": shape.block_size,
+        "user_specified_block_size": False,
+        "user_specified_mamba_block_size": False,
+        "prefix_match_unit": None,
+        "gpu_memory_utilization": shape.gpu_memory_utilization,
+        "cache_dtype": shape.kv_cache_dtype,
+        "is_attention_free": False,
+        "num_gpu_blocks_override": None,
+        "sliding_window": None,
+        "enable_prefix_caching": enable_prefix_caching,
+        "prefix_caching_hash_algo": "sha256",
+        "prefix_cache_retention_interval": 0,
+        "kv_cache_dtype_skip_layers": [],
+        "mamba_page_size_padded": None,
+        "skip_page_size_padded": None,
+        "mamba_block_size": None,
+        "mamba_cache_dtype": "auto",
+        "mamba_ssm_cache_dtype": "auto",
+        "mamba_cache_mode": "none",
+        "replayssm_buffer_len": 16,
+        "use_replayssm": False,
+        "use_kda_recoverssm": False,
+        "num_gpu_blocks": shape.num_gpu_blocks,
+        "num_cpu_blocks": None,
+        "kv_cache_size_tokens": shape.kv_cache_size_tokens,
+        "kv_cache_max_concurrency": shape.kv_cache_max_concurrency,
+        "kv_sharing_fast_prefill": False,
+        "kv_cache_memory_bytes": None,
+        "kv_offloading_size": None,
+        "kv_offloading_backend": "native",
+        "_block_size_resolved": True,
+    }
+    return {k: str(v) for k, v in values.items()}

@@ -1,0 +1,368 @@
+"""Request validation with vLLM's error statuses, types and messages.
+
+vLLM validates the body with pydantic (400, type "Bad Request", "N validation error(s): ...") and then
+the sampling parameters and lengths (400, type "BadRequestError", message with a
+"(parameter=..., value=...)" suffix, `param` set); an unknown model is a 404 NotFoundError.
+See /work/shared/reference/vllm/endpoints.md, "Error JSON shape".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from nodes.sim import text
+
+
+class ApiError(Exception):
+    """An error answered in the OpenAI shape {"error": {"message", "type", "param", "code"}}."""
+
+    def __init__(self, status: int, err_type: str, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.err_type = err_type
+        self.message = message
+        self.param = param
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.err_type,
+                "param": self.param,
+                "code": self.status,
+            }
+        }
+
+
+def validation_error(param: str | None, message: str, value: object = None) -> ApiError:
+    """A VLLMValidationError: str() appends the parameter and value (vllm/exceptions.py:47-54)."""
+    if param is not None:
+        message = f"{message} (parameter={param}, value={value})"
+    return ApiError(400, "BadRequestError", message, param)
+
+
+def body_error(kind: str, loc: str, msg: str, value: object) -> ApiError:
+    """A pydantic RequestValidationError as vLLM's handler renders it (type is the reason phrase)."""
+    detail = {"type": kind, "loc": ("body", loc) if loc else ("body",), "msg": msg, "input": value}
+    return ApiError(400, "Bad Request", f"1 validation error:\n  {detail!r}")
+
+
+_MISSING = object()
+
+
+def _get(body: dict[str, Any], name: str, kinds: tuple[type, ...], default: Any = None) -> Any:
+    v = body.get(name, _MISSING)
+    if v is _MISSING or v is None:
+        return default
+    if bool not in kinds and isinstance(v, bool):
+        raise body_error(_kind(kinds), name, _msg(kinds), v)
+    if float in kinds and isinstance(v, int) and not isinstance(v, bool):
+        return float(v)
+    if int in kinds and isinstance(v, float) and v.is_integer():
+        return int(v)
+    if not isinstance(v, kinds):
+        raise body_error(_kind(kinds), name, _msg(kinds), v)
+    return v
+
+
+def _kind(kinds: tuple[type, ...]) -> str:
+    return {
+        int: "int_type",
+        float: "float_type",
+        bool: "bool_type",
+        str: "string_type",
+        list: "list_type",
+        dict: "dict_type",
+    }.get(kinds[0], "type_error")
+
+
+def _msg(kinds: tuple[type, ...]) -> str:
+    return {
+        int: "Input should be a valid integer",
+        float: "Input should be a valid number",
+        bool: "Input should be a valid boolean",
+        str: "Input should be a valid string",
+        list: "Input should be a valid list",
+        dict: "Input should be a valid dictionary",
+    }.get(kinds[0], "Input has the wrong type")
+
+
+@dataclass
+class SamplingRequest:
+    """A validated /v1/chat/completions or /v1/completions request, reduced to what the engine needs."""
+
+    model: str
+    prompts: list[tuple[list[int], str]]  # (token ids, text) per prompt
+    max_tokens: int | None
+    n: int
+    temperature: float
+    seed: int | None
+    stream: bool
+    include_usage: bool
+    continuous_usage: bool
+    stop: tuple[str, ...]
+    ignore_eos: bool
+    min_tokens: int
+    logprobs: int | None  # number of top alternatives; None when no logprobs were asked for
+    echo: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ServingLimits:
+    """Server settings that validation depends on."""
+
+    served_names: list[str]
+    max_model_len: int
+    max_logprobs: int
+    force_include_usage: bool = False
+
+
+def check_model(body: dict[str, Any], limits: ServingLimits) -> str:
+    """The served name the request addresses; vLLM allows omitting it (then the first name is used)."""
+    model = _get(body, "model", (str,))
+    if model is None:
+        return limits.served_names[0]
+    if model not in limits.served_names:
+        raise ApiError(404, "NotFoundError", f"The model `{model}` does not exist.", "model")
+    return str(model)
+
+
+def _messages_text(body: dict[str, Any]) -> tuple[list[dict[str, str]], bool]:
+    if "messages" not in body:
+        raise body_error("missing", "messages", "Field required", body)
+    msgs = body["messages"]
+    if not isinstance(msgs, list):
+        raise body_error("list_type", "messages", "Input should be a valid list", msgs)
+    out = []
+    for i, m in enumerate(msgs):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise body_error("missing", f"messages.{i}.role", "Field required", m)
+        content = m.get("content")
+        if content is None:
+            content = ""
+        elif isinstance(content, list):
+            parts = []
+            for part in content:
+                if not isinstance(part, dict) or part.get("type") != "text":
+                    kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                    raise validation_error(
+                        None, f"Unsupported content part type {kind!r}: this model accepts text only."
+                    )
+                parts.append(str(part.get("text", "")))
+            content = "\n".join(parts)
+        elif not isinstance(content, str):
+            raise body_error(
+                "string_type", f"messages.{i}.content", "Input should be a valid string", content
+            )
+        out.append({"role": m["role"], "content": content})
+    add_gen = _get(body, "add_generation_prompt", (bool,), True)
+    return out, bool(add_gen)
+
+
+def _stop(body: dict[str, Any]) -> tuple[str, ...]:
+    stop = body.get("stop")
+    if stop is None:
+        return ()
+    if isinstance(stop, str):
+        return (stop,) if stop else ()
+    if isinstance(stop, list) and all(isinstance(s, str) for s in stop):
+        return tuple(s for s in stop if s)
+    raise body_error("string_type", "stop", "Input should be a valid string", stop)
+
+
+def _common(body: dict[str, Any], limits: ServingLimits, *, chat: bool) -> dict[str, Any]:
+    n = _get(body, "n", (int,), 1)
+    temperature = _get(body, "temperature", (float,), 1.0)
+    top_p = _get(body, "top_p", (float,), 1.0)
+    top_k = _get(body, "top_k", (int,), 0)
+    min_p = _get(body, "min_p", (float,), 0.0)
+    presence = _get(body, "presence_penalty", (float,), 0.0)
+    frequency = _get(body, "frequency_penalty", (float,), 0.0)
+    repetition = _get(body, "repetition_penalty", (float,), 1.0)
+    seed = _get(body, "seed", (int,), None)
+    stream = bool(_get(body, "stream", (bool,), False))
+    stream_options = _get(body, "stream_options", (dict,), None)
+    ignore_eos = bool(_get(body, "ignore_eos", (bool,), False))
+    min_tokens = _get(body, "min_tokens", (int,), 0)
+    if chat:
+        mct = _get(body, "max_completion_tokens", (int,), None)
+        max_tokens = mct if mct is not None else _get(body, "max_tokens", (int,), None)
+        max_param = "max_completion_tokens" if mct is not None else "max_tokens"
+    else:
+        max_tokens = _get(body, "max_tokens", (int,), 16)
+        max_param = "max_tokens"
+    if stream_options is not None and not stream:
+        raise validation_error(None, "Stream options can only be defined when `stream=True`.")
+    if n < 1:
+        raise validation_error("n", f"n must be at least 1, got {n}.", n)
+    if not -2.0 <= presence <= 2.0:
+        raise validation_error(
+            "presence_penalty", f"presence_penalty must be in [-2, 2], got {presence}.", presence
+        )
+    if not -2.0 <= frequency <= 2.0:
+        raise validation_error(
+            "frequency_penalty", f"frequency_penalty must be in [-2, 2], got {frequency}.", frequency
+        )
+    if repetition <= 0.0:
+        raise validation_error(
+            "repetition_penalty",
+            f"repetition_penalty must be greater than zero, got {repetition}.",
+            repetition,
+        )
+    if temperature < 0.0:
+        raise validation_error(
+            "temperature", f"temperature must be non-negative, got {temperature}.", temperature
+        )
+    if not 0.0 < top_p <= 1.0:
+        raise validation_error("top_p", f"top_p must be in (0, 1], got {top_p}.", top_p)
+    if top_k < -1:
+        raise validation_error("top_k", f"top_k must be 0 (disable), or at least 1, got {top_k}.", top_k)
+    if not 0.0 <= min_p <= 1.0:
+        raise validation_error("min_p", f"min_p must be in [0, 1], got {min_p}.", min_p)
+    if max_tokens is not None and max_tokens < 1:
+        raise validation_error(max_param, f"max_tokens must be at least 1, got {max_tokens}.", max_tokens)
+    if max_tokens is not None and max_tokens > limits.max_model_len:
+        raise validation_error(
+            max_param,
+            f"{max_param}={max_tokens} cannot be greater than max_model_len=max_total_tokens="
+            f"{limits.max_model_len}. Please request fewer output tokens.",
+            max_tokens,
+        )
+    if min_tokens < 0:
+        raise validation_error(
+            "min_tokens", f"min_tokens must be greater than or equal to 0, got {min_tokens}.", min_tokens
+        )
+    if max_tokens is not None and min_tokens > max_tokens:
+        raise validation_error(
+            "min_tokens",
+            f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}.",
+            min_tokens,
+        )
+    include_usage = limits.force_include_usage
+    continuous = False
+    if stream_options:
+        include_usage = include_usage or bool(stream_options.get("include_usage"))
+        continuous = bool(stream_options.get("continuous_usage_stats"))
+    return {
+        "n": n,
+        "temperature": temperature,
+        "seed": seed,
+        "stream": stream,
+        "include_usage": include_usage,
+        "continuous_usage": continuous,
+        "stop": _stop(body),
+        "ignore_eos": ignore_eos,
+        "min_tokens": min_tokens,
+        "max_tokens": max_tokens,
+        "max_param": max_param,
+    }
+
+
+def _check_lengths(
+    prompts: list[tuple[list[int], str]], max_tokens: int | None, limits: ServingLimits, token_input: bool
+) -> None:
+    mml = limits.max_model_len
+    max_out = max_tokens or 0
+    max_in = mml - max_out
+    for ids, _ in prompts:
+        if len(ids) > max_in:
+            count = len(ids) if token_input else max_in + 1
+            at_least = "" if token_input else "at least "
+            raise validation_error(
+                "input_tokens",
+                f"This model's maximum context length is {mml} tokens. However, you requested {max_out} "
+                f"output tokens and your prompt contains {at_least}{count} input tokens, for a total of "
+                f"{at_least}{count + max_out} tokens. Please reduce the length of the input prompt or the "
+                "number of requested output tokens.",
+                count,
+            )
+        if max_tokens is None and len(ids) >= mml:
+            raise validation_error(
+                None,
+                f"The decoder prompt (length {len(ids)}) plus the number of requested output tokens "
+                f"(at least 1) is longer than the maximum model length of {mml}. Make sure that "
+                "`max_model_len` is no smaller than the number of text tokens plus the number of requested "
+                "output tokens.",
+            )
+
+
+def parse_chat(body: Any, limits: ServingLimits) -> SamplingRequest:
+    """Validate a chat completion body; raises ApiError with vLLM's status and wording."""
+    if not isinstance(body, dict):
+        raise body_error("model_attributes_type", "", "Input should be a valid dictionary or object", body)
+    model = check_model(body, limits)
+    messages, add_gen = _messages_text(body)
+    c = _common(body, limits, chat=True)
+    logprobs = bool(_get(body, "logprobs", (bool,), False))
+    top = _get(body, "top_logprobs", (int,), None)
+    if top is not None and top < 0:
+        raise validation_error("top_logprobs", "`top_logprobs` must be a positive value.", top)
+    if top is not None and top > 0 and not logprobs:
+        raise validation_error(
+            "top_logprobs", "when using `top_logprobs`, `logprobs` must be set to true.", top
+        )
+    n_logprobs = (top or 0) if logprobs else None
+    if n_logprobs is not None and limits.max_logprobs != -1 and n_logprobs > limits.max_logprobs:
+        raise validation_error(
+            "logprobs",
+            f"Requested sample logprobs of {n_logprobs}, which is greater than max allowed: "
+            f"{limits.max_logprobs}",
+            n_logprobs,
+        )
+    prompt = text.render_chat(messages, add_gen)
+    ids = text.tokenize(prompt)
+    prompts = [(ids, prompt)]
+    _check_lengths(prompts, c["max_tokens"], limits, token_input=False)
+    return SamplingRequest(model=model, prompts=prompts, logprobs=n_logprobs, **_strip(c))
+
+
+def parse_completion(body: Any, limits: ServingLimits) -> SamplingRequest:
+    """Validate a completion body (prompt: str, [str], [int] or [[int]])."""
+    if not isinstance(body, dict):
+        raise body_error("model_attributes_type", "", "Input should be a valid dictionary or object", body)
+    model = check_model(body, limits)
+    if "prompt" not in body or body["prompt"] is None:
+        raise body_error("missing", "prompt", "Field required", body)
+    raw = body["prompt"]
+    token_input = False
+    prompts: list[tuple[list[int], str]] = []
+    if isinstance(raw, str):
+        prompts = [(text.tokenize(text.BOS + raw), raw)]
+    elif isinstance(raw, list) and raw and all(isinstance(p, str) for p in raw):
+        prompts = [(text.tokenize(text.BOS + p), p) for p in raw]
+    elif isinstance(raw, list) and raw and all(isinstance(t, int) and not isinstance(t, bool) for t in raw):
+        prompts = [(list(raw), text.detokenize(raw))]
+        token_input = True
+    elif (
+        isinstance(raw, list)
+        and raw
+        and all(isinstance(p, list) and p for p in raw)
+        and all(isinstance(t, int) and not isinstance(t, bool) for p in raw for t in p)
+    ):
+        prompts = [(list(p), text.detokenize(p)) for p in raw]
+        token_input = True
+    else:
+        raise validation_error(
+            "prompt", "Prompt must be a string, a list of strings or a list of token ids.", raw
+        )
+    if body.get("suffix") is not None:
+        raise validation_error("suffix", "suffix is not currently supported", body.get("suffix"))
+    c = _common(body, limits, chat=False)
+    lp = _get(body, "logprobs", (int,), None)
+    if lp is not None and lp < 0:
+        raise validation_error("logprobs", f"logprobs must be non-negative, got {lp}.", lp)
+    if lp is not None and limits.max_logprobs != -1 and lp > limits.max_logprobs:
+        raise validation_error(
+            "logprobs",
+            f"Requested sample logprobs of {lp}, which is greater than max allowed: {limits.max_logprobs}",
+            lp,
+        )
+    echo = bool(_get(body, "echo", (bool,), False))
+    _check_lengths(prompts, c["max_tokens"], limits, token_input=token_input)
+    return SamplingRequest(model=model, prompts=prompts, logprobs=lp, echo=echo, **_strip(c))
+
+
+def _strip(c: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in c.items() if k != "max_param"}

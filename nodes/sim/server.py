@@ -1,0 +1,624 @@
+"""The HTTP side of the simulator: vLLM's OpenAI-compatible surface on aiohttp, in front of SimEngine."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import logging
+import os
+import random
+import signal
+import socket
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+from nodes.sim import text
+from nodes.sim.engine import Sequence, SimEngine
+from nodes.sim.gpu import gpu_snapshot
+from nodes.sim.metrics import EngineMetrics
+from nodes.sim.profiles import PROFILES, EngineConfigError, EngineShape, derive_engine_shape
+from nodes.sim.protocol import ApiError, SamplingRequest, ServingLimits, parse_chat, parse_completion
+
+logger = logging.getLogger("nodes.sim")
+
+GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
+VERSION = "0.28.0.dev0+sim"
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
+
+
+def _error(err: ApiError) -> web.Response:
+    return _json(err.body(), err.status)
+
+
+def build_shape(args: argparse.Namespace) -> EngineShape:
+    """The engine shape from the CLI; max_model_len -1/auto fits the model into the KV cache."""
+    profile = PROFILES[args.sim_profile]
+    kwargs: dict[str, Any] = {
+        "tensor_parallel_size": args.tensor_parallel_size,
+        "block_size": args.block_size or 16,
+        "max_num_seqs": args.max_num_seqs,
+        "max_num_batched_tokens": args.max_num_batched_tokens,
+        "gpu_memory_utilization": args.gpu_memory_utilization,
+        "kv_cache_dtype": args.kv_cache_dtype,
+        "num_gpu_blocks_override": args.num_gpu_blocks_override,
+    }
+    if args.max_model_len == -1:
+        probe = derive_engine_shape(profile, max_model_len=args.block_size or 16, **kwargs)
+        fit = min(profile.model.max_position_embeddings, probe.kv_cache_size_tokens)
+        return derive_engine_shape(profile, max_model_len=fit, **kwargs)
+    return derive_engine_shape(profile, max_model_len=args.max_model_len, **kwargs)
+
+
+class SimServer:
+    """One simulated `vllm serve` process: configuration, engine, fault knobs and HTTP handlers."""
+
+    def __init__(self, args: argparse.Namespace, shape: EngineShape) -> None:
+        self.args = args
+        self.shape = shape
+        self.served_names: list[str] = args.served_model_name or [args.model]
+        self.api_keys: list[str] = args.api_key or []
+        self.enable_prefix_caching = args.enable_prefix_caching is not False
+        self.metrics = EngineMetrics(shape, self.served_names[0], self.enable_prefix_caching, REGISTRY)
+        self.engine = SimEngine(
+            shape,
+            self.metrics,
+            enable_prefix_caching=self.enable_prefix_caching,
+            time_scale=args.sim_time_scale,
+        )
+        self.limits = ServingLimits(
+            served_names=self.served_names,
+            max_model_len=shape.max_model_len,
+            max_logprobs=args.max_logprobs,
+            force_include_usage=bool(args.enable_force_include_usage),
+        )
+        self.created = int(time.time())
+        self.request_count = 0
+        self.in_flight = 0
+        self.error_rng = random.Random(args.seed)
+        self.ready = False
+        self._key_digests = [hashlib.sha256(k.encode()).digest() for k in self.api_keys]
+
+    # app ---------------------------------------------------------------------------------------------
+
+    def build_app(self) -> web.Application:
+        app = web.Application(middlewares=[self._errors_mw, self._auth_mw], client_max_size=64 * 1024**2)
+        r = app.router
+        r.add_get("/health", self.health)
+        r.add_get("/ping", self.health)
+        r.add_post("/ping", self.health)
+        r.add_get("/version", self.version)
+        r.add_get("/load", self.load)
+        r.add_get("/metrics", self.metrics_endpoint)
+        r.add_get("/v1/models", self.models)
+        r.add_post("/tokenize", self.tokenize)
+        r.add_post("/detokenize", self.detokenize)
+        r.add_post("/v1/chat/completions", self.chat_completions)
+        r.add_post("/v1/completions", self.completions)
+        r.add_get("/sim/gpu", self.sim_gpu)
+        return app
+
+    @web.middleware
+    async def _auth_mw(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        # vLLM's AuthenticationMiddleware: a path-prefix check, Bearer scheme case-insensitive,
+        # keys compared by SHA-256 in constant time, compact {"error":"Unauthorized"} body.
+        if self.api_keys and request.method != "OPTIONS" and request.path.startswith(GUARDED_PREFIXES):
+            header = request.headers.get("Authorization", "")
+            scheme, _, token = header.partition(" ")
+            ok = False
+            if scheme.lower() == "bearer":
+                digest = hashlib.sha256(token.encode()).digest()
+                for d in self._key_digests:
+                    ok |= hmac.compare_digest(digest, d)
+            if not ok:
+                return web.Response(
+                    body=b'{"error":"Unauthorized"}', status=401, content_type="application/json"
+                )
+        return await handler(request)
+
+    @web.middleware
+    async def _errors_mw(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except ApiError as err:
+            return _error(err)
+        except web.HTTPNotFound:
+            return _json({"detail": "Not Found"}, 404)
+        except web.HTTPMethodNotAllowed:
+            return _json({"detail": "Method Not Allowed"}, 405)
+
+    # simple endpoints --------------------------------------------------------------------------------
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def version(self, request: web.Request) -> web.Response:
+        return _json({"version": VERSION})
+
+    async def load(self, request: web.Request) -> web.Response:
+        return _json({"server_load": self.in_flight})
+
+    async def metrics_endpoint(self, request: web.Request) -> web.Response:
+        self.engine._update_gauges()
+        return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def models(self, request: web.Request) -> web.Response:
+        data = []
+        for name in self.served_names:
+            data.append(
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": self.created,
+                    "owned_by": "vllm",
+                    "root": self.args.model,
+                    "parent": None,
+                    "max_model_len": self.shape.max_model_len,
+                    "permission": [
+                        {
+                            "id": f"modelperm-{uuid.uuid4().hex}",
+                            "object": "model_permission",
+                            "created": self.created,
+                            "allow_create_engine": False,
+                            "allow_sampling": True,
+                            "allow_logprobs": True,
+                            "allow_search_indices": False,
+                            "allow_view": True,
+                            "allow_fine_tuning": False,
+                            "organization": "*",
+                            "group": None,
+                            "is_blocking": False,
+                        }
+                    ],
+                }
+            )
+        return _json({"object": "list", "data": data})
+
+    async def sim_gpu(self, request: web.Request) -> web.Response:
+        seed = self.args.sim_gpu_uuid_seed or str(self.args.port)
+        return _json(
+            gpu_snapshot(self.engine, first_index=self.args.sim_gpu_index, uuid_seed=seed, ready=self.ready)
+        )
+
+    async def _body(self, request: web.Request) -> Any:
+        raw = await request.read()
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            detail = {
+                "type": "json_invalid",
+                "loc": ("body", 0),
+                "msg": "JSON decode error",
+                "input": {},
+                "ctx": {"error": str(exc).split(":")[0]},
+            }
+            raise ApiError(400, "Bad Request", f"1 validation error:\n  {detail!r}") from None
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        if not isinstance(body, dict):
+            raise ApiError(400, "Bad Request", "1 validation error:\n  Input should be a valid dictionary")
+        if body.get("model") is not None and body["model"] not in self.served_names:
+            raise ApiError(404, "NotFoundError", f"The model `{body['model']}` does not exist.", "model")
+        if "messages" in body:
+            from nodes.sim.protocol import _messages_text
+
+            messages, add_gen = _messages_text(body)
+            prompt = text.render_chat(messages, add_gen)
+        elif isinstance(body.get("prompt"), str):
+            prompt = body["prompt"]
+            if body.get("add_special_tokens", True):
+                prompt = text.BOS + prompt
+        else:
+            raise ApiError(400, "Bad Request", "1 validation error:\n  Field required: prompt or messages")
+        ids = text.tokenize(prompt)
+        strs = text.token_strs(prompt) if body.get("return_token_strs") else None
+        return _json(
+            {"count": len(ids), "max_model_len": self.shape.max_model_len, "tokens": ids, "token_strs": strs}
+        )
+
+    async def detokenize(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        tokens = body.get("tokens") if isinstance(body, dict) else None
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            raise ApiError(400, "Bad Request", "1 validation error:\n  tokens: Input should be a valid list")
+        return _json({"prompt": text.detokenize(tokens)})
+
+    # generation --------------------------------------------------------------------------------------
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        req = parse_chat(await self._body(request), self.limits)
+        return await self._generate(request, req, chat=True)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        req = parse_completion(await self._body(request), self.limits)
+        return await self._generate(request, req, chat=False)
+
+    def _faults(self) -> None:
+        """Apply the fault knobs to a generation request that passed validation."""
+        a = self.args
+        self.request_count += 1
+        if a.sim_crash_after is not None and self.request_count > a.sim_crash_after:
+            logger.error("Simulated engine crash (--sim-crash-after %d): exiting.", a.sim_crash_after)
+            sys.stderr.flush()
+            os._exit(1)
+        if a.sim_hang_after is not None and self.request_count > a.sim_hang_after and not self.engine.hung:
+            logger.error(
+                "Simulated engine hang (--sim-hang-after %d): engine stops stepping.", a.sim_hang_after
+            )
+            self.engine.hung = True
+        if a.sim_error_rate > 0 and self.error_rng.random() < a.sim_error_rate:
+            raise ApiError(500, "InternalServerError", "Simulated engine error (--sim-error-rate).")
+
+    def _sequences(self, req: SamplingRequest, notify: Callable[[], None]) -> list[Sequence]:
+        seqs = []
+        mean = self.args.sim_mean_output_tokens
+        for ids, _ in req.prompts:
+            for j in range(req.n):
+                seed_part: object
+                if req.temperature == 0.0:
+                    seed_part = "greedy"  # greedy decoding: the prompt alone decides
+                elif req.seed is not None:
+                    seed_part = (req.seed, j)
+                else:
+                    # An unseeded sampler differs from request to request, as vLLM's does.
+                    seed_part = (self.args.seed, self.request_count, j, "unseeded")
+                key = text.request_key(ids, seed_part)  # type: ignore[arg-type]
+                max_tokens = req.max_tokens or (self.shape.max_model_len - len(ids))
+                seqs.append(
+                    Sequence(
+                        prompt_ids=ids,
+                        max_tokens=max_tokens,
+                        key=key,
+                        natural_len=text.natural_length(key, mean),
+                        drift=self.args.sim_quality_drift,
+                        ignore_eos=req.ignore_eos,
+                        min_tokens=req.min_tokens,
+                        stop=req.stop,
+                        notify=notify,
+                        stream=req.stream,
+                    )
+                )
+        return seqs
+
+    async def _generate(
+        self, request: web.Request, req: SamplingRequest, *, chat: bool
+    ) -> web.StreamResponse:
+        self._faults()
+        event = asyncio.Event()
+        seqs = self._sequences(req, event.set)
+        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        self.in_flight += 1
+        for s in seqs:
+            self.engine.add(s)
+        try:
+            if req.stream:
+                return await self._stream(request, req, seqs, event, rid, chat)
+            while True:
+                event.clear()
+                if all(s.finished for s in seqs):
+                    break
+                await event.wait()
+            return _json(self._full_response(req, seqs, rid, chat))
+        finally:
+            self.in_flight -= 1
+            for s in seqs:
+                if not s.finished:
+                    self.engine.abort(s)
+
+    def _usage(self, req: SamplingRequest, seqs: list[Sequence]) -> dict[str, Any]:
+        prompt = sum(len(ids) for ids, _ in req.prompts)
+        completion = sum(len(s.out) for s in seqs)
+        return {
+            "prompt_tokens": prompt,
+            "total_tokens": prompt + completion,
+            "completion_tokens": completion,
+            "prompt_tokens_details": None,
+        }
+
+    @staticmethod
+    def _text(seq: Sequence, start: int, end: int) -> str:
+        vocab = text.VOCAB
+        out = "".join([vocab[t] for t in seq.out[start:end]])
+        if seq.stop_reason is not None and end == len(seq.out):
+            cut = out.find(seq.stop_reason)
+            if cut >= 0:
+                out = out[:cut]
+        return out
+
+    def _chat_logprobs(self, seq: Sequence, start: int, end: int, k: int) -> dict[str, Any]:
+        content = []
+        vocab = text.VOCAB
+        for pos in range(start, end):
+            tok = seq.out[pos]
+            piece = vocab[tok]
+            tops = text.top_logprobs(seq.key, pos, tok, k)
+            content.append(
+                {
+                    "token": piece,
+                    "logprob": text.token_logprob(seq.key, pos),
+                    "bytes": list(piece.encode()),
+                    "top_logprobs": [
+                        {"token": vocab[a], "logprob": lp, "bytes": list(vocab[a].encode())} for a, lp in tops
+                    ],
+                }
+            )
+        return {"content": content}
+
+    def _completion_logprobs(
+        self, seq: Sequence, start: int, end: int, k: int, offset: int
+    ) -> dict[str, Any]:
+        vocab = text.VOCAB
+        tokens, lps, tops, offsets = [], [], [], []
+        for pos in range(start, end):
+            tok = seq.out[pos]
+            tokens.append(vocab[tok])
+            lps.append(text.token_logprob(seq.key, pos))
+            top = {vocab[a]: lp for a, lp in text.top_logprobs(seq.key, pos, tok, max(k, 1))}
+            tops.append(top)
+            offsets.append(offset)
+            offset += len(vocab[tok])
+        return {"text_offset": offsets, "token_logprobs": lps, "tokens": tokens, "top_logprobs": tops}
+
+    def _choice_index(self, req: SamplingRequest, i: int) -> int:
+        return i
+
+    def _full_response(
+        self, req: SamplingRequest, seqs: list[Sequence], rid: str, chat: bool
+    ) -> dict[str, Any]:
+        created = int(time.time())
+        choices = []
+        for i, s in enumerate(seqs):
+            content = self._text(s, 0, len(s.out))
+            if chat:
+                choices.append(
+                    {
+                        "index": i,
+                        "message": {
+                            "role": "assistant",
+                            "content": content,
+                            "refusal": None,
+                            "annotations": None,
+                            "audio": None,
+                            "function_call": None,
+                            "tool_calls": [],
+                            "reasoning": None,
+                        },
+                        "logprobs": self._chat_logprobs(s, 0, len(s.out), req.logprobs)
+                        if req.logprobs is not None
+                        else None,
+                        "finish_reason": s.finish_reason,
+                        "stop_reason": s.stop_reason,
+                    }
+                )
+            else:
+                prompt_text = req.prompts[i // req.n][1]
+                prefix = prompt_text if req.echo else ""
+                choices.append(
+                    {
+                        "index": i,
+                        "text": prefix + content,
+                        "logprobs": self._completion_logprobs(s, 0, len(s.out), req.logprobs, len(prefix))
+                        if req.logprobs is not None
+                        else None,
+                        "finish_reason": s.finish_reason,
+                        "stop_reason": s.stop_reason,
+                        "prompt_logprobs": None,
+                    }
+                )
+        body: dict[str, Any] = {
+            "id": rid,
+            "object": "chat.completion" if chat else "text_completion",
+            "created": created,
+            "model": req.model,
+            "choices": choices,
+        }
+        if chat:
+            body["service_tier"] = None
+        body["system_fingerprint"] = None
+        body["usage"] = self._usage(req, seqs)
+        if chat:
+            body["prompt_logprobs"] = None
+        body["kv_transfer_params"] = None
+        return body
+
+    async def _stream(
+        self,
+        request: web.Request,
+        req: SamplingRequest,
+        seqs: list[Sequence],
+        event: asyncio.Event,
+        rid: str,
+        chat: bool,
+    ) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+        await resp.prepare(request)
+        created = int(time.time())
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        model = req.model
+        dumps = orjson.dumps
+        sent = [0] * len(seqs)
+        done = [False] * len(seqs)
+        offsets = [0] * len(seqs)
+        parts: list[bytes] = []
+        if chat:
+            for i in range(len(seqs)):
+                first = {
+                    "id": rid,
+                    "object": obj,
+                    "created": created,
+                    "model": model,
+                    "choices": [
+                        {
+                            "index": i,
+                            "delta": {"role": "assistant", "content": ""},
+                            "logprobs": None,
+                            "finish_reason": None,
+                        }
+                    ],
+                }
+                parts.append(b"data: " + dumps(first) + b"\n\n")
+        elif req.echo:
+            for i in range(len(seqs)):
+                ptxt = req.prompts[i // req.n][1]
+                offsets[i] = len(ptxt)
+                echo = {
+                    "id": rid,
+                    "object": obj,
+                    "created": created,
+                    "model": model,
+                    "choices": [
+                        {
+                            "index": i,
+                            "text": ptxt,
+                            "logprobs": None,
+                            "finish_reason": None,
+                            "stop_reason": None,
+                        }
+                    ],
+                }
+                parts.append(b"data: " + dumps(echo) + b"\n\n")
+        while True:
+            event.clear()
+            for i, s in enumerate(seqs):
+                if done[i]:
+                    continue
+                end = len(s.out)
+                finished = s.finished
+                if end == sent[i] and not finished:
+                    continue
+                piece = self._text(s, sent[i], end)
+                lp: dict[str, Any] | None = None
+                if req.logprobs is not None:
+                    if chat:
+                        lp = self._chat_logprobs(s, sent[i], end, req.logprobs)
+                    else:
+                        lp = self._completion_logprobs(s, sent[i], end, req.logprobs, offsets[i])
+                offsets[i] += len(piece)
+                sent[i] = end
+                if finished:
+                    done[i] = True
+                if chat:
+                    choice: dict[str, Any] = {
+                        "index": i,
+                        "delta": {"content": piece},
+                        "logprobs": lp,
+                        "finish_reason": s.finish_reason if finished else None,
+                    }
+                    if finished:
+                        choice["stop_reason"] = s.stop_reason
+                else:
+                    choice = {
+                        "index": i,
+                        "text": piece,
+                        "logprobs": lp,
+                        "finish_reason": s.finish_reason if finished else None,
+                        "stop_reason": s.stop_reason if finished else None,
+                    }
+                chunk: dict[str, Any] = {
+                    "id": rid,
+                    "object": obj,
+                    "created": created,
+                    "model": model,
+                    "choices": [choice],
+                }
+                if req.include_usage and req.continuous_usage:
+                    chunk["usage"] = self._usage(req, seqs)
+                parts.append(b"data: " + dumps(chunk) + b"\n\n")
+            if all(done):
+                if req.include_usage:
+                    final = {
+                        "id": rid,
+                        "object": obj,
+                        "created": created,
+                        "model": model,
+                        "choices": [],
+                        "usage": self._usage(req, seqs),
+                    }
+                    parts.append(b"data: " + dumps(final) + b"\n\n")
+                parts.append(b"data: [DONE]\n\n")
+                await resp.write(b"".join(parts))
+                break
+            if parts:
+                await resp.write(b"".join(parts))
+                parts = []
+            await event.wait()
+        await resp.write_eof()
+        return resp
+
+
+def _listen_socket(host: str | None, port: int) -> socket.socket:
+    """Bind and listen before the 'model' is loaded: clients can connect but get no answer until ready."""
+    bind_host = host or "0.0.0.0"
+    family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((bind_host, port))
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+async def serve(args: argparse.Namespace) -> int:
+    """Run the simulated server until SIGINT/SIGTERM; returns the process exit code."""
+    try:
+        shape = build_shape(args)
+    except EngineConfigError as exc:
+        logger.error("ValueError: %s", exc)
+        return 1
+    server = SimServer(args, shape)
+    try:
+        sock = _listen_socket(args.host, args.port)
+    except OSError as exc:
+        logger.error("[Errno %s] error while attempting to bind on address: %s", exc.errno, exc.strerror)
+        return 1
+    logger.info(
+        "Simulated engine %s (profile %s): %d GPU blocks of %d tokens (%d tokens), max_model_len=%d, "
+        "max_num_seqs=%d, max_num_batched_tokens=%d, time scale x%g.",
+        args.model,
+        shape.profile.name,
+        shape.num_gpu_blocks,
+        shape.block_size,
+        shape.kv_cache_size_tokens,
+        shape.max_model_len,
+        shape.max_num_seqs,
+        shape.max_num_batched_tokens,
+        args.sim_time_scale,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    if args.sim_startup_delay > 0:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), args.sim_startup_delay)
+        if stop.is_set():
+            sock.close()
+            return 0
+    server.engine.start()
+    runner = web.AppRunner(server.build_app(), handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.SockSite(runner, sock)
+    await site.start()
+    server.ready = True
+    host = args.host or "0.0.0.0"
+    logger.info("Starting vLLM API server (simulated) on http://%s:%d", host, args.port)
+    logger.info("Application startup complete.")
+    await stop.wait()
+    logger.info("Shutting down.")
+    await server.engine.stop()
+    await runner.cleanup()
+    return 0

@@ -1,0 +1,169 @@
+"""Tokens and text of the simulator: a deterministic word-piece tokenizer and a deterministic "model".
+
+The tokenizer is not the model's real one (that would need the checkpoint's tokenizer files, which a
+machine without the model does not have); it splits text into word pieces of at most eight letters,
+digit groups of up to three, single punctuation marks and whitespace runs, which lands within ~20% of a
+BPE tokenizer's count on English text. It is used everywhere a length matters (usage, /tokenize,
+max_model_len checks, KV blocks), so all of them agree with each other.
+
+Output tokens are drawn from a small English vocabulary by hashing (request key, position): the same
+prompt with the same seed (or with temperature 0) always yields the same text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import zlib
+
+MASK64 = (1 << 64) - 1
+
+# Llama-3 special tokens: the ids are the real ones, so /tokenize output looks familiar.
+SPECIAL_TOKENS = {
+    "<|begin_of_text|>": 128000,
+    "<|end_of_text|>": 128001,
+    "<|start_header_id|>": 128006,
+    "<|end_header_id|>": 128007,
+    "<|eot_id|>": 128009,
+}
+BOS = "<|begin_of_text|>"
+_SPECIAL_RE = re.compile("(" + "|".join(re.escape(t) for t in SPECIAL_TOKENS) + ")")
+_PIECE_RE = re.compile(r"'(?:s|t|re|ve|m|ll|d)| ?[A-Za-z]{1,8}| ?\d{1,3}| ?[^\sA-Za-z\d]|\s+(?!\S)|\s+")
+
+_WORDS_TEXT = (
+    "the of and to in is that it was for on are as with his they at be this from have or by one had not "
+    "but what all were when we there can an your which their said if do will each about how up out them "
+    "then she many some so these would other into has more her two like him see time could no make than "
+    "first been its who now people my made over did down only way find use may water long little very "
+    "after words called just where most know get through back much before go good new write our used me "
+    "man too any day same right look think also around another came come work three word must because "
+    "does part even place well such here take why things help put years different away again off went old "
+    "number great tell men say small every found still between name should home big give air line set own "
+    "under read last never us left end along while might next sound below saw something thought both few "
+    "those always looked show large often together asked house world going want school important until "
+    "form food keep children feet land side without boy once animals life enough took sometimes four head "
+    "above kind began almost live page got earth need far hand high year mother light parts country father "
+    "let night following picture being study second eyes soon times story boys since white days ever paper "
+    "hard near sentence better best across during today others however sure means knew try told young "
+    "model server request token cache memory latency batch engine queue prefix stream"
+)
+_WORDS = _WORDS_TEXT.split()
+# Output vocabulary: words with a leading space, a few punctuation marks and a newline.
+VOCAB: tuple[str, ...] = tuple([" " + w for w in _WORDS] + [".", ",", "\n"])
+VOCAB_IDS: dict[str, int] = {piece: i + 100 for i, piece in enumerate(VOCAB)}
+_ID_TO_PIECE: dict[int, str] = {v: k for k, v in VOCAB_IDS.items()}
+_ID_TO_PIECE.update({v: k for k, v in SPECIAL_TOKENS.items()})
+_LEARNED_CAP = 200_000
+VOCAB_SIZE = 128256
+
+
+def piece_id(piece: str) -> int:
+    """Stable id of one word piece (the output vocabulary keeps fixed ids so it round-trips)."""
+    known = VOCAB_IDS.get(piece)
+    if known is not None:
+        return known
+    tid = 1000 + zlib.crc32(piece.encode()) % 127000
+    if len(_ID_TO_PIECE) < _LEARNED_CAP:
+        _ID_TO_PIECE.setdefault(tid, piece)
+    return tid
+
+
+def tokenize(text: str) -> list[int]:
+    """Token ids of text; Llama-3 special tokens in the text count as one token each."""
+    ids: list[int] = []
+    for part in _SPECIAL_RE.split(text):
+        if not part:
+            continue
+        special = SPECIAL_TOKENS.get(part)
+        if special is not None:
+            ids.append(special)
+        else:
+            ids.extend(piece_id(p) for p in _PIECE_RE.findall(part))
+    return ids
+
+
+def token_strs(text: str) -> list[str]:
+    """The pieces behind tokenize(text), for /tokenize's return_token_strs."""
+    out: list[str] = []
+    for part in _SPECIAL_RE.split(text):
+        if part in SPECIAL_TOKENS:
+            out.append(part)
+        elif part:
+            out.extend(_PIECE_RE.findall(part))
+    return out
+
+
+def detokenize(ids: list[int]) -> str:
+    """Text of token ids this process has produced or seen; unseen ids become empty strings."""
+    return "".join(_ID_TO_PIECE.get(i, "") for i in ids)
+
+
+def render_chat(messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+    """Llama-3 style chat template: the text whose tokens are the prompt of a chat request."""
+    parts = [BOS]
+    for m in messages:
+        parts.append(f"<|start_header_id|>{m['role']}<|end_header_id|>\n\n{m['content']}<|eot_id|>")
+    if add_generation_prompt:
+        parts.append("<|start_header_id|>assistant<|end_header_id|>\n\n")
+    return "".join(parts)
+
+
+def mix64(x: int) -> int:
+    """splitmix64 finaliser: a cheap, well-spread hash of one integer."""
+    x = (x + 0x9E3779B97F4A7C15) & MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
+    return x ^ (x >> 31)
+
+
+def request_key(prompt_ids: list[int], seed: int | None) -> int:
+    """64-bit key of (prompt, seed) from which every output token of the request is derived."""
+    h = hashlib.blake2b(digest_size=8)
+    h.update(repr(seed).encode())
+    h.update(b"\0")
+    h.update(",".join(map(str, prompt_ids)).encode())
+    return int.from_bytes(h.digest(), "little")
+
+
+_DRIFT_SALT = 0x5DEECE66D
+_LEN_SALT = 0x2545F4914F6CDD1D
+_V = len(VOCAB)
+
+
+def output_token(key: int, position: int, drift: float) -> int:
+    """Index in VOCAB of the output token at position; drift replaces that fraction of tokens.
+
+    The replacement is itself deterministic, so a drifted ("quantized") twin differs from its full
+    twin at the same ~drift fraction of positions on every run.
+    """
+    h = mix64(key + position)
+    idx = h % _V
+    if drift > 0.0:
+        d = mix64((key ^ _DRIFT_SALT) + position)
+        if (d & 0xFFFFFFFF) < drift * 4294967296.0:
+            idx = (idx + 1 + (d >> 32) % (_V - 1)) % _V
+    return idx
+
+
+def natural_length(key: int, mean: int) -> int:
+    """Number of tokens after which the simulated model would emit end-of-sequence (1 .. 2*mean)."""
+    return 1 + mix64(key ^ _LEN_SALT) % max(1, 2 * mean)
+
+
+def token_logprob(key: int, position: int) -> float:
+    """A deterministic log-probability for the chosen token (between -2.0 and 0.0)."""
+    return -((mix64(key * 31 + position) >> 40) % 2000) / 1000.0
+
+
+def top_logprobs(key: int, position: int, chosen: int, k: int) -> list[tuple[int, float]]:
+    """k (vocab index, logprob) alternatives, best first; the chosen token is the most likely one."""
+    lp = token_logprob(key, position)
+    out = [(chosen, lp)] if k > 0 else []
+    h = mix64(key ^ (position * 7919))
+    i = 1
+    while len(out) < k:
+        alt = (chosen + 1 + (h >> (i % 48)) % (_V - 1) + i) % _V
+        if all(alt != a for a, _ in out):
+            out.append((alt, lp - 0.35 * i - ((h >> i) % 100) / 1000.0))
+        i += 1
+    return out
