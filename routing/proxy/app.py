@@ -1,38 +1,1110 @@
-"""The `/v1/` data plane. Built out by the proxy issue; until then it answers in OpenAI's error shape."""
+"""The `/v1/` data plane: a lean ASGI app (no Django middleware, no ORM on the hot path).
+
+One request: auth from an in-process key cache -> body checks -> prompt tokens -> policy picks a pool
+-> one Lua call for limits -> a scorer picks an endpoint -> pooled aiohttp upstream call, retried on
+another endpoint only before the first byte reaches the client -> usage reconciled -> one request-log
+row appended to an in-memory batch. Configuration changes arrive over Redis pub/sub.
+"""
 
 from __future__ import annotations
 
-import json
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
+import orjson
+import redis.asyncio as aioredis
+from django.conf import settings
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-def build_proxy_app() -> Any:
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+from console.redis_client import CONFIG_CHANNEL
+from console.redis_client import key as rkey
+from routing.choices import Priority, Scorer
+from routing.proxy import metrics as m
+from routing.proxy.config import (
+    Endpoint,
+    KeyInfo,
+    Policy,
+    Pool,
+    RoutingSnapshot,
+    load_key,
+    load_keys,
+    load_routing_snapshot,
+)
+from routing.proxy.errors import (
+    ProxyError,
+    bad_request,
+    error_body,
+    not_found,
+    rate_limited,
+    unauthorized,
+    unavailable,
+)
+from routing.proxy.health import EndpointState
+from routing.proxy.limits import LEASE_MS, Admission, Limiter
+from routing.proxy.requestlog import RequestLogWriter
+from routing.proxy.scorers import EndpointLoad, ScoreRequest, choose, prefix_key
+from routing.proxy.tokens import count_prompt_tokens, load_tokenizer, prompt_text_parts
+
+log = logging.getLogger(__name__)
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+NEGATIVE_CACHE_S = 5.0
+NEGATIVE_CACHE_MAX = 10_000
+LIVE_POLL_S = 0.25
+DEFAULT_OUTPUT_RESERVE = 1024
+JSON_HEADERS = [(b"content-type", b"application/json")]
+SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+KINDS = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completion",
+    "/v1/embeddings": "embedding",
+}
+
+
+class RetryableUpstreamError(Exception):
+    """The upstream failed before anything reached the client: another endpoint may be tried."""
+
+    def __init__(self, reason: str, status: int = 502) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """Everything one request accumulates for its response, its limits and its request-log row."""
+
+    request_id: str
+    kind: str
+    started: float
+    key: KeyInfo | None = None
+    alias: str = ""
+    stream: bool = False
+    priority: str = Priority.INTERACTIVE
+    prompt_tokens: int = 0
+    prompt_estimated: bool = False
+    completion_tokens: int | None = None
+    usage_prompt_tokens: int | None = None
+    status: int = 0
+    error_type: str = ""
+    endpoint: Endpoint | None = None
+    pool: str = ""
+    route_reason: str = ""
+    retries: int = 0
+    ttft_s: float | None = None
+    admission: Admission | None = None
+    prompt_text: str | None = None
+    response_parts: list[str] = field(default_factory=list)
+
+
+def _bearer(scope: Scope) -> str | None:
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            if scheme.lower() != "bearer":
+                return None
+            return token.strip() or None
+    return None
+
+
+def _header(scope: Scope, wanted: bytes) -> str | None:
+    for name, value in scope["headers"]:
+        if name == wanted:
+            return value.decode("latin-1")
+    return None
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+# Known OpenAI fields and the checks they must pass; anything else is passed through to the engine.
+def _validate_common(body: dict[str, Any], kind: str) -> None:
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise bad_request("'model' is required and must be a string.", param="model")
+    stream = body.get("stream", False)
+    if stream is not None and not isinstance(stream, bool):
+        raise bad_request("'stream' must be a boolean.", param="stream")
+    if kind == "embedding" and stream:
+        raise bad_request("Embeddings cannot be streamed.", param="stream")
+    opts = body.get("stream_options")
+    if opts is not None and not isinstance(opts, dict):
+        raise bad_request("'stream_options' must be an object.", param="stream_options")
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = body.get(name)
+        if value is not None and (not _is_int(value) or value < 1):
+            raise bad_request(f"'{name}' must be a positive integer.", param=name)
+    n = body.get("n")
+    if n is not None and (not _is_int(n) or not 1 <= n <= 128):
+        raise bad_request("'n' must be an integer from 1 to 128.", param="n")
+    for name, low, high in (
+        ("temperature", 0.0, 2.0),
+        ("top_p", 0.0, 1.0),
+        ("presence_penalty", -2.0, 2.0),
+        ("frequency_penalty", -2.0, 2.0),
+    ):
+        value = body.get(name)
+        if value is not None and (not _is_number(value) or not low <= value <= high):
+            raise bad_request(f"'{name}' must be a number from {low:g} to {high:g}.", param=name)
+    stop = body.get("stop")
+    if stop is not None and not (
+        isinstance(stop, str) or (isinstance(stop, list) and all(isinstance(s, str) for s in stop))
+    ):
+        raise bad_request("'stop' must be a string or a list of strings.", param="stop")
+    if kind == "chat":
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise bad_request("'messages' must be a non-empty list.", param="messages")
+        for i, msg in enumerate(messages):
+            if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
+                raise bad_request(f"messages[{i}] must be an object with a string 'role'.", param="messages")
+            content = msg.get("content")
+            if content is not None and not isinstance(content, str | list):
+                raise bad_request(f"messages[{i}].content must be a string or a list.", param="messages")
+    elif kind == "completion":
+        prompt = body.get("prompt")
+        if not (isinstance(prompt, str) or (isinstance(prompt, list) and prompt)):
+            raise bad_request("'prompt' must be a string or a non-empty list.", param="prompt")
+    else:
+        value = body.get("input")
+        if not (isinstance(value, str) or (isinstance(value, list) and value)):
+            raise bad_request("'input' must be a string or a non-empty list.", param="input")
+
+
+def _rule_matches(rule: Any, alias: str, tokens: int, task: str | None, tenant: str, priority: str) -> bool:
+    if rule.aliases is not None and alias not in rule.aliases:
+        return False
+    if rule.min_prompt_tokens is not None and tokens < rule.min_prompt_tokens:
+        return False
+    if rule.max_prompt_tokens is not None and tokens > rule.max_prompt_tokens:
+        return False
+    if rule.tasks is not None and task not in rule.tasks:
+        return False
+    if rule.tenants is not None and tenant not in rule.tenants:
+        return False
+    return rule.priority is None or rule.priority == priority
+
+
+class Proxy:
+    """The proxy's state for one process (one event loop) and its ASGI entry point."""
+
+    def __init__(self) -> None:
+        self.snapshot = RoutingSnapshot()
+        self.keys: dict[str, tuple[KeyInfo, float]] = {}
+        self.negative: dict[str, float] = {}
+        self._key_loads: dict[str, asyncio.Future[KeyInfo | None]] = {}
+        self.states: dict[str, EndpointState] = {}
+        self.rr: dict[str, int] = {}
+        self.leases: dict[str, list[str]] = {}
+        self.session: aiohttp.ClientSession | None = None
+        self.redis: aioredis.Redis | None = None
+        self.limiter: Limiter | None = None
+        self.reqlog: RequestLogWriter | None = None
+        self.db = ThreadPoolExecutor(max_workers=2, thread_name_prefix="proxy-db")
+        self.pubsub_healthy = False
+        self.tokenizers: dict[str, Any] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._reload_pending = False
+        self.max_body = settings.PROXY_MAX_BODY_BYTES
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+
+    async def startup(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=30),
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent", "Accept-Encoding"),
+        )
+        self.redis = aioredis.Redis.from_url(
+            settings.REDIS_URL, socket_timeout=1.0, socket_connect_timeout=1.0
+        )
+        self.limiter = Limiter(self.redis)
+        self.reqlog = RequestLogWriter(settings.REQUEST_LOG_SPOOL_DIR)
+        self.reqlog.start()
+        try:
+            await self.reload_snapshot()
+        except Exception:
+            log.exception("proxy: initial config load failed; retrying in the background")
+        for coro in (self._listen_config(), self._poll_live(), self._renew_leases(), self._refresh_loop()):
+            self._tasks.append(loop.create_task(coro))
+
+    async def shutdown(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self.reqlog is not None:
+            await self.reqlog.close()
+        if self.session is not None:
+            await self.session.close()
+        if self.redis is not None:
+            await self.redis.aclose()
+        self.db.shutdown(wait=False)
+
+    async def _in_db(self, fn: Callable[..., Any], *args: Any) -> Any:
+        def run() -> Any:
+            from django.db import close_old_connections
+
+            close_old_connections()
+            return fn(*args)
+
+        return await asyncio.get_running_loop().run_in_executor(self.db, run)
+
+    async def reload_snapshot(self) -> None:
+        snap: RoutingSnapshot = await self._in_db(load_routing_snapshot)
+        for ep_id in snap.endpoints:
+            self.states.setdefault(ep_id, EndpointState(ep_id))
+        self.snapshot = snap
+
+    def _schedule_reload(self) -> None:
+        if self._reload_pending:
+            return
+        self._reload_pending = True
+
+        async def later() -> None:
+            await asyncio.sleep(0.05)  # coalesce a burst of changes into one reload
+            self._reload_pending = False
+            try:
+                await self.reload_snapshot()
+            except Exception:
+                log.exception("proxy: config reload failed")
+
+        asyncio.get_running_loop().create_task(later())
+
+    def drop_keys(
+        self, *, key_id: int | None = None, digest: str | None = None, tenant_id: int | None = None
+    ) -> None:
+        if digest is not None:
+            self.keys.pop(digest, None)
+            self.negative.pop(digest, None)
+        if key_id is not None or tenant_id is not None:
+            for d, (info, _) in list(self.keys.items()):
+                if info.id == key_id or info.tenant_id == tenant_id:
+                    del self.keys[d]
+
+    def handle_config_message(self, data: bytes | str) -> None:
+        try:
+            msg = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return
+        kind = msg.get("kind")
+        if kind == "api_key":
+            self.drop_keys(key_id=msg.get("id"), digest=msg.get("hashed_key"))
+        elif kind in ("tenant", "quota"):
+            if msg.get("id") is None and msg.get("tenant_id") is None:
+                self.keys.clear()
+            else:
+                self.drop_keys(tenant_id=msg.get("tenant_id", msg.get("id")), key_id=msg.get("api_key_id"))
+        else:
+            self._schedule_reload()
+
+    async def _listen_config(self) -> None:
+        """Follow config changes; on every (re)subscribe drop caches, since messages may have been missed."""
+        backoff = 0.1
+        while True:
+            client = aioredis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1.0)
+            pubsub = client.pubsub()
+            try:
+                await pubsub.subscribe(rkey(CONFIG_CHANNEL))
+                self.pubsub_healthy = True
+                self.keys.clear()
+                self._schedule_reload()
+                backoff = 0.1
+                while True:
+                    msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5.0)
+                    if msg is not None and msg.get("type") == "message":
+                        self.handle_config_message(msg["data"])
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if self.pubsub_healthy:
+                    log.warning("proxy: config subscription lost (%s); keys revalidate every second", exc)
+                self.pubsub_healthy = False
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+                    await client.aclose()
+
+    async def _refresh_loop(self) -> None:
+        """The safety net behind pub/sub: reload routing and revalidate cached keys periodically."""
+        while True:
+            await asyncio.sleep(settings.PROXY_CONFIG_REFRESH_SECONDS)
+            try:
+                await self.reload_snapshot()
+                ids = list({info.id for info, _ in self.keys.values()})
+                if ids:
+                    fresh: dict[int, KeyInfo] = await self._in_db(load_keys, ids)
+                    now = time.monotonic()
+                    for digest, (info, _) in list(self.keys.items()):
+                        if info.id in fresh:
+                            self.keys[digest] = (fresh[info.id], now)
+                        else:
+                            del self.keys[digest]
+            except Exception:
+                log.exception("proxy: periodic refresh failed")
+
+    async def _poll_live(self) -> None:
+        """Engine live state (KV cache, queue) from Redis, for every fleet endpoint, a few times a second."""
+        assert self.redis is not None
+        while True:
+            await asyncio.sleep(LIVE_POLL_S)
+            eps = [ep for ep in self.snapshot.endpoints.values() if ep.deployment_id is not None]
+            if not eps:
+                continue
+            try:
+                raws = await self.redis.mget(
+                    [rkey("live", "deployment", str(ep.deployment_id)) for ep in eps]
+                )
+            except Exception:
+                continue  # stale live state already counts as busy
+            for ep, raw in zip(eps, raws, strict=True):
+                if not raw:
+                    continue
+                try:
+                    live = orjson.loads(raw)
+                    state = self.states.setdefault(ep.id, EndpointState(ep.id))
+                    total = live.get("kv_cache_total_tokens")
+                    if total is None and live.get("num_gpu_blocks") and live.get("block_size"):
+                        total = live["num_gpu_blocks"] * live["block_size"]
+                    state.update_live(float(live.get("ts", 0)), live.get("kv_cache_usage_perc"), total)
+                except (orjson.JSONDecodeError, TypeError, ValueError):
+                    continue
+
+    async def _renew_leases(self) -> None:
+        assert self.limiter is not None
+        while True:
+            await asyncio.sleep(LEASE_MS / 3000)
+            pairs = [(k, rid) for rid, keys in self.leases.items() for k in keys]
+            with contextlib.suppress(Exception):
+                await self.limiter.renew(pairs)
+
+    # ---- ASGI ------------------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        path = scope["path"]
+        kind = KINDS.get(path)
+        if kind is not None:
+            if scope["method"] != "POST":
+                await self._send_error(send, ProxyError(405, "Use POST.", code="method_not_allowed"))
+                return
+            await self.handle_inference(scope, receive, send, kind)
+        elif path == "/v1/models" or path.startswith("/v1/models/"):
+            await self.handle_models(scope, send)
+        elif path in ("/metrics", "/v1/metrics"):
+            body = generate_latest(m.REGISTRY)
+            await self._send_raw(send, 200, body, [(b"content-type", CONTENT_TYPE_LATEST.encode())])
+        elif path in ("/healthz", "/v1/healthz"):
+            await self._send_raw(send, 200, b'{"status":"ok"}', JSON_HEADERS)
+        else:
+            await self._send_error(send, not_found(f"No route for {path}.", code="not_found"))
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.startup()
+                except Exception as exc:
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
                     return
-        body = json.dumps(
-            {
-                "error": {
-                    "message": "No route for this path.",
-                    "type": "invalid_request_error",
-                    "param": None,
-                    "code": "not_found",
-                }
-            }
-        ).encode()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _send_raw(
+        self, send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]
+    ) -> None:
         await send(
             {
                 "type": "http.response.start",
-                "status": 404,
-                "headers": [(b"content-type", b"application/json")],
+                "status": status,
+                "headers": [*headers, (b"content-length", str(len(body)).encode())],
             }
         )
         await send({"type": "http.response.body", "body": body})
 
-    return app
+    async def _send_error(self, send: Send, err: ProxyError, request_id: str | None = None) -> None:
+        headers = [*JSON_HEADERS, *err.headers]
+        if request_id:
+            headers.append((b"x-request-id", request_id.encode()))
+        await self._send_raw(send, err.status, err.body(), headers)
+
+    # ---- auth ------------------------------------------------------------------------------------
+
+    async def authenticate(self, scope: Scope) -> KeyInfo:
+        raw = _bearer(scope)
+        if raw is None:
+            raise unauthorized("Missing API key. Send 'Authorization: Bearer <key>'.")
+        digest = hmac.new(settings.API_KEY_HMAC_SECRET.encode(), raw.encode(), hashlib.sha256).hexdigest()
+        now = time.monotonic()
+        cached = self.keys.get(digest)
+        # Without a live subscription a cached key is trusted for one second only, so revocation still
+        # lands within a second (one indexed query per key per second instead of a push).
+        if cached is not None and (self.pubsub_healthy or now - cached[1] < 1.0):
+            info = cached[0]
+        else:
+            if self.negative.get(digest, 0.0) > now:
+                raise unauthorized()
+            info_or_none = await self._load_key(digest)
+            if info_or_none is None:
+                if len(self.negative) > NEGATIVE_CACHE_MAX:
+                    self.negative.clear()
+                self.negative[digest] = now + NEGATIVE_CACHE_S
+                raise unauthorized()
+            info = info_or_none
+        # The dict lookup is by digest; compare once more in constant time before trusting it.
+        if not hmac.compare_digest(info.hashed_key, digest):
+            raise unauthorized()
+        if info.revoked:
+            raise unauthorized("This API key has been revoked.")
+        if info.expires_at is not None and info.expires_at <= time.time():
+            raise unauthorized("This API key has expired.")
+        if not info.tenant_active:
+            raise ProxyError(403, "This tenant is disabled.", type="permission_error", code="tenant_disabled")
+        return info
+
+    async def _load_key(self, digest: str) -> KeyInfo | None:
+        pending = self._key_loads.get(digest)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut: asyncio.Future[KeyInfo | None] = asyncio.get_running_loop().create_future()
+        self._key_loads[digest] = fut
+        try:
+            info: KeyInfo | None = await self._in_db(load_key, digest)
+            if info is not None:
+                self.keys[digest] = (info, time.monotonic())
+            fut.set_result(info)
+            return info
+        except Exception as exc:
+            fut.set_exception(exc)
+            fut.exception()  # mark retrieved
+            raise unavailable("Key lookup is unavailable; retry shortly.") from exc
+        finally:
+            del self._key_loads[digest]
+
+    # ---- /v1/models ------------------------------------------------------------------------------
+
+    async def handle_models(self, scope: Scope, send: Send) -> None:
+        try:
+            info = await self.authenticate(scope)
+        except ProxyError as err:
+            await self._send_error(send, err)
+            return
+        allowed = [a for a in self.snapshot.aliases if info.may_use(a)]
+        cards = [{"id": a, "object": "model", "created": 0, "owned_by": "inferchain"} for a in allowed]
+        path = scope["path"]
+        if path.startswith("/v1/models/"):
+            wanted = path[len("/v1/models/") :]
+            card = next((c for c in cards if c["id"] == wanted), None)
+            if card is None:
+                await self._send_error(
+                    send, not_found(f"The model '{wanted}' does not exist or is not available to this key.")
+                )
+                return
+            await self._send_raw(send, 200, orjson.dumps(card), JSON_HEADERS)
+            return
+        await self._send_raw(send, 200, orjson.dumps({"object": "list", "data": cards}), JSON_HEADERS)
+
+    # ---- inference -------------------------------------------------------------------------------
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
+        length = _header(scope, b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_body:
+            raise ProxyError(
+                413, f"Request body is larger than {self.max_body} bytes.", code="body_too_large"
+            )
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ProxyError(499, "Client disconnected.", code="client_disconnected")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                raise ProxyError(
+                    413, f"Request body is larger than {self.max_body} bytes.", code="body_too_large"
+                )
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    async def handle_inference(self, scope: Scope, receive: Receive, send: Send, kind: str) -> None:
+        ctx = RequestContext(request_id=uuid.uuid4().hex, kind=kind, started=time.perf_counter())
+        try:
+            await self._inference(ctx, scope, receive, send)
+        except ProxyError as err:
+            ctx.status = err.status
+            ctx.error_type = err.code or err.type
+            if err.status == 429:
+                m.LIMIT_REJECTIONS.labels(err.code or "rate_limit").inc()
+            if err.status != 499:
+                await self._send_error(send, err, ctx.request_id)
+        except Exception:
+            log.exception("proxy: unexpected error")
+            ctx.status = 500
+            ctx.error_type = "internal_error"
+            with contextlib.suppress(Exception):
+                await self._send_error(
+                    send,
+                    ProxyError(
+                        500, "The proxy failed unexpectedly.", type="server_error", code="internal_error"
+                    ),
+                    ctx.request_id,
+                )
+        finally:
+            await self._finish(ctx)
+
+    async def _inference(self, ctx: RequestContext, scope: Scope, receive: Receive, send: Send) -> None:
+        info = await self.authenticate(scope)
+        ctx.key = info
+        raw = await self._read_body(scope, receive)
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise bad_request(
+                "We could not parse the JSON body of your request.", code="invalid_json"
+            ) from None
+        if not isinstance(body, dict):
+            raise bad_request("The request body must be a JSON object.", code="invalid_json")
+        _validate_common(body, ctx.kind)
+        alias: str = body["model"]
+        ctx.alias = alias
+        ctx.stream = bool(body.get("stream"))
+        if alias not in self.snapshot.aliases:
+            raise not_found(f"The model '{alias}' does not exist.", param="model")
+        if not info.may_use(alias):
+            raise ProxyError(
+                403,
+                f"This API key may not use the model '{alias}'.",
+                type="permission_error",
+                param="model",
+                code="model_not_allowed",
+            )
+        priority = (_header(scope, b"x-priority") or Priority.INTERACTIVE).lower()
+        if priority not in (Priority.INTERACTIVE, Priority.BATCH):
+            raise bad_request("Header x-priority must be 'interactive' or 'batch'.", param="x-priority")
+        ctx.priority = priority
+
+        # Output cap: the tighter of the key's limit and the request's own.
+        max_out_field = (
+            "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+        )
+        requested_out: int | None = body.get(max_out_field)
+        cap = info.max_output_tokens()
+        if cap is not None and requested_out is not None and requested_out > cap:
+            raise bad_request(
+                f"'{max_out_field}' is {requested_out}, above this key's limit of {cap} output tokens.",
+                param=max_out_field,
+                code="max_tokens_exceeded",
+            )
+        if cap is not None and requested_out is None and ctx.kind != "embedding":
+            body["max_tokens"] = cap
+            requested_out = cap
+
+        parts = prompt_text_parts(body, ctx.kind)
+        model_info = self.snapshot.models.get(alias)
+        tokenizer = None
+        if model_info is not None and model_info.tokenizer_path:
+            tokenizer = await self._tokenizer(model_info.tokenizer_path)
+        n_messages = len(body["messages"]) if ctx.kind == "chat" else 0
+        counted = count_prompt_tokens(parts, tokenizer, n_messages)
+        prompt = body.get("prompt")
+        if ctx.kind == "completion" and isinstance(prompt, list) and all(_is_int(t) for t in prompt):
+            # A token-id prompt counts itself exactly.
+            counted = type(counted)(tokens=len(body["prompt"]), estimated=False)
+        ctx.prompt_tokens = counted.tokens
+        ctx.prompt_estimated = counted.estimated
+        if info.log_prompts:
+            ctx.prompt_text = "\n".join(parts)[:100_000]
+        max_in = info.max_input_tokens()
+        if max_in is not None and counted.tokens > max_in:
+            raise bad_request(
+                f"The prompt has {counted.tokens} tokens, above this key's limit of {max_in} input tokens.",
+                param="messages" if ctx.kind == "chat" else "prompt",
+                code="input_tokens_exceeded",
+            )
+
+        t0 = time.perf_counter()
+        policy = self.snapshot.policies.get(alias)
+        pool, reason = self._pick_pool(policy, alias, ctx, _header(scope, b"x-task"))
+        candidates, fallback_used = self._candidates(pool, policy, counted.tokens, requested_out)
+        if fallback_used is not None:
+            pool = fallback_used
+            reason += f"; fallback {pool.name}"
+        route_time = time.perf_counter() - t0
+        ctx.pool = pool.name
+        if not candidates:
+            self._raise_no_endpoint(pool, counted.tokens)
+        if priority == Priority.BATCH and all(
+            self.states[ep.id].inflight >= pool.max_inflight_per_endpoint for ep in candidates
+        ):
+            raise rate_limited(
+                f"Pool '{pool.name}' is saturated; batch requests are shed until it has room.",
+                code="pool_saturated",
+                headers=[(b"retry-after", b"1")],
+            )
+
+        reserve = counted.tokens + (requested_out or self._default_out(candidates, counted.tokens))
+        if ctx.kind == "embedding":
+            reserve = counted.tokens
+        assert self.limiter is not None
+        ctx.admission = await self.limiter.admit(info, ctx.request_id, reserve)
+        if ctx.admission is not None and ctx.admission.lease_keys:
+            self.leases[ctx.request_id] = ctx.admission.lease_keys
+
+        upstream = dict(body)
+        if ctx.stream:
+            upstream["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+        client_wants_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        score_req = ScoreRequest(
+            tokens_needed=reserve,
+            prefix_key=prefix_key("".join(parts))
+            if pool.scorer in (Scorer.PREFIX_AFFINITY, Scorer.WEIGHTED)
+            else None,
+            session_key=_header(scope, pool.session_header.encode())
+            if pool.scorer == Scorer.SESSION_AFFINITY
+            else None,
+        )
+        await self._forward(
+            ctx, pool, candidates, score_req, upstream, reason, route_time, send, client_wants_usage
+        )
+
+    async def _tokenizer(self, path: str) -> Any:
+        if path in self.tokenizers:
+            return self.tokenizers[path]
+        # The first load reads a file (maybe hundreds of MB of GGUF): do it off the loop, then keep it.
+        tok = await asyncio.get_running_loop().run_in_executor(None, load_tokenizer, path)
+        self.tokenizers[path] = tok
+        return tok
+
+    def _pick_pool(
+        self, policy: Policy | None, alias: str, ctx: RequestContext, task: str | None
+    ) -> tuple[Pool, str]:
+        pools = self.snapshot.pools
+        assert ctx.key is not None
+        if policy is not None:
+            for n, rule in enumerate(policy.rules):
+                if rule.pool in pools and _rule_matches(
+                    rule, alias, ctx.prompt_tokens, task, ctx.key.tenant_name, ctx.priority
+                ):
+                    return pools[rule.pool], f"policy {policy.name} rule {n}"
+            if policy.default_pool and policy.default_pool in pools:
+                return pools[policy.default_pool], f"policy {policy.name} default"
+        pool = pools.get(alias)
+        if pool is None:
+            return Pool(name=alias, alias=alias), "no pool"
+        return pool, "alias pool"
+
+    def _fits(self, ep: Endpoint, tokens: int, out: int | None) -> bool:
+        return ep.max_model_len is None or tokens + 1 <= ep.max_model_len
+
+    def _candidates(
+        self, pool: Pool, policy: Policy | None, tokens: int, out: int | None
+    ) -> tuple[list[Endpoint], Pool | None]:
+        now = time.monotonic()
+        eps = [ep for ep in pool.endpoints if self._fits(ep, tokens, out) and self._state(ep).available(now)]
+        if eps or policy is None or not policy.fallback_pool:
+            return eps, None
+        fallback = self.snapshot.pools.get(policy.fallback_pool)
+        if fallback is None:
+            return eps, None
+        eps = [
+            ep for ep in fallback.endpoints if self._fits(ep, tokens, out) and self._state(ep).available(now)
+        ]
+        return eps, fallback
+
+    def _state(self, ep: Endpoint) -> EndpointState:
+        state = self.states.get(ep.id)
+        if state is None:
+            state = self.states[ep.id] = EndpointState(ep.id)
+        return state
+
+    def _raise_no_endpoint(self, pool: Pool, tokens: int) -> None:
+        lens = [ep.max_model_len for ep in pool.endpoints if ep.max_model_len is not None]
+        if pool.endpoints and lens and len(lens) == len(pool.endpoints) and tokens + 1 > max(lens):
+            raise bad_request(
+                f"This model's maximum context length is {max(lens)} tokens. However, your prompt has "
+                f"{tokens} tokens. Please reduce the length of the prompt.",
+                param="messages",
+                code="context_length_exceeded",
+            )
+        raise unavailable(
+            f"No healthy endpoint serves '{pool.alias}' right now; retry shortly.", code="no_healthy_endpoint"
+        )
+
+    def _default_out(self, candidates: list[Endpoint], tokens: int) -> int:
+        lens = [ep.max_model_len for ep in candidates if ep.max_model_len]
+        if lens:
+            return max(1, min(DEFAULT_OUTPUT_RESERVE, max(lens) - tokens))
+        return DEFAULT_OUTPUT_RESERVE
+
+    # ---- upstream --------------------------------------------------------------------------------
+
+    async def _forward(
+        self,
+        ctx: RequestContext,
+        pool: Pool,
+        candidates: list[Endpoint],
+        score_req: ScoreRequest,
+        upstream: dict[str, Any],
+        reason: str,
+        route_time: float,
+        send: Send,
+        client_wants_usage: bool,
+    ) -> None:
+        tried: set[str] = set()
+        last: RetryableUpstreamError | None = None
+        wall = time.time()
+        for attempt in range(pool.max_retries + 1):
+            now = time.monotonic()
+            live = [ep for ep in candidates if ep.id not in tried and self._state(ep).available(now)]
+            if not live:
+                break
+            t0 = time.perf_counter()
+            loads = [
+                EndpointLoad(
+                    endpoint_id=ep.id,
+                    inflight=self.states[ep.id].inflight,
+                    kv_free_tokens=self.states[ep.id].kv_free_now(wall),
+                    kv_total_tokens=self.states[ep.id].kv_total_tokens,
+                    max_inflight=pool.max_inflight_per_endpoint,
+                )
+                for ep in live
+            ]
+            rr = self.rr.get(pool.name, 0)
+            self.rr[pool.name] = rr + 1
+            index, why = choose(pool.scorer, loads, score_req, weights=pool.weights, rr=rr)
+            ep = live[index]
+            decision = route_time + time.perf_counter() - t0
+            m.DECISION_SECONDS.observe(decision)
+            dep_label = ep.id
+            m.ROUTE_DECISIONS.labels(pool.name, pool.scorer, dep_label).inc()
+            ctx.endpoint = ep
+            ctx.route_reason = f"{reason}; {why}" + (f"; retry {attempt}" if attempt else "")
+            ctx.retries = attempt
+            state = self.states[ep.id]
+            state.begin(now, score_req.tokens_needed)
+            m.INFLIGHT.labels(dep_label).inc()
+            try:
+                upstream["model"] = ep.served_model_name
+                await self._attempt(ctx, pool, ep, orjson.dumps(upstream), send, client_wants_usage)
+                if ctx.status < 500:
+                    state.success()
+                return
+            except RetryableUpstreamError as exc:
+                last = exc
+                tried.add(ep.id)
+                if state.failure(time.monotonic()):
+                    m.EJECTIONS.labels(dep_label).inc()
+                    log.warning("proxy: ejected endpoint %s (%s)", ep.id, exc.reason)
+                if attempt < pool.max_retries:
+                    m.RETRIES.labels(ctx.alias).inc()
+            finally:
+                state.end()
+                m.INFLIGHT.labels(dep_label).dec()
+        if last is not None and last.status == 504:
+            raise ProxyError(
+                504,
+                f"The model server timed out ({last.reason}).",
+                type="server_error",
+                code="upstream_timeout",
+            )
+        if last is not None:
+            raise ProxyError(
+                502, f"The model server failed ({last.reason}).", type="server_error", code="upstream_error"
+            )
+        raise unavailable(
+            f"No healthy endpoint serves '{pool.alias}' right now; retry shortly.", code="no_healthy_endpoint"
+        )
+
+    def _response_headers(
+        self, ctx: RequestContext, base: list[tuple[bytes, bytes]]
+    ) -> list[tuple[bytes, bytes]]:
+        headers = [*base, (b"x-request-id", ctx.request_id.encode())]
+        if ctx.admission is not None:
+            headers.extend(ctx.admission.headers)
+        return headers
+
+    async def _attempt(
+        self,
+        ctx: RequestContext,
+        pool: Pool,
+        ep: Endpoint,
+        payload: bytes,
+        send: Send,
+        client_wants_usage: bool,
+    ) -> None:
+        assert self.session is not None
+        url = ep.base_url + (
+            "/v1/chat/completions"
+            if ctx.kind == "chat"
+            else "/v1/completions"
+            if ctx.kind == "completion"
+            else "/v1/embeddings"
+        )
+        headers = {"Content-Type": "application/json"}
+        if ep.api_key:
+            headers["Authorization"] = f"Bearer {ep.api_key}"
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=pool.connect_timeout_s, connect=pool.connect_timeout_s
+        )
+        started = time.perf_counter()
+        deadline = started + pool.total_timeout_s
+        # Non-streaming answers arrive whole, so for them only the total timeout applies.
+        header_budget = pool.first_byte_timeout_s if ctx.stream else pool.total_timeout_s
+        try:
+            resp = await asyncio.wait_for(
+                self.session.post(url, data=payload, headers=headers, timeout=timeout), header_budget
+            )
+        except TimeoutError:
+            raise RetryableUpstreamError("no response before the first-byte timeout", 504) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise RetryableUpstreamError(f"connect failed: {type(exc).__name__}") from None
+        try:
+            if resp.status >= 500:
+                await resp.read()
+                raise RetryableUpstreamError(f"HTTP {resp.status}")
+            if not ctx.stream or resp.status != 200:
+                try:
+                    data = await asyncio.wait_for(resp.read(), max(0.001, deadline - time.perf_counter()))
+                except TimeoutError:
+                    raise RetryableUpstreamError("total timeout", 504) from None
+                except (aiohttp.ClientError, OSError) as exc:
+                    raise RetryableUpstreamError(f"read failed: {type(exc).__name__}") from None
+                ctx.ttft_s = time.perf_counter() - started
+                ctx.status = resp.status
+                if resp.status == 200:
+                    self._usage_from(ctx, data)
+                elif resp.status >= 400:
+                    ctx.error_type = f"upstream_{resp.status}"
+                await self._send_raw(send, resp.status, data, self._response_headers(ctx, JSON_HEADERS))
+                return
+            await self._stream(ctx, pool, resp, started, deadline, send, client_wants_usage)
+        finally:
+            resp.release()
+
+    def _usage_from(self, ctx: RequestContext, data: bytes) -> None:
+        try:
+            parsed = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return
+        usage = parsed.get("usage") if isinstance(parsed, dict) else None
+        if isinstance(usage, dict):
+            ctx.completion_tokens = usage.get("completion_tokens") or 0
+            ctx.usage_prompt_tokens = usage.get("prompt_tokens")
+        if ctx.key is not None and ctx.key.log_prompts and isinstance(parsed, dict):
+            for choice in parsed.get("choices") or []:
+                msg = choice.get("message") or {}
+                text = msg.get("content") if isinstance(msg, dict) else None
+                text = text if isinstance(text, str) else choice.get("text")
+                if isinstance(text, str):
+                    ctx.response_parts.append(text)
+
+    async def _stream(
+        self,
+        ctx: RequestContext,
+        pool: Pool,
+        resp: aiohttp.ClientResponse,
+        started: float,
+        deadline: float,
+        send: Send,
+        client_wants_usage: bool,
+    ) -> None:
+        # Wait for the first chunk before answering the client: until then a failure is retryable.
+        try:
+            first = await asyncio.wait_for(
+                resp.content.readany(), max(0.001, started + pool.first_byte_timeout_s - time.perf_counter())
+            )
+        except TimeoutError:
+            raise RetryableUpstreamError("no first token before the first-byte timeout", 504) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise RetryableUpstreamError(f"stream failed before first byte: {type(exc).__name__}") from None
+        if not first:
+            raise RetryableUpstreamError("stream closed before first byte")
+        ctx.ttft_s = time.perf_counter() - started
+        ctx.status = 200
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": self._response_headers(ctx, SSE_HEADERS),
+            }
+        )
+        buffer = b""
+        chunks = 0
+        done = False
+        chunk: bytes = first
+        log_text = ctx.key is not None and ctx.key.log_prompts
+        try:
+            while True:
+                buffer += chunk
+                cut = buffer.rfind(b"\n\n")
+                if cut >= 0:
+                    events, buffer = buffer[: cut + 2], buffer[cut + 2 :]
+                    out = self._filter_events(ctx, events, client_wants_usage, log_text)
+                    chunks += events.count(b"data: ") - events.count(b"data: [DONE]")
+                    if b"data: [DONE]" in events:
+                        done = True
+                    if out:
+                        await send({"type": "http.response.body", "body": out, "more_body": True})
+                if done:
+                    break
+                remaining = deadline - time.perf_counter()
+                if remaining <= 0:
+                    raise TimeoutError
+                chunk = await asyncio.wait_for(resp.content.readany(), remaining)
+                if not chunk:
+                    break
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            ctx.error_type = "upstream_timeout" if isinstance(exc, TimeoutError) else "upstream_disconnected"
+        if not done:
+            if not ctx.error_type:
+                ctx.error_type = "upstream_disconnected"
+            ctx.status = 502 if ctx.error_type == "upstream_disconnected" else 504
+            state = self._state(ctx.endpoint) if ctx.endpoint else None
+            if state is not None and state.failure(time.monotonic()):
+                m.EJECTIONS.labels(ctx.endpoint.id if ctx.endpoint else "").inc()
+            event = error_body(
+                "The model server stopped in the middle of the answer; the output above is incomplete.",
+                type="server_error",
+                code=ctx.error_type,
+            )
+            with contextlib.suppress(Exception):
+                await send(
+                    {
+                        "type": "http.response.body",
+                        "body": b"data: " + event + b"\n\ndata: [DONE]\n\n",
+                        "more_body": True,
+                    }
+                )
+        if ctx.completion_tokens is None:
+            ctx.completion_tokens = max(0, chunks - 1)  # an estimate: one token per content chunk
+        await send({"type": "http.response.body", "body": b""})
+
+    def _filter_events(
+        self, ctx: RequestContext, events: bytes, client_wants_usage: bool, log_text: bool
+    ) -> bytes:
+        """Read usage from the stream; drop the usage-only chunk when the client did not ask for it."""
+        if not log_text and b'"usage":{' not in events and b'"usage": {' not in events:
+            return events
+        kept: list[bytes] = []
+        for event in events.split(b"\n\n"):
+            if not event:
+                continue
+            keep = True
+            if event.startswith(b"data: {"):
+                try:
+                    obj = orjson.loads(event[6:])
+                except orjson.JSONDecodeError:
+                    obj = None
+                if isinstance(obj, dict):
+                    usage = obj.get("usage")
+                    if isinstance(usage, dict):
+                        ctx.completion_tokens = usage.get("completion_tokens") or 0
+                        ctx.usage_prompt_tokens = usage.get("prompt_tokens")
+                        if not obj.get("choices") and not client_wants_usage:
+                            keep = False
+                    if log_text:
+                        for choice in obj.get("choices") or []:
+                            delta = choice.get("delta") or {}
+                            text = delta.get("content") if isinstance(delta, dict) else None
+                            text = text if isinstance(text, str) else choice.get("text")
+                            if isinstance(text, str):
+                                ctx.response_parts.append(text)
+            if keep:
+                kept.append(event + b"\n\n")
+        return b"".join(kept)
+
+    # ---- accounting ------------------------------------------------------------------------------
+
+    async def _finish(self, ctx: RequestContext) -> None:
+        latency = time.perf_counter() - ctx.started
+        prompt = ctx.usage_prompt_tokens if ctx.usage_prompt_tokens is not None else ctx.prompt_tokens
+        completion = ctx.completion_tokens or 0
+        if ctx.admission is not None:
+            self.leases.pop(ctx.request_id, None)
+            # A request the engine never answered used nothing: the whole reservation goes back.
+            answered = 0 < ctx.status < 400 or ctx.completion_tokens is not None
+            used = prompt + completion if answered else 0
+            assert self.limiter is not None
+            await self.limiter.finish(ctx.admission, used)
+        dep = ctx.endpoint.id if ctx.endpoint else ""
+        m.REQUESTS.labels(ctx.alias, dep, str(ctx.status)).inc()
+        if ctx.endpoint is not None:
+            m.LATENCY.labels(ctx.alias, dep).observe(latency)
+            if ctx.ttft_s is not None:
+                m.TTFT.labels(ctx.alias, dep).observe(ctx.ttft_s)
+            m.TOKENS.labels(ctx.alias, "prompt").inc(prompt)
+            m.TOKENS.labels(ctx.alias, "completion").inc(completion)
+        if ctx.key is None or self.reqlog is None:
+            return  # unauthenticated noise is counted in metrics, not logged per row
+        key = ctx.key
+        self.reqlog.add(
+            {
+                "created_at": _utcnow(),
+                "request_id": ctx.request_id,
+                "key_id": key.id,
+                "tenant_id": key.tenant_id,
+                "tenant_name": key.tenant_name,
+                "key_prefix": key.prefix,
+                "endpoint_kind": ctx.kind,
+                "alias": ctx.alias[:100],
+                "deployment_id": ctx.endpoint.deployment_id if ctx.endpoint else None,
+                "upstream": ctx.endpoint.base_url if ctx.endpoint else "",
+                "status": ctx.status,
+                "error_type": ctx.error_type[:64],
+                "stream": ctx.stream,
+                "priority": ctx.priority,
+                "prompt_tokens": prompt if ctx.alias else None,
+                "prompt_tokens_estimated": ctx.prompt_estimated and ctx.usage_prompt_tokens is None,
+                "completion_tokens": ctx.completion_tokens,
+                "ttft_ms": ctx.ttft_s * 1000 if ctx.ttft_s is not None else None,
+                "latency_ms": latency * 1000,
+                "retries": ctx.retries,
+                "route_pool": ctx.pool[:100],
+                "route_reason": ctx.route_reason[:200],
+                "prompt_text": ctx.prompt_text if key.log_prompts else None,
+                "response_text": "".join(ctx.response_parts) if key.log_prompts else None,
+            }
+        )
+
+
+def _utcnow() -> Any:
+    import datetime as dt
+
+    return dt.datetime.now(dt.UTC)
+
+
+def build_proxy_app() -> Proxy:
+    """The ASGI app for `/v1/` (and the lifespan handler that starts its background tasks)."""
+    return Proxy()

@@ -1,0 +1,373 @@
+"""The proxy's in-memory view of configuration: keys, quotas, pools, policies, endpoints, tokenizers.
+
+Everything here is loaded with the ORM off the event loop (in a thread) and then read on the hot path
+without any database query. `load_routing_snapshot` builds the routing half; `load_key` resolves one
+API key on a cache miss.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.apps import apps
+from django.conf import settings
+
+from routing.choices import Scorer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """One scope's limits (tenant or key override); None means unlimited."""
+
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    max_concurrent_requests: int | None = None
+    daily_token_budget: int | None = None
+    max_input_tokens: int | None = None
+    max_output_tokens: int | None = None
+
+    @property
+    def counted(self) -> bool:
+        """Whether admission needs Redis at all for this scope."""
+        return any(
+            v is not None
+            for v in (
+                self.requests_per_minute,
+                self.tokens_per_minute,
+                self.max_concurrent_requests,
+                self.daily_token_budget,
+            )
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class KeyInfo:
+    """What the proxy needs to know about one API key, copied out of the database."""
+
+    id: int
+    prefix: str
+    hashed_key: str
+    tenant_id: int
+    tenant_name: str
+    tenant_active: bool
+    log_prompts: bool
+    scopes: frozenset[str]
+    expires_at: float | None
+    revoked: bool
+    tenant_limits: Limits
+    key_limits: Limits
+
+    def may_use(self, alias: str) -> bool:
+        return not self.scopes or alias in self.scopes
+
+    def max_input_tokens(self) -> int | None:
+        return _min_set(self.tenant_limits.max_input_tokens, self.key_limits.max_input_tokens)
+
+    def max_output_tokens(self) -> int | None:
+        return _min_set(self.tenant_limits.max_output_tokens, self.key_limits.max_output_tokens)
+
+
+def _min_set(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return min(a, b)
+
+
+@dataclass(slots=True)
+class Endpoint:
+    """One engine the proxy can send requests to (a ready deployment, or a static endpoint)."""
+
+    id: str
+    deployment_id: int | None
+    base_url: str
+    api_key: str
+    served_model_name: str
+    max_model_len: int | None
+    block_size: int
+    role: str = ""
+
+
+@dataclass(slots=True)
+class Pool:
+    """A RoutePool with its endpoints resolved."""
+
+    name: str
+    alias: str
+    scorer: str = Scorer.LEAST_OUTSTANDING
+    weights: dict[str, float] = field(default_factory=dict)
+    session_header: str = "x-session-id"
+    connect_timeout_s: float = 2.0
+    first_byte_timeout_s: float = 60.0
+    total_timeout_s: float = 600.0
+    max_retries: int = 2
+    max_inflight_per_endpoint: int = 64
+    endpoints: list[Endpoint] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One branch of a policy: when every given condition holds, route to `pool`."""
+
+    pool: str
+    aliases: frozenset[str] | None = None
+    min_prompt_tokens: int | None = None
+    max_prompt_tokens: int | None = None
+    tasks: frozenset[str] | None = None
+    tenants: frozenset[str] | None = None
+    priority: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    name: str
+    alias: str
+    rules: tuple[Rule, ...]
+    default_pool: str | None
+    fallback_pool: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """The active version behind an alias, as far as token counting needs it."""
+
+    alias: str
+    version_id: int | None
+    tokenizer_path: str | None
+    max_context: int | None
+
+
+@dataclass(slots=True)
+class RoutingSnapshot:
+    pools: dict[str, Pool] = field(default_factory=dict)
+    policies: dict[str, Policy] = field(default_factory=dict)
+    models: dict[str, ModelInfo] = field(default_factory=dict)
+    # Every alias some endpoint serves: what /v1/models lists (filtered by key scopes).
+    aliases: tuple[str, ...] = ()
+    endpoints: dict[str, Endpoint] = field(default_factory=dict)
+
+
+def parse_rule(raw: dict[str, Any]) -> Rule:
+    """A Rule from its JSON form; raises ValueError on a malformed one (the API validates with this)."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("pool"), str) or not raw["pool"]:
+        raise ValueError("each rule needs a 'pool' name")
+    match = raw.get("match") or {}
+    if not isinstance(match, dict):
+        raise ValueError("'match' must be an object")
+    known = {"alias", "min_prompt_tokens", "max_prompt_tokens", "task", "tenant", "priority"}
+    unknown = set(match) - known
+    if unknown:
+        raise ValueError(f"unknown match keys: {sorted(unknown)}")
+
+    def names(value: Any, label: str) -> frozenset[str] | None:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"'{label}' must be a string or a list of strings")
+        return frozenset(value)
+
+    def count(value: Any, label: str) -> int | None:
+        if value is None:
+            return None
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"'{label}' must be a non-negative integer")
+        return value
+
+    priority = match.get("priority")
+    if priority is not None and priority not in ("interactive", "batch"):
+        raise ValueError("'priority' must be 'interactive' or 'batch'")
+    return Rule(
+        pool=raw["pool"],
+        aliases=names(match.get("alias"), "alias"),
+        min_prompt_tokens=count(match.get("min_prompt_tokens"), "min_prompt_tokens"),
+        max_prompt_tokens=count(match.get("max_prompt_tokens"), "max_prompt_tokens"),
+        tasks=names(match.get("task"), "task"),
+        tenants=names(match.get("tenant"), "tenant"),
+        priority=priority,
+    )
+
+
+def _limits(quota: Any) -> Limits:
+    if quota is None:
+        return Limits()
+    return Limits(
+        requests_per_minute=quota.requests_per_minute,
+        tokens_per_minute=quota.tokens_per_minute,
+        max_concurrent_requests=quota.max_concurrent_requests,
+        daily_token_budget=quota.daily_token_budget,
+        max_input_tokens=quota.max_input_tokens,
+        max_output_tokens=quota.max_output_tokens,
+    )
+
+
+def key_info_from_model(api_key: Any) -> KeyInfo:
+    tenant = api_key.tenant
+    tenant_quota = getattr(tenant, "quota", None) if _has_related(tenant, "quota") else None
+    key_quota = getattr(api_key, "quota_override", None) if _has_related(api_key, "quota_override") else None
+    return KeyInfo(
+        id=api_key.pk,
+        prefix=api_key.prefix,
+        hashed_key=api_key.hashed_key,
+        tenant_id=tenant.pk,
+        tenant_name=tenant.name,
+        tenant_active=tenant.is_active,
+        log_prompts=tenant.log_prompts,
+        scopes=frozenset(api_key.scopes or []),
+        expires_at=api_key.expires_at.timestamp() if api_key.expires_at else None,
+        revoked=api_key.revoked_at is not None,
+        tenant_limits=_limits(tenant_quota),
+        key_limits=_limits(key_quota),
+    )
+
+
+def _has_related(obj: Any, name: str) -> bool:
+    try:
+        return getattr(obj, name) is not None
+    except Exception:  # RelatedObjectDoesNotExist: the reverse one-to-one is simply absent
+        return False
+
+
+def load_key(digest: str) -> KeyInfo | None:
+    """Look one key up by its HMAC digest (sync: call it in a thread). None when unknown."""
+    from console.models import ApiKey
+
+    candidate = (
+        ApiKey.objects.select_related("tenant", "tenant__quota", "quota_override")
+        .filter(hashed_key=digest)
+        .first()
+    )
+    if candidate is None or not hmac.compare_digest(candidate.hashed_key, digest):
+        return None
+    return key_info_from_model(candidate)
+
+
+def load_keys(ids: list[int]) -> dict[int, KeyInfo]:
+    """Fresh copies of the given keys (the periodic safety-net revalidation)."""
+    from console.models import ApiKey
+
+    rows = ApiKey.objects.select_related("tenant", "tenant__quota", "quota_override").filter(pk__in=ids)
+    return {row.pk: key_info_from_model(row) for row in rows}
+
+
+def _static_endpoints() -> list[Endpoint]:
+    out: list[Endpoint] = []
+    for n, item in enumerate(filter(None, (p.strip() for p in settings.PROXY_STATIC_ENDPOINTS.split(",")))):
+        alias, _, rest = item.partition("=")
+        url, _, engine_key = rest.partition("|")
+        out.append(
+            Endpoint(
+                id=f"static-{n}",
+                deployment_id=None,
+                base_url=url.rstrip("/"),
+                api_key=engine_key,
+                served_model_name=alias,
+                max_model_len=None,
+                block_size=16,
+            )
+        )
+    return out
+
+
+def _fleet_endpoints() -> list[Endpoint]:
+    """Ready deployments from nodes/ (absent until that app has its models)."""
+    try:
+        deployment_model = apps.get_model("nodes", "Deployment")
+    except LookupError:
+        return []
+    from nodes.services import engine_api_key
+
+    out: list[Endpoint] = []
+    for dep in deployment_model.objects.select_related("host").filter(state="ready"):
+        out.append(
+            Endpoint(
+                id=str(dep.pk),
+                deployment_id=dep.pk,
+                base_url=f"http://{dep.host.address}:{dep.port}",
+                api_key=engine_api_key(dep) or "",
+                served_model_name=dep.served_model_name,
+                max_model_len=getattr(dep, "max_model_len", None),
+                block_size=getattr(dep, "block_size", None) or 16,
+                role=getattr(dep, "role", "") or "",
+            )
+        )
+    return out
+
+
+def _models() -> dict[str, ModelInfo]:
+    try:
+        alias_model = apps.get_model("models_registry", "ModelAlias")
+    except LookupError:
+        return {}
+    out: dict[str, ModelInfo] = {}
+    for alias in alias_model.objects.select_related("active_version"):
+        version = alias.active_version
+        out[alias.name] = ModelInfo(
+            alias=alias.name,
+            version_id=version.pk if version else None,
+            tokenizer_path=(getattr(version, "tokenizer_path", None) or None) if version else None,
+            max_context=getattr(version, "max_context", None) if version else None,
+        )
+    return out
+
+
+def load_routing_snapshot() -> RoutingSnapshot:
+    """Pools, policies, aliases and endpoints as one consistent snapshot (sync: call it in a thread)."""
+    from routing.models import RoutePolicy, RoutePool
+
+    endpoints = _fleet_endpoints() + _static_endpoints()
+    by_alias: dict[str, list[Endpoint]] = {}
+    for ep in endpoints:
+        by_alias.setdefault(ep.served_model_name, []).append(ep)
+
+    pools: dict[str, Pool] = {}
+    for row in RoutePool.objects.all():
+        members = [ep for ep in by_alias.get(row.alias, []) if not row.role or ep.role == row.role]
+        pools[row.name] = Pool(
+            name=row.name,
+            alias=row.alias,
+            scorer=row.scorer,
+            weights={k: float(v) for k, v in (row.scorer_weights or {}).items()},
+            session_header=row.session_header.lower(),
+            connect_timeout_s=row.connect_timeout_s,
+            first_byte_timeout_s=row.first_byte_timeout_s,
+            total_timeout_s=row.total_timeout_s,
+            max_retries=row.max_retries,
+            max_inflight_per_endpoint=row.max_inflight_per_endpoint,
+            endpoints=members,
+        )
+    # Every alias served by some endpoint gets an implicit pool so a fresh fleet routes with no setup.
+    for alias, members in by_alias.items():
+        if alias not in pools:
+            pools[alias] = Pool(name=alias, alias=alias, endpoints=list(members))
+
+    policies: dict[str, Policy] = {}
+    for prow in RoutePolicy.objects.select_related("default_pool", "fallback_pool"):
+        rules: list[Rule] = []
+        for raw in prow.rules or []:
+            try:
+                rules.append(parse_rule(raw))
+            except ValueError as exc:  # the API validates; a hand-edited row must not break routing
+                log.warning("policy %s: skipping bad rule %r: %s", prow.name, raw, exc)
+        policies[prow.alias] = Policy(
+            name=prow.name,
+            alias=prow.alias,
+            rules=tuple(rules),
+            default_pool=prow.default_pool.name if prow.default_pool else None,
+            fallback_pool=prow.fallback_pool.name if prow.fallback_pool else None,
+        )
+    aliases = sorted(set(by_alias) | set(policies))
+    return RoutingSnapshot(
+        pools=pools,
+        policies=policies,
+        models=_models(),
+        aliases=tuple(aliases),
+        endpoints={ep.id: ep for ep in endpoints},
+    )

@@ -1,0 +1,309 @@
+"""Admission control shared by every proxy process: one Lua call per admission, one per completion.
+
+Per scope (the tenant, and the key when it has an override quota):
+- requests/minute: sliding-window log (sorted set of request ids scored by admission time);
+- tokens/minute: sliding-window log of reservations `id:tokens` plus a running sum; admission reserves
+  prompt + max output tokens, completion rewrites the entry to the tokens actually used (the refund);
+- concurrency: leases (sorted set scored by expiry) renewed while the request runs, so a dead proxy's
+  leases lapse within `LEASE_MS`;
+- daily token budget: a per-UTC-day counter, reserved and reconciled the same way.
+Time comes from Redis (`TIME`) so that processes with skewed clocks agree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from console.redis_client import key as rkey
+from routing.proxy.config import KeyInfo, Limits
+from routing.proxy.errors import rate_limited, unavailable
+
+WINDOW_MS = 60_000
+LEASE_MS = 30_000
+KEYS_PER_SCOPE = 5
+
+ADMIT_LUA = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local id = ARGV[1]
+local reserve = tonumber(ARGV[2])
+local lease_ms = tonumber(ARGV[3])
+local n = tonumber(ARGV[4])
+local to_midnight_ms = tonumber(ARGV[5])
+local window = 60000
+local best_req_limit, best_req_left, best_tok_limit, best_tok_left = -1, -1, -1, -1
+local function tokens_of(member) return tonumber(string.match(member, ':(%d+)$')) end
+for i = 0, n - 1 do
+  local kb = i * 5
+  local ab = 5 + i * 4
+  local rpm = tonumber(ARGV[ab + 1])
+  local tpm = tonumber(ARGV[ab + 2])
+  local conc = tonumber(ARGV[ab + 3])
+  local budget = tonumber(ARGV[ab + 4])
+  if rpm >= 0 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[kb + 1], '-inf', now - window)
+    local used = redis.call('ZCARD', KEYS[kb + 1])
+    if used + 1 > rpm then
+      local oldest = redis.call('ZRANGE', KEYS[kb + 1], 0, 0, 'WITHSCORES')
+      local retry = window
+      if oldest[2] then retry = tonumber(oldest[2]) + window - now end
+      return {0, i, 'requests', retry, rpm, 0, tpm, -1}
+    end
+    if best_req_left < 0 or rpm - used - 1 < best_req_left then
+      best_req_limit = rpm
+      best_req_left = rpm - used - 1
+    end
+  end
+  if tpm >= 0 then
+    local old = redis.call('ZRANGEBYSCORE', KEYS[kb + 2], '-inf', now - window)
+    if #old > 0 then
+      local gone = 0
+      for _, m in ipairs(old) do gone = gone + tokens_of(m) end
+      redis.call('ZREMRANGEBYSCORE', KEYS[kb + 2], '-inf', now - window)
+      redis.call('DECRBY', KEYS[kb + 3], gone)
+    end
+    local used = tonumber(redis.call('GET', KEYS[kb + 3]) or '0')
+    if reserve > tpm then
+      return {0, i, 'tokens_request', -1, rpm, -1, tpm, tpm - used}
+    end
+    if used + reserve > tpm then
+      local need = used + reserve - tpm
+      local freed = 0
+      local retry = window
+      local entries = redis.call('ZRANGE', KEYS[kb + 2], 0, -1, 'WITHSCORES')
+      for j = 1, #entries, 2 do
+        freed = freed + tokens_of(entries[j])
+        if freed >= need then
+          retry = tonumber(entries[j + 1]) + window - now
+          break
+        end
+      end
+      return {0, i, 'tokens', retry, rpm, -1, tpm, tpm - used}
+    end
+    if best_tok_left < 0 or tpm - used - reserve < best_tok_left then
+      best_tok_limit = tpm
+      best_tok_left = tpm - used - reserve
+    end
+  end
+  if conc >= 0 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[kb + 4], '-inf', now)
+    if redis.call('ZCARD', KEYS[kb + 4]) >= conc then
+      return {0, i, 'concurrency', 1000, rpm, -1, tpm, -1}
+    end
+  end
+  if budget >= 0 then
+    local used = tonumber(redis.call('GET', KEYS[kb + 5]) or '0')
+    if used + reserve > budget then
+      return {0, i, 'budget', to_midnight_ms, rpm, -1, tpm, -1}
+    end
+  end
+end
+for i = 0, n - 1 do
+  local kb = i * 5
+  local ab = 5 + i * 4
+  if tonumber(ARGV[ab + 1]) >= 0 then
+    redis.call('ZADD', KEYS[kb + 1], now, id)
+    redis.call('PEXPIRE', KEYS[kb + 1], window)
+  end
+  if tonumber(ARGV[ab + 2]) >= 0 then
+    redis.call('ZADD', KEYS[kb + 2], now, id .. ':' .. reserve)
+    redis.call('INCRBY', KEYS[kb + 3], reserve)
+    redis.call('PEXPIRE', KEYS[kb + 2], window)
+    redis.call('PEXPIRE', KEYS[kb + 3], window)
+  end
+  if tonumber(ARGV[ab + 3]) >= 0 then
+    redis.call('ZADD', KEYS[kb + 4], now + lease_ms, id)
+    redis.call('PEXPIRE', KEYS[kb + 4], lease_ms * 2)
+  end
+  if tonumber(ARGV[ab + 4]) >= 0 then
+    redis.call('INCRBY', KEYS[kb + 5], reserve)
+    redis.call('PEXPIRE', KEYS[kb + 5], to_midnight_ms + 3600000)
+  end
+end
+return {1, -1, '', 0, best_req_limit, best_req_left, best_tok_limit, best_tok_left}
+"""
+
+FINISH_LUA = """
+local id = ARGV[1]
+local reserved = tonumber(ARGV[2])
+local actual = tonumber(ARGV[3])
+local n = tonumber(ARGV[4])
+for i = 0, n - 1 do
+  local kb = i * 5
+  local ab = 4 + i * 4
+  if tonumber(ARGV[ab + 2]) >= 0 then
+    local member = id .. ':' .. reserved
+    local score = redis.call('ZSCORE', KEYS[kb + 2], member)
+    -- A reservation that already left the window has nothing left to correct.
+    if score then
+      redis.call('ZREM', KEYS[kb + 2], member)
+      redis.call('ZADD', KEYS[kb + 2], score, id .. ':' .. actual)
+      redis.call('INCRBY', KEYS[kb + 3], actual - reserved)
+    end
+  end
+  if tonumber(ARGV[ab + 3]) >= 0 then
+    redis.call('ZREM', KEYS[kb + 4], id)
+  end
+  if tonumber(ARGV[ab + 4]) >= 0 and redis.call('EXISTS', KEYS[kb + 5]) == 1 then
+    redis.call('INCRBY', KEYS[kb + 5], actual - reserved)
+  end
+end
+return 1
+"""
+
+RENEW_LUA = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease_ms = tonumber(ARGV[1])
+for i = 1, #KEYS do
+  redis.call('ZADD', KEYS[i], 'XX', now + lease_ms, ARGV[i + 1])
+  redis.call('PEXPIRE', KEYS[i], lease_ms * 2)
+end
+return #KEYS
+"""
+
+
+@dataclass(slots=True)
+class Admission:
+    """A request admitted by the limiter: what to reconcile and release when it finishes."""
+
+    request_id: str
+    reserved: int
+    keys: list[str] = field(default_factory=list)
+    limit_args: list[int] = field(default_factory=list)
+    lease_keys: list[str] = field(default_factory=list)
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+
+def _scopes(info: KeyInfo) -> list[tuple[str, Limits]]:
+    scopes: list[tuple[str, Limits]] = []
+    if info.tenant_limits.counted:
+        scopes.append((f"t{info.tenant_id}", info.tenant_limits))
+    if info.key_limits.counted:
+        scopes.append((f"k{info.id}", info.key_limits))
+    return scopes
+
+
+def _arg(v: int | None) -> int:
+    return -1 if v is None else int(v)
+
+
+def _ms_to_midnight() -> int:
+    now = dt.datetime.now(dt.UTC)
+    midnight = (now + dt.timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
+    return int((midnight - now).total_seconds() * 1000)
+
+
+_MESSAGES = {
+    "requests": ("Rate limit reached: requests per minute.", "rate_limit_exceeded"),
+    "tokens": ("Rate limit reached: tokens per minute.", "rate_limit_exceeded"),
+    "tokens_request": (
+        "This request alone needs more tokens than the tokens-per-minute limit; lower max_tokens.",
+        "tokens_exceeded",
+    ),
+    "concurrency": ("Too many concurrent requests for this tenant or key.", "concurrency_limit_exceeded"),
+    "budget": ("Daily token budget exhausted; it resets at 00:00 UTC.", "insufficient_quota"),
+}
+
+
+def _header_list(req_limit: int, req_left: int, tok_limit: int, tok_left: int) -> list[tuple[bytes, bytes]]:
+    headers: list[tuple[bytes, bytes]] = []
+    if req_limit >= 0:
+        headers.append((b"x-ratelimit-limit-requests", str(req_limit).encode()))
+        headers.append((b"x-ratelimit-remaining-requests", str(max(req_left, 0)).encode()))
+    if tok_limit >= 0:
+        headers.append((b"x-ratelimit-limit-tokens", str(tok_limit).encode()))
+        headers.append((b"x-ratelimit-remaining-tokens", str(max(tok_left, 0)).encode()))
+    return headers
+
+
+class Limiter:
+    """The Redis side of admission. Construct one per event loop (it holds an asyncio Redis client)."""
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        self.redis = client
+        self._admit = client.register_script(ADMIT_LUA)
+        self._finish = client.register_script(FINISH_LUA)
+        self._renew = client.register_script(RENEW_LUA)
+
+    async def admit(self, info: KeyInfo, request_id: str, reserve: int) -> Admission | None:
+        """Admit or raise a 429 ProxyError. None when no counted limit applies (no Redis call at all)."""
+        scopes = _scopes(info)
+        if not scopes:
+            return None
+        keys: list[str] = []
+        limit_args: list[int] = []
+        lease_keys: list[str] = []
+        day = dt.datetime.now(dt.UTC).strftime("%Y%m%d")
+        for name, lim in scopes:
+            keys += [
+                rkey("rl", name, "rpm"),
+                rkey("rl", name, "tpm"),
+                rkey("rl", name, "tpm_sum"),
+                rkey("rl", name, "conc"),
+                rkey("rl", name, "budget", day),
+            ]
+            limit_args += [
+                _arg(lim.requests_per_minute),
+                _arg(lim.tokens_per_minute),
+                _arg(lim.max_concurrent_requests),
+                _arg(lim.daily_token_budget),
+            ]
+            if lim.max_concurrent_requests is not None:
+                lease_keys.append(rkey("rl", name, "conc"))
+        args: list[Any] = [request_id, reserve, LEASE_MS, len(scopes), _ms_to_midnight(), *limit_args]
+        try:
+            result = await self._admit(keys=keys, args=args)
+        except (aioredis.RedisError, OSError) as exc:
+            raise unavailable(
+                "Rate limiting is unavailable (Redis unreachable); request refused rather than admitted "
+                "without limits. Retry shortly.",
+                code="limits_unavailable",
+            ) from exc
+        ok, _scope, reason, retry_ms, req_limit, req_left, tok_limit, tok_left = result
+        if isinstance(reason, bytes):
+            reason = reason.decode()
+        headers = _header_list(int(req_limit), int(req_left), int(tok_limit), int(tok_left))
+        if not ok:
+            message, code = _MESSAGES[reason]
+            if int(retry_ms) >= 0:
+                seconds = max(1, math.ceil(int(retry_ms) / 1000))
+                headers.append((b"retry-after", str(seconds).encode()))
+                reset = f"{seconds}s".encode()
+                headers.append(
+                    (
+                        b"x-ratelimit-reset-requests"
+                        if reason == "requests"
+                        else b"x-ratelimit-reset-tokens",
+                        reset,
+                    )
+                )
+            raise rate_limited(message, code=code, headers=headers)
+        return Admission(
+            request_id=request_id,
+            reserved=reserve,
+            keys=keys,
+            limit_args=limit_args,
+            lease_keys=lease_keys,
+            headers=headers,
+        )
+
+    async def finish(self, admission: Admission, actual_tokens: int) -> None:
+        """Release the concurrency lease and true up the token reservation to what was used."""
+        n = len(admission.keys) // KEYS_PER_SCOPE
+        args: list[Any] = [admission.request_id, admission.reserved, actual_tokens, n, *admission.limit_args]
+        # On failure the lease lapses by itself within LEASE_MS; the reservation stays un-refunded.
+        with contextlib.suppress(aioredis.RedisError, OSError):
+            await self._finish(keys=admission.keys, args=args)
+
+    async def renew(self, leases: list[tuple[str, str]]) -> None:
+        """Extend the leases of requests still running in this process."""
+        if not leases:
+            return
+        await self._renew(keys=[k for k, _ in leases], args=[LEASE_MS, *[rid for _, rid in leases]])

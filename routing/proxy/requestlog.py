@@ -1,0 +1,143 @@
+"""Request-log rows written in batches off the hot path; spooled to disk while the database is down.
+
+The proxy only appends a dict to a list per request. A background task hands each batch to one
+dedicated thread (so the ORM's connection stays on that thread), which inserts it with `bulk_create`.
+When the insert fails, the batch goes to a JSON-lines spool file, and every later successful flush
+first replays the spool, so rows are delayed by an outage, never lost, and never fail a request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import os
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from routing.proxy.metrics import REQUEST_LOG_SPOOLED
+
+log = logging.getLogger(__name__)
+
+
+def write_rows(rows: list[dict[str, Any]]) -> None:
+    """Insert rows and stamp their keys' last_used_at (sync; raises on a database error)."""
+    from django.db import transaction
+
+    from console.models import ApiKey
+    from routing.models import RequestLog
+
+    objs = []
+    key_ids: set[int] = set()
+    for row in rows:
+        row = dict(row)
+        key_id = row.pop("key_id", None)
+        if key_id is not None:
+            key_ids.add(key_id)
+        if isinstance(row.get("created_at"), str):
+            row["created_at"] = dt.datetime.fromisoformat(row["created_at"])
+        objs.append(RequestLog(**row))
+    with transaction.atomic():
+        RequestLog.objects.bulk_create(objs, batch_size=1000)
+        if key_ids:
+            ApiKey.objects.filter(pk__in=key_ids).update(last_used_at=dt.datetime.now(dt.UTC))
+
+
+class RequestLogWriter:
+    """Collects rows from the event loop and writes them in batches from one thread."""
+
+    def __init__(
+        self, spool_dir: Path, *, flush_interval_s: float = 0.5, batch_size: int = 500, writer: Any = None
+    ) -> None:
+        self.spool_dir = spool_dir
+        self.flush_interval_s = flush_interval_s
+        self.batch_size = batch_size
+        self.buffer: list[dict[str, Any]] = []
+        self.write = writer or write_rows
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="request-log")
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.buffer.append(row)
+        if len(self.buffer) >= self.batch_size:
+            self._wake.set()
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.flush_interval_s)
+            self._wake.clear()
+            await self.flush()
+
+    async def flush(self) -> None:
+        rows, self.buffer = self.buffer, []
+        if not rows and not self._has_spool():
+            return
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._flush_sync, rows)
+
+    async def close(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        if self._task is not None:
+            await self._task
+        await self.flush()
+        self._executor.shutdown(wait=True)
+
+    def _has_spool(self) -> bool:
+        try:
+            return any(self.spool_dir.glob("*.jsonl"))
+        except OSError:
+            return False
+
+    def _flush_sync(self, rows: list[dict[str, Any]]) -> None:
+        from django.db import close_old_connections, connection
+
+        close_old_connections()
+        try:
+            self._replay_spool()
+            if rows:
+                self.write(rows)
+        except Exception as exc:  # any database failure: keep the rows on disk and carry on serving
+            log.warning("request log: database write failed (%s); spooling %d rows", exc, len(rows))
+            connection.close()
+            if rows:
+                self._spool(rows)
+
+    def _spool(self, rows: list[dict[str, Any]]) -> None:
+        self.spool_dir.mkdir(parents=True, exist_ok=True)
+        name = f"{time.time_ns()}-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
+        tmp = self.spool_dir / (name + ".tmp")
+        with tmp.open("wb") as fh:
+            for row in rows:
+                fh.write(orjson.dumps(row, default=str) + b"\n")
+        # Rename so a replay never sees a half-written file.
+        tmp.rename(self.spool_dir / name)
+        REQUEST_LOG_SPOOLED.inc(len(rows))
+
+    def _replay_spool(self) -> None:
+        if not self.spool_dir.exists():
+            return
+        for path in sorted(self.spool_dir.glob("*.jsonl")):
+            claimed = path.with_suffix(f".{os.getpid()}.replaying")
+            try:
+                path.rename(claimed)  # another process may be replaying the same file
+            except OSError:
+                continue
+            rows = [orjson.loads(line) for line in claimed.read_bytes().splitlines() if line.strip()]
+            try:
+                self.write(rows)
+            except Exception:
+                claimed.rename(path)
+                raise
+            claimed.unlink()

@@ -1,0 +1,174 @@
+"""Endpoint scorers: pure functions from (candidate loads, request) to a chosen index and a reason.
+
+The proxy keeps the loads (its own in-flight counts plus engine KV-cache state no older than
+`STALE_AFTER_S`); these functions only decide, so tests call them directly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from routing.choices import Scorer
+
+# Bounded-load consistent hashing: no endpoint takes more than (1 + epsilon) x the average load.
+LOAD_BOUND_EPSILON = 0.25
+PREFIX_CHARS = 1024
+PREFIX_GRANULARITY = 64
+
+
+@dataclass(slots=True)
+class EndpointLoad:
+    """What a scorer sees of one endpoint."""
+
+    endpoint_id: str
+    inflight: int = 0
+    # Free KV-cache tokens net of what this proxy dispatched since the engine's last sample;
+    # None when the engine's live state is missing or stale (counts as busy).
+    kv_free_tokens: int | None = None
+    kv_total_tokens: int | None = None
+    max_inflight: int = 64
+
+
+@dataclass(slots=True)
+class ScoreRequest:
+    tokens_needed: int = 0
+    prefix_key: bytes | None = None
+    session_key: str | None = None
+
+
+def prefix_key(text: str) -> bytes | None:
+    """The routing key for a prompt's leading blocks: its first PREFIX_CHARS characters, cut to a block edge.
+
+    Character blocks stand in for token blocks so that prompts sharing a long prefix map to one key
+    without tokenizing; prompts too short to share a block get no key.
+    """
+    if len(text) < PREFIX_GRANULARITY:
+        return None
+    cut = min(len(text), PREFIX_CHARS)
+    cut -= cut % PREFIX_GRANULARITY
+    return text[:cut].encode("utf-8", errors="replace")
+
+
+def _hrw_order(key: bytes, loads: Sequence[EndpointLoad]) -> list[int]:
+    """Rendezvous (highest random weight) order: stable per key, minimal movement when endpoints change."""
+
+    def weight(i: int) -> bytes:
+        return hashlib.blake2b(key + b"|" + loads[i].endpoint_id.encode(), digest_size=8).digest()
+
+    return sorted(range(len(loads)), key=weight, reverse=True)
+
+
+def _load_bound(loads: Sequence[EndpointLoad]) -> int:
+    total = sum(ld.inflight for ld in loads) + 1
+    return max(1, math.ceil(total / len(loads) * (1 + LOAD_BOUND_EPSILON)))
+
+
+def least_outstanding(loads: Sequence[EndpointLoad], rr: int = 0) -> int:
+    best = min(ld.inflight for ld in loads)
+    ties = [i for i, ld in enumerate(loads) if ld.inflight == best]
+    return ties[rr % len(ties)]
+
+
+def round_robin(loads: Sequence[EndpointLoad], rr: int) -> tuple[int, str]:
+    return rr % len(loads), "round_robin"
+
+
+def pick_random(loads: Sequence[EndpointLoad], rr: int) -> tuple[int, str]:
+    return random.randrange(len(loads)), "random"
+
+
+def pick_least_outstanding(loads: Sequence[EndpointLoad], rr: int) -> tuple[int, str]:
+    i = least_outstanding(loads, rr)
+    return i, f"least_outstanding inflight={loads[i].inflight}"
+
+
+def best_fit(loads: Sequence[EndpointLoad], req: ScoreRequest, rr: int = 0) -> tuple[int, str]:
+    """The endpoint whose free KV tokens cover the request with the least left over."""
+    fitting = [
+        (ld.kv_free_tokens - req.tokens_needed, i)
+        for i, ld in enumerate(loads)
+        if ld.kv_free_tokens is not None and ld.kv_free_tokens >= req.tokens_needed
+    ]
+    if fitting:
+        leftover, i = min(fitting)
+        return i, f"best_fit leftover={leftover}"
+    fresh = [(ld.kv_free_tokens, i) for i, ld in enumerate(loads) if ld.kv_free_tokens is not None]
+    if fresh:
+        # Nobody fits right now: the most free space queues the least.
+        _, i = max(fresh)
+        return i, "best_fit none_fit most_free"
+    i = least_outstanding(loads, rr)
+    return i, "best_fit no_live_state least_outstanding"
+
+
+def affinity(loads: Sequence[EndpointLoad], key: bytes | None, label: str, rr: int) -> tuple[int, str]:
+    """Consistent hashing of `key` with bounded load; without a key, least outstanding."""
+    if key is None:
+        i = least_outstanding(loads, rr)
+        return i, f"{label} no_key least_outstanding"
+    bound = _load_bound(loads)
+    order = _hrw_order(key, loads)
+    for rank, i in enumerate(order):
+        if loads[i].inflight < bound:
+            return i, f"{label} rank={rank}"
+    i = least_outstanding(loads, rr)
+    return i, f"{label} all_over_bound least_outstanding"
+
+
+def weighted(
+    loads: Sequence[EndpointLoad], req: ScoreRequest, weights: dict[str, float], rr: int = 0
+) -> tuple[int, str]:
+    """Lowest weighted cost: load (in-flight share), kv (used KV share; stale = full), prefix (not home)."""
+    w_load = weights.get("load", 1.0)
+    w_kv = weights.get("kv", 1.0)
+    w_prefix = weights.get("prefix", 0.0)
+    home = _hrw_order(req.prefix_key, loads)[0] if req.prefix_key is not None and w_prefix else -1
+    best_cost = math.inf
+    best = 0
+    for i, ld in enumerate(loads):
+        cost = w_load * ld.inflight / max(1, ld.max_inflight)
+        if ld.kv_free_tokens is None or not ld.kv_total_tokens:
+            cost += w_kv
+        else:
+            cost += w_kv * (1.0 - max(0, ld.kv_free_tokens - req.tokens_needed) / ld.kv_total_tokens)
+        if home >= 0 and i != home:
+            cost += w_prefix
+        if cost < best_cost - 1e-12 or (abs(cost - best_cost) <= 1e-12 and (i - rr) % len(loads) == 0):
+            best_cost, best = cost, i
+    return best, f"weighted cost={best_cost:.3f}"
+
+
+def choose(
+    scorer: str,
+    loads: Sequence[EndpointLoad],
+    req: ScoreRequest,
+    *,
+    weights: dict[str, float] | None = None,
+    rr: int = 0,
+) -> tuple[int, str]:
+    """Index into `loads` of the endpoint to use, and a short reason for the request log."""
+    if not loads:
+        raise ValueError("no candidates")
+    if len(loads) == 1:
+        return 0, "only_endpoint"
+    simple: dict[str, Callable[[Sequence[EndpointLoad], int], tuple[int, str]]] = {
+        Scorer.ROUND_ROBIN: round_robin,
+        Scorer.RANDOM: pick_random,
+        Scorer.LEAST_OUTSTANDING: pick_least_outstanding,
+    }
+    if scorer in simple:
+        return simple[scorer](loads, rr)
+    if scorer == Scorer.BEST_FIT:
+        return best_fit(loads, req, rr)
+    if scorer == Scorer.PREFIX_AFFINITY:
+        return affinity(loads, req.prefix_key, "prefix_affinity", rr)
+    if scorer == Scorer.SESSION_AFFINITY:
+        key = req.session_key.encode() if req.session_key else None
+        return affinity(loads, key, "session_affinity", rr)
+    if scorer == Scorer.WEIGHTED:
+        return weighted(loads, req, weights or {}, rr)
+    raise ValueError(f"unknown scorer {scorer!r}")
