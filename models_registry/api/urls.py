@@ -1,7 +1,17 @@
 from __future__ import annotations
 
+from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-router = DefaultRouter()
+from models_registry.api import views
 
-urlpatterns = [*router.urls]
+router = DefaultRouter()
+router.register("models", views.ModelViewSet, basename="model")
+router.register("model-versions", views.ModelVersionViewSet, basename="modelversion")
+router.register("quantization-configs", views.QuantizationConfigViewSet, basename="quantizationconfig")
+router.register("model-aliases", views.ModelAliasViewSet, basename="modelalias")
+
+urlpatterns = [
+    path("fit-check/", views.fit_check_view, name="fit-check"),
+    *router.urls,
+]

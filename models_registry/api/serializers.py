@@ -1,0 +1,281 @@
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from console.api.base import StrictModelSerializer, StrictSerializerMixin
+from models_registry.choices import KVCacheDtype, QuantMethod, VersionState
+from models_registry.models import (
+    ManifestFile,
+    Model,
+    ModelAlias,
+    ModelVersion,
+    QuantizationConfig,
+    VerificationRun,
+)
+
+MAX_MANIFEST_BYTES = 8 * 1024 * 1024
+
+
+def validate_task_tags(value: list[str]) -> list[str]:
+    cleaned = [tag.strip().lower() for tag in value]
+    if any(not tag for tag in cleaned):
+        raise serializers.ValidationError(
+            "Task tags must be non-empty words such as chat, code, long-context."
+        )
+    if len(set(cleaned)) != len(cleaned):
+        raise serializers.ValidationError("A task tag is listed twice.")
+    return cleaned
+
+
+class ModelSerializer(StrictModelSerializer):
+    task_tags = serializers.ListField(child=serializers.CharField(max_length=50), required=False)
+    version_count = serializers.IntegerField(read_only=True)
+
+    class Meta:
+        model = Model
+        fields = ["id", "name", "architecture", "task_tags", "description", "version_count", "created_at"]
+        read_only_fields = ["id", "created_at", "version_count"]
+
+    def validate_task_tags(self, value: list[str]) -> list[str]:
+        return validate_task_tags(value)
+
+
+class QuantizationConfigSerializer(StrictModelSerializer):
+    class Meta:
+        model = QuantizationConfig
+        fields = ["id", "name", "method", "bits", "group_size", "kv_cache_dtype", "description", "created_at"]
+        read_only_fields = ["id", "created_at"]
+
+    def validate(self, attrs: Any) -> Any:
+        attrs = super().validate(attrs)
+        method = attrs.get("method", getattr(self.instance, "method", QuantMethod.NONE))
+        bits = attrs.get("bits", getattr(self.instance, "bits", 16))
+        group_size = attrs.get("group_size", getattr(self.instance, "group_size", None))
+        allowed_bits = {
+            QuantMethod.FP16: {16},
+            QuantMethod.BF16: {16},
+            QuantMethod.FP8: {8},
+            QuantMethod.INT8: {8},
+            QuantMethod.AWQ: {4},
+            QuantMethod.GPTQ: {2, 3, 4, 8},
+        }.get(method)
+        if allowed_bits is not None and bits not in allowed_bits:
+            shown = " or ".join(str(b) for b in sorted(allowed_bits))
+            raise serializers.ValidationError({"bits": [f"{method} uses {shown} bits."]})
+        if group_size is not None and method not in (QuantMethod.AWQ, QuantMethod.GPTQ):
+            raise serializers.ValidationError({"group_size": ["Only awq and gptq have a group size."]})
+        if group_size is not None and group_size not in (32, 64, 128, 256, 512, 1024):
+            raise serializers.ValidationError({"group_size": ["Use a power of two from 32 to 1024."]})
+        return attrs
+
+
+class ManifestFileSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ManifestFile
+        fields = ["path", "size", "sha256"]
+        read_only_fields = fields
+
+
+class VerificationRunSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = VerificationRun
+        fields = [
+            "id",
+            "version",
+            "host_name",
+            "ok",
+            "manifest_digest",
+            "problems",
+            "files_checked",
+            "bytes_hashed",
+            "cache_hits",
+            "trigger",
+            "started_at",
+            "finished_at",
+        ]
+        read_only_fields = fields
+
+
+class ModelVersionSerializer(serializers.ModelSerializer):
+    """A version as listed and shown. Versions are created through registration, never edited by hand."""
+
+    model_name = serializers.CharField(source="model.name", read_only=True)
+    quantization_name = serializers.CharField(source="quantization.name", read_only=True, default=None)
+    parent_label = serializers.SerializerMethodField()
+    aliases = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ModelVersion
+        fields = [
+            "id",
+            "model",
+            "model_name",
+            "revision",
+            "source_kind",
+            "source_path",
+            "parameter_count",
+            "max_context",
+            "architecture",
+            "tokenizer_path",
+            "state",
+            "manifest_digest",
+            "file_count",
+            "total_bytes",
+            "parent",
+            "parent_label",
+            "quantization",
+            "quantization_name",
+            "aliases",
+            "created_at",
+        ]
+        read_only_fields = fields
+
+    def get_parent_label(self, obj: ModelVersion) -> str | None:
+        return str(obj.parent) if obj.parent_id else None
+
+    def get_aliases(self, obj: ModelVersion) -> list[str]:
+        return [alias.name for alias in obj.aliases.all()]
+
+
+class RegisterVersionSerializer(StrictSerializerMixin, serializers.Serializer):
+    """Registration from a server-side path, optionally checked against an uploaded manifest."""
+
+    model = serializers.PrimaryKeyRelatedField(queryset=Model.objects.all())
+    revision = serializers.CharField(max_length=200)
+    source_path = serializers.CharField(max_length=1024)
+    quantization = serializers.PrimaryKeyRelatedField(
+        queryset=QuantizationConfig.objects.all(), required=False, allow_null=True
+    )
+    # A serializer's own `parent` attribute is shadowed only in the type stubs; DRF collects fields first.
+    parent = serializers.PrimaryKeyRelatedField(  # type: ignore[assignment]
+        queryset=ModelVersion.objects.all(), required=False, allow_null=True
+    )
+    parameter_count = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    max_context = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    manifest = serializers.CharField(
+        required=False,
+        allow_blank=False,
+        trim_whitespace=False,
+        help_text="sha256sum output or JSON {files: [{path, size, sha256}]}; the files must match it.",
+    )
+    manifest_file = serializers.FileField(required=False, help_text="The same manifest, as an uploaded file.")
+
+    def validate_manifest_file(self, value: Any) -> str:
+        if value.size > MAX_MANIFEST_BYTES:
+            raise serializers.ValidationError("A manifest file may be at most 8 MiB.")
+        try:
+            return str(value.read().decode("utf-8"))
+        except UnicodeDecodeError:
+            raise serializers.ValidationError("A manifest file must be UTF-8 text.") from None
+
+    def validate(self, attrs: Any) -> Any:
+        attrs = super().validate(attrs)
+        if "manifest" in attrs and "manifest_file" in attrs:
+            raise serializers.ValidationError(
+                {"manifest_file": ["Give the manifest as text or as a file, not both."]}
+            )
+        return attrs
+
+
+class VerifyRequestSerializer(StrictSerializerMixin, serializers.Serializer):
+    host_name = serializers.CharField(max_length=200)
+
+
+class SwitchAliasSerializer(StrictSerializerMixin, serializers.Serializer):
+    version = serializers.PrimaryKeyRelatedField(queryset=ModelVersion.objects.all())
+
+
+class ModelAliasSerializer(StrictModelSerializer):
+    """An alias. `active_version` is set on create; later changes go through the audited switch action."""
+
+    task_tags = serializers.ListField(child=serializers.CharField(max_length=50), required=False)
+    active_version_label = serializers.SerializerMethodField()
+    active_version_state = serializers.CharField(source="active_version.state", read_only=True)
+
+    class Meta:
+        model = ModelAlias
+        fields = [
+            "id",
+            "name",
+            "active_version",
+            "active_version_label",
+            "active_version_state",
+            "task_tags",
+            "description",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = ["id", "created_at", "updated_at", "active_version_label", "active_version_state"]
+
+    def get_fields(self) -> dict[str, Any]:
+        fields = super().get_fields()
+        if self.instance is not None and not isinstance(self.instance, list | tuple):
+            fields["active_version"].read_only = True  # switch it with POST .../switch/, which is audited
+        return fields
+
+    def get_active_version_label(self, obj: ModelAlias) -> str:
+        return str(obj.active_version)
+
+    def validate_task_tags(self, value: list[str]) -> list[str]:
+        return validate_task_tags(value)
+
+    def validate_name(self, value: str) -> str:
+        name = value.strip()
+        if not name or any(ch.isspace() for ch in name):
+            raise serializers.ValidationError("An alias is the model name clients send: no spaces.")
+        return name
+
+    def validate_active_version(self, value: ModelVersion) -> ModelVersion:
+        if value.state == VersionState.FAILED:
+            raise serializers.ValidationError(f"{value} failed verification; it cannot serve an alias.")
+        return value
+
+
+class FitCheckSerializer(StrictSerializerMixin, serializers.Serializer):
+    """Inputs of the fit calculator; memory in GiB or bytes (bytes win when both are given)."""
+
+    version = serializers.PrimaryKeyRelatedField(queryset=ModelVersion.objects.all())
+    quantization = serializers.PrimaryKeyRelatedField(
+        queryset=QuantizationConfig.objects.all(), required=False, allow_null=True
+    )
+    method = serializers.ChoiceField(choices=QuantMethod.choices, required=False, allow_null=True)
+    kv_cache_dtype = serializers.ChoiceField(choices=KVCacheDtype.choices, required=False, allow_null=True)
+    gpu_memory_gib = serializers.FloatField(min_value=0.1, max_value=4096, required=False)
+    gpu_memory_bytes = serializers.IntegerField(min_value=1, required=False)
+    gpu_memory_utilization = serializers.FloatField(min_value=0.01, max_value=1.0, default=0.9)
+    max_model_len = serializers.IntegerField(min_value=1, max_value=10_000_000)
+    max_num_seqs = serializers.IntegerField(min_value=1, max_value=100_000, default=256)
+    other_reserved_bytes = serializers.IntegerField(min_value=0, default=0)
+    overhead_bytes = serializers.IntegerField(min_value=0, required=False)
+
+    def validate(self, attrs: Any) -> Any:
+        attrs = super().validate(attrs)
+        if "gpu_memory_bytes" not in attrs and "gpu_memory_gib" not in attrs:
+            raise serializers.ValidationError({"gpu_memory_gib": ["Give the GPU memory (GiB or bytes)."]})
+        if attrs.get("quantization") is not None and attrs.get("method"):
+            raise serializers.ValidationError(
+                {"method": ["Give a quantization config or a method, not both."]}
+            )
+        return attrs
+
+
+class StepSerializer(serializers.Serializer):
+    label = serializers.CharField()  # type: ignore[assignment]
+    formula = serializers.CharField()
+    value = serializers.FloatField()
+
+
+class FitResultSerializer(serializers.Serializer):
+    fits = serializers.BooleanField()
+    reason = serializers.CharField()
+    parameter_count = serializers.IntegerField()
+    weight_bytes = serializers.IntegerField()
+    kv_bytes_per_token = serializers.IntegerField()
+    kv_tokens_available = serializers.IntegerField()
+    max_context_that_fits = serializers.IntegerField()
+    full_length_sequences = serializers.IntegerField()
+    budget_bytes = serializers.IntegerField()
+    kv_cache_bytes = serializers.IntegerField()
+    steps = StepSerializer(many=True)
