@@ -40,6 +40,7 @@ def test_register_real_gguf(gguf_root: Path) -> None:
         64,
     )
     assert arch["hidden_size"] == 576
+    assert version.parameter_count is not None
     assert 134e6 < version.parameter_count < 136e6
     [entry] = version.files.all()
     digest = hashlib.sha256()
