@@ -1,0 +1,73 @@
+"""Fixtures for end-to-end tests: `live_console` (the real ASGI app) and `browser_page` (headless Chromium).
+
+Use them as:
+
+    @pytest.mark.e2e
+    def test_something(live_console, browser_page, admin_user):
+        login(browser_page, live_console.url, admin_user.username, PASSWORD)
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connections
+
+from tests.e2e.harness import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    LiveConsole,
+    require_chromium,
+    require_frontend_build,
+    start_console,
+)
+
+
+@pytest.fixture
+def live_console(transactional_db: None, tmp_path: Path) -> Iterator[LiveConsole]:
+    """uvicorn console.asgi:application on a free port, sharing this test's database and Redis prefix.
+
+    `transactional_db` (not `db`): rows the test commits must be visible to the server process.
+    """
+    require_frontend_build()
+    console = start_console(tmp_path)
+    yield console
+    console.stop()
+
+
+@pytest.fixture
+def browser_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A Playwright page in Debian's headless Chromium with a fresh profile; never downloads a browser."""
+    require_chromium()
+    # Playwright's sync API keeps an event loop running in this thread; the ORM calls a test makes between
+    # browser steps are still plain synchronous calls in one thread, so Django's async guard does not apply.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    from playwright.sync_api import sync_playwright
+
+    profile = Path(tempfile.mkdtemp(prefix="chromium-profile-", dir=tmp_path))
+    with sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(profile),
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1280, "height": 860},
+            # Fixed zone and locale: tests type and read dates, which the console shows in the browser's zone.
+            timezone_id="UTC",
+            locale="en-US",
+        )
+        context.set_default_timeout(15_000)
+        page = context.pages[0] if context.pages else context.new_page()
+        try:
+            yield page
+        finally:
+            # ORM calls made while Playwright runs get their own connection (greenlets carry their own
+            # contextvars); close it here, or it outlives the test and blocks dropping the test database.
+            connections.close_all()
+            context.close()
+            shutil.rmtree(profile, ignore_errors=True)
