@@ -226,8 +226,9 @@ def _header_list(req_limit: int, req_left: int, tok_limit: int, tok_left: int) -
 class Limiter:
     """The Redis side of admission. Construct one per event loop (it holds an asyncio Redis client)."""
 
-    def __init__(self, client: aioredis.Redis) -> None:
+    def __init__(self, client: aioredis.Redis, *, lease_ms: int = LEASE_MS) -> None:
         self.redis = client
+        self.lease_ms = lease_ms
         self._admit = client.register_script(ADMIT_LUA)
         self._finish = client.register_script(FINISH_LUA)
         self._renew = client.register_script(RENEW_LUA)
@@ -257,7 +258,7 @@ class Limiter:
             ]
             if lim.max_concurrent_requests is not None:
                 lease_keys.append(rkey("rl", name, "conc"))
-        args: list[Any] = [request_id, reserve, LEASE_MS, len(scopes), _ms_to_midnight(), *limit_args]
+        args: list[Any] = [request_id, reserve, self.lease_ms, len(scopes), _ms_to_midnight(), *limit_args]
         try:
             result = await self._admit(keys=keys, args=args)
         except (aioredis.RedisError, OSError) as exc:
@@ -306,4 +307,4 @@ class Limiter:
         """Extend the leases of requests still running in this process."""
         if not leases:
             return
-        await self._renew(keys=[k for k, _ in leases], args=[LEASE_MS, *[rid for _, rid in leases]])
+        await self._renew(keys=[k for k, _ in leases], args=[self.lease_ms, *[rid for _, rid in leases]])

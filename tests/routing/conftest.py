@@ -149,3 +149,31 @@ def make_tenant_key(name: str = "acme", scopes: list[str] | None = None, **limit
         Quota.objects.create(tenant=tenant, **limits)
     issued = issue_api_key(tenant=tenant, name=f"{name} key", scopes=scopes)
     return TenantKey(tenant=tenant, raw_key=issued.raw_key, api_key=issued.api_key)
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str]
+    text: str
+
+    def json(self) -> Any:
+        import json
+
+        return json.loads(self.text)
+
+
+def post(url: str, key: str | None, body: Any = None, raw: bytes | None = None, timeout: float = 10) -> Reply:
+    """POST JSON (or raw bytes) with an optional bearer key; any status comes back as a Reply."""
+    import json
+    import urllib.error
+
+    data = raw if raw is not None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method="POST", headers={"Content-Type": "application/json"})
+    if key is not None:
+        req.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return Reply(resp.status, {k.lower(): v for k, v in resp.headers.items()}, resp.read().decode())
+    except urllib.error.HTTPError as err:
+        return Reply(err.code, {k.lower(): v for k, v in err.headers.items()}, err.read().decode())
