@@ -358,10 +358,10 @@ def preflight(
             f"{host.name} has no GPU {', '.join(map(str, missing))} (its agent reports {known or 'none'}).",
         )
         return result
-    for index, holders in _gpu_reservations(host, gpu_indices, exclude_id).items():
-        taken = sum(util for _, util in holders)
+    for index, gpu_holders in _gpu_reservations(host, gpu_indices, exclude_id).items():
+        taken = sum(util for _, util in gpu_holders)
         if taken + gpu_memory_utilization > 1.0 + 1e-9:
-            names = ", ".join(f"'{name}' ({util:.0%})" for name, util in holders)
+            names = ", ".join(f"'{name}' ({util:.0%})" for name, util in gpu_holders)
             left = max(0.0, 1.0 - taken)
             result.add(
                 "gpu_indices",

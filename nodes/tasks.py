@@ -6,8 +6,6 @@ owns the engine; the heartbeat sweep runs on the control queue from beat.
 
 from __future__ import annotations
 
-from typing import Any
-
 from console.celery import app
 
 
@@ -38,9 +36,3 @@ def check_host_heartbeats() -> list[str]:
     from nodes.services import mark_unreachable_hosts
 
     return mark_unreachable_hosts()
-
-
-@app.on_after_finalize.connect
-def schedule_heartbeat_sweep(sender: Any, **kwargs: Any) -> None:
-    # Bound for "unreachable": NODE_UNREACHABLE_SECONDS after the last heartbeat, plus this period.
-    sender.add_periodic_task(2.0, check_host_heartbeats.s(), name="nodes: host heartbeat sweep")

@@ -203,7 +203,7 @@ class Supervisor:
             and deployment.next_restart_at is not None
             and deployment.next_restart_at <= timezone.now()
         ):
-            self.pool.submit(runtime.launch, deployment.pk)
+            self.pool.submit(_in_own_connection, runtime.launch, deployment.pk)
         elif deployment.desired_state == DesiredState.STOPPED and deployment.state == DeploymentState.CRASHED:
             transition(deployment, DeploymentState.STOPPED, "Stopped while waiting to restart.", pid=None)
 
@@ -384,4 +384,14 @@ class Supervisor:
 
     def close(self) -> None:
         self.stop_event.set()
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _in_own_connection(func: Any, *args: Any) -> Any:
+    """Run `func` in a pool thread and close that thread's database connection afterwards."""
+    from django.db import connection
+
+    try:
+        return func(*args)
+    finally:
+        connection.close()

@@ -2,6 +2,10 @@ from __future__ import annotations
 
 from rest_framework.routers import DefaultRouter
 
+from nodes.api import views
+
 router = DefaultRouter()
+router.register("hosts", views.HostViewSet, basename="host")
+router.register("deployments", views.DeploymentViewSet, basename="deployment")
 
 urlpatterns = [*router.urls]

