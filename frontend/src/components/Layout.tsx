@@ -1,11 +1,16 @@
 import { NavLink, Outlet, useNavigate } from "react-router-dom";
 import { useAuth } from "../auth";
+import { useLive } from "../hooks/useLive";
 import { navSections } from "../routes";
+
+function ignoreEvent(): void {}
 
 /** Sidebar navigation, the signed-in user with their role, and the current page. */
 export function Layout() {
   const { me, logout } = useAuth();
   const navigate = useNavigate();
+  // Every signed-in page keeps the fleet feed open, so the top bar can say whether live data is flowing.
+  const live = useLive([], ignoreEvent);
   return (
     <div className="shell">
       <aside className="sidebar">
@@ -32,7 +37,14 @@ export function Layout() {
       </aside>
       <div className="main">
         <header className="topbar">
-          <span />
+          <span
+            className={live.connected ? "live live-on" : "live"}
+            data-testid="live-status"
+            data-connected={live.connected}
+            title={live.connected ? "Live updates connected" : "Live updates disconnected; reconnecting"}
+          >
+            {live.connected ? "Live" : "Offline"}
+          </span>
           <span className="user" data-testid="current-user">
             <span className="user-name">{me?.username}</span>
             <span className={`role role-${me?.role ?? "none"}`} data-testid="current-role">

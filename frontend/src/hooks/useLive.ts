@@ -48,7 +48,9 @@ export function useLive(groups: string[], onEvent: (event: LiveEvent) => void): 
       };
       socket.onclose = (close) => {
         setConnected(false);
-        if (closed || close.code === 4401) return; // 4401: not signed in; reconnecting will not help
+        // 4401: closed as not signed in. (A refused handshake shows as 1006; the backoff keeps those retries rare,
+        // and the page is left for /login at the next API call.)
+        if (closed || close.code === 4401) return;
         retry += 1;
         timer = setTimeout(connect, Math.min(30_000, 500 * 2 ** Math.min(retry, 6)));
       };
