@@ -146,7 +146,9 @@ class SimEngine:
         *,
         enable_prefix_caching: bool = True,
         time_scale: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self.clock = clock
         self.shape = shape
         self.metrics = metrics
         self.enable_prefix_caching = enable_prefix_caching
@@ -163,6 +165,9 @@ class SimEngine:
         # utilisation and power.
         self.recent_steps: collections.deque[tuple[float, float, int]] = collections.deque()
         self.total_steps = 0
+        # Wall seconds the engine fell behind its modelled clock (the CPU could not keep up).
+        self.lost_wall_s = 0.0
+        self.busy_model_s = 0.0
 
     # lifecycle ---------------------------------------------------------------------------------------
 
@@ -178,7 +183,7 @@ class SimEngine:
     # requests ----------------------------------------------------------------------------------------
 
     def add(self, seq: Sequence) -> None:
-        seq.arrival = time.monotonic()
+        seq.arrival = self.clock()
         if self.enable_prefix_caching:
             seq.block_hashes = self._block_hashes(seq.prompt_ids)
         self.waiting.append(seq)
@@ -189,7 +194,7 @@ class SimEngine:
         """Stop a sequence whose client went away; frees its KV blocks."""
         if seq.finished:
             return
-        self._finish(seq, "abort", time.monotonic())
+        self._finish(seq, "abort", self.clock())
         if seq in self.running:
             self.running.remove(seq)
         else:
@@ -208,8 +213,8 @@ class SimEngine:
     # the loop ----------------------------------------------------------------------------------------
 
     async def _run(self) -> None:
-        loop_time = time.monotonic
-        next_start = loop_time()
+        clock = self.clock
+        next_start = clock()
         while True:
             if self.hung:
                 await asyncio.Event().wait()
@@ -217,39 +222,51 @@ class SimEngine:
                 self._wake.clear()
                 self._update_gauges()
                 await self._wake.wait()
-                next_start = loop_time()
-            plan = self._schedule()
-            self._update_gauges()
+                next_start = clock()
+            plan, dt = self.plan_step()
             if not plan.items:
-                # Nothing fits (should not happen with a non-empty queue unless blocks are exhausted by
-                # a single sequence); wait for a change instead of spinning.
+                # Nothing fits (a lone sequence larger than the whole cache); wait for a change.
                 self._wake.clear()
                 await self._wake.wait()
-                next_start = loop_time()
+                next_start = clock()
                 continue
-            dt = step_time_s(
-                self.shape,
-                num_tokens=plan.num_tokens,
-                num_seqs=len(plan.items),
-                context_tokens=plan.context_tokens,
-                attention_pairs=plan.attention_pairs,
-            )
-            now = loop_time()
+            now = clock()
             # Steps are laid end to end on a virtual clock, so timer granularity does not accumulate;
-            # if the process falls far behind (overloaded CPU), the clock restarts from now.
+            # if the process falls far behind (CPU overloaded), the clock restarts from now and the
+            # lost time is counted in lost_wall_s.
             if now - next_start > 0.05:
+                self.lost_wall_s += now - next_start
                 next_start = now
             end = next_start + dt / self.time_scale
             delay = end - now
             if delay > 0:
                 await asyncio.sleep(delay)
             next_start = end
-            self.total_steps += 1
-            self.recent_steps.append((end, dt / self.time_scale, plan.num_tokens))
-            while self.recent_steps and self.recent_steps[0][0] < end - 1.0:
-                self.recent_steps.popleft()
-            self.metrics.iteration_tokens.observe(plan.num_tokens)
-            self._apply(plan, max(end, loop_time()))
+            self.finish_step(plan, dt, max(end, clock()))
+
+    def plan_step(self) -> tuple[StepPlan, float]:
+        """Schedule the next step; returns the plan and its modelled duration in seconds."""
+        plan = self._schedule()
+        self._update_gauges()
+        dt = step_time_s(
+            self.shape,
+            num_tokens=plan.num_tokens,
+            num_seqs=len(plan.items),
+            context_tokens=plan.context_tokens,
+            attention_pairs=plan.attention_pairs,
+        )
+        return plan, dt
+
+    def finish_step(self, plan: StepPlan, dt: float, now: float) -> None:
+        """Apply a step that ended at `now` (clock time) after `dt` modelled seconds."""
+        wall = dt / self.time_scale
+        self.total_steps += 1
+        self.busy_model_s += dt
+        self.recent_steps.append((now, wall, plan.num_tokens))
+        while self.recent_steps and self.recent_steps[0][0] < now - 1.0:
+            self.recent_steps.popleft()
+        self.metrics.iteration_tokens.observe(plan.num_tokens)
+        self._apply(plan, now)
 
     def _schedule(self) -> StepPlan:
         shape = self.shape
@@ -313,7 +330,7 @@ class SimEngine:
                     self.metrics.prefix_queries.inc(seq.num_tokens)
                     self.metrics.prefix_hits.inc(hit_tokens)
                 if seq.scheduled_at is None:
-                    seq.scheduled_at = time.monotonic()
+                    seq.scheduled_at = self.clock()
                     seq.num_cached_prompt_tokens = hit_tokens
                 running.append(seq)
                 items.append((seq, n))
@@ -419,7 +436,7 @@ class SimEngine:
 
     def fail_all(self, reason: str = "error") -> None:
         """Finish every sequence (engine death): clients see an error."""
-        now = time.monotonic()
+        now = self.clock()
         for seq in [*self.running, *self.waiting]:
             self._finish(seq, reason, now)
         self.running = []
@@ -437,6 +454,6 @@ class SimEngine:
 
     def busy_fraction(self, now: float | None = None) -> float:
         """Fraction of the last second of wall time during which the modelled GPU was running a step."""
-        now = time.monotonic() if now is None else now
+        now = self.clock() if now is None else now
         busy = sum(d for end, d, _ in self.recent_steps if end >= now - 1.0)
         return min(1.0, busy)

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Any
 
@@ -24,7 +23,7 @@ def gpu_snapshot(engine: SimEngine, *, first_index: int, uuid_seed: str, ready: 
     """The JSON body of /sim/gpu: one entry per tensor-parallel rank."""
     shape = engine.shape
     gpu = shape.profile.gpu
-    now = time.monotonic()
+    now = engine.clock()
     busy = engine.busy_fraction(now)
     steps = [s for s in engine.recent_steps if s[0] >= now - 1.0]
     knee = knee_tokens(shape)

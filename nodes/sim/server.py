@@ -109,6 +109,7 @@ class SimServer:
         r.add_post("/v1/chat/completions", self.chat_completions)
         r.add_post("/v1/completions", self.completions)
         r.add_get("/sim/gpu", self.sim_gpu)
+        r.add_get("/sim/stats", self.sim_stats)
         return app
 
     @web.middleware
@@ -191,6 +192,30 @@ class SimServer:
         seed = self.args.sim_gpu_uuid_seed or str(self.args.port)
         return _json(
             gpu_snapshot(self.engine, first_index=self.args.sim_gpu_index, uuid_seed=seed, ready=self.ready)
+        )
+
+    async def sim_stats(self, request: web.Request) -> web.Response:
+        e = self.engine
+        return _json(
+            {
+                "simulated": True,
+                "profile": self.shape.profile.name,
+                "time_scale": e.time_scale,
+                "num_gpu_blocks": self.shape.num_gpu_blocks,
+                "block_size": self.shape.block_size,
+                "free_blocks": e.pool.num_free,
+                "max_num_seqs": self.shape.max_num_seqs,
+                "max_num_batched_tokens": self.shape.max_num_batched_tokens,
+                "max_model_len": self.shape.max_model_len,
+                "running": len(e.running),
+                "waiting": len(e.waiting),
+                "steps": e.total_steps,
+                "preemptions": e.num_preemptions,
+                "busy_model_s": round(e.busy_model_s, 6),
+                "lost_wall_s": round(e.lost_wall_s, 6),
+                "requests": self.request_count,
+                "hung": e.hung,
+            }
         )
 
     async def _body(self, request: web.Request) -> Any:
