@@ -51,3 +51,7 @@ class Command(BaseCommand):
 
     def extra_seed(self) -> None:
         """Other apps' demo data (models, fleet) hooks in here."""
+        from models_registry.demo import seed_registry
+
+        for line in seed_registry():
+            self.stdout.write(line)
