@@ -1,0 +1,67 @@
+"""Simulator engines registered as ready deployments, the way the agent would leave them."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+from models_registry.models import Model, ModelAlias, ModelVersion
+from nodes.models import Deployment, Host
+from nodes.services import engine_api_key
+from nodes.sim.testing import SimHandle, free_port, start_sim
+
+SIM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+@dataclass
+class FleetMember:
+    deployment: Deployment
+    sim: SimHandle
+
+
+def ensure_alias(alias: str, max_context: int = 8192) -> ModelAlias:
+    model, _ = Model.objects.get_or_create(name="llama-3.1-8b")
+    version, _ = ModelVersion.objects.get_or_create(
+        model=model,
+        revision="main",
+        defaults={"source_kind": "directory", "source_path": "/models/llama", "max_context": max_context},
+    )
+    found, _ = ModelAlias.objects.get_or_create(name=alias, defaults={"active_version": version})
+    return found
+
+
+def start_member(
+    alias: str,
+    *sim_args: str,
+    role: str = "",
+    max_model_len: int = 4096,
+    time_scale: float = 50.0,
+) -> FleetMember:
+    """A ready Deployment row plus a simulator that accepts exactly its derived engine key."""
+    ensure_alias(alias)
+    host, _ = Host.objects.get_or_create(name="sim-host", defaults={"address": "127.0.0.1"})
+    port = free_port()
+    dep = Deployment.objects.create(
+        name=f"{alias}-{port}",
+        model_version=ModelAlias.objects.get(name=alias).active_version,
+        host=host,
+        port=port,
+        served_model_name=alias,
+        max_model_len=max_model_len,
+        role=role,
+        state="ready",
+        start_token=secrets.token_hex(8),
+        engine="sim",
+    )
+    sim = start_sim(
+        SIM_MODEL,
+        "--served-model-name",
+        alias,
+        "--max-model-len",
+        str(max_model_len),
+        *sim_args,
+        port=port,
+        api_key=engine_api_key(dep),
+        time_scale=time_scale,
+    )
+    return FleetMember(deployment=dep, sim=sim)
