@@ -65,14 +65,14 @@ async def test_gpu_and_engine_samples_are_pushed_and_stored(
     await comm.disconnect()
 
     redis = get_redis()
-    live = json.loads(redis.get(live_deployment_key(deployment.pk)))
-    for field in (
-        "ts", "state", "num_requests_running", "num_requests_waiting", "kv_cache_usage_perc", "num_gpu_blocks",
-        "block_size", "kv_cache_total_tokens", "prompt_tokens_total", "generation_tokens_total", "tokens_per_s",
-        "ttft_p50_s", "itl_p50_s",
-    ):  # fmt: skip
+    live = json.loads(redis.get(live_deployment_key(deployment.pk)) or b"{}")
+    contract = (
+        "ts state num_requests_running num_requests_waiting kv_cache_usage_perc num_gpu_blocks block_size "
+        "kv_cache_total_tokens prompt_tokens_total generation_tokens_total tokens_per_s ttft_p50_s itl_p50_s"
+    )
+    for field in contract.split():
         assert field in live
     assert 0 < redis.ttl(live_deployment_key(deployment.pk)) <= 5
-    gpu_live = json.loads(redis.get(live_gpu_key(host.name, 0)))
+    gpu_live = json.loads(redis.get(live_gpu_key(host.name, 0)) or b"{}")
     assert gpu_live["simulated"] is True and gpu_live["memory_total_bytes"] == gpu["memory_total_bytes"]
     await database_sync_to_async(supervisor.close)()

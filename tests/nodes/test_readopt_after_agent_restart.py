@@ -24,6 +24,7 @@ def test_running_engine_is_adopted_not_duplicated(host: Any, make_deployment: An
     runtime.launch(deployment.pk)
     deployment = tick_until(first, deployment, READY)
     pid, token = deployment.pid, deployment.start_token
+    assert pid is not None
     first.close()
 
     # A new agent process would start with an empty memory: only the row and the state file remain.
@@ -45,6 +46,7 @@ def test_engine_that_died_while_the_agent_was_away_is_restarted(host: Any, make_
     runtime.launch(deployment.pk)
     deployment = tick_until(first, deployment, READY)
     first.close()
+    assert deployment.pid is not None
     os.killpg(deployment.pid, signal.SIGKILL)
     old_pid = deployment.pid
 
