@@ -3,8 +3,9 @@
 Use them as:
 
     @pytest.mark.e2e
-    def test_something(live_console, browser_page, admin_user):
-        login(browser_page, live_console.url, admin_user.username, PASSWORD)
+    def test_something(browser_page, admin_user):  # browser_page starts live_console itself
+        login(browser_page, admin_user.username, PASSWORD)
+        browser_page.goto("/tenants")
 """
 
 from __future__ import annotations
@@ -41,8 +42,11 @@ def live_console(transactional_db: None, tmp_path: Path) -> Iterator[LiveConsole
 
 
 @pytest.fixture
-def browser_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """A Playwright page in Debian's headless Chromium with a fresh profile; never downloads a browser."""
+def browser_page(live_console: LiveConsole, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A Playwright page in Debian's headless Chromium with a fresh profile; never downloads a browser.
+
+    Its base URL is the live console, so `page.goto("/tenants")` works.
+    """
     require_chromium()
     # Playwright's sync API keeps an event loop running in this thread; the ORM calls a test makes between
     # browser steps are still plain synchronous calls in one thread, so Django's async guard does not apply.
@@ -56,6 +60,7 @@ def browser_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[An
             executable_path=str(CHROMIUM),
             headless=True,
             args=CHROMIUM_ARGS,
+            base_url=live_console.url,
             viewport={"width": 1280, "height": 860},
             # Fixed zone and locale: tests type and read dates, which the console shows in the browser's zone.
             timezone_id="UTC",

@@ -175,11 +175,11 @@ def wait_until_ready(console: LiveConsole) -> None:
     )
 
 
-def login(page: Any, console_url: str, username: str, password: str) -> None:
-    """Sign in through the login page and wait for the layout to show the user."""
+def login(page: Any, username: str, password: str) -> None:
+    """Sign in through the login page of the page's console (its base URL) and wait for the layout."""
     from playwright.sync_api import expect
 
-    page.goto(f"{console_url}/login")
+    page.goto("/login")
     page.get_by_label("Username").fill(username)
     page.get_by_label("Password").fill(password)
     page.get_by_role("button", name="Sign in").click()

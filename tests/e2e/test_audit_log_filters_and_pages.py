@@ -47,7 +47,7 @@ def test_audit_log_filters_and_pages(live_console: LiveConsole, browser_page: An
         )
 
     page = browser_page
-    login(page, live_console.url, admin_user.username, PASSWORD)
+    login(page, admin_user.username, PASSWORD)
     page.get_by_role("link", name="Audit").click()
     table = page.get_by_test_id("audit-table")
     rows = table.locator("tbody tr")

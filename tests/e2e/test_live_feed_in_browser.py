@@ -38,7 +38,7 @@ def test_live_feed_connects_and_delivers_events(
     live_console: LiveConsole, browser_page: Any, viewer_user: User, redis_clean: None
 ) -> None:
     page = browser_page
-    login(page, live_console.url, viewer_user.username, PASSWORD)
+    login(page, viewer_user.username, PASSWORD)
     # The layout's own feed (useLive) is connected: the top bar says so.
     expect(page.get_by_test_id("live-status")).to_have_attribute("data-connected", "true")
 

@@ -27,7 +27,7 @@ def test_admin_creates_tenant_sets_quota_creates_key_once_and_revokes(
     live_console: LiveConsole, browser_page: Any, admin_user: User
 ) -> None:
     page = browser_page
-    login(page, live_console.url, admin_user.username, PASSWORD)
+    login(page, admin_user.username, PASSWORD)
     screenshot(page, "01-signed-in-dashboard")
 
     # Create the tenant from the list page; the console opens its detail page.

@@ -22,7 +22,7 @@ def test_viewer_sees_no_write_actions(
     Quota.objects.create(tenant=tenant, requests_per_minute=77)
     issue_api_key(tenant=tenant, name="viewer-visible key", scopes=[], expires_at=None, created_by=admin_user)
     page = browser_page
-    login(page, live_console.url, viewer_user.username, PASSWORD)
+    login(page, viewer_user.username, PASSWORD)
     expect(page.get_by_test_id("current-role")).to_have_text("viewer")
 
     page.get_by_role("link", name="Tenants").click()

@@ -1,4 +1,4 @@
-import { useId, type InputHTMLAttributes, type ReactNode, type SelectHTMLAttributes, type TextareaHTMLAttributes } from "react";
+import { useEffect, useId, useRef, useState, type InputHTMLAttributes, type ReactNode, type SelectHTMLAttributes, type TextareaHTMLAttributes } from "react";
 import type { ApiError, FieldErrors } from "../api/client";
 
 interface FieldProps {
@@ -132,4 +132,32 @@ export function FormErrors({ error, fields = [] }: { error: ApiError | Error | n
       ))}
     </div>
   );
+}
+
+type DebouncedInputFieldProps = Omit<InputFieldProps, "value" | "onChange" | "defaultValue"> & {
+  /** The committed value (e.g. from the URL); read when the field mounts. Remount it (key) to reset. */
+  value: string;
+  /** Called with the trimmed text once typing pauses for `delayMs`. */
+  onCommit: (value: string) => void;
+  delayMs?: number;
+};
+
+/** A text filter that asks the API once the user pauses typing, not on every keystroke. */
+export function DebouncedInputField({ value, onCommit, delayMs = 300, ...props }: DebouncedInputFieldProps) {
+  const [draft, setDraft] = useState(value);
+  const commit = useRef(onCommit);
+  commit.current = onCommit;
+  const committed = useRef(value);
+
+  useEffect(() => {
+    const text = draft.trim();
+    if (text === committed.current) return;
+    const timer = setTimeout(() => {
+      committed.current = text;
+      commit.current(text);
+    }, delayMs);
+    return () => clearTimeout(timer);
+  }, [draft, delayMs]);
+
+  return <InputField {...props} value={draft} onChange={(e) => setDraft(e.target.value)} />;
 }

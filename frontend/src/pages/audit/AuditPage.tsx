@@ -1,13 +1,13 @@
 import { useState } from "react";
-import { useSearchParams } from "react-router-dom";
 import type { Page as ApiPage, AuditAction, AuditEvent } from "../../api/types";
 import { Dialog } from "../../components/Dialog";
-import { InputField, SelectField } from "../../components/Field";
+import { DebouncedInputField, InputField, SelectField } from "../../components/Field";
 import { ErrorState, Page } from "../../components/Page";
 import { StatusBadge, type BadgeTone } from "../../components/StatusBadge";
 import { Pagination, Table } from "../../components/Table";
 import { formatDateTime, isoToLocalInput, localInputToIso } from "../../format";
 import { useApi } from "../../hooks/useApi";
+import { useQueryParams } from "../../hooks/useQueryParams";
 
 const LIMIT = 25;
 
@@ -43,56 +43,62 @@ function changedFields(event: AuditEvent): string[] {
 }
 
 export function AuditPage() {
-  const [params, setParams] = useSearchParams();
-  const offset = Number(params.get("offset") ?? 0) || 0;
+  const { get, set: setFilter, clear } = useQueryParams();
+  const offset = Number(get("offset")) || 0;
   const query: Record<string, string | number> = { limit: LIMIT, offset };
-  for (const name of FILTERS) query[name] = params.get(name) ?? "";
+  for (const name of FILTERS) query[name] = get(name);
   const events = useApi<ApiPage<AuditEvent>>("/api/audit/", query);
   const [open, setOpen] = useState<AuditEvent | null>(null);
+  // Bumped by "Clear filters" to remount the text filters, which keep their own draft while typing.
+  const [generation, setGeneration] = useState(0);
 
-  const setFilter = (name: string, value: string) => {
-    const next = new URLSearchParams(params);
-    if (value) next.set(name, value);
-    else next.delete(name);
-    if (name !== "offset") next.delete("offset");
-    setParams(next, { replace: true });
-  };
-  const anyFilter = FILTERS.some((name) => params.get(name));
+  const anyFilter = FILTERS.some((name) => get(name));
 
   return (
     <Page title="Audit log" subtitle="Every administrative change: who did what, to which object, with before and after.">
       <div className="filters" data-testid="audit-filters">
-        <SelectField label="Action" name="action" options={ACTIONS} value={params.get("action") ?? ""} onChange={(e) => setFilter("action", e.target.value)} />
-        <InputField
+        <SelectField label="Action" name="action" options={ACTIONS} value={get("action")} onChange={(e) => setFilter("action", e.target.value)} />
+        <DebouncedInputField
+          key={`object_type-${generation}`}
           label="Object type"
           name="object_type"
           list="audit-object-types"
           placeholder="e.g. console.tenant"
-          value={params.get("object_type") ?? ""}
-          onChange={(e) => setFilter("object_type", e.target.value.trim())}
+          value={get("object_type")}
+          onCommit={(value) => setFilter("object_type", value)}
         />
         <datalist id="audit-object-types">
           {["console.tenant", "console.apikey", "console.user"].map((type) => (
             <option key={type} value={type} />
           ))}
         </datalist>
-        <InputField label="Actor" name="actor_name" placeholder="username" value={params.get("actor_name") ?? ""} onChange={(e) => setFilter("actor_name", e.target.value.trim())} />
+        <DebouncedInputField
+          key={`actor_name-${generation}`}
+          label="Actor"
+          name="actor_name"
+          placeholder="username"
+          value={get("actor_name")}
+          onCommit={(value) => setFilter("actor_name", value)}
+        />
         <InputField
           label="From"
           name="since"
           type="datetime-local"
-          value={isoToLocalInput(params.get("since"))}
+          value={isoToLocalInput(get("since"))}
           onChange={(e) => setFilter("since", localInputToIso(e.target.value))}
         />
         <InputField
           label="Until"
           name="until"
           type="datetime-local"
-          value={isoToLocalInput(params.get("until"))}
+          value={isoToLocalInput(get("until"))}
           onChange={(e) => setFilter("until", localInputToIso(e.target.value))}
         />
         {anyFilter && (
-          <button type="button" className="btn" onClick={() => setParams(new URLSearchParams(), { replace: true })}>
+          <button type="button" className="btn" onClick={() => {
+              clear();
+              setGeneration((n) => n + 1);
+            }}>
             Clear filters
           </button>
         )}

@@ -1,15 +1,16 @@
 import { useState, type FormEvent } from "react";
-import { useNavigate, useSearchParams } from "react-router-dom";
+import { useNavigate } from "react-router-dom";
 import { api, ApiError } from "../../api/client";
 import type { Page as ApiPage, Tenant } from "../../api/types";
 import { useAuth } from "../../auth";
 import { Dialog } from "../../components/Dialog";
-import { CheckboxField, FormErrors, InputField, TextareaField } from "../../components/Field";
+import { CheckboxField, DebouncedInputField, FormErrors, InputField, TextareaField } from "../../components/Field";
 import { ErrorState, Page } from "../../components/Page";
 import { StatusBadge } from "../../components/StatusBadge";
 import { Pagination, Table } from "../../components/Table";
 import { formatDateTime, formatNumber } from "../../format";
 import { useApi } from "../../hooks/useApi";
+import { useQueryParams } from "../../hooks/useQueryParams";
 
 const LIMIT = 25;
 
@@ -17,19 +18,11 @@ const LIMIT = 25;
 export function TenantsPage() {
   const { isAdmin } = useAuth();
   const navigate = useNavigate();
-  const [params, setParams] = useSearchParams();
-  const offset = Number(params.get("offset") ?? 0) || 0;
-  const search = params.get("search") ?? "";
+  const { get, set: setParam } = useQueryParams();
+  const offset = Number(get("offset")) || 0;
+  const search = get("search");
   const [creating, setCreating] = useState(false);
   const tenants = useApi<ApiPage<Tenant>>("/api/tenants/", { limit: LIMIT, offset, search });
-
-  const setParam = (name: string, value: string) => {
-    const next = new URLSearchParams(params);
-    if (value) next.set(name, value);
-    else next.delete(name);
-    if (name !== "offset") next.delete("offset");
-    setParams(next, { replace: true });
-  };
 
   return (
     <Page
@@ -44,7 +37,7 @@ export function TenantsPage() {
       }
     >
       <div className="filters">
-        <InputField label="Search" name="search" type="search" placeholder="Name or description" value={search} onChange={(e) => setParam("search", e.target.value)} />
+        <DebouncedInputField label="Search" name="search" type="search" placeholder="Name or description" value={search} onCommit={(value) => setParam("search", value)} />
       </div>
       <ErrorState error={tenants.error} onRetry={tenants.reload} />
       <Table

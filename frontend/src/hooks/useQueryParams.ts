@@ -1,0 +1,24 @@
+import { useCallback } from "react";
+import { useSearchParams } from "react-router-dom";
+
+/** List filters and paging kept in the URL (shareable, survive reload); changing a filter resets `offset`. */
+export function useQueryParams() {
+  const [params, setParams] = useSearchParams();
+  const get = useCallback((name: string) => params.get(name) ?? "", [params]);
+  const set = useCallback(
+    (name: string, value: string) =>
+      setParams(
+        (previous) => {
+          const next = new URLSearchParams(previous);
+          if (value) next.set(name, value);
+          else next.delete(name);
+          if (name !== "offset") next.delete("offset");
+          return next;
+        },
+        { replace: true },
+      ),
+    [setParams],
+  );
+  const clear = useCallback(() => setParams(new URLSearchParams(), { replace: true }), [setParams]);
+  return { params, get, set, clear };
+}
