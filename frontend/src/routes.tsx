@@ -2,6 +2,11 @@
 // one entry below; give it `nav` to show it in the sidebar (entries appear in this order).
 import type { ReactNode } from "react";
 import { AuditPage } from "./pages/audit/AuditPage";
+import { AliasesPage } from "./pages/models/AliasesPage";
+import { FitCalculatorPage } from "./pages/models/FitCalculatorPage";
+import { ModelsPage } from "./pages/models/ModelsPage";
+import { QuantizationPage } from "./pages/models/QuantizationPage";
+import { VersionDetailPage } from "./pages/models/VersionDetailPage";
 import { ComingSoon } from "./pages/placeholder/ComingSoon";
 import { TenantDetailPage } from "./pages/tenants/TenantDetailPage";
 import { TenantsPage } from "./pages/tenants/TenantsPage";
@@ -25,11 +30,11 @@ export const routes: ConsoleRoute[] = [
     element: <ComingSoon area="Nodes" what="Hosts, GPUs and engines with live health and utilisation." />,
     nav: { label: "Nodes", section: "Fleet" },
   },
-  {
-    path: "models",
-    element: <ComingSoon area="Models" what="Model registry: versions, files, quantizations and deployments." />,
-    nav: { label: "Models", section: "Fleet" },
-  },
+  { path: "models", element: <ModelsPage />, nav: { label: "Models", section: "Fleet" } },
+  { path: "models/versions/:id", element: <VersionDetailPage /> },
+  { path: "models/aliases", element: <AliasesPage /> },
+  { path: "models/quantization", element: <QuantizationPage /> },
+  { path: "models/fit", element: <FitCalculatorPage /> },
   {
     path: "routing",
     element: <ComingSoon area="Routing" what="Aliases, route pools, weights and failover." />,

@@ -1,0 +1,259 @@
+import { useState, type FormEvent } from "react";
+import { Link, useNavigate, useParams } from "react-router-dom";
+import { api, ApiError, errorMessage } from "../../api/client";
+import type { Page as ApiPage } from "../../api/types";
+import { useAuth } from "../../auth";
+import { ConfirmDialog } from "../../components/Dialog";
+import { FormErrors, InputField } from "../../components/Field";
+import { Card, ErrorState, Page } from "../../components/Page";
+import { StatusBadge } from "../../components/StatusBadge";
+import { Pagination, Table } from "../../components/Table";
+import { formatDateTime, formatNumber } from "../../format";
+import { useApi } from "../../hooks/useApi";
+import { ProblemsTable } from "./ProblemsTable";
+import { formatBytes, formatParams, type ManifestFile, type ModelVersion, type VerificationRun } from "./types";
+
+const FILES_LIMIT = 50;
+const HISTORY_LIMIT = 20;
+
+/** One version: its facts, its manifest with hashes, and where it verified (or failed) on each host. */
+export function VersionDetailPage() {
+  const { id } = useParams();
+  const { isAdmin } = useAuth();
+  const navigate = useNavigate();
+  const version = useApi<ModelVersion>(`/api/model-versions/${id}/`);
+  const [deleting, setDeleting] = useState(false);
+  const [deleteError, setDeleteError] = useState<string | null>(null);
+
+  if (version.error) {
+    return (
+      <Page title="Model version" subtitle={<Link to="/models">← Models</Link>}>
+        <ErrorState error={version.error} onRetry={version.reload} />
+      </Page>
+    );
+  }
+  if (!version.data) return <Page title="Model version">Loading…</Page>;
+  const v = version.data;
+
+  const remove = async () => {
+    try {
+      await api.delete(`/api/model-versions/${v.id}/`);
+      navigate("/models");
+    } catch (err) {
+      setDeleteError(errorMessage(err));
+    }
+  };
+
+  return (
+    <Page
+      title={
+        <>
+          {v.model_name}@{v.revision} <StatusBadge status={v.state} tone={v.state === "verified" ? "ok" : undefined} />
+        </>
+      }
+      subtitle={<Link to="/models">← Models</Link>}
+      actions={
+        <>
+          <Link className="btn" to={`/models/fit?version=${v.id}`}>
+            Will it fit?
+          </Link>
+          {isAdmin && (
+            <button type="button" className="btn btn-danger" onClick={() => setDeleting(true)}>
+              Delete version
+            </button>
+          )}
+        </>
+      }
+    >
+      <div className="grid-2">
+        <Card title="Version" testId="version-props">
+          <dl className="props">
+            <dt>Source</dt>
+            <dd>
+              <code>{v.source_path}</code> ({v.source_kind})
+            </dd>
+            <dt>Manifest digest</dt>
+            <dd>
+              <code data-testid="manifest-digest">{v.manifest_digest}</code>
+            </dd>
+            <dt>Files</dt>
+            <dd>
+              {v.file_count} · {formatBytes(v.total_bytes)}
+            </dd>
+            <dt>Parameters</dt>
+            <dd>{formatParams(v.parameter_count)}</dd>
+            <dt>Max context</dt>
+            <dd>{formatNumber(v.max_context, "—")}</dd>
+            <dt>Tokenizer</dt>
+            <dd>{v.tokenizer_path ? <code>{v.tokenizer_path}</code> : <span className="muted">—</span>}</dd>
+            <dt>Quantization</dt>
+            <dd>{v.quantization_name ?? <span className="muted">none</span>}</dd>
+            <dt>Quantized from</dt>
+            <dd>{v.parent ? <Link to={`/models/versions/${v.parent}`}>{v.parent_label}</Link> : <span className="muted">— (full precision)</span>}</dd>
+            <dt>Aliases</dt>
+            <dd>{v.aliases.length ? v.aliases.join(", ") : <span className="muted">—</span>}</dd>
+            <dt>Registered</dt>
+            <dd>{formatDateTime(v.created_at)}</dd>
+          </dl>
+        </Card>
+        <Card title="Architecture" testId="version-architecture">
+          <dl className="props">
+            {Object.entries(v.architecture)
+              .filter(([, value]) => typeof value !== "object" || value === null)
+              .map(([name, value]) => (
+                <Fragmentless key={name} name={name} value={value} />
+              ))}
+          </dl>
+        </Card>
+      </div>
+      <HostsCard version={v} editable={isAdmin} onQueued={version.reload} />
+      <ManifestCard version={v} />
+      <HistoryCard version={v} />
+      <ConfirmDialog
+        open={deleting}
+        title={`Delete ${v.model_name}@${v.revision}?`}
+        message="Its manifest and verification history go with it. Versions in use by an alias, a deployment or a quantized child cannot be deleted."
+        confirmLabel="Delete version"
+        danger
+        error={deleteError}
+        onConfirm={() => void remove()}
+        onClose={() => {
+          setDeleting(false);
+          setDeleteError(null);
+        }}
+      />
+    </Page>
+  );
+}
+
+function Fragmentless({ name, value }: { name: string; value: unknown }) {
+  return (
+    <>
+      <dt>{name}</dt>
+      <dd>
+        <code>{typeof value === "number" ? value.toLocaleString() : String(value)}</code>
+      </dd>
+    </>
+  );
+}
+
+function HostsCard({ version, editable, onQueued }: { version: ModelVersion; editable: boolean; onQueued: () => void }) {
+  const hosts = useApi<VerificationRun[]>(`/api/model-versions/${version.id}/hosts/`);
+  const [hostName, setHostName] = useState("");
+  const [error, setError] = useState<Error | null>(null);
+  const [queued, setQueued] = useState<string | null>(null);
+
+  const submit = async (event: FormEvent) => {
+    event.preventDefault();
+    setError(null);
+    setQueued(null);
+    try {
+      await api.post(`/api/model-versions/${version.id}/verify/`, { host_name: hostName });
+      setQueued(hostName);
+      onQueued();
+      hosts.reload();
+    } catch (err) {
+      setError(err instanceof Error ? err : new Error(String(err)));
+    }
+  };
+  return (
+    <Card title="Verified on hosts" testId="version-hosts">
+      <p className="muted" style={{ marginTop: 0 }}>
+        The latest verification per host. A deployment starts on a host only where its latest run passed.
+      </p>
+      <ErrorState error={hosts.error} onRetry={hosts.reload} />
+      <Table
+        rows={hosts.data}
+        loading={hosts.loading}
+        rowKey={(r) => r.id}
+        empty="Not verified on any host yet."
+        columns={[
+          { header: "Host", cell: (r) => <strong>{r.host_name}</strong> },
+          { header: "Result", cell: (r) => <StatusBadge status={r.ok ? "verified" : "failed"} tone={r.ok ? "ok" : "bad"} /> },
+          { header: "Bad files", className: "num", cell: (r) => r.problems.length },
+          { header: "Cache hits", className: "num", cell: (r) => `${r.cache_hits} / ${r.files_checked}` },
+          { header: "Why", cell: (r) => r.trigger },
+          { header: "Finished", cell: (r) => formatDateTime(r.finished_at) },
+        ]}
+      />
+      {editable && (
+        <form onSubmit={submit} noValidate className="filters" style={{ marginTop: 16, marginBottom: 0 }}>
+          <InputField label="Verify on host" name="host_name" value={hostName} onChange={(e) => setHostName(e.target.value)} errors={error instanceof ApiError ? error.fieldErrors : undefined} placeholder="node name" />
+          <button type="submit" className="btn">
+            Queue verification
+          </button>
+          {queued && <span className="saved">Queued on node.{queued}.</span>}
+        </form>
+      )}
+      <FormErrors error={error} fields={["host_name"]} />
+    </Card>
+  );
+}
+
+function ManifestCard({ version }: { version: ModelVersion }) {
+  const [offset, setOffset] = useState(0);
+  const files = useApi<ApiPage<ManifestFile>>(`/api/model-versions/${version.id}/files/`, { limit: FILES_LIMIT, offset });
+  return (
+    <Card title="Manifest" testId="version-manifest">
+      <ErrorState error={files.error} onRetry={files.reload} />
+      <Table
+        rows={files.data?.results}
+        loading={files.loading}
+        rowKey={(f) => f.path}
+        empty="No files."
+        columns={[
+          { header: "Path", cell: (f) => <code>{f.path}</code> },
+          { header: "Size", className: "num", cell: (f) => <span title={`${f.size.toLocaleString()} bytes`}>{formatBytes(f.size)}</span> },
+          { header: "sha256", cell: (f) => <code style={{ fontSize: 12 }}>{f.sha256}</code> },
+        ]}
+        pagination={
+          files.data && files.data.count > FILES_LIMIT ? (
+            <Pagination count={files.data.count} limit={FILES_LIMIT} offset={offset} onOffset={setOffset} />
+          ) : undefined
+        }
+      />
+    </Card>
+  );
+}
+
+function HistoryCard({ version }: { version: ModelVersion }) {
+  const [offset, setOffset] = useState(0);
+  const [open, setOpen] = useState<number | null>(null);
+  const runs = useApi<ApiPage<VerificationRun>>(`/api/model-versions/${version.id}/verifications/`, { limit: HISTORY_LIMIT, offset });
+  const selected = runs.data?.results.find((r) => r.id === open);
+  return (
+    <Card title="Verification history" testId="version-history">
+      <ErrorState error={runs.error} onRetry={runs.reload} />
+      <Table
+        rows={runs.data?.results}
+        loading={runs.loading}
+        rowKey={(r) => r.id}
+        onRowClick={(r) => setOpen(open === r.id ? null : r.id)}
+        empty="No verification runs."
+        columns={[
+          { header: "Started", cell: (r) => formatDateTime(r.started_at) },
+          { header: "Host", cell: (r) => r.host_name },
+          { header: "Result", cell: (r) => <StatusBadge status={r.ok ? "ok" : "failed"} tone={r.ok ? "ok" : "bad"} /> },
+          { header: "Files", className: "num", cell: (r) => r.files_checked },
+          { header: "Read", className: "num", cell: (r) => formatBytes(r.bytes_hashed) },
+          { header: "Cache hits", className: "num", cell: (r) => r.cache_hits },
+          { header: "Why", cell: (r) => r.trigger },
+          { header: "Problems", cell: (r) => (r.problems.length ? `${r.problems.length} — click to show` : <span className="muted">none</span>) },
+        ]}
+        pagination={
+          runs.data && runs.data.count > HISTORY_LIMIT ? (
+            <Pagination count={runs.data.count} limit={HISTORY_LIMIT} offset={offset} onOffset={setOffset} />
+          ) : undefined
+        }
+      />
+      {selected && selected.problems.length > 0 && (
+        <div style={{ marginTop: 16 }}>
+          <h2>
+            Problems on {selected.host_name} ({formatDateTime(selected.started_at)})
+          </h2>
+          <ProblemsTable problems={selected.problems} testId="run-problems" />
+        </div>
+      )}
+    </Card>
+  );
+}
