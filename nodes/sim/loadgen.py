@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 import aiohttp
 import orjson
 
+from nodes.sim import text
+
 
 @dataclass
 class StreamResult:
@@ -36,22 +38,23 @@ class StreamResult:
 
 
 def prompt_of(words: int, salt: int = 0) -> str:
-    """A prompt of about `words` tokens (one per word in the simulator's tokenizer)."""
-    return " ".join(f"w{(salt * 7919 + i) % 997}x" for i in range(words))
+    """A prompt of `words` common English words (one token each in the simulator's tokenizer)."""
+    vocab = [w for w in text.VOCAB if w.strip().isalpha()]
+    return "".join(vocab[(salt * 7919 + i * 31 + i * i) % len(vocab)] for i in range(words)).strip()
 
 
 async def one_stream(
     session: aiohttp.ClientSession,
     url: str,
     model: str,
-    prompt: str,
+    messages: list[dict[str, str]],
     max_tokens: int,
     headers: dict[str, str],
 ) -> StreamResult:
     """Send one streaming chat request and time its chunks."""
     body = {
         "model": model,
-        "messages": [{"role": "user", "content": prompt}],
+        "messages": messages,
         "max_tokens": max_tokens,
         "ignore_eos": True,
         "stream": True,
@@ -96,8 +99,14 @@ async def run_streams(
     max_tokens: int,
     api_key: str | None = None,
     distinct_prompts: bool = True,
+    system_prompt: str | None = None,
+    question: str = "",
 ) -> list[StreamResult]:
-    """Start `concurrency` streams at once and wait for all of them."""
+    """Start `concurrency` streams at once and wait for all of them.
+
+    Each stream's user message is a prompt of about prompt_words words (distinct per stream unless
+    distinct_prompts is false) followed by `question`; system_prompt, when given, is a shared prefix.
+    """
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
@@ -105,17 +114,13 @@ async def run_streams(
     timeout = aiohttp.ClientTimeout(total=600)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         url = base_url + "/v1/chat/completions"
-        tasks = [
-            one_stream(
-                session,
-                url,
-                model,
-                prompt_of(prompt_words, i if distinct_prompts else 0),
-                max_tokens,
-                headers,
-            )
-            for i in range(concurrency)
-        ]
+        tasks = []
+        for i in range(concurrency):
+            user = (prompt_of(prompt_words, i if distinct_prompts else 0) + " " + question).strip()
+            messages = [{"role": "user", "content": user}]
+            if system_prompt is not None:
+                messages.insert(0, {"role": "system", "content": system_prompt})
+            tasks.append(one_stream(session, url, model, messages, max_tokens, headers))
         return list(await asyncio.gather(*tasks))
 
 
