@@ -883,9 +883,9 @@ class Proxy:
         # Non-streaming answers arrive whole, so for them only the total timeout applies.
         header_budget = pool.first_byte_timeout_s if ctx.stream else pool.total_timeout_s
         try:
-            resp = await asyncio.wait_for(
-                self.session.post(url, data=payload, headers=headers, timeout=timeout), header_budget
-            )
+            # asyncio.timeout, not wait_for: no extra task per request on the hot path.
+            async with asyncio.timeout(header_budget):
+                resp = await self.session.post(url, data=payload, headers=headers, timeout=timeout)
         except TimeoutError:
             raise RetryableUpstreamError("no response before the first-byte timeout", 504) from None
         except (aiohttp.ClientError, OSError) as exc:
@@ -896,7 +896,8 @@ class Proxy:
                 raise RetryableUpstreamError(f"HTTP {resp.status}")
             if not ctx.stream or resp.status != 200:
                 try:
-                    data = await asyncio.wait_for(resp.read(), max(0.001, deadline - time.perf_counter()))
+                    async with asyncio.timeout(max(0.001, deadline - time.perf_counter())):
+                        data = await resp.read()
                 except TimeoutError:
                     raise RetryableUpstreamError("total timeout", 504) from None
                 except (aiohttp.ClientError, OSError) as exc:
@@ -942,9 +943,8 @@ class Proxy:
     ) -> None:
         # Wait for the first chunk before answering the client: until then a failure is retryable.
         try:
-            first = await asyncio.wait_for(
-                resp.content.readany(), max(0.001, started + pool.first_byte_timeout_s - time.perf_counter())
-            )
+            async with asyncio.timeout(max(0.001, started + pool.first_byte_timeout_s - time.perf_counter())):
+                first = await resp.content.readany()
         except TimeoutError:
             raise RetryableUpstreamError("no first token before the first-byte timeout", 504) from None
         except (aiohttp.ClientError, OSError) as exc:
@@ -966,25 +966,23 @@ class Proxy:
         chunk: bytes = first
         log_text = ctx.key is not None and ctx.key.log_prompts
         try:
-            while True:
-                buffer += chunk
-                cut = buffer.rfind(b"\n\n")
-                if cut >= 0:
-                    events, buffer = buffer[: cut + 2], buffer[cut + 2 :]
-                    out = self._filter_events(ctx, events, client_wants_usage, log_text)
-                    chunks += events.count(b"data: ") - events.count(b"data: [DONE]")
-                    if b"data: [DONE]" in events:
-                        done = True
-                    if out:
-                        await send({"type": "http.response.body", "body": out, "more_body": True})
-                if done:
-                    break
-                remaining = deadline - time.perf_counter()
-                if remaining <= 0:
-                    raise TimeoutError
-                chunk = await asyncio.wait_for(resp.content.readany(), remaining)
-                if not chunk:
-                    break
+            async with asyncio.timeout(max(0.001, deadline - time.perf_counter())):
+                while True:
+                    buffer += chunk
+                    cut = buffer.rfind(b"\n\n")
+                    if cut >= 0:
+                        events, buffer = buffer[: cut + 2], buffer[cut + 2 :]
+                        out = self._filter_events(ctx, events, client_wants_usage, log_text)
+                        chunks += events.count(b"data: ") - events.count(b"data: [DONE]")
+                        if b"data: [DONE]" in events:
+                            done = True
+                        if out:
+                            await send({"type": "http.response.body", "body": out, "more_body": True})
+                    if done:
+                        break
+                    chunk = await resp.content.readany()
+                    if not chunk:
+                        break
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             ctx.error_type = "upstream_timeout" if isinstance(exc, TimeoutError) else "upstream_disconnected"
         if not done:

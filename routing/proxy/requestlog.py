@@ -26,27 +26,83 @@ from routing.proxy.metrics import REQUEST_LOG_SPOOLED
 log = logging.getLogger(__name__)
 
 
+COLUMNS = (
+    "created_at",
+    "request_id",
+    "tenant_id",
+    "tenant_name",
+    "key_prefix",
+    "endpoint_kind",
+    "alias",
+    "deployment_id",
+    "upstream",
+    "status",
+    "error_type",
+    "stream",
+    "priority",
+    "prompt_tokens",
+    "prompt_tokens_estimated",
+    "completion_tokens",
+    "ttft_ms",
+    "latency_ms",
+    "retries",
+    "route_pool",
+    "route_reason",
+    "prompt_text",
+    "response_text",
+)
+# Column defaults for rows that omit a field (spooled rows from older versions, tests).
+DEFAULTS: dict[str, Any] = {
+    "request_id": "",
+    "tenant_name": "",
+    "key_prefix": "",
+    "endpoint_kind": "",
+    "alias": "",
+    "upstream": "",
+    "error_type": "",
+    "stream": False,
+    "priority": "",
+    "prompt_tokens_estimated": False,
+    "retries": 0,
+    "route_pool": "",
+    "route_reason": "",
+}
+
+
 def write_rows(rows: list[dict[str, Any]]) -> None:
-    """Insert rows and stamp their keys' last_used_at (sync; raises on a database error)."""
-    from django.db import transaction
+    """Insert rows and stamp their keys' last_used_at (sync; raises on a database error).
+
+    One executemany of a fixed INSERT rather than bulk_create: building model instances cost about
+    a third of the proxy's CPU at a thousand requests per second.
+    """
+    from django.db import connection, transaction
 
     from console.models import ApiKey
     from routing.models import RequestLog
 
-    objs = []
+    ops = connection.ops
+    table = ops.quote_name(RequestLog._meta.db_table)
+    sql = (
+        f"INSERT INTO {table} ({', '.join(ops.quote_name(c) for c in COLUMNS)}) "
+        f"VALUES ({', '.join(['%s'] * len(COLUMNS))})"
+    )
+    params = []
     key_ids: set[int] = set()
+    now = dt.datetime.now(dt.UTC)
     for row in rows:
-        row = dict(row)
-        key_id = row.pop("key_id", None)
+        key_id = row.get("key_id")
         if key_id is not None:
             key_ids.add(key_id)
-        if isinstance(row.get("created_at"), str):
-            row["created_at"] = dt.datetime.fromisoformat(row["created_at"])
-        objs.append(RequestLog(**row))
-    with transaction.atomic():
-        RequestLog.objects.bulk_create(objs, batch_size=1000)
+        created = row.get("created_at") or now
+        if isinstance(created, str):
+            created = dt.datetime.fromisoformat(created)
+        values = [ops.adapt_datetimefield_value(created)]
+        values.extend(row.get(c, DEFAULTS.get(c)) for c in COLUMNS[1:])
+        params.append(values)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.executemany(sql, params)
         if key_ids:
-            ApiKey.objects.filter(pk__in=key_ids).update(last_used_at=dt.datetime.now(dt.UTC))
+            ApiKey.objects.filter(pk__in=key_ids).update(last_used_at=now)
 
 
 class RequestLogWriter:

@@ -1,0 +1,308 @@
+"""Proxy overhead and throughput, side by side in one run: direct, inferchain proxy, LiteLLM proxy.
+
+    .venv/bin/python benchmarks/proxy_overhead.py [--seconds 5] [--reps 3] [--skip-litellm]
+
+All three targets front the same trivial OpenAI-compatible backend (benchmarks/trivial_backend.py)
+on loopback. For each target: latency at 1 client (p50, p99 of sequential requests) and requests/s
+at 16 and 64 concurrent clients, non-streaming and streaming; each cell runs `--seconds` and is
+repeated `--reps` times, and the median is reported. The inferchain proxy runs standalone
+(`python -m routing.proxy`, one uvicorn worker, uvloop + httptools) with a SQLite database holding
+one tenant and key and its request log. LiteLLM is installed pinned into its own virtualenv
+(var/bench/litellm-venv) and runs with one worker and no database. Results: a Markdown table on
+stdout and JSON in var/bench/proxy_overhead.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH_DIR = REPO / "var" / "bench"
+LITELLM_VERSION = "1.108.0"
+LITELLM_VENV = BENCH_DIR / "litellm-venv"
+BODY = {"model": "trivial", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 16}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_ready(
+    url: str, proc: subprocess.Popen[bytes], timeout: float = 90.0, headers: dict[str, str] | None = None
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: process exited with {proc.returncode}")
+        try:
+            req = urllib.request.Request(url, headers=headers or {})
+            with urllib.request.urlopen(req, timeout=2) as resp:
+                if resp.status < 500:
+                    return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"{url}: not ready after {timeout}s")
+
+
+def spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    fh = log.open("wb")
+    return subprocess.Popen(cmd, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT, env=env or dict(os.environ))
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+# ---- targets ---------------------------------------------------------------------------------------
+
+
+def setup_inferchain_db(db_url: str) -> str:
+    """Migrate a SQLite database for the benchmark proxy and issue one unlimited key; returns the raw key."""
+    env = {**os.environ, "DATABASE_URL": db_url, "DJANGO_SETTINGS_MODULE": "console.settings"}
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=REPO, env=env, check=True
+    )
+    script = (
+        "import django; django.setup()\n"
+        "from console.models import Tenant\n"
+        "from console.services import issue_api_key\n"
+        "t, _ = Tenant.objects.get_or_create(name='bench')\n"
+        "print(issue_api_key(tenant=t, name='bench').raw_key)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, check=True, capture_output=True)
+    return out.stdout.decode().strip().splitlines()[-1]
+
+
+def ensure_litellm() -> tuple[Path | None, str]:
+    """The LiteLLM executable in its own virtualenv (installed pinned if missing), or why not."""
+    exe = LITELLM_VENV / "bin" / "litellm"
+    if exe.exists():
+        return exe, ""
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(LITELLM_VENV)], check=True)
+        subprocess.run(
+            [str(LITELLM_VENV / "bin" / "pip"), "install", "--quiet", f"litellm[proxy]=={LITELLM_VERSION}"],
+            check=True,
+            timeout=900,
+        )
+    except (subprocess.SubprocessError, OSError) as exc:
+        return None, f"install failed: {exc}"
+    return (exe, "") if exe.exists() else (None, "installed but no litellm executable")
+
+
+# ---- load ------------------------------------------------------------------------------------------
+
+
+async def run_cell(url: str, key: str, clients: int, seconds: float, stream: bool) -> dict[str, float]:
+    """`clients` loops sending requests back to back for `seconds`; requests/s and latency percentiles."""
+    body = json.dumps({**BODY, "stream": stream}).encode()
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    latencies: list[float] = []
+    errors = 0
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
+
+        async def one() -> None:
+            nonlocal errors
+            t0 = time.perf_counter()
+            async with session.post(url, data=body) as resp:
+                payload = await resp.read()
+                if resp.status != 200 or (stream and b"[DONE]" not in payload):
+                    errors += 1
+                    return
+            latencies.append(time.perf_counter() - t0)
+
+        for _ in range(min(clients, 8) * 5):  # warm connections and caches
+            await one()
+        latencies.clear()
+        errors = 0
+        stop_at = time.perf_counter() + seconds
+
+        async def loop() -> None:
+            while time.perf_counter() < stop_at:
+                await one()
+
+        started = time.perf_counter()
+        await asyncio.gather(*(loop() for _ in range(clients)))
+        elapsed = time.perf_counter() - started
+    latencies.sort()
+    n = len(latencies)
+    return {
+        "rps": n / elapsed,
+        "p50_ms": latencies[n // 2] * 1000 if n else float("nan"),
+        "p99_ms": latencies[min(n - 1, int(n * 0.99))] * 1000 if n else float("nan"),
+        "requests": n,
+        "errors": errors,
+    }
+
+
+def median_cell(
+    url: str, key: str, clients: int, seconds: float, stream: bool, reps: int
+) -> dict[str, float]:
+    runs = [asyncio.run(run_cell(url, key, clients, seconds, stream)) for _ in range(reps)]
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--skip-litellm", action="store_true")
+    args = parser.parse_args()
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+
+    BENCH_DIR.mkdir(parents=True, exist_ok=True)
+    logs = Path(tempfile.mkdtemp(prefix="proxy-bench-"))
+    procs: list[subprocess.Popen[bytes]] = []
+    results: dict[str, Any] = {"seconds": args.seconds, "reps": args.reps, "targets": {}, "notes": {}}
+    try:
+        backend_port = free_port()
+        procs.append(
+            spawn(
+                [sys.executable, "benchmarks/trivial_backend.py", "--port", str(backend_port)],
+                logs / "backend.log",
+            )
+        )
+        wait_ready(f"http://127.0.0.1:{backend_port}/health", procs[-1])
+        targets: dict[str, tuple[str, str]] = {
+            "direct": (f"http://127.0.0.1:{backend_port}/v1/chat/completions", "unused"),
+        }
+
+        db_path = BENCH_DIR / "bench.sqlite3"
+        db_path.unlink(missing_ok=True)
+        db_url = f"sqlite:///{db_path}"
+        raw_key = setup_inferchain_db(db_url)
+        proxy_port = free_port()
+        env = {
+            **os.environ,
+            "DATABASE_URL": db_url,
+            "PROXY_STATIC_ENDPOINTS": f"trivial=http://127.0.0.1:{backend_port}",
+            "REDIS_KEY_PREFIX": f"bench{os.getpid()}:",
+            "REQUEST_LOG_SPOOL_DIR": str(logs / "spool"),
+        }
+        procs.append(
+            spawn([sys.executable, "-m", "routing.proxy", "--port", str(proxy_port)], logs / "proxy.log", env)
+        )
+        wait_ready(f"http://127.0.0.1:{proxy_port}/healthz", procs[-1])
+        targets["inferchain"] = (f"http://127.0.0.1:{proxy_port}/v1/chat/completions", raw_key)
+
+        if not args.skip_litellm:
+            exe, why = ensure_litellm()
+            if exe is None:
+                results["notes"]["litellm"] = why
+            else:
+                litellm_port = free_port()
+                cfg = logs / "litellm.yaml"
+                cfg.write_text(
+                    "model_list:\n"
+                    "  - model_name: trivial\n"
+                    "    litellm_params:\n"
+                    "      model: openai/trivial\n"
+                    f"      api_base: http://127.0.0.1:{backend_port}/v1\n"
+                    "      api_key: unused\n"
+                    "litellm_settings:\n"
+                    "  telemetry: false\n"
+                )
+                lenv = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL",)}
+                lenv["LITELLM_LOG"] = "ERROR"
+                # LiteLLM refuses to start without a master key; it authenticates with it (no database).
+                master_key = "sk-" + secrets.token_hex(16)
+                lenv["LITELLM_MASTER_KEY"] = master_key
+                procs.append(
+                    spawn(
+                        [str(exe), "--config", str(cfg), "--port", str(litellm_port), "--num_workers", "1"],
+                        logs / "litellm.log",
+                        lenv,
+                    )
+                )
+                try:
+                    wait_ready(f"http://127.0.0.1:{litellm_port}/health/liveliness", procs[-1], timeout=180)
+                    targets["litellm"] = (f"http://127.0.0.1:{litellm_port}/v1/chat/completions", master_key)
+                except RuntimeError as exc:
+                    tail = (logs / "litellm.log").read_text(errors="replace")[-1500:]
+                    results["notes"]["litellm"] = f"{exc}; log tail: {tail}"
+
+        cells = [(1, False), (16, False), (64, False), (1, True), (16, True), (64, True)]
+        for name, (url, key) in targets.items():
+            results["targets"][name] = {}
+            for clients, stream in cells:
+                cell = median_cell(url, key, clients, args.seconds, stream, args.reps)
+                label = f"{'stream' if stream else 'json'}_c{clients}"
+                results["targets"][name][label] = cell
+                print(
+                    f"{name:11s} {label:10s} {cell['rps']:8.0f} req/s  p50 {cell['p50_ms']:6.2f} ms  "
+                    f"p99 {cell['p99_ms']:6.2f} ms  errors {cell['errors']:.0f}",
+                    flush=True,
+                )
+    finally:
+        for proc in reversed(procs):
+            stop(proc)
+
+    out = BENCH_DIR / "proxy_overhead.json"
+    out.write_text(json.dumps(results, indent=2))
+    print()
+    print(render_table(results))
+    print(f"\nraw results: {out}")
+
+
+def render_table(results: dict[str, Any]) -> str:
+    t = results["targets"]
+    direct, ours, lite = t.get("direct", {}), t.get("inferchain", {}), t.get("litellm", {})
+    lines = [
+        "| cell | direct | inferchain | LiteLLM | inferchain / direct | inferchain / LiteLLM |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label in ("json_c1", "json_c16", "json_c64", "stream_c1", "stream_c16", "stream_c64"):
+        d, o, li = direct.get(label), ours.get(label), lite.get(label)
+        if d is None or o is None:
+            continue
+        lrps = f"{li['rps']:.0f}" if li else "n/a"
+        vs_lite = f"{o['rps'] / li['rps']:.1f}x" if li and li["rps"] else "n/a"
+        ratio = o["rps"] / d["rps"]
+        lines.append(
+            f"| {label} req/s | {d['rps']:.0f} | {o['rps']:.0f} | {lrps} | {ratio:.2f} | {vs_lite} |"
+        )
+    for label in ("json_c1", "stream_c1"):
+        d, o, li = direct.get(label), ours.get(label), lite.get(label)
+        if d is None or o is None:
+            continue
+        for pct in ("p50_ms", "p99_ms"):
+            lval = f"{li[pct]:.2f}" if li else "n/a"
+            ladd = f"+{li[pct] - d[pct]:.2f}" if li else "n/a"
+            ours = f"{o[pct]:.2f} (+{o[pct] - d[pct]:.2f})"
+            lines.append(f"| {label} {pct} | {d[pct]:.2f} | {ours} | {lval} ({ladd}) | | |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
