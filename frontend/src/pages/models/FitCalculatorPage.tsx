@@ -21,6 +21,7 @@ export function FitCalculatorPage() {
   const [utilization, setUtilization] = useState("0.9");
   const [maxModelLen, setMaxModelLen] = useState("8192");
   const [maxNumSeqs, setMaxNumSeqs] = useState("256");
+  const [overheadGib, setOverheadGib] = useState("1");
   const [result, setResult] = useState<FitResult | null>(null);
   const [error, setError] = useState<Error | null>(null);
   const [busy, setBusy] = useState(false);
@@ -37,6 +38,7 @@ export function FitCalculatorPage() {
         gpu_memory_utilization: Number(utilization),
         max_model_len: Number(maxModelLen),
         max_num_seqs: Number(maxNumSeqs),
+        overhead_bytes: Math.round(Number(overheadGib) * 1024 ** 3),
       };
       if (method) body.method = method;
       if (kvDtype) body.kv_cache_dtype = kvDtype;
@@ -85,7 +87,17 @@ export function FitCalculatorPage() {
               <InputField label="max_model_len" name="max_model_len" type="number" value={maxModelLen} onChange={(e) => setMaxModelLen(e.target.value)} errors={errors} />
               <InputField label="max_num_seqs" name="max_num_seqs" type="number" value={maxNumSeqs} onChange={(e) => setMaxNumSeqs(e.target.value)} errors={errors} />
             </div>
-            <FormErrors error={error} fields={["version", "method", "kv_cache_dtype", "gpu_memory_gib", "gpu_memory_utilization", "max_model_len", "max_num_seqs"]} />
+            <InputField
+              label="Runtime overhead (GiB)"
+              name="overhead_bytes"
+              type="number"
+              step="any"
+              value={overheadGib}
+              onChange={(e) => setOverheadGib(e.target.value)}
+              errors={errors}
+              hint="CUDA context, activations and CUDA graphs: an assumption (vLLM logs 1–2 GiB for a 7–8B model). Use 0 for llama.cpp on CPU."
+            />
+            <FormErrors error={error} fields={["version", "method", "kv_cache_dtype", "gpu_memory_gib", "gpu_memory_utilization", "max_model_len", "max_num_seqs", "overhead_bytes"]} />
             <div className="form-actions">
               <button type="submit" className="btn btn-primary" disabled={busy}>
                 Check fit

@@ -170,7 +170,9 @@ function RegisterVersionDialog({
   onClose: () => void;
   onCreated: (v: ModelVersion) => void;
 }) {
-  const [model, setModel] = useState(families[0] ? String(families[0].id) : "");
+  const [pickedModel, setModel] = useState("");
+  // The families may arrive after the dialog opens; until one is picked, the first is the choice.
+  const model = pickedModel || (families[0] ? String(families[0].id) : "");
   const [revision, setRevision] = useState("");
   const [sourcePath, setSourcePath] = useState("");
   const [quantization, setQuantization] = useState("");

@@ -70,11 +70,11 @@ export function VersionDetailPage() {
           <dl className="props">
             <dt>Source</dt>
             <dd>
-              <code>{v.source_path}</code> ({v.source_kind})
+              <code style={{ wordBreak: "break-all" }}>{v.source_path}</code> ({v.source_kind})
             </dd>
             <dt>Manifest digest</dt>
             <dd>
-              <code data-testid="manifest-digest">{v.manifest_digest}</code>
+              <code data-testid="manifest-digest" style={{ wordBreak: "break-all" }}>{v.manifest_digest}</code>
             </dd>
             <dt>Files</dt>
             <dd>
@@ -85,7 +85,7 @@ export function VersionDetailPage() {
             <dt>Max context</dt>
             <dd>{formatNumber(v.max_context, "—")}</dd>
             <dt>Tokenizer</dt>
-            <dd>{v.tokenizer_path ? <code>{v.tokenizer_path}</code> : <span className="muted">—</span>}</dd>
+            <dd>{v.tokenizer_path ? <code style={{ wordBreak: "break-all" }}>{v.tokenizer_path}</code> : <span className="muted">—</span>}</dd>
             <dt>Quantization</dt>
             <dd>{v.quantization_name ?? <span className="muted">none</span>}</dd>
             <dt>Quantized from</dt>
@@ -129,7 +129,7 @@ export function VersionDetailPage() {
 function Fragmentless({ name, value }: { name: string; value: unknown }) {
   return (
     <>
-      <dt>{name}</dt>
+      <dt style={{ overflowWrap: "anywhere" }}>{name}</dt>
       <dd>
         <code>{typeof value === "number" ? value.toLocaleString() : String(value)}</code>
       </dd>

