@@ -36,31 +36,88 @@ class ApiError(Exception):
 
 
 def validation_error(param: str | None, message: str, value: object = None) -> ApiError:
-    """A VLLMValidationError: str() appends the parameter and value (vllm/exceptions.py:47-54)."""
+    """A VLLMValidationError: str() appends "(parameter=..., value=...)" for the parts that are set
+    (vllm/exceptions.py); it answers 400 BadRequestError with `param`."""
+    extras = []
     if param is not None:
-        message = f"{message} (parameter={param}, value={value})"
+        extras.append(f"parameter={param}")
+    if value is not None:
+        extras.append(f"value={value}")
+    if extras:
+        message = f"{message} ({', '.join(extras)})"
     return ApiError(400, "BadRequestError", message, param)
 
 
-def body_error(kind: str, loc: str, msg: str, value: object) -> ApiError:
-    """A pydantic RequestValidationError as vLLM's handler renders it (type is the reason phrase)."""
-    detail = {"type": kind, "loc": ("body", loc) if loc else ("body",), "msg": msg, "input": value}
-    return ApiError(400, "Bad Request", f"1 validation error:\n  {detail!r}")
+def _summarize_input(value: object) -> object:
+    """vLLM's validation handler echoes inputs bounded: containers are described, long text is cut."""
+    if isinstance(value, str):
+        return value[:200] + "...[truncated]" if len(value) > 200 else value
+    if isinstance(value, (list, tuple, dict)):
+        return f"<{type(value).__name__} of {len(value)} items>"
+    return str(value)
+
+
+def body_error(kind: str, loc: str, msg: str, value: object, *, ctx: dict[str, Any] | None = None,
+               param: str | None = None) -> ApiError:  # fmt: skip
+    """A pydantic RequestValidationError as vLLM's handler renders it: type is the reason phrase
+    "Bad Request", the message lists the error with its dotted loc, `param` is that loc."""
+    loc_str = "body." + loc if loc else "body"
+    detail: dict[str, Any] = {"type": kind, "loc": loc_str, "msg": msg, "input": _summarize_input(value)}
+    if ctx is not None:
+        detail["ctx"] = ctx
+    return ApiError(400, "Bad Request", f"1 validation error:\n  {detail}", param or loc_str)
+
+
+def validator_error(message: str, param: str | None, body: object, value: object = None) -> ApiError:
+    """A VLLMValidationError raised inside a pydantic model_validator(mode="before"): pydantic wraps it as
+    a value_error on the whole body, and vLLM's handler takes `param` from the wrapped exception."""
+    text = str(validation_error(param, message, value))
+    return body_error(
+        "value_error",
+        "",
+        f"Value error, {text}",
+        body,
+        ctx={"error": f"VLLMValidationError({message!r})"},
+        param=param,
+    )
 
 
 _MISSING = object()
+_PARSE = {
+    int: ("int_parsing", "Input should be a valid integer, unable to parse string as an integer"),
+    float: ("float_parsing", "Input should be a valid number, unable to parse string as a number"),
+    bool: ("bool_parsing", "Input should be a valid boolean, unable to interpret input"),
+}
 
 
 def _get(body: dict[str, Any], name: str, kinds: tuple[type, ...], default: Any = None) -> Any:
+    """A field with pydantic's lax coercions (numeric strings, integral floats); wrong types are 400."""
     v = body.get(name, _MISSING)
     if v is _MISSING or v is None:
         return default
-    if bool not in kinds and isinstance(v, bool):
-        raise body_error(_kind(kinds), name, _msg(kinds), v)
-    if float in kinds and isinstance(v, int) and not isinstance(v, bool):
+    kind = kinds[0]
+    if kind is bool:
+        if isinstance(v, bool):
+            return v
+        if v in (0, 1) and isinstance(v, int):
+            return bool(v)
+        if isinstance(v, str) and v.lower() in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+            return v.lower() in ("true", "1", "yes", "on")
+        raise body_error(_PARSE[bool][0], name, _PARSE[bool][1], v)
+    if kind in (int, float) and isinstance(v, str):
+        try:
+            parsed = float(v) if kind is float else int(v)
+        except ValueError:
+            raise body_error(_PARSE[kind][0], name, _PARSE[kind][1], v) from None
+        return parsed
+    if kind is float and isinstance(v, (int, float)):
         return float(v)
-    if int in kinds and isinstance(v, float) and v.is_integer():
+    if kind is int and isinstance(v, float) and v.is_integer():
         return int(v)
+    if kind is int and isinstance(v, float):
+        raise body_error(
+            "int_from_float", name, "Input should be a valid integer, got a number with a fractional part", v
+        )
     if not isinstance(v, kinds):
         raise body_error(_kind(kinds), name, _msg(kinds), v)
     return v
@@ -129,7 +186,7 @@ def check_model(body: dict[str, Any], limits: ServingLimits) -> str:
     return str(model)
 
 
-def _messages_text(body: dict[str, Any]) -> tuple[list[dict[str, str]], bool]:
+def messages_text(body: dict[str, Any]) -> tuple[list[dict[str, str]], bool]:
     if "messages" not in body:
         raise body_error("missing", "messages", "Field required", body)
     msgs = body["messages"]
@@ -166,9 +223,9 @@ def _stop(body: dict[str, Any]) -> tuple[str, ...]:
     if stop is None:
         return ()
     if isinstance(stop, str):
-        return (stop,) if stop else ()
+        return (stop,)
     if isinstance(stop, list) and all(isinstance(s, str) for s in stop):
-        return tuple(s for s in stop if s)
+        return tuple(stop)
     raise body_error("string_type", "stop", "Input should be a valid string", stop)
 
 
@@ -193,36 +250,10 @@ def _common(body: dict[str, Any], limits: ServingLimits, *, chat: bool) -> dict[
     else:
         max_tokens = _get(body, "max_tokens", (int,), 16)
         max_param = "max_tokens"
-    if stream_options is not None and not stream:
-        raise validation_error(None, "Stream options can only be defined when `stream=True`.")
-    if n < 1:
-        raise validation_error("n", f"n must be at least 1, got {n}.", n)
-    if not -2.0 <= presence <= 2.0:
-        raise validation_error(
-            "presence_penalty", f"presence_penalty must be in [-2, 2], got {presence}.", presence
+    if stream_options and not stream:
+        raise validator_error(
+            "Stream options can only be defined when `stream=True`.", "stream_options", body
         )
-    if not -2.0 <= frequency <= 2.0:
-        raise validation_error(
-            "frequency_penalty", f"frequency_penalty must be in [-2, 2], got {frequency}.", frequency
-        )
-    if repetition <= 0.0:
-        raise validation_error(
-            "repetition_penalty",
-            f"repetition_penalty must be greater than zero, got {repetition}.",
-            repetition,
-        )
-    if temperature < 0.0:
-        raise validation_error(
-            "temperature", f"temperature must be non-negative, got {temperature}.", temperature
-        )
-    if not 0.0 < top_p <= 1.0:
-        raise validation_error("top_p", f"top_p must be in (0, 1], got {top_p}.", top_p)
-    if top_k < -1:
-        raise validation_error("top_k", f"top_k must be 0 (disable), or at least 1, got {top_k}.", top_k)
-    if not 0.0 <= min_p <= 1.0:
-        raise validation_error("min_p", f"min_p must be in [0, 1], got {min_p}.", min_p)
-    if max_tokens is not None and max_tokens < 1:
-        raise validation_error(max_param, f"max_tokens must be at least 1, got {max_tokens}.", max_tokens)
     if max_tokens is not None and max_tokens > limits.max_model_len:
         raise validation_error(
             max_param,
@@ -230,16 +261,12 @@ def _common(body: dict[str, Any], limits: ServingLimits, *, chat: bool) -> dict[
             f"{limits.max_model_len}. Please request fewer output tokens.",
             max_tokens,
         )
-    if min_tokens < 0:
-        raise validation_error(
-            "min_tokens", f"min_tokens must be greater than or equal to 0, got {min_tokens}.", min_tokens
-        )
-    if max_tokens is not None and min_tokens > max_tokens:
-        raise validation_error(
-            "min_tokens",
-            f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}.",
-            min_tokens,
-        )
+    stop = _stop(body)
+    sampling = {
+        "n": n, "presence": presence, "frequency": frequency, "repetition": repetition,
+        "temperature": temperature, "top_p": top_p, "top_k": top_k, "min_p": min_p,
+        "max_tokens": max_tokens, "min_tokens": min_tokens, "stop": stop,
+    }  # fmt: skip
     include_usage = limits.force_include_usage
     continuous = False
     if stream_options:
@@ -252,12 +279,56 @@ def _common(body: dict[str, Any], limits: ServingLimits, *, chat: bool) -> dict[
         "stream": stream,
         "include_usage": include_usage,
         "continuous_usage": continuous,
-        "stop": _stop(body),
+        "stop": tuple(x for x in stop if x),
         "ignore_eos": ignore_eos,
         "min_tokens": min_tokens,
         "max_tokens": max_tokens,
         "max_param": max_param,
+        "sampling": sampling,
     }
+
+
+def verify_sampling(sp: dict[str, Any], logprobs: int | None) -> None:
+    """SamplingParams._verify_args and _verify_greedy_sampling, in vLLM's order and wording; only some
+    of vLLM's checks name a parameter (those get `param` and the "(parameter=...)" suffix)."""
+    n, temperature, top_p = sp["n"], sp["temperature"], sp["top_p"]
+    max_tokens, min_tokens = sp["max_tokens"], sp["min_tokens"]
+    if n < 1:
+        raise validation_error(None, f"n must be at least 1, got {n}.")
+    if not -2.0 <= sp["presence"] <= 2.0:
+        raise validation_error(None, f"presence_penalty must be in [-2, 2], got {sp['presence']}.")
+    if not -2.0 <= sp["frequency"] <= 2.0:
+        raise validation_error(None, f"frequency_penalty must be in [-2, 2], got {sp['frequency']}.")
+    if sp["repetition"] <= 0.0:
+        raise validation_error(None, f"repetition_penalty must be greater than zero, got {sp['repetition']}.")
+    if temperature < 0.0:
+        raise validation_error(
+            "temperature", f"temperature must be non-negative, got {temperature}.", temperature
+        )
+    if temperature > 2.0:
+        raise validation_error(
+            "temperature", f"temperature must be in [0, 2], got {temperature}.", temperature
+        )
+    if not 0.0 < top_p <= 1.0:
+        raise validation_error("top_p", f"top_p must be in (0, 1], got {top_p}.", top_p)
+    if sp["top_k"] < -1:
+        raise validation_error(None, f"top_k must be 0 (disable), or at least 1, got {sp['top_k']}.")
+    if not 0.0 <= sp["min_p"] <= 1.0:
+        raise validation_error(None, f"min_p must be in [0, 1], got {sp['min_p']}.")
+    if max_tokens is not None and max_tokens < 1:
+        raise validation_error("max_tokens", f"max_tokens must be at least 1, got {max_tokens}.", max_tokens)
+    if min_tokens < 0:
+        raise validation_error(None, f"min_tokens must be greater than or equal to 0, got {min_tokens}.")
+    if max_tokens is not None and min_tokens > max_tokens:
+        raise validation_error(
+            None, f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}."
+        )
+    if logprobs is not None and logprobs != -1 and logprobs < 0:
+        raise validation_error("logprobs", f"logprobs must be non-negative or -1, got {logprobs}.", logprobs)
+    if any(not x for x in sp["stop"]):
+        raise validation_error(None, "stop cannot contain an empty string.")
+    if temperature < 1e-5 and n > 1:
+        raise validation_error(None, f"n must be 1 when using greedy sampling, got {n}.")
 
 
 def _check_lengths(
@@ -293,18 +364,18 @@ def parse_chat(body: Any, limits: ServingLimits) -> SamplingRequest:
     if not isinstance(body, dict):
         raise body_error("model_attributes_type", "", "Input should be a valid dictionary or object", body)
     model = check_model(body, limits)
-    messages, add_gen = _messages_text(body)
+    messages, add_gen = messages_text(body)
     c = _common(body, limits, chat=True)
     logprobs = bool(_get(body, "logprobs", (bool,), False))
     top = _get(body, "top_logprobs", (int,), None)
-    if top is not None and top < 0:
-        raise validation_error("top_logprobs", "`top_logprobs` must be a positive value.", top)
-    if top is not None and top > 0 and not logprobs:
-        raise validation_error(
-            "top_logprobs", "when using `top_logprobs`, `logprobs` must be set to true.", top
+    if top is not None and top < 0 and top != -1:
+        raise validator_error("`top_logprobs` must be a positive value or -1.", "top_logprobs", body, top)
+    if top is not None and (top == -1 or top > 0) and not logprobs:
+        raise validator_error(
+            "when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs", body
         )
     n_logprobs = (top or 0) if logprobs else None
-    if n_logprobs is not None and limits.max_logprobs != -1 and n_logprobs > limits.max_logprobs:
+    if n_logprobs is not None and limits.max_logprobs != -1 and _all_vocab(n_logprobs) > limits.max_logprobs:
         raise validation_error(
             "logprobs",
             f"Requested sample logprobs of {n_logprobs}, which is greater than max allowed: "
@@ -315,6 +386,7 @@ def parse_chat(body: Any, limits: ServingLimits) -> SamplingRequest:
     ids = text.tokenize(prompt)
     prompts = [(ids, prompt)]
     _check_lengths(prompts, c["max_tokens"], limits, token_input=False)
+    verify_sampling(c["sampling"], n_logprobs)
     return SamplingRequest(model=model, prompts=prompts, logprobs=n_logprobs, **_strip(c))
 
 
@@ -351,9 +423,7 @@ def parse_completion(body: Any, limits: ServingLimits) -> SamplingRequest:
         raise validation_error("suffix", "suffix is not currently supported", body.get("suffix"))
     c = _common(body, limits, chat=False)
     lp = _get(body, "logprobs", (int,), None)
-    if lp is not None and lp < 0:
-        raise validation_error("logprobs", f"logprobs must be non-negative, got {lp}.", lp)
-    if lp is not None and limits.max_logprobs != -1 and lp > limits.max_logprobs:
+    if lp is not None and limits.max_logprobs != -1 and _all_vocab(lp) > limits.max_logprobs:
         raise validation_error(
             "logprobs",
             f"Requested sample logprobs of {lp}, which is greater than max allowed: {limits.max_logprobs}",
@@ -361,8 +431,14 @@ def parse_completion(body: Any, limits: ServingLimits) -> SamplingRequest:
         )
     echo = bool(_get(body, "echo", (bool,), False))
     _check_lengths(prompts, c["max_tokens"], limits, token_input=token_input)
+    verify_sampling(c["sampling"], lp)
     return SamplingRequest(model=model, prompts=prompts, logprobs=lp, echo=echo, **_strip(c))
 
 
+def _all_vocab(n: int) -> int:
+    """-1 asks for the log-probabilities of the whole vocabulary."""
+    return text.VOCAB_SIZE if n == -1 else n
+
+
 def _strip(c: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in c.items() if k != "max_param"}
+    return {k: v for k, v in c.items() if k not in ("max_param", "sampling")}

@@ -28,7 +28,15 @@ from nodes.sim.engine import Sequence, SimEngine
 from nodes.sim.gpu import gpu_snapshot
 from nodes.sim.metrics import EngineMetrics
 from nodes.sim.profiles import PROFILES, EngineConfigError, EngineShape, derive_engine_shape
-from nodes.sim.protocol import ApiError, SamplingRequest, ServingLimits, parse_chat, parse_completion
+from nodes.sim.protocol import (
+    ApiError,
+    SamplingRequest,
+    ServingLimits,
+    body_error,
+    messages_text,
+    parse_chat,
+    parse_completion,
+)
 
 logger = logging.getLogger("nodes.sim")
 
@@ -224,32 +232,28 @@ class SimServer:
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
-            detail = {
-                "type": "json_invalid",
-                "loc": ("body", 0),
-                "msg": "JSON decode error",
-                "input": {},
-                "ctx": {"error": str(exc).split(":")[0]},
-            }
-            raise ApiError(400, "Bad Request", f"1 validation error:\n  {detail!r}") from None
+            # FastAPI reports the position of the decode error in `loc`.
+            raise body_error(
+                "json_invalid", str(exc.pos), "JSON decode error", {}, ctx={"error": exc.msg}
+            ) from None
 
     async def tokenize(self, request: web.Request) -> web.Response:
         body = await self._body(request)
         if not isinstance(body, dict):
-            raise ApiError(400, "Bad Request", "1 validation error:\n  Input should be a valid dictionary")
+            raise body_error(
+                "model_attributes_type", "", "Input should be a valid dictionary or object", body
+            )
         if body.get("model") is not None and body["model"] not in self.served_names:
             raise ApiError(404, "NotFoundError", f"The model `{body['model']}` does not exist.", "model")
         if "messages" in body:
-            from nodes.sim.protocol import _messages_text
-
-            messages, add_gen = _messages_text(body)
+            messages, add_gen = messages_text(body)
             prompt = text.render_chat(messages, add_gen)
         elif isinstance(body.get("prompt"), str):
             prompt = body["prompt"]
             if body.get("add_special_tokens", True):
                 prompt = text.BOS + prompt
         else:
-            raise ApiError(400, "Bad Request", "1 validation error:\n  Field required: prompt or messages")
+            raise body_error("missing", "prompt", "Field required", body)
         ids = text.tokenize(prompt)
         strs = text.token_strs(prompt) if body.get("return_token_strs") else None
         return _json(
@@ -260,7 +264,7 @@ class SimServer:
         body = await self._body(request)
         tokens = body.get("tokens") if isinstance(body, dict) else None
         if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
-            raise ApiError(400, "Bad Request", "1 validation error:\n  tokens: Input should be a valid list")
+            raise body_error("list_type", "tokens", "Input should be a valid list", tokens)
         return _json({"prompt": text.detokenize(tokens)})
 
     # generation --------------------------------------------------------------------------------------
