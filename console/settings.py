@@ -85,6 +85,10 @@ DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'var' / 'db.sqlit
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 0))}
 # Each test run gets its own database so that parallel runs on one server never collide.
 DATABASES["default"]["TEST"] = {"NAME": env_str("TEST_DATABASE_NAME", f"test_inferchain_{os.getpid()}")}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # The zero-setup demo has several writer processes (web, worker, node agents): take the write lock
+    # at BEGIN and wait for it, instead of failing with "database is locked" on a read-to-write upgrade.
+    DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 20}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")

@@ -10,7 +10,6 @@ simulator needs no weights.
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,7 @@ LLAMA_31_8B_CONFIG: dict[str, Any] = {
     "vocab_size": 128256,
 }
 SERVED_NAME = "llama-3.1-8b"
-CPU_SERVED_NAME = "smollm2-135m"
+CPU_SERVED_NAME = "smollm2-135m"  # models_registry.demo.SMOLLM2_ALIAS
 
 
 @dataclass(frozen=True)
@@ -156,31 +155,16 @@ def _ensure_versions(host_name: str) -> dict[str, Any]:
 
 
 def _ensure_gguf_version(host_name: str) -> Any:
-    from models_registry.models import Model, ModelAlias, ModelVersion
-    from models_registry.services import register_version
+    """The registry's demo SmolLM2 GGUF version (models_registry.demo seeds it; this makes sure)."""
+    from models_registry.demo import seed_smollm2
 
-    gguf = packaged_gguf()
-    if gguf is None:
-        return None
-    model, _ = Model.objects.get_or_create(
-        name="SmolLM2-135M-Instruct", defaults={"architecture": "llama", "task_tags": ["chat"]}
-    )
-    version = ModelVersion.objects.filter(model=model, revision="q4_1").first()
-    if version is None:
-        # The registry only takes files under MODEL_ROOTS (a symlink out of them is refused): copy it in.
-        copy = _demo_model_root() / gguf.name
-        copy.parent.mkdir(parents=True, exist_ok=True)
-        if not copy.exists():
-            shutil.copyfile(gguf, copy)
-        version = register_version(model=model, revision="q4_1", source_path=str(copy), host_name=host_name)
-    ModelAlias.objects.get_or_create(name=CPU_SERVED_NAME, defaults={"active_version": version})
-    return version
+    return seed_smollm2(host_name)
 
 
 def seed_demo_fleet(*, time_scale: float = 1.0) -> list[str]:
     """Create the demo hosts and deployments (idempotent); the agents launch them when they start.
 
-    Returns the names of deployments created now. Launches are queued on each host's Celery
+    Returns one line per deployment created now. Launches are queued on each host's Celery
     queue, so they run as soon as `make run` starts the agents.
     """
     from nodes import services
@@ -199,13 +183,8 @@ def seed_demo_fleet(*, time_scale: float = 1.0) -> list[str]:
                 },
             )
             hosts[spec.name] = host
+        # Registered (and verified) on demo-a; each agent verifies the files on its own host at launch.
         versions = _ensure_versions(DEMO_HOSTS[0].name)
-        # The verification run above was for the first host; the demo hosts share this disk.
-        from models_registry.services import verify_version_on_host
-
-        for version in versions.values():
-            for spec in DEMO_HOSTS[1:]:
-                verify_version_on_host(version.pk, spec.name, trigger="task")
         _ensure_simulated_gpus(hosts)
         for engine in DEMO_ENGINES:
             if Deployment.objects.filter(name=engine.name).exists():
@@ -226,7 +205,7 @@ def seed_demo_fleet(*, time_scale: float = 1.0) -> list[str]:
                 extra_args=["--sim-profile", engine.sim_profile, "--sim-time-scale", str(time_scale)],
             )
             services.request_start(deployment, "Demo fleet: launch queued.")
-            created.append(deployment.name)
+            created.append(f"deployment {deployment.name}: sim on {engine.host} GPU {engine.gpu_indices}")
         if llama_cpp_available() and not Deployment.objects.filter(name="smollm2-cpu").exists():
             host = hosts["demo-b"]
             version = _ensure_gguf_version(host.name)
@@ -246,7 +225,10 @@ def seed_demo_fleet(*, time_scale: float = 1.0) -> list[str]:
                     extra_args=["--n_threads", "1"],
                 )
                 services.request_start(deployment, "Demo fleet: launch queued.")
-                created.append(deployment.name)
+                created.append(f"deployment {deployment.name}: llama.cpp on {host.name} (CPU)")
+        relaunched = relaunch_failed_demo_engines()
+        if relaunched:
+            created.append(f"{relaunched} failed demo engine(s) queued for relaunch")
     return created
 
 

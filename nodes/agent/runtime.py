@@ -97,75 +97,103 @@ def verify_files(deployment: Deployment) -> str | None:
 
 
 def launch(deployment_id: int) -> str:
-    """Verify files, fit-check, start the engine; the supervisor then waits for /health and /v1/models."""
+    """Verify files, fit-check, start the engine; the supervisor then waits for /health and /v1/models.
+
+    An unexpected error (database, disk) counts as a crash, so the launch is retried with backoff
+    instead of leaving the deployment stuck in VERIFYING.
+    """
     with locked(deployment_id):
         deployment = _load(deployment_id)
         if deployment is None:
             return "gone"
-        if deployment.desired_state != DesiredState.RUNNING:
-            return "not wanted"
-        if engine_running(deployment):
-            return "already running"
-        if (
-            deployment.pid
-            and process.is_alive(deployment.pid)
-            and deployment.state == DeploymentState.STARTING
-        ):
-            return "already starting"
+        try:
+            return _launch(deployment)
+        except Exception as exc:
+            log.exception("launch of deployment %s failed", deployment_id)
+            deployment.refresh_from_db()
+            if engine_running(deployment):
+                return "started"
+            record_crash(deployment, f"Launch failed: {type(exc).__name__}: {exc}.")
+            return "error"
 
-        transition(deployment, DeploymentState.VERIFYING, "Verifying model files on the host.")
-        problem = verify_files(deployment)
-        if problem:
-            transition(deployment, DeploymentState.FAILED, problem, pid=None)
-            return "verification failed"
-        deployment.model_version.refresh_from_db()
 
-        check = preflight_deployment(deployment, check_reachable=False)
-        if not check.ok:
-            transition(
-                deployment, DeploymentState.FAILED, f"Refused before start: {check.summary()}", pid=None
-            )
-            return "refused"
-        bind = bind_host_for(deployment.host)
-        if not process.port_is_free(deployment.port, bind):
-            transition(
-                deployment,
-                DeploymentState.FAILED,
-                f"Refused before start: port {deployment.port} on {deployment.host.name} is already in use "
-                "by another process; pick a free port.",
-                pid=None,
-            )
-            return "port in use"
+def _launch(deployment: Deployment) -> str:
+    if deployment.desired_state != DesiredState.RUNNING:
+        return "not wanted"
+    if engine_running(deployment):
+        return "already running"
+    if deployment.pid and process.is_alive(deployment.pid) and deployment.state == DeploymentState.STARTING:
+        return "already starting"
 
-        # A new token per launch: a new engine key, and a pid that cannot be mistaken for the old one.
-        deployment.start_token = new_start_token()
-        Deployment.objects.filter(pk=deployment.pk).update(start_token=deployment.start_token)
-        adapter = get_adapter(deployment.engine)
-        spec = engine_spec(deployment)
-        argv = adapter.build_argv(spec)
-        record = process.start_engine(
-            argv=argv,
-            env=adapter.build_env(spec),
-            directory=engine_dir(deployment.host.name),
-            deployment_id=deployment.pk,
-            port=deployment.port,
-            start_token=deployment.start_token,
-            log_keep=node_int("ENGINE_LOG_KEEP"),
-        )
+    transition(deployment, DeploymentState.VERIFYING, "Verifying model files on the host.")
+    problem = verify_files(deployment)
+    if problem:
+        transition(deployment, DeploymentState.FAILED, problem, pid=None)
+        return "verification failed"
+    deployment.model_version.refresh_from_db()
+
+    check = preflight_deployment(deployment, check_reachable=False)
+    if not check.ok:
+        transition(deployment, DeploymentState.FAILED, f"Refused before start: {check.summary()}", pid=None)
+        return "refused"
+    reap_orphan(deployment)
+    bind = bind_host_for(deployment.host)
+    if not process.port_is_free(deployment.port, bind):
         transition(
             deployment,
-            DeploymentState.STARTING,
-            f"Engine started (pid {record.pid}); waiting for /health and /v1/models.",
-            pid=record.pid,
-            start_token=deployment.start_token,
-            launch_argv=redact_argv(argv, spec.api_key),
-            log_path=record.log_path,
-            started_at=timezone.now(),
-            ready_at=None,
-            next_restart_at=None,
+            DeploymentState.FAILED,
+            f"Refused before start: port {deployment.port} on {deployment.host.name} is already in use "
+            "by another process; pick a free port.",
+            pid=None,
         )
-        log.info("launched deployment %s pid %s", deployment.pk, record.pid)
-        return "started"
+        return "port in use"
+
+    # A new token per launch: a new engine key, and a pid that cannot be mistaken for the old one.
+    deployment.start_token = new_start_token()
+    Deployment.objects.filter(pk=deployment.pk).update(start_token=deployment.start_token)
+    adapter = get_adapter(deployment.engine)
+    spec = engine_spec(deployment)
+    argv = adapter.build_argv(spec)
+    record = process.start_engine(
+        argv=argv,
+        env=adapter.build_env(spec),
+        directory=engine_dir(deployment.host.name),
+        deployment_id=deployment.pk,
+        port=deployment.port,
+        start_token=deployment.start_token,
+        log_keep=node_int("ENGINE_LOG_KEEP"),
+    )
+    transition(
+        deployment,
+        DeploymentState.STARTING,
+        f"Engine started (pid {record.pid}); waiting for /health and /v1/models.",
+        pid=record.pid,
+        start_token=deployment.start_token,
+        launch_argv=redact_argv(argv, spec.api_key),
+        log_path=record.log_path,
+        started_at=timezone.now(),
+        ready_at=None,
+        next_restart_at=None,
+    )
+    log.info("launched deployment %s pid %s", deployment.pk, record.pid)
+    return "started"
+
+
+def reap_orphan(deployment: Deployment) -> bool:
+    """Stop an engine this agent started for `deployment` that the database lost track of.
+
+    That happens when the agent fails between starting the process and recording its pid; the
+    state file and the start token in the process's environment prove the process is ours.
+    """
+    record = process.read_record(engine_dir(deployment.host.name), deployment.pk)
+    if record is None or record.pid == deployment.pid:
+        return False
+    if not (process.is_alive(record.pid) and process.carries_token(record.pid, record.start_token)):
+        return False
+    log.warning("stopping orphaned engine pid %s of deployment %s", record.pid, deployment.pk)
+    process.stop_engine(record.pid, node_setting("NODE_STOP_TIMEOUT_SECONDS"))
+    process.forget_record(engine_dir(deployment.host.name), deployment.pk)
+    return True
 
 
 def _in_flight(deployment: Deployment) -> float | None:
@@ -309,4 +337,9 @@ def adopt(host_name: str) -> list[int]:
                 Deployment.objects.filter(pk=deployment.pk).update(pid=None)
                 continue
             record_crash(deployment, "The engine was gone when the agent restarted.")
+    for deployment in Deployment.objects.select_related("host").filter(
+        host__name=host_name, pid__isnull=True
+    ):
+        with locked(deployment.pk):
+            reap_orphan(deployment)
     return adopted

@@ -52,6 +52,9 @@ PROBE_TIMEOUT = 1.0
 DEGRADE_AFTER_FAILURES = 3
 # Window over which tokens/s and the TTFT/ITL medians are computed.
 RATE_WINDOW_SECONDS = 10.0
+# A deployment pending (or verifying, with nobody holding its lock) this long gets launched by the
+# supervisor: its queued task went missing.
+STALLED_LAUNCH_SECONDS = 30.0
 SUPERVISED_STATES = (DeploymentState.STARTING, DeploymentState.READY, DeploymentState.DEGRADED)
 
 
@@ -203,6 +206,15 @@ class Supervisor:
             and deployment.next_restart_at is not None
             and deployment.next_restart_at <= timezone.now()
         ):
+            self.pool.submit(_in_own_connection, runtime.launch, deployment.pk)
+        elif (
+            deployment.desired_state == DesiredState.RUNNING
+            and deployment.state in (DeploymentState.PENDING, DeploymentState.VERIFYING)
+            and not runtime.deployment_lock(deployment.pk).locked()
+            and (timezone.now() - (deployment.state_changed_at or deployment.created_at)).total_seconds()
+            > STALLED_LAUNCH_SECONDS
+        ):
+            # Its launch task was lost (or died mid-way): launching is idempotent, so just do it.
             self.pool.submit(_in_own_connection, runtime.launch, deployment.pk)
         elif deployment.desired_state == DesiredState.STOPPED and deployment.state == DeploymentState.CRASHED:
             transition(deployment, DeploymentState.STOPPED, "Stopped while waiting to restart.", pid=None)

@@ -12,6 +12,7 @@ import pytest
 from nodes import process
 from nodes.agent import runtime
 from nodes.choices import DeploymentState
+from nodes.models import Deployment
 from tests.nodes.conftest import READY, in_state, supervisor_for, tick_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -71,4 +72,22 @@ def test_reused_pid_is_not_mistaken_for_the_engine(host: Any, make_deployment: A
     assert deployment.state in (DeploymentState.CRASHED,)
     assert deployment.pid is None
     assert in_state(DeploymentState.CRASHED)(deployment)
+    supervisor.close()
+
+
+def test_engine_the_database_lost_is_stopped_before_relaunch(host: Any, make_deployment: Any) -> None:
+    # The agent started the engine but failed before recording its pid (e.g. the database was locked).
+    deployment = make_deployment()
+    supervisor = supervisor_for(host)
+    supervisor.start()
+    runtime.launch(deployment.pk)
+    deployment.refresh_from_db()
+    orphan = deployment.pid
+    assert orphan is not None
+    Deployment.objects.filter(pk=deployment.pk).update(pid=None, state=DeploymentState.PENDING)
+
+    assert runtime.launch(deployment.pk) == "started"  # not "port in use"
+    deployment.refresh_from_db()
+    assert deployment.pid != orphan and not process.is_alive(orphan)
+    tick_until(supervisor, deployment, READY)
     supervisor.close()

@@ -55,3 +55,7 @@ class Command(BaseCommand):
 
         for line in seed_registry():
             self.stdout.write(line)
+        from nodes.demo import seed_demo_fleet
+
+        for line in seed_demo_fleet():
+            self.stdout.write(line)
