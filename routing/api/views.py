@@ -1,0 +1,152 @@
+"""Admin API for routing: pools, policies (changes pushed to every proxy), request log and usage."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import django_filters
+from django.db.models import Count, Q, Sum
+from django.db.models.functions import TruncHour
+from django.utils import timezone
+from rest_framework import viewsets
+from rest_framework.decorators import api_view
+from rest_framework.exceptions import ValidationError
+from rest_framework.pagination import CursorPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from console.api.base import AuditedModelViewSet
+from console.redis_client import publish_config_change
+from routing.api.serializers import RequestLogSerializer, RoutePolicySerializer, RoutePoolSerializer
+from routing.models import RequestLog, RoutePolicy, RoutePool
+
+
+class NotifyProxiesMixin:
+    """Every write tells the proxies to reload their routing snapshot once the transaction commits."""
+
+    config_kind = "routing"
+
+    def perform_create(self, serializer: Any) -> None:
+        super().perform_create(serializer)  # type: ignore[misc]
+        publish_config_change(self.config_kind)
+
+    def perform_update(self, serializer: Any) -> None:
+        super().perform_update(serializer)  # type: ignore[misc]
+        publish_config_change(self.config_kind)
+
+    def perform_destroy(self, instance: Any) -> None:
+        super().perform_destroy(instance)  # type: ignore[misc]
+        publish_config_change(self.config_kind)
+
+
+class RoutePoolViewSet(NotifyProxiesMixin, AuditedModelViewSet):
+    queryset = RoutePool.objects.all()
+    serializer_class = RoutePoolSerializer
+    config_kind = "route_pool"
+    filterset_fields = ["alias", "scorer"]
+    search_fields = ["name", "alias"]
+
+
+class RoutePolicyViewSet(NotifyProxiesMixin, AuditedModelViewSet):
+    queryset = RoutePolicy.objects.select_related("default_pool", "fallback_pool")
+    serializer_class = RoutePolicySerializer
+    config_kind = "route_policy"
+    filterset_fields = ["alias"]
+    search_fields = ["name", "alias"]
+
+
+class RequestLogFilter(django_filters.FilterSet):
+    since = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    until = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    status_min = django_filters.NumberFilter(field_name="status", lookup_expr="gte")
+    status_max = django_filters.NumberFilter(field_name="status", lookup_expr="lte")
+
+    class Meta:
+        model = RequestLog
+        fields = ["tenant_id", "alias", "status", "deployment_id", "error_type", "key_prefix", "stream"]
+
+
+class RequestLogPagination(CursorPagination):
+    # Keyset pagination on the (created_at) index: page 10,000 costs what page 1 costs.
+    ordering = ("-created_at", "-id")
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 500
+
+
+class RequestLogViewSet(viewsets.ReadOnlyModelViewSet):
+    """The request log, newest first; filter by tenant, alias, status, deployment and time."""
+
+    queryset = RequestLog.objects.all()
+    serializer_class = RequestLogSerializer
+    filterset_class = RequestLogFilter
+    pagination_class = RequestLogPagination
+    ordering_fields: list[str] = []
+    search_fields: list[str] = []
+
+
+def _window(request: Request, default_hours: int) -> dt.datetime:
+    raw = request.query_params.get("hours", str(default_hours))
+    try:
+        hours = int(raw)
+    except ValueError:
+        raise ValidationError({"hours": ["Must be an integer."]}) from None
+    if not 1 <= hours <= 24 * 31:
+        raise ValidationError({"hours": ["Must be between 1 and 744."]})
+    return timezone.now() - dt.timedelta(hours=hours)
+
+
+@api_view(["GET"])
+def usage(request: Request) -> Response:
+    """Hourly requests, errors and tokens for one tenant (or all), over the last `hours` (default 24)."""
+    since = _window(request, 24)
+    rows = RequestLog.objects.filter(created_at__gte=since)
+    tenant = request.query_params.get("tenant_id")
+    if tenant:
+        if not tenant.isdigit():
+            raise ValidationError({"tenant_id": ["Must be an integer."]})
+        rows = rows.filter(tenant_id=int(tenant))
+    buckets = (
+        rows.annotate(hour=TruncHour("created_at"))
+        .values("hour")
+        .annotate(
+            requests=Count("id"),
+            errors=Count("id", filter=Q(status__gte=400)),
+            prompt_tokens=Sum("prompt_tokens"),
+            completion_tokens=Sum("completion_tokens"),
+        )
+        .order_by("hour")
+    )
+    return Response(
+        [
+            {
+                "hour": b["hour"],
+                "requests": b["requests"],
+                "errors": b["errors"],
+                "prompt_tokens": b["prompt_tokens"] or 0,
+                "completion_tokens": b["completion_tokens"] or 0,
+            }
+            for b in buckets
+        ]
+    )
+
+
+@api_view(["GET"])
+def traffic(request: Request) -> Response:
+    """Traffic split over the last `minutes` (default 5): requests per pool and deployment."""
+    raw = request.query_params.get("minutes", "5")
+    if not raw.isdigit() or not 1 <= int(raw) <= 1440:
+        raise ValidationError({"minutes": ["Must be an integer from 1 to 1440."]})
+    since = timezone.now() - dt.timedelta(minutes=int(raw))
+    split = (
+        RequestLog.objects.filter(created_at__gte=since)
+        .values("route_pool", "deployment_id", "upstream")
+        .annotate(
+            requests=Count("id"),
+            errors=Count("id", filter=Q(status__gte=500)),
+            tokens=Sum("completion_tokens"),
+        )
+        .order_by("route_pool", "-requests")
+    )
+    return Response(list(split))
