@@ -34,7 +34,8 @@ def _rows() -> None:
 
 def test_filters_and_keyset_pages(viewer_client: APIClient) -> None:
     _rows()
-    first = viewer_client.get("/api/request-log/", {"tenant_id": 1, "alias": "llama", "page_size": 3}).json()
+    query: dict[str, str | int] = {"tenant_id": 1, "alias": "llama", "page_size": 3}
+    first = viewer_client.get("/api/request-log/", query).json()
     expected = RequestLog.objects.filter(tenant_id=1, alias="llama").count()
     assert len(first["results"]) == 3
     seen = [r["id"] for r in first["results"]]
