@@ -83,6 +83,7 @@ def test_audit_log_filters_and_pages(live_console: LiveConsole, browser_page: An
 
     # An event opens with its before and after.
     page.get_by_role("button", name="Clear filters").click()
+    expect(page.get_by_test_id("pagination-range")).to_have_text(shown(1, 25, 33))
     rows.first.click()
     dialog = page.get_by_test_id("audit-event-dialog")
     expect(dialog).to_contain_text('"description": "old"')

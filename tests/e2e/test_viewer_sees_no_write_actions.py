@@ -32,7 +32,7 @@ def test_viewer_sees_no_write_actions(
     page.get_by_test_id("tenants-table").get_by_text("readonly-co").click()
     expect(page.get_by_test_id("tenant-quota")).to_contain_text("77")
     expect(page.get_by_test_id("keys-table")).to_contain_text("viewer-visible key")
-    for name in ("Create key", "Revoke", "Save quota", "Save settings", "Delete tenant"):
+    for name in ("Create key", "Edit", "Revoke", "Save quota", "Save settings", "Delete tenant"):
         expect(page.get_by_role("button", name=name)).to_have_count(0)
     screenshot(page, "viewer-tenant-detail-read-only")
 

@@ -1,9 +1,9 @@
 import { useRef, useState, type FormEvent } from "react";
 import { api, ApiError } from "../../api/client";
-import type { ApiKeyCreated } from "../../api/types";
+import { QUOTA_FIELDS, type ApiKey, type ApiKeyCreated, type Quota } from "../../api/types";
 import { Dialog } from "../../components/Dialog";
-import { FormErrors, InputField } from "../../components/Field";
-import { localInputToIso } from "../../format";
+import { CheckboxField, FormErrors, InputField } from "../../components/Field";
+import { isoToLocalInput, localInputToIso } from "../../format";
 
 /** Name, scopes and expiry of a new key; the API answers with the secret, passed up once. */
 export function CreateKeyDialog({
@@ -151,6 +151,117 @@ export function NewKeySecretDialog({ secret, onClose }: { secret: { name: string
       <p className="muted">
         Use it as <code>Authorization: Bearer &lt;key&gt;</code> on <code>/v1/</code>.
       </p>
+    </Dialog>
+  );
+}
+
+type QuotaDraft = Record<keyof Quota, string>;
+
+/** Empty boxes for unset limits; the tenant's quota applies where a key has no override. */
+export function quotaDraft(quota: Quota | null | undefined): QuotaDraft {
+  const draft = {} as QuotaDraft;
+  for (const { name } of QUOTA_FIELDS) {
+    const value = quota?.[name];
+    draft[name] = value === null || value === undefined ? "" : String(value);
+  }
+  return draft;
+}
+
+/** Draft -> API body: empty is null (no limit); digits are numbers; anything else is sent as typed so the
+ * API can say what is wrong next to the field. */
+export function quotaBody(draft: QuotaDraft): Record<string, number | string | null> {
+  const body: Record<string, number | string | null> = {};
+  for (const { name } of QUOTA_FIELDS) {
+    const raw = draft[name].trim();
+    body[name] = raw === "" ? null : /^\d+$/.test(raw) ? Number(raw) : raw;
+  }
+  return body;
+}
+
+/** Rename a key, change its scopes or expiry, or give it its own quota instead of the tenant's. */
+export function EditKeyDialog({ apiKey, onClose, onSaved }: { apiKey: ApiKey | null; onClose: () => void; onSaved: () => void }) {
+  return apiKey ? <EditKeyForm key={apiKey.id} apiKey={apiKey} onClose={onClose} onSaved={onSaved} /> : null;
+}
+
+function EditKeyForm({ apiKey, onClose, onSaved }: { apiKey: ApiKey; onClose: () => void; onSaved: () => void }) {
+  const [name, setName] = useState(apiKey.name);
+  const [scopes, setScopes] = useState((apiKey.scopes ?? []).join(", "));
+  const [expires, setExpires] = useState(isoToLocalInput(apiKey.expires_at));
+  const [override, setOverride] = useState(Boolean(apiKey.quota_override));
+  const [quota, setQuota] = useState(() => quotaDraft(apiKey.quota_override));
+  const [error, setError] = useState<ApiError | Error | null>(null);
+  const [busy, setBusy] = useState(false);
+
+  const submit = async (event: FormEvent) => {
+    event.preventDefault();
+    setBusy(true);
+    setError(null);
+    try {
+      const body: Record<string, unknown> = {
+        name,
+        scopes: scopes
+          .split(",")
+          .map((s) => s.trim())
+          .filter(Boolean),
+        quota_override: override ? quotaBody(quota) : null,
+      };
+      // Only a changed expiry is sent: the API refuses past dates, and an old one may be past by now.
+      if (expires !== isoToLocalInput(apiKey.expires_at)) body["expires_at"] = expires ? localInputToIso(expires) : null;
+      await api.patch<ApiKey>(`/api/keys/${apiKey.id}/`, body);
+      onSaved();
+    } catch (err) {
+      setError(err instanceof Error ? err : new Error(String(err)));
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  const errors = error instanceof ApiError ? error.fieldErrors : undefined;
+  return (
+    <Dialog title={`Edit key ${apiKey.name}`} open onClose={onClose} testId="edit-key-dialog" wide>
+      <form onSubmit={submit} noValidate>
+        <div className="grid-3">
+          <InputField label="Name" name="name" value={name} onChange={(e) => setName(e.target.value)} errors={errors} />
+          <InputField label="Scopes" name="scopes" value={scopes} onChange={(e) => setScopes(e.target.value)} errors={errors} placeholder="all models" />
+          <InputField label="Expires" name="expires_at" type="datetime-local" value={expires} onChange={(e) => setExpires(e.target.value)} errors={errors} />
+        </div>
+        <CheckboxField
+          label="Own quota for this key (instead of the tenant's)"
+          name="quota_override"
+          checked={override}
+          onChange={(e) => setOverride(e.target.checked)}
+          errors={errors}
+        />
+        {override && (
+          <div className="grid-3">
+            {QUOTA_FIELDS.map(({ name: field, label, hint }) => (
+              <InputField
+                key={field}
+                label={label}
+                name={`quota_override.${field}`}
+                inputMode="numeric"
+                placeholder="unlimited"
+                hint={hint}
+                value={quota[field]}
+                onChange={(e) => setQuota({ ...quota, [field]: e.target.value })}
+                errors={errors}
+              />
+            ))}
+          </div>
+        )}
+        <FormErrors
+          error={error}
+          fields={["name", "scopes", "expires_at", "quota_override", ...QUOTA_FIELDS.map(({ name: f }) => `quota_override.${f}`)]}
+        />
+        <div className="form-actions">
+          <button type="button" className="btn" onClick={onClose} disabled={busy}>
+            Cancel
+          </button>
+          <button type="submit" className="btn btn-primary" disabled={busy}>
+            Save key
+          </button>
+        </div>
+      </form>
     </Dialog>
   );
 }

@@ -1,7 +1,7 @@
 import { useEffect, useState, type FormEvent } from "react";
 import { Link, useNavigate, useParams } from "react-router-dom";
 import { api, ApiError, errorMessage } from "../../api/client";
-import { QUOTA_FIELDS, type Page as ApiPage, type ApiKey, type Quota, type Tenant } from "../../api/types";
+import { QUOTA_FIELDS, type Page as ApiPage, type ApiKey, type Tenant } from "../../api/types";
 import { useAuth } from "../../auth";
 import { ConfirmDialog } from "../../components/Dialog";
 import { CheckboxField, FormErrors, InputField, TextareaField } from "../../components/Field";
@@ -10,7 +10,7 @@ import { StatusBadge } from "../../components/StatusBadge";
 import { Table } from "../../components/Table";
 import { formatDateTime, formatNumber } from "../../format";
 import { useApi } from "../../hooks/useApi";
-import { CreateKeyDialog, NewKeySecretDialog } from "./KeyDialogs";
+import { CreateKeyDialog, EditKeyDialog, NewKeySecretDialog, quotaBody, quotaDraft } from "./KeyDialogs";
 
 /** One tenant: its settings, its quota and its API keys (create with a copy-once secret, revoke). */
 export function TenantDetailPage() {
@@ -157,19 +157,8 @@ function TenantSettingsCard({ tenant, editable, onSaved }: { tenant: Tenant; edi
   );
 }
 
-type QuotaDraft = Record<keyof Quota, string>;
-
-function quotaDraft(quota: Quota | null | undefined): QuotaDraft {
-  const draft = {} as QuotaDraft;
-  for (const { name } of QUOTA_FIELDS) {
-    const value = quota?.[name];
-    draft[name] = value === null || value === undefined ? "" : String(value);
-  }
-  return draft;
-}
-
 function QuotaCard({ tenant, editable, onSaved }: { tenant: Tenant; editable: boolean; onSaved: () => void }) {
-  const [draft, setDraft] = useState<QuotaDraft>(() => quotaDraft(tenant.quota));
+  const [draft, setDraft] = useState(() => quotaDraft(tenant.quota));
   const form = useFormState();
   useEffect(() => setDraft(quotaDraft(tenant.quota)), [tenant.quota]);
 
@@ -188,13 +177,7 @@ function QuotaCard({ tenant, editable, onSaved }: { tenant: Tenant; editable: bo
   const submit = (event: FormEvent) => {
     event.preventDefault();
     void form.run(async () => {
-      // An empty box means unlimited (null); anything else goes to the API as typed, so it can say what is wrong.
-      const quota: Record<string, number | string | null> = {};
-      for (const { name } of QUOTA_FIELDS) {
-        const raw = draft[name].trim();
-        quota[name] = raw === "" ? null : /^\d+$/.test(raw) ? Number(raw) : raw;
-      }
-      await api.patch<Tenant>(`/api/tenants/${tenant.id}/`, { quota });
+      await api.patch<Tenant>(`/api/tenants/${tenant.id}/`, { quota: quotaBody(draft) });
       onSaved();
     });
   };
@@ -253,6 +236,7 @@ function KeysCard({ tenant, editable, onChanged }: { tenant: Tenant; editable: b
   const [creating, setCreating] = useState(false);
   // The only place the raw secret lives; cleared when its dialog closes, so it never renders again.
   const [secret, setSecret] = useState<{ name: string; key: string } | null>(null);
+  const [editing, setEditing] = useState<ApiKey | null>(null);
   const [revoking, setRevoking] = useState<ApiKey | null>(null);
   const [revokeError, setRevokeError] = useState<string | null>(null);
   const [revokeBusy, setRevokeBusy] = useState(false);
@@ -305,14 +289,20 @@ function KeysCard({ tenant, editable, onChanged }: { tenant: Tenant; editable: b
           { header: "Created", cell: (k) => formatDateTime(k.created_at) },
           { header: "Last used", cell: (k) => formatDateTime(k.last_used_at) },
           { header: "Expires", cell: (k) => (k.expires_at ? formatDateTime(k.expires_at) : <span className="muted">never</span>) },
+          { header: "Quota", cell: (k) => (k.quota_override ? "own" : <span className="muted">tenant's</span>) },
           {
             header: "",
             className: "actions-cell",
             cell: (k) =>
               editable && !k.revoked_at ? (
-                <button type="button" className="btn btn-small btn-danger" onClick={() => setRevoking(k)}>
-                  Revoke
-                </button>
+                <>
+                  <button type="button" className="btn btn-small" onClick={() => setEditing(k)}>
+                    Edit
+                  </button>{" "}
+                  <button type="button" className="btn btn-small btn-danger" onClick={() => setRevoking(k)}>
+                    Revoke
+                  </button>
+                </>
               ) : null,
           },
         ]}
@@ -329,6 +319,14 @@ function KeysCard({ tenant, editable, onChanged }: { tenant: Tenant; editable: b
         }}
       />
       <NewKeySecretDialog secret={secret} onClose={() => setSecret(null)} />
+      <EditKeyDialog
+        apiKey={editing}
+        onClose={() => setEditing(null)}
+        onSaved={() => {
+          setEditing(null);
+          keys.reload();
+        }}
+      />
       <ConfirmDialog
         open={revoking !== null}
         title={`Revoke key ${revoking?.name ?? ""}?`}
