@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
+import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -27,6 +28,10 @@ WEIGHT_SUFFIXES = frozenset(
     {".safetensors", ".bin", ".gguf", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx", ".npz", ".npy"}
 )
 CACHE_QUERY_CHUNK = 1000
+# File timestamps come from a coarse clock (one kernel tick, at most 10 ms). A file changed within a tick
+# of being hashed could be rewritten later in that same tick with identical stat facts, so, like git's
+# "racy" index entries, such a fresh file is hashed but not cached until it has aged past this window.
+RACY_WINDOW_NS = 20_000_000
 
 
 class SourcePathError(ValueError):
@@ -281,6 +286,7 @@ def hash_files(
 ) -> TreeHash:
     """Hash `files` in parallel, reusing cached hashes whose stat facts are unchanged."""
     host = host_name or local_host_name()
+    started_ns = time.time_ns()
     cached = _cached(host, files) if use_cache else {}
     results: dict[str, FileHash] = {}
     unreadable: list[WalkError] = []
@@ -314,7 +320,7 @@ def hash_files(
             bytes_hashed += n
             # The size actually read wins: a file that shrank while we read it must not match its manifest.
             results[entry.rel_path] = FileHash(entry.rel_path, n, sha, cached=False)
-            if n == entry.size:
+            if n == entry.size and max(entry.mtime_ns, entry.ctime_ns) < started_ns - RACY_WINDOW_NS:
                 fresh.append((entry, sha))
 
     if use_cache and fresh:

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from pathlib import Path
 
 import pytest
 
-from models_registry.hashing import hash_tree
+from models_registry.hashing import RACY_WINDOW_NS, hash_tree
 from models_registry.models import HashCache
 
 pytestmark = pytest.mark.django_db
+
+
+def settle() -> None:
+    """Let fresh files age past the racy window, after which their hashes may be cached."""
+    time.sleep(RACY_WINDOW_NS / 1e9 * 2)
 
 
 def make_tree(root: Path) -> Path:
@@ -19,6 +25,7 @@ def make_tree(root: Path) -> Path:
     tree.mkdir()
     for i in range(3):
         (tree / f"shard-{i}.safetensors").write_bytes(os.urandom(100_000))
+    settle()
     return tree
 
 
@@ -55,6 +62,7 @@ def test_edit_that_keeps_size_and_mtime_is_still_rehashed(model_root: Path) -> N
     path.write_bytes(bytes(data))
     # Put the old mtime back, as `touch -r` would; ctime still moves, so the cache must miss.
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    settle()
     result = {f.path: f for f in hash_tree(tree, host_name="h1").files}
     assert result["shard-1.safetensors"].cached is False
     assert result["shard-1.safetensors"].sha256 == hashlib.sha256(bytes(data)).hexdigest()
@@ -68,6 +76,7 @@ def test_replaced_file_new_inode_is_rehashed(model_root: Path) -> None:
     replacement = tree / "tmp"
     replacement.write_bytes(os.urandom(100_000))
     os.replace(replacement, path)
+    settle()
     result = {f.path: f for f in hash_tree(tree, host_name="h1").files}
     assert result["shard-2.safetensors"].cached is False
     assert result["shard-2.safetensors"].sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
@@ -85,3 +94,15 @@ def test_use_cache_false_always_reads(model_root: Path) -> None:
     tree = make_tree(model_root)
     hash_tree(tree, host_name="h1")
     assert hash_tree(tree, host_name="h1", use_cache=False).bytes_hashed == 300_000
+
+
+def test_file_changed_just_now_is_not_cached_yet(model_root: Path) -> None:
+    """A file younger than one timestamp tick could change again unseen: hash it, do not remember it."""
+    tree = model_root / "m"
+    tree.mkdir()
+    (tree / "fresh.bin").write_bytes(b"written a moment ago")
+    assert hash_tree(tree, host_name="h1").cache_hits == 0
+    assert hash_tree(tree, host_name="h1").cache_hits == 0
+    settle()
+    hash_tree(tree, host_name="h1")
+    assert hash_tree(tree, host_name="h1").cache_hits == 1
