@@ -101,6 +101,221 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/deployments/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Deployments of model versions onto hosts, with start/stop/restart/drain actions. */
+        get: operations["deployments_list"];
+        put?: never;
+        /** @description Deployments of model versions onto hosts, with start/stop/restart/drain actions. */
+        post: operations["deployments_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/deployments/{id}/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Deployments of model versions onto hosts, with start/stop/restart/drain actions. */
+        get: operations["deployments_retrieve"];
+        /** @description Deployments of model versions onto hosts, with start/stop/restart/drain actions. */
+        put: operations["deployments_update"];
+        post?: never;
+        /** @description Deployments of model versions onto hosts, with start/stop/restart/drain actions. */
+        delete: operations["deployments_destroy"];
+        options?: never;
+        head?: never;
+        /** @description Deployments of model versions onto hosts, with start/stop/restart/drain actions. */
+        patch: operations["deployments_partial_update"];
+        trace?: never;
+    };
+    "/api/deployments/{id}/drain/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Deployments of model versions onto hosts, with start/stop/restart/drain actions. */
+        post: operations["deployments_drain_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/deployments/{id}/events/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Deployments of model versions onto hosts, with start/stop/restart/drain actions. */
+        get: operations["deployments_events_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/deployments/{id}/logs/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * @description The tail of the engine's log. Read from the file when this web process shares the host's
+         *     disk (single-machine installs, the demo); otherwise the lines the agent attached last.
+         */
+        get: operations["deployments_logs_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/deployments/{id}/restart/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Deployments of model versions onto hosts, with start/stop/restart/drain actions. */
+        post: operations["deployments_restart_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/deployments/{id}/start/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Deployments of model versions onto hosts, with start/stop/restart/drain actions. */
+        post: operations["deployments_start_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/deployments/{id}/stop/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Deployments of model versions onto hosts, with start/stop/restart/drain actions. */
+        post: operations["deployments_stop_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/deployments/preflight/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Run every pre-launch check and the fit check without creating anything. */
+        post: operations["deployments_preflight_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/fit-check/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Will this version fit on this GPU? Writes nothing, so every signed-in role may ask. */
+        post: operations["fit_check_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/hosts/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Node hosts. GPUs and heartbeats are reported by each host's agent. */
+        get: operations["hosts_list"];
+        put?: never;
+        /** @description Node hosts. GPUs and heartbeats are reported by each host's agent. */
+        post: operations["hosts_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/hosts/{id}/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Node hosts. GPUs and heartbeats are reported by each host's agent. */
+        get: operations["hosts_retrieve"];
+        /** @description Node hosts. GPUs and heartbeats are reported by each host's agent. */
+        put: operations["hosts_update"];
+        post?: never;
+        /** @description Node hosts. GPUs and heartbeats are reported by each host's agent. */
+        delete: operations["hosts_destroy"];
+        options?: never;
+        head?: never;
+        /** @description Node hosts. GPUs and heartbeats are reported by each host's agent. */
+        patch: operations["hosts_partial_update"];
+        trace?: never;
+    };
     "/api/keys/": {
         parameters: {
             query?: never;
@@ -149,6 +364,402 @@ export interface paths {
         put?: never;
         /** @description Revoke the key. Revoking a revoked key is a no-op that returns the same state. */
         post: operations["keys_revoke_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/model-aliases/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Aliases: the names tenants send, each pointing at one active version. */
+        get: operations["model_aliases_list"];
+        put?: never;
+        /** @description Aliases: the names tenants send, each pointing at one active version. */
+        post: operations["model_aliases_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/model-aliases/{id}/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Aliases: the names tenants send, each pointing at one active version. */
+        get: operations["model_aliases_retrieve"];
+        /** @description Aliases: the names tenants send, each pointing at one active version. */
+        put: operations["model_aliases_update"];
+        post?: never;
+        /** @description Aliases: the names tenants send, each pointing at one active version. */
+        delete: operations["model_aliases_destroy"];
+        options?: never;
+        head?: never;
+        /** @description Aliases: the names tenants send, each pointing at one active version. */
+        patch: operations["model_aliases_partial_update"];
+        trace?: never;
+    };
+    "/api/model-aliases/{id}/switch/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Point the alias at another version; audited and pushed to every proxy at once. */
+        post: operations["model_aliases_switch_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/model-versions/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Model versions. POST registers one (hashing its files); versions are never edited afterwards. */
+        get: operations["model_versions_list"];
+        put?: never;
+        /** @description Register a version from a server-side path under the model roots; all or nothing. */
+        post: operations["model_versions_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/model-versions/{id}/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Model versions. POST registers one (hashing its files); versions are never edited afterwards. */
+        get: operations["model_versions_retrieve"];
+        put?: never;
+        post?: never;
+        /** @description Model versions. POST registers one (hashing its files); versions are never edited afterwards. */
+        delete: operations["model_versions_destroy"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/model-versions/{id}/files/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The manifest: path, size and sha256 of every pinned file (paginated). */
+        get: operations["model_versions_files_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/model-versions/{id}/hosts/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The latest verification run per host: where this version may be deployed. */
+        get: operations["model_versions_hosts_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/model-versions/{id}/verifications/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Verification history, newest first; `?host_name=` narrows it to one host. */
+        get: operations["model_versions_verifications_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/model-versions/{id}/verify/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Queue a re-hash of the files on `host_name` (its node agent, queue node.<host>). */
+        post: operations["model_versions_verify_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/model-versions/lineage/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Versions as a forest: each full-precision version with the quantized versions made from it. */
+        get: operations["model_versions_lineage_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/models/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Model families. */
+        get: operations["models_list"];
+        put?: never;
+        /** @description Model families. */
+        post: operations["models_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/models/{id}/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Model families. */
+        get: operations["models_retrieve"];
+        /** @description Model families. */
+        put: operations["models_update"];
+        post?: never;
+        /** @description Model families. */
+        delete: operations["models_destroy"];
+        options?: never;
+        head?: never;
+        /** @description Model families. */
+        patch: operations["models_partial_update"];
+        trace?: never;
+    };
+    "/api/quantization-configs/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Quantization configs: method, bits, group size and KV-cache dtype. */
+        get: operations["quantization_configs_list"];
+        put?: never;
+        /** @description Quantization configs: method, bits, group size and KV-cache dtype. */
+        post: operations["quantization_configs_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/quantization-configs/{id}/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Quantization configs: method, bits, group size and KV-cache dtype. */
+        get: operations["quantization_configs_retrieve"];
+        /** @description Quantization configs: method, bits, group size and KV-cache dtype. */
+        put: operations["quantization_configs_update"];
+        post?: never;
+        /** @description Quantization configs: method, bits, group size and KV-cache dtype. */
+        delete: operations["quantization_configs_destroy"];
+        options?: never;
+        head?: never;
+        /** @description Quantization configs: method, bits, group size and KV-cache dtype. */
+        patch: operations["quantization_configs_partial_update"];
+        trace?: never;
+    };
+    "/api/request-log/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The request log, newest first; filter by tenant, alias, status, deployment and time. */
+        get: operations["request_log_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/request-log/{id}/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The request log, newest first; filter by tenant, alias, status, deployment and time. */
+        get: operations["request_log_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/route-policies/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Every write tells the proxies to reload their routing snapshot once the transaction commits. */
+        get: operations["route_policies_list"];
+        put?: never;
+        /** @description Every write tells the proxies to reload their routing snapshot once the transaction commits. */
+        post: operations["route_policies_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/route-policies/{id}/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Every write tells the proxies to reload their routing snapshot once the transaction commits. */
+        get: operations["route_policies_retrieve"];
+        /** @description Every write tells the proxies to reload their routing snapshot once the transaction commits. */
+        put: operations["route_policies_update"];
+        post?: never;
+        /** @description Every write tells the proxies to reload their routing snapshot once the transaction commits. */
+        delete: operations["route_policies_destroy"];
+        options?: never;
+        head?: never;
+        /** @description Every write tells the proxies to reload their routing snapshot once the transaction commits. */
+        patch: operations["route_policies_partial_update"];
+        trace?: never;
+    };
+    "/api/route-pools/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Every write tells the proxies to reload their routing snapshot once the transaction commits. */
+        get: operations["route_pools_list"];
+        put?: never;
+        /** @description Every write tells the proxies to reload their routing snapshot once the transaction commits. */
+        post: operations["route_pools_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/route-pools/{id}/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Every write tells the proxies to reload their routing snapshot once the transaction commits. */
+        get: operations["route_pools_retrieve"];
+        /** @description Every write tells the proxies to reload their routing snapshot once the transaction commits. */
+        put: operations["route_pools_update"];
+        post?: never;
+        /** @description Every write tells the proxies to reload their routing snapshot once the transaction commits. */
+        delete: operations["route_pools_destroy"];
+        options?: never;
+        head?: never;
+        /** @description Every write tells the proxies to reload their routing snapshot once the transaction commits. */
+        patch: operations["route_pools_partial_update"];
+        trace?: never;
+    };
+    "/api/routing/traffic/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Traffic split over the last `minutes` (default 5): requests per pool and deployment. */
+        get: operations["routing_traffic_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/routing/usage/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Hourly requests, errors and tokens for one tenant (or all), over the last `hours` (default 24). */
+        get: operations["routing_usage_retrieve"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -307,10 +918,228 @@ export interface components {
             /** Format: date-time */
             readonly created_at: string;
         };
-        /** @description Reject fields the serializer does not know, instead of silently dropping them. */
+        /** @description A deployment. Creating one runs every pre-launch check; refusals are field errors (400). */
+        Deployment: {
+            readonly id: number;
+            name: string;
+            model_version: number;
+            readonly model_version_label: string;
+            quantization?: number | null;
+            engine?: components["schemas"]["EngineEnum"];
+            host: number;
+            readonly host_name: string;
+            gpu_indices?: unknown;
+            /** Format: double */
+            gpu_memory_utilization?: number;
+            /** Format: int64 */
+            max_model_len?: number;
+            /** Format: int64 */
+            block_size?: number;
+            /** Format: int64 */
+            max_num_seqs?: number;
+            /** Format: int64 */
+            max_num_batched_tokens?: number | null;
+            /** Format: int64 */
+            tensor_parallel_size?: number;
+            enable_prefix_caching?: boolean;
+            extra_args?: unknown;
+            port: number;
+            served_model_name: string;
+            role?: string;
+            readonly desired_state: components["schemas"]["DesiredStateEnum"];
+            readonly state: components["schemas"]["DeploymentStateEnum"];
+            readonly state_reason: string;
+            /** Format: date-time */
+            readonly state_changed_at: string | null;
+            readonly pid: number | null;
+            readonly launch_argv: unknown;
+            /** Format: date-time */
+            readonly started_at: string | null;
+            /** Format: date-time */
+            readonly ready_at: string | null;
+            readonly restart_count: number;
+            /** Format: date-time */
+            readonly next_restart_at: string | null;
+            readonly last_log_lines: string;
+            readonly base_url: string;
+            readonly live: {
+                [key: string]: unknown;
+            } | null;
+            readonly fit: {
+                [key: string]: unknown;
+            } | null;
+            /** Format: date-time */
+            readonly created_at: string;
+            /** Format: date-time */
+            readonly updated_at: string;
+        };
+        DeploymentEvent: {
+            readonly id: number;
+            /** Format: date-time */
+            readonly at: string;
+            readonly from_state: string;
+            readonly to_state: string;
+            readonly message: string;
+            readonly log_tail: string;
+        };
+        /** @description A deployment. Creating one runs every pre-launch check; refusals are field errors (400). */
+        DeploymentRequest: {
+            name: string;
+            model_version: number;
+            quantization?: number | null;
+            engine?: components["schemas"]["EngineEnum"];
+            host: number;
+            gpu_indices?: unknown;
+            /** Format: double */
+            gpu_memory_utilization?: number;
+            /** Format: int64 */
+            max_model_len?: number;
+            /** Format: int64 */
+            block_size?: number;
+            /** Format: int64 */
+            max_num_seqs?: number;
+            /** Format: int64 */
+            max_num_batched_tokens?: number | null;
+            /** Format: int64 */
+            tensor_parallel_size?: number;
+            enable_prefix_caching?: boolean;
+            extra_args?: unknown;
+            port: number;
+            served_model_name: string;
+            role?: string;
+        };
+        /**
+         * @description * `pending` - Pending
+         *     * `verifying` - Verifying files
+         *     * `starting` - Starting
+         *     * `ready` - Ready
+         *     * `degraded` - Degraded
+         *     * `crashed` - Crashed
+         *     * `failed` - Failed
+         *     * `stopping` - Stopping
+         *     * `stopped` - Stopped
+         * @enum {string}
+         */
+        DeploymentStateEnum: "pending" | "verifying" | "starting" | "ready" | "degraded" | "crashed" | "failed" | "stopping" | "stopped";
+        /**
+         * @description * `running` - Running
+         *     * `stopped` - Stopped
+         * @enum {string}
+         */
+        DesiredStateEnum: "running" | "stopped";
+        /**
+         * @description * `vllm` - vLLM
+         *     * `llamacpp` - llama.cpp
+         *     * `sim` - vLLM simulator
+         * @enum {string}
+         */
+        EngineEnum: "vllm" | "llamacpp" | "sim";
+        /** @description Inputs of the fit calculator; memory in GiB or bytes (bytes win when both are given). */
+        FitCheckRequest: {
+            version: number;
+            quantization?: number | null;
+            method?: (components["schemas"]["MethodEnum"] | components["schemas"]["NullEnum"]) | null;
+            kv_cache_dtype?: (components["schemas"]["KvCacheDtypeEnum"] | components["schemas"]["NullEnum"]) | null;
+            /** Format: double */
+            gpu_memory_gib?: number;
+            gpu_memory_bytes?: number;
+            /**
+             * Format: double
+             * @default 0.9
+             */
+            gpu_memory_utilization: number;
+            max_model_len: number;
+            /** @default 256 */
+            max_num_seqs: number;
+            /** @default 0 */
+            other_reserved_bytes: number;
+            overhead_bytes?: number;
+        };
+        FitResult: {
+            fits: boolean;
+            reason: string;
+            parameter_count: number;
+            weight_bytes: number;
+            kv_bytes_per_token: number;
+            kv_tokens_available: number;
+            max_context_that_fits: number;
+            full_length_sequences: number;
+            budget_bytes: number;
+            kv_cache_bytes: number;
+            steps: components["schemas"]["Step"][];
+        };
+        Gpu: {
+            readonly id: number;
+            readonly index: number;
+            readonly uuid: string;
+            readonly name: string;
+            readonly memory_total_bytes: number;
+            readonly simulated: boolean;
+            /** Format: date-time */
+            readonly last_seen: string | null;
+            readonly live: {
+                [key: string]: unknown;
+            } | null;
+        };
+        /** @description A host; GPUs, heartbeat and state come from its agent and are read-only here. */
+        Host: {
+            readonly id: number;
+            name: string;
+            address?: string;
+            role?: string;
+            labels?: unknown;
+            /** Format: decimal */
+            cost_per_hour?: string;
+            readonly state: components["schemas"]["HostStateEnum"];
+            readonly reachable: boolean;
+            /** Format: date-time */
+            readonly last_heartbeat: string | null;
+            readonly agent_info: unknown;
+            readonly agent_queue: string;
+            readonly gpus: components["schemas"]["Gpu"][];
+            readonly deployment_count: number;
+            /** Format: date-time */
+            readonly created_at: string;
+            /** Format: date-time */
+            readonly updated_at: string;
+        };
+        /** @description A host; GPUs, heartbeat and state come from its agent and are read-only here. */
+        HostRequest: {
+            name: string;
+            address?: string;
+            role?: string;
+            labels?: unknown;
+            /** Format: decimal */
+            cost_per_hour?: string;
+        };
+        /**
+         * @description * `unknown` - Unknown
+         *     * `online` - Online
+         *     * `unreachable` - Unreachable
+         *     * `draining` - Draining
+         * @enum {string}
+         */
+        HostStateEnum: "unknown" | "online" | "unreachable" | "draining";
+        /**
+         * @description * `auto` - auto (model dtype)
+         *     * `fp16` - FP16
+         *     * `bf16` - BF16
+         *     * `fp8` - FP8
+         *     * `fp8_e4m3` - FP8 E4M3
+         *     * `fp8_e5m2` - FP8 E5M2
+         *     * `fp32` - FP32
+         * @enum {string}
+         */
+        KvCacheDtypeEnum: "auto" | "fp16" | "bf16" | "fp8" | "fp8_e4m3" | "fp8_e5m2" | "fp32";
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         LoginRequest: {
             username: string;
             password: string;
+        };
+        ManifestFile: {
+            readonly path: string;
+            readonly size: number;
+            readonly sha256: string;
         };
         Me: {
             readonly id: number;
@@ -320,6 +1149,99 @@ export interface components {
             email?: string;
             readonly role: string;
         };
+        /**
+         * @description * `none` - None (checkpoint dtype)
+         *     * `fp16` - FP16
+         *     * `bf16` - BF16
+         *     * `fp8` - FP8
+         *     * `int8` - INT8
+         *     * `awq` - AWQ
+         *     * `gptq` - GPTQ
+         *     * `gguf-q2_k` - GGUF Q2_K
+         *     * `gguf-q3_k` - GGUF Q3_K
+         *     * `gguf-q4_0` - GGUF Q4_0
+         *     * `gguf-q4_1` - GGUF Q4_1
+         *     * `gguf-q4_k` - GGUF Q4_K
+         *     * `gguf-q5_0` - GGUF Q5_0
+         *     * `gguf-q5_1` - GGUF Q5_1
+         *     * `gguf-q5_k` - GGUF Q5_K
+         *     * `gguf-q6_k` - GGUF Q6_K
+         *     * `gguf-q8_0` - GGUF Q8_0
+         * @enum {string}
+         */
+        MethodEnum: "none" | "fp16" | "bf16" | "fp8" | "int8" | "awq" | "gptq" | "gguf-q2_k" | "gguf-q3_k" | "gguf-q4_0" | "gguf-q4_1" | "gguf-q4_k" | "gguf-q5_0" | "gguf-q5_1" | "gguf-q5_k" | "gguf-q6_k" | "gguf-q8_0";
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        Model: {
+            readonly id: number;
+            name: string;
+            architecture?: string;
+            task_tags?: string[];
+            description?: string;
+            readonly version_count: number;
+            /** Format: date-time */
+            readonly created_at: string;
+        };
+        /** @description An alias. `active_version` is set on create; later changes go through the audited switch action. */
+        ModelAlias: {
+            readonly id: number;
+            name: string;
+            active_version: number;
+            readonly active_version_label: string;
+            readonly active_version_state: string;
+            task_tags?: string[];
+            description?: string;
+            /** Format: date-time */
+            readonly created_at: string;
+            /** Format: date-time */
+            readonly updated_at: string;
+        };
+        /** @description An alias. `active_version` is set on create; later changes go through the audited switch action. */
+        ModelAliasRequest: {
+            name: string;
+            active_version: number;
+            task_tags?: string[];
+            description?: string;
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        ModelRequest: {
+            name: string;
+            architecture?: string;
+            task_tags?: string[];
+            description?: string;
+        };
+        /** @description A version as listed and shown. Versions are created through registration, never edited by hand. */
+        ModelVersion: {
+            readonly id: number;
+            readonly model: number;
+            readonly model_name: string;
+            readonly revision: string;
+            readonly source_kind: components["schemas"]["SourceKindEnum"];
+            readonly source_path: string;
+            readonly parameter_count: number | null;
+            readonly max_context: number | null;
+            readonly architecture: unknown;
+            readonly tokenizer_path: string | null;
+            readonly state: components["schemas"]["ModelVersionStateEnum"];
+            readonly manifest_digest: string;
+            readonly file_count: number;
+            readonly total_bytes: number;
+            readonly parent: number | null;
+            readonly parent_label: string | null;
+            readonly quantization: number | null;
+            readonly quantization_name: string;
+            readonly aliases: string[];
+            /** Format: date-time */
+            readonly created_at: string;
+        };
+        /**
+         * @description * `registered` - Registered
+         *     * `verified` - Verified
+         *     * `failed` - Failed
+         * @enum {string}
+         */
+        ModelVersionStateEnum: "registered" | "verified" | "failed";
+        /** @enum {unknown} */
+        NullEnum: null;
         PaginatedApiKeyList: {
             /** @example 123 */
             count: number;
@@ -349,6 +1271,169 @@ export interface components {
              */
             previous?: string | null;
             results: components["schemas"]["AuditEvent"][];
+        };
+        PaginatedDeploymentEventList: {
+            /** @example 123 */
+            count: number;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=400&limit=100
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=200&limit=100
+             */
+            previous?: string | null;
+            results: components["schemas"]["DeploymentEvent"][];
+        };
+        PaginatedDeploymentList: {
+            /** @example 123 */
+            count: number;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=400&limit=100
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=200&limit=100
+             */
+            previous?: string | null;
+            results: components["schemas"]["Deployment"][];
+        };
+        PaginatedHostList: {
+            /** @example 123 */
+            count: number;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=400&limit=100
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=200&limit=100
+             */
+            previous?: string | null;
+            results: components["schemas"]["Host"][];
+        };
+        PaginatedManifestFileList: {
+            /** @example 123 */
+            count: number;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=400&limit=100
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=200&limit=100
+             */
+            previous?: string | null;
+            results: components["schemas"]["ManifestFile"][];
+        };
+        PaginatedModelAliasList: {
+            /** @example 123 */
+            count: number;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=400&limit=100
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=200&limit=100
+             */
+            previous?: string | null;
+            results: components["schemas"]["ModelAlias"][];
+        };
+        PaginatedModelList: {
+            /** @example 123 */
+            count: number;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=400&limit=100
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=200&limit=100
+             */
+            previous?: string | null;
+            results: components["schemas"]["Model"][];
+        };
+        PaginatedModelVersionList: {
+            /** @example 123 */
+            count: number;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=400&limit=100
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=200&limit=100
+             */
+            previous?: string | null;
+            results: components["schemas"]["ModelVersion"][];
+        };
+        PaginatedQuantizationConfigList: {
+            /** @example 123 */
+            count: number;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=400&limit=100
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=200&limit=100
+             */
+            previous?: string | null;
+            results: components["schemas"]["QuantizationConfig"][];
+        };
+        PaginatedRequestLogList: {
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?cursor=cD00ODY%3D"
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?cursor=cj0xJnA9NDg3
+             */
+            previous?: string | null;
+            results: components["schemas"]["RequestLog"][];
+        };
+        PaginatedRoutePolicyList: {
+            /** @example 123 */
+            count: number;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=400&limit=100
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=200&limit=100
+             */
+            previous?: string | null;
+            results: components["schemas"]["RoutePolicy"][];
+        };
+        PaginatedRoutePoolList: {
+            /** @example 123 */
+            count: number;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=400&limit=100
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=200&limit=100
+             */
+            previous?: string | null;
+            results: components["schemas"]["RoutePool"][];
         };
         PaginatedTenantList: {
             /** @example 123 */
@@ -380,6 +1465,21 @@ export interface components {
             previous?: string | null;
             results: components["schemas"]["User"][];
         };
+        PaginatedVerificationRunList: {
+            /** @example 123 */
+            count: number;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=400&limit=100
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=200&limit=100
+             */
+            previous?: string | null;
+            results: components["schemas"]["VerificationRun"][];
+        };
         /** @description A key as listed and edited: never the secret, never the hash. */
         PatchedApiKeyRequest: {
             tenant?: number;
@@ -389,7 +1489,94 @@ export interface components {
             expires_at?: string | null;
             quota_override?: components["schemas"]["QuotaRequest"] | null;
         };
-        /** @description Reject fields the serializer does not know, instead of silently dropping them. */
+        /** @description A deployment. Creating one runs every pre-launch check; refusals are field errors (400). */
+        PatchedDeploymentRequest: {
+            name?: string;
+            model_version?: number;
+            quantization?: number | null;
+            engine?: components["schemas"]["EngineEnum"];
+            host?: number;
+            gpu_indices?: unknown;
+            /** Format: double */
+            gpu_memory_utilization?: number;
+            /** Format: int64 */
+            max_model_len?: number;
+            /** Format: int64 */
+            block_size?: number;
+            /** Format: int64 */
+            max_num_seqs?: number;
+            /** Format: int64 */
+            max_num_batched_tokens?: number | null;
+            /** Format: int64 */
+            tensor_parallel_size?: number;
+            enable_prefix_caching?: boolean;
+            extra_args?: unknown;
+            port?: number;
+            served_model_name?: string;
+            role?: string;
+        };
+        /** @description A host; GPUs, heartbeat and state come from its agent and are read-only here. */
+        PatchedHostRequest: {
+            name?: string;
+            address?: string;
+            role?: string;
+            labels?: unknown;
+            /** Format: decimal */
+            cost_per_hour?: string;
+        };
+        /** @description An alias. `active_version` is set on create; later changes go through the audited switch action. */
+        PatchedModelAliasRequest: {
+            name?: string;
+            active_version?: number;
+            task_tags?: string[];
+            description?: string;
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        PatchedModelRequest: {
+            name?: string;
+            architecture?: string;
+            task_tags?: string[];
+            description?: string;
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        PatchedQuantizationConfigRequest: {
+            name?: string;
+            method?: components["schemas"]["MethodEnum"];
+            /** Format: int64 */
+            bits?: number;
+            /** Format: int64 */
+            group_size?: number | null;
+            kv_cache_dtype?: components["schemas"]["KvCacheDtypeEnum"];
+            description?: string;
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        PatchedRoutePolicyRequest: {
+            name?: string;
+            alias?: string;
+            rules?: unknown;
+            default_pool?: string | null;
+            fallback_pool?: string | null;
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        PatchedRoutePoolRequest: {
+            name?: string;
+            alias?: string;
+            role?: string;
+            scorer?: components["schemas"]["ScorerEnum"];
+            scorer_weights?: unknown;
+            session_header?: string;
+            /** Format: double */
+            connect_timeout_s?: number;
+            /** Format: double */
+            first_byte_timeout_s?: number;
+            /** Format: double */
+            total_timeout_s?: number;
+            /** Format: int64 */
+            max_retries?: number;
+            /** Format: int64 */
+            max_inflight_per_endpoint?: number;
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         PatchedTenantRequest: {
             name?: string;
             description?: string;
@@ -397,7 +1584,7 @@ export interface components {
             log_prompts?: boolean;
             quota?: components["schemas"]["QuotaRequest"] | null;
         };
-        /** @description Reject fields the serializer does not know, instead of silently dropping them. */
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         PatchedUserRequest: {
             /** @description Required. 150 characters or fewer. Letters, digits and @/./+/-/_ only. */
             username?: string;
@@ -410,6 +1597,57 @@ export interface components {
              */
             is_active?: boolean;
             password?: string;
+        };
+        /** @description The deploy wizard's "check before launch": the same checks as create, nothing saved. */
+        PreflightRequest: {
+            model_version: number;
+            quantization?: number | null;
+            /** @default vllm */
+            engine: components["schemas"]["EngineEnum"];
+            host: number;
+            gpu_indices?: number[];
+            /**
+             * Format: double
+             * @default 0.9
+             */
+            gpu_memory_utilization: number;
+            /** @default 4096 */
+            max_model_len: number;
+            /** @default 16 */
+            block_size: number;
+            /** @default 256 */
+            max_num_seqs: number;
+            max_num_batched_tokens?: number | null;
+            tensor_parallel_size?: number;
+            /** @default true */
+            enable_prefix_caching: boolean;
+            extra_args?: string[];
+            port: number;
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        QuantizationConfig: {
+            readonly id: number;
+            name: string;
+            method?: components["schemas"]["MethodEnum"];
+            /** Format: int64 */
+            bits?: number;
+            /** Format: int64 */
+            group_size?: number | null;
+            kv_cache_dtype?: components["schemas"]["KvCacheDtypeEnum"];
+            description?: string;
+            /** Format: date-time */
+            readonly created_at: string;
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        QuantizationConfigRequest: {
+            name: string;
+            method?: components["schemas"]["MethodEnum"];
+            /** Format: int64 */
+            bits?: number;
+            /** Format: int64 */
+            group_size?: number | null;
+            kv_cache_dtype?: components["schemas"]["KvCacheDtypeEnum"];
+            description?: string;
         };
         /** @description Limits; null means unlimited. Negative numbers are refused by the field types. */
         Quota: {
@@ -441,6 +1679,52 @@ export interface components {
             /** Format: int64 */
             max_output_tokens?: number | null;
         };
+        /** @description Registration from a server-side path, optionally checked against an uploaded manifest. */
+        RegisterVersionRequest: {
+            model: number;
+            revision: string;
+            source_path: string;
+            quantization?: number | null;
+            parent?: number | null;
+            parameter_count?: number | null;
+            max_context?: number | null;
+            /** @description sha256sum output or JSON {files: [{path, size, sha256}]}; the files must match it. */
+            manifest?: string;
+            /**
+             * Format: binary
+             * @description The same manifest, as an uploaded file.
+             */
+            manifest_file?: string;
+        };
+        RequestLog: {
+            readonly id: number;
+            /** Format: date-time */
+            readonly created_at: string;
+            readonly request_id: string;
+            readonly tenant_id: number | null;
+            readonly tenant_name: string;
+            readonly key_prefix: string;
+            readonly endpoint_kind: string;
+            readonly alias: string;
+            readonly deployment_id: number | null;
+            readonly upstream: string;
+            readonly status: number;
+            readonly error_type: string;
+            readonly stream: boolean;
+            readonly priority: string;
+            readonly prompt_tokens: number | null;
+            readonly prompt_tokens_estimated: boolean;
+            readonly completion_tokens: number | null;
+            /** Format: double */
+            readonly ttft_ms: number | null;
+            /** Format: double */
+            readonly latency_ms: number | null;
+            readonly retries: number;
+            readonly route_pool: string;
+            readonly route_reason: string;
+            readonly prompt_text: string | null;
+            readonly response_text: string | null;
+        };
         /**
          * @description * `admin` - Admin
          *     * `evaluator` - Evaluator
@@ -448,7 +1732,99 @@ export interface components {
          * @enum {string}
          */
         RoleEnum: "admin" | "evaluator" | "viewer";
-        /** @description Reject fields the serializer does not know, instead of silently dropping them. */
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        RoutePolicy: {
+            readonly id: number;
+            name: string;
+            alias: string;
+            rules?: unknown;
+            default_pool?: string | null;
+            fallback_pool?: string | null;
+            /** Format: date-time */
+            readonly updated_at: string;
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        RoutePolicyRequest: {
+            name: string;
+            alias: string;
+            rules?: unknown;
+            default_pool?: string | null;
+            fallback_pool?: string | null;
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        RoutePool: {
+            readonly id: number;
+            name: string;
+            alias: string;
+            role?: string;
+            scorer?: components["schemas"]["ScorerEnum"];
+            scorer_weights?: unknown;
+            session_header?: string;
+            /** Format: double */
+            connect_timeout_s?: number;
+            /** Format: double */
+            first_byte_timeout_s?: number;
+            /** Format: double */
+            total_timeout_s?: number;
+            /** Format: int64 */
+            max_retries?: number;
+            /** Format: int64 */
+            max_inflight_per_endpoint?: number;
+            /** Format: date-time */
+            readonly updated_at: string;
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        RoutePoolRequest: {
+            name: string;
+            alias: string;
+            role?: string;
+            scorer?: components["schemas"]["ScorerEnum"];
+            scorer_weights?: unknown;
+            session_header?: string;
+            /** Format: double */
+            connect_timeout_s?: number;
+            /** Format: double */
+            first_byte_timeout_s?: number;
+            /** Format: double */
+            total_timeout_s?: number;
+            /** Format: int64 */
+            max_retries?: number;
+            /** Format: int64 */
+            max_inflight_per_endpoint?: number;
+        };
+        /**
+         * @description * `round_robin` - Round robin
+         *     * `random` - Random
+         *     * `least_outstanding` - Least outstanding requests
+         *     * `best_fit` - Best fit on free KV-cache tokens
+         *     * `prefix_affinity` - Prefix affinity (bounded-load consistent hashing)
+         *     * `session_affinity` - Session affinity by header
+         *     * `weighted` - Weighted combination
+         * @enum {string}
+         */
+        ScorerEnum: "round_robin" | "random" | "least_outstanding" | "best_fit" | "prefix_affinity" | "session_affinity" | "weighted";
+        /**
+         * @description * `directory` - Directory
+         *     * `gguf` - GGUF file
+         * @enum {string}
+         */
+        SourceKindEnum: "directory" | "gguf";
+        Step: {
+            label: string;
+            formula: string;
+            /** Format: double */
+            value: number;
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        StopRequest: {
+            /** @default false */
+            drain: boolean;
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        SwitchAliasRequest: {
+            version: number;
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         Tenant: {
             readonly id: number;
             name: string;
@@ -462,7 +1838,7 @@ export interface components {
             /** Format: date-time */
             readonly updated_at: string;
         };
-        /** @description Reject fields the serializer does not know, instead of silently dropping them. */
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         TenantRequest: {
             name: string;
             description?: string;
@@ -470,7 +1846,7 @@ export interface components {
             log_prompts?: boolean;
             quota?: components["schemas"]["QuotaRequest"] | null;
         };
-        /** @description Reject fields the serializer does not know, instead of silently dropping them. */
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         User: {
             readonly id: number;
             /** @description Required. 150 characters or fewer. Letters, digits and @/./+/-/_ only. */
@@ -488,7 +1864,7 @@ export interface components {
             /** Format: date-time */
             readonly date_joined: string;
         };
-        /** @description Reject fields the serializer does not know, instead of silently dropping them. */
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         UserRequest: {
             /** @description Required. 150 characters or fewer. Letters, digits and @/./+/-/_ only. */
             username: string;
@@ -501,6 +1877,26 @@ export interface components {
              */
             is_active?: boolean;
             password?: string;
+        };
+        VerificationRun: {
+            readonly id: number;
+            readonly version: number;
+            readonly host_name: string;
+            readonly ok: boolean;
+            readonly manifest_digest: string;
+            readonly problems: unknown;
+            readonly files_checked: number;
+            readonly bytes_hashed: number;
+            readonly cache_hits: number;
+            readonly trigger: string;
+            /** Format: date-time */
+            readonly started_at: string;
+            /** Format: date-time */
+            readonly finished_at: string | null;
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        VerifyRequestRequest: {
+            host_name: string;
         };
     };
     responses: never;
@@ -652,6 +2048,561 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Me"];
+                };
+            };
+        };
+    };
+    deployments_list: {
+        parameters: {
+            query?: {
+                /**
+                 * @description * `vllm` - vLLM
+                 *     * `llamacpp` - llama.cpp
+                 *     * `sim` - vLLM simulator
+                 */
+                engine?: "llamacpp" | "sim" | "vllm";
+                host?: number;
+                /** @description Number of results to return per page. */
+                limit?: number;
+                /** @description The initial index from which to return the results. */
+                offset?: number;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                role?: string;
+                /** @description A search term. */
+                search?: string;
+                served_model_name?: string;
+                /**
+                 * @description * `pending` - Pending
+                 *     * `verifying` - Verifying files
+                 *     * `starting` - Starting
+                 *     * `ready` - Ready
+                 *     * `degraded` - Degraded
+                 *     * `crashed` - Crashed
+                 *     * `failed` - Failed
+                 *     * `stopping` - Stopping
+                 *     * `stopped` - Stopped
+                 */
+                state?: "crashed" | "degraded" | "failed" | "pending" | "ready" | "starting" | "stopped" | "stopping" | "verifying";
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedDeploymentList"];
+                };
+            };
+        };
+    };
+    deployments_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["DeploymentRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["DeploymentRequest"];
+                "multipart/form-data": components["schemas"]["DeploymentRequest"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+        };
+    };
+    deployments_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this deployment. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+        };
+    };
+    deployments_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this deployment. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["DeploymentRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["DeploymentRequest"];
+                "multipart/form-data": components["schemas"]["DeploymentRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+        };
+    };
+    deployments_destroy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this deployment. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No response body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    deployments_partial_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this deployment. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["PatchedDeploymentRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["PatchedDeploymentRequest"];
+                "multipart/form-data": components["schemas"]["PatchedDeploymentRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+        };
+    };
+    deployments_drain_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this deployment. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+        };
+    };
+    deployments_events_list: {
+        parameters: {
+            query?: {
+                /**
+                 * @description * `vllm` - vLLM
+                 *     * `llamacpp` - llama.cpp
+                 *     * `sim` - vLLM simulator
+                 */
+                engine?: "llamacpp" | "sim" | "vllm";
+                host?: number;
+                /** @description Number of results to return per page. */
+                limit?: number;
+                /** @description The initial index from which to return the results. */
+                offset?: number;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                role?: string;
+                /** @description A search term. */
+                search?: string;
+                served_model_name?: string;
+                /**
+                 * @description * `pending` - Pending
+                 *     * `verifying` - Verifying files
+                 *     * `starting` - Starting
+                 *     * `ready` - Ready
+                 *     * `degraded` - Degraded
+                 *     * `crashed` - Crashed
+                 *     * `failed` - Failed
+                 *     * `stopping` - Stopping
+                 *     * `stopped` - Stopped
+                 */
+                state?: "crashed" | "degraded" | "failed" | "pending" | "ready" | "starting" | "stopped" | "stopping" | "verifying";
+            };
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this deployment. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedDeploymentEventList"];
+                };
+            };
+        };
+    };
+    deployments_logs_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this deployment. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+        };
+    };
+    deployments_restart_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this deployment. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+        };
+    };
+    deployments_start_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this deployment. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+        };
+    };
+    deployments_stop_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this deployment. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["StopRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["StopRequest"];
+                "multipart/form-data": components["schemas"]["StopRequest"];
+            };
+        };
+        responses: {
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+        };
+    };
+    deployments_preflight_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PreflightRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["PreflightRequest"];
+                "multipart/form-data": components["schemas"]["PreflightRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+        };
+    };
+    fit_check_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["FitCheckRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["FitCheckRequest"];
+                "multipart/form-data": components["schemas"]["FitCheckRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FitResult"];
+                };
+            };
+        };
+    };
+    hosts_list: {
+        parameters: {
+            query?: {
+                /** @description Number of results to return per page. */
+                limit?: number;
+                /** @description The initial index from which to return the results. */
+                offset?: number;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                role?: string;
+                /** @description A search term. */
+                search?: string;
+                /**
+                 * @description * `unknown` - Unknown
+                 *     * `online` - Online
+                 *     * `unreachable` - Unreachable
+                 *     * `draining` - Draining
+                 */
+                state?: "draining" | "online" | "unknown" | "unreachable";
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedHostList"];
+                };
+            };
+        };
+    };
+    hosts_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["HostRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["HostRequest"];
+                "multipart/form-data": components["schemas"]["HostRequest"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Host"];
+                };
+            };
+        };
+    };
+    hosts_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this host. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Host"];
+                };
+            };
+        };
+    };
+    hosts_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this host. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["HostRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["HostRequest"];
+                "multipart/form-data": components["schemas"]["HostRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Host"];
+                };
+            };
+        };
+    };
+    hosts_destroy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this host. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No response body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    hosts_partial_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this host. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["PatchedHostRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["PatchedHostRequest"];
+                "multipart/form-data": components["schemas"]["PatchedHostRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Host"];
                 };
             };
         };
@@ -808,6 +2759,1214 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ApiKey"];
                 };
+            };
+        };
+    };
+    model_aliases_list: {
+        parameters: {
+            query?: {
+                active_version?: number;
+                /** @description Number of results to return per page. */
+                limit?: number;
+                /** @description The initial index from which to return the results. */
+                offset?: number;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                /** @description A search term. */
+                search?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedModelAliasList"];
+                };
+            };
+        };
+    };
+    model_aliases_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ModelAliasRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["ModelAliasRequest"];
+                "multipart/form-data": components["schemas"]["ModelAliasRequest"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ModelAlias"];
+                };
+            };
+        };
+    };
+    model_aliases_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this model alias. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ModelAlias"];
+                };
+            };
+        };
+    };
+    model_aliases_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this model alias. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ModelAliasRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["ModelAliasRequest"];
+                "multipart/form-data": components["schemas"]["ModelAliasRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ModelAlias"];
+                };
+            };
+        };
+    };
+    model_aliases_destroy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this model alias. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No response body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    model_aliases_partial_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this model alias. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["PatchedModelAliasRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["PatchedModelAliasRequest"];
+                "multipart/form-data": components["schemas"]["PatchedModelAliasRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ModelAlias"];
+                };
+            };
+        };
+    };
+    model_aliases_switch_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this model alias. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SwitchAliasRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["SwitchAliasRequest"];
+                "multipart/form-data": components["schemas"]["SwitchAliasRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ModelAlias"];
+                };
+            };
+        };
+    };
+    model_versions_list: {
+        parameters: {
+            query?: {
+                /** @description Number of results to return per page. */
+                limit?: number;
+                model?: number;
+                /** @description The initial index from which to return the results. */
+                offset?: number;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                parent?: number;
+                quantization?: number;
+                /** @description A search term. */
+                search?: string;
+                /**
+                 * @description * `directory` - Directory
+                 *     * `gguf` - GGUF file
+                 */
+                source_kind?: "directory" | "gguf";
+                /**
+                 * @description * `registered` - Registered
+                 *     * `verified` - Verified
+                 *     * `failed` - Failed
+                 */
+                state?: "failed" | "registered" | "verified";
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedModelVersionList"];
+                };
+            };
+        };
+    };
+    model_versions_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RegisterVersionRequest"];
+                "multipart/form-data": components["schemas"]["RegisterVersionRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["RegisterVersionRequest"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ModelVersion"];
+                };
+            };
+        };
+    };
+    model_versions_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this model version. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ModelVersion"];
+                };
+            };
+        };
+    };
+    model_versions_destroy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this model version. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No response body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    model_versions_files_list: {
+        parameters: {
+            query?: {
+                /** @description Number of results to return per page. */
+                limit?: number;
+                model?: number;
+                /** @description The initial index from which to return the results. */
+                offset?: number;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                parent?: number;
+                quantization?: number;
+                /** @description A search term. */
+                search?: string;
+                /**
+                 * @description * `directory` - Directory
+                 *     * `gguf` - GGUF file
+                 */
+                source_kind?: "directory" | "gguf";
+                /**
+                 * @description * `registered` - Registered
+                 *     * `verified` - Verified
+                 *     * `failed` - Failed
+                 */
+                state?: "failed" | "registered" | "verified";
+            };
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this model version. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedManifestFileList"];
+                };
+            };
+        };
+    };
+    model_versions_hosts_list: {
+        parameters: {
+            query?: {
+                /** @description Number of results to return per page. */
+                limit?: number;
+                model?: number;
+                /** @description The initial index from which to return the results. */
+                offset?: number;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                parent?: number;
+                quantization?: number;
+                /** @description A search term. */
+                search?: string;
+                /**
+                 * @description * `directory` - Directory
+                 *     * `gguf` - GGUF file
+                 */
+                source_kind?: "directory" | "gguf";
+                /**
+                 * @description * `registered` - Registered
+                 *     * `verified` - Verified
+                 *     * `failed` - Failed
+                 */
+                state?: "failed" | "registered" | "verified";
+            };
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this model version. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedVerificationRunList"];
+                };
+            };
+        };
+    };
+    model_versions_verifications_list: {
+        parameters: {
+            query?: {
+                /** @description Number of results to return per page. */
+                limit?: number;
+                model?: number;
+                /** @description The initial index from which to return the results. */
+                offset?: number;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                parent?: number;
+                quantization?: number;
+                /** @description A search term. */
+                search?: string;
+                /**
+                 * @description * `directory` - Directory
+                 *     * `gguf` - GGUF file
+                 */
+                source_kind?: "directory" | "gguf";
+                /**
+                 * @description * `registered` - Registered
+                 *     * `verified` - Verified
+                 *     * `failed` - Failed
+                 */
+                state?: "failed" | "registered" | "verified";
+            };
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this model version. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedVerificationRunList"];
+                };
+            };
+        };
+    };
+    model_versions_verify_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this model version. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["VerifyRequestRequest"];
+                "multipart/form-data": components["schemas"]["VerifyRequestRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["VerifyRequestRequest"];
+            };
+        };
+        responses: {
+            /** @description No response body */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    model_versions_lineage_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No response body */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    models_list: {
+        parameters: {
+            query?: {
+                /** @description Number of results to return per page. */
+                limit?: number;
+                /** @description The initial index from which to return the results. */
+                offset?: number;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                /** @description A search term. */
+                search?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedModelList"];
+                };
+            };
+        };
+    };
+    models_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ModelRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["ModelRequest"];
+                "multipart/form-data": components["schemas"]["ModelRequest"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Model"];
+                };
+            };
+        };
+    };
+    models_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this model. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Model"];
+                };
+            };
+        };
+    };
+    models_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this model. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ModelRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["ModelRequest"];
+                "multipart/form-data": components["schemas"]["ModelRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Model"];
+                };
+            };
+        };
+    };
+    models_destroy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this model. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No response body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    models_partial_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this model. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["PatchedModelRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["PatchedModelRequest"];
+                "multipart/form-data": components["schemas"]["PatchedModelRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Model"];
+                };
+            };
+        };
+    };
+    quantization_configs_list: {
+        parameters: {
+            query?: {
+                /** @description Number of results to return per page. */
+                limit?: number;
+                /**
+                 * @description * `none` - None (checkpoint dtype)
+                 *     * `fp16` - FP16
+                 *     * `bf16` - BF16
+                 *     * `fp8` - FP8
+                 *     * `int8` - INT8
+                 *     * `awq` - AWQ
+                 *     * `gptq` - GPTQ
+                 *     * `gguf-q2_k` - GGUF Q2_K
+                 *     * `gguf-q3_k` - GGUF Q3_K
+                 *     * `gguf-q4_0` - GGUF Q4_0
+                 *     * `gguf-q4_1` - GGUF Q4_1
+                 *     * `gguf-q4_k` - GGUF Q4_K
+                 *     * `gguf-q5_0` - GGUF Q5_0
+                 *     * `gguf-q5_1` - GGUF Q5_1
+                 *     * `gguf-q5_k` - GGUF Q5_K
+                 *     * `gguf-q6_k` - GGUF Q6_K
+                 *     * `gguf-q8_0` - GGUF Q8_0
+                 */
+                method?: "awq" | "bf16" | "fp16" | "fp8" | "gguf-q2_k" | "gguf-q3_k" | "gguf-q4_0" | "gguf-q4_1" | "gguf-q4_k" | "gguf-q5_0" | "gguf-q5_1" | "gguf-q5_k" | "gguf-q6_k" | "gguf-q8_0" | "gptq" | "int8" | "none";
+                /** @description The initial index from which to return the results. */
+                offset?: number;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                /** @description A search term. */
+                search?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedQuantizationConfigList"];
+                };
+            };
+        };
+    };
+    quantization_configs_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["QuantizationConfigRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["QuantizationConfigRequest"];
+                "multipart/form-data": components["schemas"]["QuantizationConfigRequest"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["QuantizationConfig"];
+                };
+            };
+        };
+    };
+    quantization_configs_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this quantization config. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["QuantizationConfig"];
+                };
+            };
+        };
+    };
+    quantization_configs_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this quantization config. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["QuantizationConfigRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["QuantizationConfigRequest"];
+                "multipart/form-data": components["schemas"]["QuantizationConfigRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["QuantizationConfig"];
+                };
+            };
+        };
+    };
+    quantization_configs_destroy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this quantization config. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No response body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    quantization_configs_partial_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this quantization config. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["PatchedQuantizationConfigRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["PatchedQuantizationConfigRequest"];
+                "multipart/form-data": components["schemas"]["PatchedQuantizationConfigRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["QuantizationConfig"];
+                };
+            };
+        };
+    };
+    request_log_list: {
+        parameters: {
+            query?: {
+                alias?: string;
+                /** @description The pagination cursor value. */
+                cursor?: string;
+                deployment_id?: number;
+                error_type?: string;
+                key_prefix?: string;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                /** @description Number of results to return per page. */
+                page_size?: number;
+                /** @description A search term. */
+                search?: string;
+                since?: string;
+                status?: number;
+                status_max?: number;
+                status_min?: number;
+                stream?: boolean;
+                tenant_id?: number;
+                until?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedRequestLogList"];
+                };
+            };
+        };
+    };
+    request_log_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this request log. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestLog"];
+                };
+            };
+        };
+    };
+    route_policies_list: {
+        parameters: {
+            query?: {
+                alias?: string;
+                /** @description Number of results to return per page. */
+                limit?: number;
+                /** @description The initial index from which to return the results. */
+                offset?: number;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                /** @description A search term. */
+                search?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedRoutePolicyList"];
+                };
+            };
+        };
+    };
+    route_policies_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RoutePolicyRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["RoutePolicyRequest"];
+                "multipart/form-data": components["schemas"]["RoutePolicyRequest"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RoutePolicy"];
+                };
+            };
+        };
+    };
+    route_policies_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this route policy. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RoutePolicy"];
+                };
+            };
+        };
+    };
+    route_policies_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this route policy. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RoutePolicyRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["RoutePolicyRequest"];
+                "multipart/form-data": components["schemas"]["RoutePolicyRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RoutePolicy"];
+                };
+            };
+        };
+    };
+    route_policies_destroy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this route policy. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No response body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    route_policies_partial_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this route policy. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["PatchedRoutePolicyRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["PatchedRoutePolicyRequest"];
+                "multipart/form-data": components["schemas"]["PatchedRoutePolicyRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RoutePolicy"];
+                };
+            };
+        };
+    };
+    route_pools_list: {
+        parameters: {
+            query?: {
+                alias?: string;
+                /** @description Number of results to return per page. */
+                limit?: number;
+                /** @description The initial index from which to return the results. */
+                offset?: number;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                /**
+                 * @description * `round_robin` - Round robin
+                 *     * `random` - Random
+                 *     * `least_outstanding` - Least outstanding requests
+                 *     * `best_fit` - Best fit on free KV-cache tokens
+                 *     * `prefix_affinity` - Prefix affinity (bounded-load consistent hashing)
+                 *     * `session_affinity` - Session affinity by header
+                 *     * `weighted` - Weighted combination
+                 */
+                scorer?: "best_fit" | "least_outstanding" | "prefix_affinity" | "random" | "round_robin" | "session_affinity" | "weighted";
+                /** @description A search term. */
+                search?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedRoutePoolList"];
+                };
+            };
+        };
+    };
+    route_pools_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RoutePoolRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["RoutePoolRequest"];
+                "multipart/form-data": components["schemas"]["RoutePoolRequest"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RoutePool"];
+                };
+            };
+        };
+    };
+    route_pools_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this route pool. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RoutePool"];
+                };
+            };
+        };
+    };
+    route_pools_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this route pool. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RoutePoolRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["RoutePoolRequest"];
+                "multipart/form-data": components["schemas"]["RoutePoolRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RoutePool"];
+                };
+            };
+        };
+    };
+    route_pools_destroy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this route pool. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No response body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    route_pools_partial_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this route pool. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["PatchedRoutePoolRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["PatchedRoutePoolRequest"];
+                "multipart/form-data": components["schemas"]["PatchedRoutePoolRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RoutePool"];
+                };
+            };
+        };
+    };
+    routing_traffic_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No response body */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    routing_usage_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No response body */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
         };
     };
