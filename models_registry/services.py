@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from console.choices import AuditAction
@@ -329,14 +329,58 @@ def register_version(
 
     arch, found_params, found_context, tokenizer = read_architecture(root, kind)
     digest = manifest_digest((f.path, f.size, f.sha256) for f in pinned)
+    try:
+        return _save_registration(
+            model=model,
+            revision=revision,
+            kind=kind,
+            root=root,
+            parameter_count=parameter_count or found_params,
+            max_context=max_context or found_context,
+            arch=arch,
+            tokenizer=tokenizer,
+            digest=digest,
+            pinned=pinned,
+            tree=tree,
+            parent=parent,
+            quantization=quantization,
+            actor=actor,
+            host=host,
+            started=started,
+        )
+    except IntegrityError:
+        # Another registration of the same revision won the race while we were hashing.
+        raise RegistrationError(f"{model.name} already has a version with revision {revision!r}.") from None
+
+
+def _save_registration(
+    *,
+    model: Model,
+    revision: str,
+    kind: str,
+    root: Path,
+    parameter_count: int | None,
+    max_context: int | None,
+    arch: dict[str, Any],
+    tokenizer: str | None,
+    digest: str,
+    pinned: list[FileHash],
+    tree: TreeHash,
+    parent: ModelVersion | None,
+    quantization: QuantizationConfig | None,
+    actor: Any,
+    host: str,
+    started: Any,
+) -> ModelVersion:
+    """Write the version, its manifest, its first verification run and the audit event in one transaction."""
     with transaction.atomic():
         version = ModelVersion.objects.create(
             model=model,
             revision=revision,
             source_kind=kind,
             source_path=str(root),
-            parameter_count=parameter_count or found_params,
-            max_context=max_context or found_context,
+            parameter_count=parameter_count,
+            max_context=max_context,
             architecture=arch,
             tokenizer_path=tokenizer,
             state=VersionState.VERIFIED,
