@@ -60,7 +60,7 @@ def latency_round(
             concurrency=concurrency,
             prompt_words=prompt_words,
             max_tokens=max_tokens,
-            question=f"round {salt}",
+            salt_base=salt,
         )
     )
 
@@ -75,7 +75,8 @@ def profile_latencies(profile: str, rounds: int) -> dict[str, Any]:
         for conc in (1, 32):
             results: list[StreamResult] = []
             for r in range(rounds):
-                results += latency_round(handle, conc, 512, 128, salt=r * 1000 + conc)
+                # Fresh prompts every round: a repeated prompt would hit the prefix cache.
+                results += latency_round(handle, conc, 512, 128, salt=r * 1000 + conc * 100)
             ok = [x for x in results if x.status == 200 and x.completion_tokens == 128]
             assert len(ok) == len(results), f"{profile} c={conc}: {len(results) - len(ok)} failed"
             out[f"c{conc}"] = {

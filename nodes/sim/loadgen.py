@@ -40,7 +40,8 @@ class StreamResult:
 def prompt_of(words: int, salt: int = 0) -> str:
     """A prompt of `words` common English words (one token each in the simulator's tokenizer)."""
     vocab = [w for w in text.VOCAB if w.strip().isalpha()]
-    return "".join(vocab[(salt * 7919 + i * 31 + i * i) % len(vocab)] for i in range(words)).strip()
+    base = text.mix64(salt)
+    return "".join(vocab[text.mix64(base + i) % len(vocab)] for i in range(words)).strip()
 
 
 async def one_stream(
@@ -101,11 +102,13 @@ async def run_streams(
     distinct_prompts: bool = True,
     system_prompt: str | None = None,
     question: str = "",
+    salt_base: int = 0,
 ) -> list[StreamResult]:
     """Start `concurrency` streams at once and wait for all of them.
 
     Each stream's user message is a prompt of about prompt_words words (distinct per stream unless
-    distinct_prompts is false) followed by `question`; system_prompt, when given, is a shared prefix.
+    distinct_prompts is false; salt_base shifts them, so successive runs do not hit the prefix cache)
+    followed by `question`; system_prompt, when given, is a shared prefix.
     """
     headers = {"Content-Type": "application/json"}
     if api_key:
@@ -116,7 +119,8 @@ async def run_streams(
         url = base_url + "/v1/chat/completions"
         tasks = []
         for i in range(concurrency):
-            user = (prompt_of(prompt_words, i if distinct_prompts else 0) + " " + question).strip()
+            salt = salt_base + (i if distinct_prompts else 0)
+            user = (prompt_of(prompt_words, salt) + " " + question).strip()
             messages = [{"role": "user", "content": user}]
             if system_prompt is not None:
                 messages.insert(0, {"role": "system", "content": system_prompt})

@@ -177,13 +177,12 @@ class ServingLimits:
 
 
 def check_model(body: dict[str, Any], limits: ServingLimits) -> str:
-    """The served name the request addresses; vLLM allows omitting it (then the first name is used)."""
+    """Validate `model` (optional in vLLM) and return the name responses carry: vLLM answers with the
+    first served name whichever alias was asked for (OpenAIServingModels.model_name())."""
     model = _get(body, "model", (str,))
-    if model is None:
-        return limits.served_names[0]
-    if model not in limits.served_names:
+    if model is not None and model not in limits.served_names:
         raise ApiError(404, "NotFoundError", f"The model `{model}` does not exist.", "model")
-    return str(model)
+    return limits.served_names[0]
 
 
 def messages_text(body: dict[str, Any]) -> tuple[list[dict[str, str]], bool]:

@@ -349,15 +349,20 @@ class SimServer:
                 if not s.finished:
                     self.engine.abort(s)
 
-    def _usage(self, req: SamplingRequest, seqs: list[Sequence]) -> dict[str, Any]:
+    def _usage(
+        self, req: SamplingRequest, seqs: list[Sequence], *, streaming: bool = False
+    ) -> dict[str, Any]:
         prompt = sum(len(ids) for ids, _ in req.prompts)
         completion = sum(len(s.out) for s in seqs)
-        return {
+        usage: dict[str, Any] = {
             "prompt_tokens": prompt,
             "total_tokens": prompt + completion,
             "completion_tokens": completion,
-            "prompt_tokens_details": None,
         }
+        # Stream chunks are serialized with exclude_unset=True, which drops the unset details field.
+        if not streaming:
+            usage["prompt_tokens_details"] = None
+        return usage
 
     @staticmethod
     def _text(seq: Sequence, start: int, end: int) -> str:
@@ -500,6 +505,8 @@ class SimServer:
                         }
                     ],
                 }
+                if req.include_usage and req.continuous_usage:
+                    first["usage"] = self._usage(req, seqs, streaming=True)
                 parts.append(b"data: " + dumps(first) + b"\n\n")
         elif req.echo:
             for i in range(len(seqs)):
@@ -566,7 +573,7 @@ class SimServer:
                     "choices": [choice],
                 }
                 if req.include_usage and req.continuous_usage:
-                    chunk["usage"] = self._usage(req, seqs)
+                    chunk["usage"] = self._usage(req, seqs, streaming=True)
                 parts.append(b"data: " + dumps(chunk) + b"\n\n")
             if all(done):
                 if req.include_usage:
@@ -576,7 +583,7 @@ class SimServer:
                         "created": created,
                         "model": model,
                         "choices": [],
-                        "usage": self._usage(req, seqs),
+                        "usage": self._usage(req, seqs, streaming=True),
                     }
                     parts.append(b"data: " + dumps(final) + b"\n\n")
                 parts.append(b"data: [DONE]\n\n")
@@ -639,7 +646,10 @@ async def serve(args: argparse.Namespace) -> int:
             sock.close()
             return 0
     server.engine.start()
-    runner = web.AppRunner(server.build_app(), handler_cancellation=True, access_log=None)
+    # vLLM's default --shutdown-timeout is 0: in-flight requests are aborted on shutdown.
+    runner = web.AppRunner(
+        server.build_app(), handler_cancellation=True, access_log=None, shutdown_timeout=0.5
+    )
     await runner.setup()
     site = web.SockSite(runner, sock)
     await site.start()
