@@ -242,7 +242,10 @@ class SimEngine:
             if delay > 0:
                 await asyncio.sleep(delay)
             next_start = end
-            self.finish_step(plan, dt, max(end, clock()))
+            # Stamp tokens with the step's modelled end, not the wall time the loop woke up: timer jitter
+            # and CPU contention would otherwise show up in the latency metrics, multiplied by the
+            # time scale.
+            self.finish_step(plan, dt, end)
 
     def plan_step(self) -> tuple[StepPlan, float]:
         """Schedule the next step; returns the plan and its modelled duration in seconds."""
@@ -378,7 +381,7 @@ class SimEngine:
             gen_tokens += 1
             if seq.first_token_at is None:
                 seq.first_token_at = now
-                m.ttft.observe((now - seq.arrival) * scale)
+                m.ttft.observe(max(0.0, now - seq.arrival) * scale)
             else:
                 itl.observe((now - seq.last_token_at) * scale)
             seq.last_token_at = now
