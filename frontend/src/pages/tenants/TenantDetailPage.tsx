@@ -8,7 +8,7 @@ import { CheckboxField, FormErrors, InputField, TextareaField } from "../../comp
 import { Card, ErrorState, Page } from "../../components/Page";
 import { StatusBadge } from "../../components/StatusBadge";
 import { Table } from "../../components/Table";
-import { formatDateTime, formatNumber } from "../../format";
+import { formatDateTime, formatNumber, formatShortDateTime } from "../../format";
 import { useApi } from "../../hooks/useApi";
 import { CreateKeyDialog, EditKeyDialog, NewKeySecretDialog, quotaBody, quotaDraft } from "./KeyDialogs";
 
@@ -57,10 +57,11 @@ export function TenantDetailPage() {
       }
     >
       <div className="grid-2">
-        <TenantSettingsCard tenant={t} editable={isAdmin} onSaved={tenant.reload} />
-        <QuotaCard tenant={t} editable={isAdmin} onSaved={tenant.reload} />
+        {/* Keyed by tenant: the forms hold drafts that must not carry over to another tenant. */}
+        <TenantSettingsCard key={`settings-${t.id}`} tenant={t} editable={isAdmin} onSaved={tenant.reload} />
+        <QuotaCard key={`quota-${t.id}`} tenant={t} editable={isAdmin} onSaved={tenant.reload} />
       </div>
-      <KeysCard tenant={t} editable={isAdmin} onChanged={tenant.reload} />
+      <KeysCard key={`keys-${t.id}`} tenant={t} editable={isAdmin} onChanged={tenant.reload} />
       <ConfirmDialog
         open={deleting}
         title={`Delete tenant ${t.name}?`}
@@ -282,13 +283,13 @@ function KeysCard({ tenant, editable, onChanged }: { tenant: Tenant; editable: b
         rowKey={(k) => k.id}
         empty="No keys. A tenant needs a key to call /v1/."
         columns={[
-          { header: "Name", cell: (k) => <strong>{k.name}</strong> },
+          { header: "Name", className: "wrap", cell: (k) => <strong>{k.name}</strong> },
           { header: "Key", cell: (k) => <code>{k.prefix}…</code> },
           { header: "Status", cell: (k) => <StatusBadge status={keyStatus(k)} /> },
-          { header: "Scopes", cell: (k) => (k.scopes?.length ? k.scopes.join(", ") : <span className="muted">all models</span>) },
-          { header: "Created", cell: (k) => formatDateTime(k.created_at) },
-          { header: "Last used", cell: (k) => formatDateTime(k.last_used_at) },
-          { header: "Expires", cell: (k) => (k.expires_at ? formatDateTime(k.expires_at) : <span className="muted">never</span>) },
+          { header: "Scopes", className: "wrap", cell: (k) => (k.scopes?.length ? k.scopes.join(", ") : <span className="muted nowrap">all models</span>) },
+          { header: "Created", cell: (k) => formatShortDateTime(k.created_at) },
+          { header: "Last used", cell: (k) => formatShortDateTime(k.last_used_at) },
+          { header: "Expires", cell: (k) => (k.expires_at ? formatShortDateTime(k.expires_at) : <span className="muted">never</span>) },
           { header: "Quota", cell: (k) => (k.quota_override ? "own" : <span className="muted">tenant's</span>) },
           {
             header: "",
