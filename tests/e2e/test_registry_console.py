@@ -4,6 +4,7 @@ then a one-byte corruption makes the verification on that host fail and name the
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from playwright.sync_api import expect
 
 from console.models import User
+from models_registry.estimate import architecture_from_config
 from models_registry.models import Model, ModelVersion
 from tests.conftest import PASSWORD
 from tests.e2e.harness import LiveConsole, login, require_frontend_build, screenshot, start_console
@@ -130,3 +132,40 @@ def test_register_real_gguf_see_manifest_fit_and_failed_verification(
     run = version.verifications.filter(host_name=HOST, trigger="task").get()
     assert run.problems[0]["expected"] == expected_sha
     assert run.problems[0]["actual"] == sha256_of(gguf)
+
+
+def test_viewer_reads_the_registry_and_uses_the_fit_calculator_but_cannot_write(
+    browser_page: Any, viewer_user: User
+) -> None:
+    config = json.loads((Path(__file__).parents[1] / "registry" / "configs" / "llama-3-8b.json").read_text())
+    version = ModelVersion.objects.create(
+        model=Model.objects.create(name="Llama-3-8B"),
+        revision="hf",
+        source_kind="directory",
+        source_path="/models/llama-3-8b",
+        architecture=architecture_from_config(config),
+        max_context=8192,
+    )
+    page = browser_page
+    login(page, viewer_user.username, PASSWORD)
+    page.goto("/models")
+    expect(page.get_by_test_id("versions-table")).to_contain_text("Llama-3-8B")
+    expect(page.get_by_role("button", name="Register version")).to_have_count(0)
+    page.goto(f"/models/versions/{version.pk}")
+    expect(page.get_by_test_id("version-props")).to_be_visible()
+    expect(page.get_by_role("button", name="Delete version")).to_have_count(0)
+    expect(page.get_by_role("button", name="Queue verification")).to_have_count(0)
+
+    # 24 GiB at 0.9: 16.06 GB of fp16 weights leave room for the 8k context.
+    page.get_by_role("link", name="Will it fit?").click()
+    form = page.get_by_test_id("fit-form")
+    form.get_by_label("GPU memory (GiB)").fill("24")
+    form.get_by_label("Weights as").select_option("fp16")
+    form.get_by_role("button", name="Check fit").click()
+    expect(page.get_by_test_id("fit-result")).to_contain_text("Fits")
+    expect(page.get_by_test_id("fit-steps")).to_contain_text("32 layers x 8 KV heads x 128 head dim")
+    # 16 GiB: the weights alone do not fit.
+    form.get_by_label("GPU memory (GiB)").fill("16")
+    form.get_by_role("button", name="Check fit").click()
+    expect(page.get_by_test_id("fit-result")).to_contain_text("do not fit")
+    screenshot(page, "registry-04-viewer-fit-does-not-fit")
