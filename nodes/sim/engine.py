@@ -46,6 +46,7 @@ class Sequence:
     num_tokens: int = 0
     num_computed: int = 0
     num_cached_prompt_tokens: int = 0  # prefix-cache hit of the first admission (usage details)
+    recomputed_last: bool = False  # the whole prompt was cached; its last token was computed again
     blocks: list[int] = field(default_factory=list)
     hashes_registered: int = 0
     block_hashes: list[int] = field(default_factory=list)
@@ -315,9 +316,15 @@ class SimEngine:
                             break
                         hit_blocks.append(b)
                 hit_tokens = len(hit_blocks) * bs
-                if hit_tokens >= seq.num_tokens:
+                recompute_last = hit_tokens >= seq.num_tokens
+                if recompute_last:
                     # vLLM recomputes the last token so that the step produces logits.
                     hit_tokens = seq.num_tokens - 1
+                if self.enable_prefix_caching:
+                    # Counted on every admission attempt, also one that then fails for lack of blocks
+                    # (vLLM V1 looks the prefix up again each step a request stays waiting).
+                    self.metrics.prefix_queries.inc(seq.num_tokens)
+                    self.metrics.prefix_hits.inc(hit_tokens)
                 n = min(seq.num_tokens - hit_tokens, budget)
                 need = -(-(hit_tokens + n) // bs) - len(hit_blocks)
                 free_after_touch = pool.num_free - sum(1 for b in hit_blocks if pool.ref[b] == 0)
@@ -329,12 +336,10 @@ class SimEngine:
                 seq.blocks = hit_blocks + pool.allocate(need)
                 seq.num_computed = hit_tokens
                 seq.hashes_registered = len(hit_blocks)
-                if self.enable_prefix_caching:
-                    self.metrics.prefix_queries.inc(seq.num_tokens)
-                    self.metrics.prefix_hits.inc(hit_tokens)
                 if seq.scheduled_at is None:
                     seq.scheduled_at = self.clock()
                     seq.num_cached_prompt_tokens = hit_tokens
+                    seq.recomputed_last = recompute_last
                 running.append(seq)
                 items.append((seq, n))
                 budget -= n
@@ -357,15 +362,12 @@ class SimEngine:
         bs = self.shape.block_size
         pool = self.pool
         m = self.metrics
-        prompt_tokens = 0
         gen_tokens = 0
         finished_any = False
         itl = m.itl
         for seq, n in plan.items:
             if seq.finished:
                 continue
-            if seq.num_computed < seq.prompt_len:
-                prompt_tokens += min(n, seq.prompt_len - seq.num_computed)
             seq.num_computed += n
             if self.enable_prefix_caching and seq.hashes_registered < len(seq.block_hashes):
                 full = min(seq.num_computed // bs, len(seq.block_hashes))
@@ -382,6 +384,7 @@ class SimEngine:
             if seq.first_token_at is None:
                 seq.first_token_at = now
                 m.ttft.observe(max(0.0, now - seq.arrival) * scale)
+                m.record_prompt(seq.prompt_len, seq.num_cached_prompt_tokens, seq.recomputed_last)
             else:
                 itl.observe((now - seq.last_token_at) * scale)
             seq.last_token_at = now
@@ -391,8 +394,6 @@ class SimEngine:
                 finished_any = True
             elif seq.stream and seq.notify is not None:
                 seq.notify()
-        if prompt_tokens:
-            m.prompt_tokens.inc(prompt_tokens)
         if gen_tokens:
             m.generation_tokens.inc(gen_tokens)
         if finished_any:

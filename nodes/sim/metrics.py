@@ -82,6 +82,22 @@ class EngineMetrics:
             "vllm:num_preemptions", "Cumulative number of preemption from the engine."
         ).labels(**lv)
         self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.").labels(**lv)
+        by_source = Counter(
+            "vllm:prompt_tokens_by_source",
+            "Number of prompt tokens by source.",
+            [*LABELS, "source"],
+            registry=r,
+        )
+        self.prompt_tokens_by_source = {
+            src: by_source.labels(source=src, **lv)
+            for src in ("local_compute", "local_cache_hit", "external_kv_transfer")
+        }
+        self.prompt_tokens_cached = counter(
+            "vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external)."
+        ).labels(**lv)
+        self.prompt_tokens_recomputed = counter(
+            "vllm:prompt_tokens_recomputed", "Number of cached tokens recomputed for forward pass."
+        ).labels(**lv)
         self.generation_tokens = counter(
             "vllm:generation_tokens", "Number of generation tokens processed."
         ).labels(**lv)
@@ -103,6 +119,14 @@ class EngineMetrics:
         ).labels(**lv)
         self.request_params_max_tokens = hist(
             "vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", token_buckets
+        ).labels(**lv)
+        self.request_max_num_generation_tokens = hist(
+            "vllm:request_max_num_generation_tokens",
+            "Histogram of maximum number of requested generation tokens.",
+            token_buckets,
+        ).labels(**lv)
+        self.request_params_n = hist(
+            "vllm:request_params_n", "Histogram of the n request parameter.", [1.0, 2.0, 5.0, 10.0, 20.0]
         ).labels(**lv)
         self.iteration_tokens = hist(
             "vllm:iteration_tokens_total",
@@ -145,6 +169,16 @@ class EngineMetrics:
             "Histogram of time spent in DECODE phase for request.",
             REQUEST_LATENCY_BUCKETS,
         ).labels(**lv)
+        sleep = Gauge(
+            "vllm:engine_sleep_state",
+            "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; "
+            "weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.",
+            [*LABELS, "sleep_state"],
+            registry=r,
+            multiprocess_mode="mostrecent",
+        )
+        for state in ("awake", "weights_offloaded", "discard_all"):
+            sleep.labels(sleep_state=state, **lv).set(1 if state == "awake" else 0)
         info_labels = cache_config_labels(shape, enable_prefix_caching)
         info = Gauge(
             "vllm:cache_config_info",
@@ -154,6 +188,16 @@ class EngineMetrics:
             multiprocess_mode="mostrecent",
         )
         info.labels(engine="0", **info_labels).set(1)
+
+    def record_prompt(self, total: int, cached: int, recomputed_last: bool) -> None:
+        """PromptTokenStats of a request whose prefill finished: all its prompt tokens count in
+        vllm:prompt_tokens, split by source (vllm/v1/metrics/stats.py)."""
+        self.prompt_tokens.inc(total)
+        self.prompt_tokens_by_source["local_compute"].inc(total - cached)
+        self.prompt_tokens_by_source["local_cache_hit"].inc(cached)
+        self.prompt_tokens_cached.inc(cached)
+        if recomputed_last:
+            self.prompt_tokens_recomputed.inc(1)
 
 
 def cache_config_labels(shape: EngineShape, enable_prefix_caching: bool) -> dict[str, str]:

@@ -332,7 +332,9 @@ class SimServer:
         seqs = self._sequences(req, event.set)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self.in_flight += 1
+        self.metrics.request_params_n.observe(req.n)
         for s in seqs:
+            self.metrics.request_max_num_generation_tokens.observe(s.max_tokens)
             self.engine.add(s)
         try:
             if req.stream:

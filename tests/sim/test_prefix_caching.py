@@ -58,3 +58,15 @@ def test_cached_blocks_are_evicted_lru_when_space_is_needed() -> None:
     engine.add(late)
     run_to_completion(engine)
     assert late.num_cached_prompt_tokens < 2048
+
+
+def test_prompt_tokens_count_cached_ones_and_split_by_source() -> None:
+    engine = make_engine(max_model_len=8192)
+    for salt in (1, 2):
+        engine.add(make_seq(16, 1, salt=salt, prefix=SHARED))
+        run_to_completion(engine)
+    m = engine.metrics
+    assert m.prompt_tokens._value.get() == 2 * (2048 + 16)
+    assert m.prompt_tokens_by_source["local_cache_hit"]._value.get() == 2048
+    assert m.prompt_tokens_by_source["local_compute"]._value.get() == 2 * (2048 + 16) - 2048
+    assert m.prompt_tokens_cached._value.get() == 2048
