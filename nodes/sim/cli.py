@@ -93,6 +93,10 @@ IGNORED_VALUE_FLAGS = [
     "--worker-cls",
     "--task",
     "--runner",
+    "--structured-outputs-config",
+    "--default-chat-template-kwargs",
+    "--max-parallel-loading-workers",
+    "--stream-interval",
 ]
 IGNORED_MULTI_FLAGS = ["--lora-modules", "--kv-cache-dtype-skip-layers"]
 # vLLM boolean flags (BooleanOptionalAction, so --no-X too) that change nothing in the simulation.
@@ -120,6 +124,9 @@ IGNORED_BOOL_FLAGS = [
     "--disable-log-stats",
     "--disable-frontend-multiprocessing",
     "--enable-ssl-refresh",
+    "--allow-deprecated-quantization",
+    "--return-tokens-as-token-ids",
+    "--enable-prompt-embeds",
     "--kv-cache-metrics",
     "--disable-sliding-window",
     "--disable-cascade-attn",

@@ -40,7 +40,8 @@ def test_vllm_flags_it_does_not_model_are_accepted(sim_factory: SimFactory) -> N
         "--max_model_len", "2k",  # underscores and human-readable ints, like vLLM's parser
         "--enforce-eager", "--trust-remote-code", "--no-enable-log-requests", "--dtype", "bfloat16",
         "--load-format", "auto", "--generation-config", "vllm", "--enable-chunked-prefill",
-        "--quantization", "fp8", "--kv-cache-dtype", "fp8", "--disable-log-stats", "-tp", "1",
+        "--quantization", "fbgemm_fp8", "--allow-deprecated-quantization", "--kv-cache-dtype", "fp8",
+        "--disable-log-stats", "-tp", "1",
     )  # fmt: skip
     _, models = call_json(sim.base_url + "/v1/models")
     assert models["data"][0]["max_model_len"] == 2000
