@@ -149,3 +149,25 @@ def test_version_in_use_by_an_alias_cannot_be_deleted(admin_client: APIClient, m
     assert response.status_code == 400
     assert "tiny" in response.json()["non_field_errors"][0]
     assert ModelVersion.objects.filter(pk=created["id"]).exists()
+
+
+def test_bad_gguf_and_symlink_loop_are_400_and_leave_nothing(
+    admin_client: APIClient, model_root: Path
+) -> None:
+    model = Model.objects.create(name="tiny")
+    (model_root / "bad.gguf").write_bytes(b"NOTGGUF" + b"\0" * 64)
+    loop_dir = model_root / "looped"
+    loop_dir.mkdir()
+    (loop_dir / "config.json").write_text("{}")
+    (loop_dir / "again").symlink_to(loop_dir)
+    cases = [(model_root / "bad.gguf", "not a valid GGUF file"), (loop_dir, "again: symlink loop")]
+    for path, message in cases:
+        response = admin_client.post(
+            URL, {"model": model.pk, "revision": "r1", "source_path": str(path)}, format="json"
+        )
+        assert response.status_code == 400
+        assert message in response.json()["source_path"][0]
+    loop_problems = response.json()["problems"]
+    assert [(p["path"], p["kind"]) for p in loop_problems] == [("again", "unreadable")]
+    assert ModelVersion.objects.count() == 0
+    assert ManifestFile.objects.count() == 0
