@@ -127,6 +127,8 @@ def start_console(log_dir: Path, extra_env: dict[str, str] | None = None) -> Liv
         **(extra_env or {}),
     }
     env.pop("TEST_DATABASE_NAME", None)
+    if "DJANGO_ALLOW_ASYNC_UNSAFE" not in (extra_env or {}):
+        env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)  # the server keeps Django's async-safety checks
     log_path = log_dir / f"console-{port}.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
