@@ -169,3 +169,42 @@ def test_viewer_reads_the_registry_and_uses_the_fit_calculator_but_cannot_write(
     form.get_by_role("button", name="Check fit").click()
     expect(page.get_by_test_id("fit-result")).to_contain_text("do not fit")
     screenshot(page, "registry-04-viewer-fit-does-not-fit")
+
+
+def test_manifest_upload_mismatch_lists_each_bad_file_then_matching_upload_registers(
+    browser_page: Any, admin_user: User, model_root: Path, tmp_path: Path
+) -> None:
+    from tests.registry.conftest import make_model_dir
+
+    directory = make_model_dir(model_root, "tiny-llama")
+    lines = {
+        p.name: f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.name}\n"
+        for p in sorted(directory.iterdir())
+    }
+    good = tmp_path / "SHA256SUMS"
+    good.write_text("".join(lines.values()))
+    bad = tmp_path / "SHA256SUMS.bad"
+    wrong = "0" * 64
+    bad.write_text(good.read_text().replace(lines["config.json"], f"{wrong}  config.json\n"))
+    Model.objects.create(name="tiny-llama")
+
+    page = browser_page
+    login(page, admin_user.username, PASSWORD)
+    page.goto("/models")
+    page.get_by_role("button", name="Register version").click()
+    dialog = page.get_by_test_id("register-version-dialog")
+    dialog.get_by_label("Revision").fill("main")
+    dialog.get_by_label("Source path").fill(str(directory))
+    dialog.get_by_label("Manifest file (optional)").set_input_files(str(bad))
+    dialog.get_by_role("button", name="Register version").click()
+    problems = page.get_by_test_id("register-problems")
+    expect(problems.locator("tr", has_text="config.json")).to_contain_text("mismatch", timeout=SLOW_MS)
+    expect(problems.locator("code[title]").first).to_have_attribute("title", wrong)
+    screenshot(page, "registry-05-manifest-mismatch", full_page=False)
+    assert ModelVersion.objects.count() == 0
+
+    dialog.get_by_label("Manifest file (optional)").set_input_files(str(good))
+    dialog.get_by_role("button", name="Register version").click()
+    expect(page.get_by_test_id("version-manifest")).to_contain_text("config.json", timeout=SLOW_MS)
+    version = ModelVersion.objects.get(revision="main")
+    assert version.file_count == len(lines)
