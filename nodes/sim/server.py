@@ -439,6 +439,7 @@ class SimServer:
                         else None,
                         "finish_reason": s.finish_reason,
                         "stop_reason": s.stop_reason,
+                        "token_ids": None,
                     }
                 )
             else:
@@ -453,7 +454,9 @@ class SimServer:
                         else None,
                         "finish_reason": s.finish_reason,
                         "stop_reason": s.stop_reason,
+                        "token_ids": None,
                         "prompt_logprobs": None,
+                        "prompt_token_ids": None,
                     }
                 )
         body: dict[str, Any] = {
@@ -463,12 +466,14 @@ class SimServer:
             "model": req.model,
             "choices": choices,
         }
-        if chat:
-            body["service_tier"] = None
+        # Field order of vLLM's ChatCompletionResponse / CompletionResponse (non-streaming responses are
+        # dumped with every field, unset ones as null).
+        body["service_tier"] = None
         body["system_fingerprint"] = None
         body["usage"] = self._usage(req, seqs)
         if chat:
             body["prompt_logprobs"] = None
+            body["prompt_token_ids"] = None
         body["kv_transfer_params"] = None
         return body
 

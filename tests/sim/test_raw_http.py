@@ -84,3 +84,31 @@ def test_missing_or_wrong_key_is_401_with_vllm_body(keyed_sim: SimHandle) -> Non
 def test_version_and_load(sim: SimHandle) -> None:
     assert "version" in call_json(sim.base_url + "/version")[1]
     assert call_json(sim.base_url + "/load")[1] == {"server_load": 0}
+
+
+def test_non_streaming_bodies_have_vllms_fields_in_order(sim: SimHandle) -> None:
+    body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2}
+    _, chat = call_json(sim.base_url + "/v1/chat/completions", body)
+    assert list(chat) == ["id", "object", "created", "model", "choices", "service_tier", "system_fingerprint",
+                          "usage", "prompt_logprobs", "prompt_token_ids", "kv_transfer_params"]  # fmt: skip
+    assert list(chat["choices"][0]) == [
+        "index",
+        "message",
+        "logprobs",
+        "finish_reason",
+        "stop_reason",
+        "token_ids",
+    ]
+    assert list(chat["usage"]) == [
+        "prompt_tokens",
+        "total_tokens",
+        "completion_tokens",
+        "prompt_tokens_details",
+    ]
+    _, comp = call_json(sim.base_url + "/v1/completions", {"prompt": "x", "max_tokens": 2})
+    assert list(comp) == ["id", "object", "created", "model", "choices", "service_tier", "system_fingerprint",
+                          "usage", "kv_transfer_params"]  # fmt: skip
+    assert list(comp["choices"][0]) == ["index", "text", "logprobs", "finish_reason", "stop_reason",
+                                        "token_ids", "prompt_logprobs", "prompt_token_ids"]  # fmt: skip
+    # `model` may be omitted: the first served name answers.
+    assert chat["model"] == comp["model"] == MODEL
