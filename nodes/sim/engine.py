@@ -158,7 +158,6 @@ class SimEngine:
         self.waiting: collections.deque[Sequence] = collections.deque()
         self.running: list[Sequence] = []
         self.hung = False
-        self.dead = False
         self.num_preemptions = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -188,7 +187,6 @@ class SimEngine:
         if self.enable_prefix_caching:
             seq.block_hashes = self._block_hashes(seq.prompt_ids)
         self.waiting.append(seq)
-        self.metrics.request_params_max_tokens.observe(seq.max_tokens)
         self._wake.set()
 
     def abort(self, seq: Sequence) -> None:
@@ -437,14 +435,6 @@ class SimEngine:
                 m.tpot.observe((now - first) * scale / (len(seq.out) - 1))
         if seq.notify is not None:
             seq.notify()
-
-    def fail_all(self, reason: str = "error") -> None:
-        """Finish every sequence (engine death): clients see an error."""
-        now = self.clock()
-        for seq in [*self.running, *self.waiting]:
-            self._finish(seq, reason, now)
-        self.running = []
-        self.waiting.clear()
 
     def _update_gauges(self) -> None:
         m = self.metrics

@@ -301,12 +301,12 @@ class SimServer:
                 seed_part: object
                 if req.temperature == 0.0:
                     seed_part = "greedy"  # greedy decoding: the prompt alone decides
-                elif req.seed is not None:
+                elif req.seed is not None and req.seed != -1:  # vLLM treats seed -1 as no seed
                     seed_part = (req.seed, j)
                 else:
                     # An unseeded sampler differs from request to request, as vLLM's does.
                     seed_part = (self.args.seed, self.request_count, j, "unseeded")
-                key = text.request_key(ids, seed_part)  # type: ignore[arg-type]
+                key = text.request_key(ids, seed_part)
                 max_tokens = req.max_tokens or (self.shape.max_model_len - len(ids))
                 seqs.append(
                     Sequence(
@@ -333,8 +333,9 @@ class SimServer:
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self.in_flight += 1
         self.metrics.request_params_n.observe(req.n)
+        self.metrics.request_params_max_tokens.observe(seqs[0].max_tokens)
+        self.metrics.request_max_num_generation_tokens.observe(seqs[0].max_tokens)
         for s in seqs:
-            self.metrics.request_max_num_generation_tokens.observe(s.max_tokens)
             self.engine.add(s)
         try:
             if req.stream:
@@ -409,9 +410,6 @@ class SimServer:
             offsets.append(offset)
             offset += len(vocab[tok])
         return {"text_offset": offsets, "token_logprobs": lps, "tokens": tokens, "top_logprobs": tops}
-
-    def _choice_index(self, req: SamplingRequest, i: int) -> int:
-        return i
 
     def _full_response(
         self, req: SamplingRequest, seqs: list[Sequence], rid: str, chat: bool

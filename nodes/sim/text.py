@@ -116,8 +116,9 @@ def mix64(x: int) -> int:
     return x ^ (x >> 31)
 
 
-def request_key(prompt_ids: list[int], seed: int | None) -> int:
-    """64-bit key of (prompt, seed) from which every output token of the request is derived."""
+def request_key(prompt_ids: list[int], seed: object) -> int:
+    """64-bit key of (prompt, seed) from which every output token of the request is derived; `seed` is
+    anything with a stable repr (an int, a tuple, a marker string)."""
     h = hashlib.blake2b(digest_size=8)
     h.update(repr(seed).encode())
     h.update(b"\0")
