@@ -40,7 +40,7 @@ def test_live_feed_connects_and_delivers_events(
     page = browser_page
     login(page, viewer_user.username, PASSWORD)
     # The layout's own feed (useLive) is connected: the top bar says so.
-    expect(page.get_by_test_id("live-status")).to_have_attribute("data-connected", "true")
+    expect(page.get_by_test_id("live-indicator")).to_have_attribute("data-connected", "true")
 
     assert page.evaluate(LISTEN, "live.host.e2e-host") is True
     event = {"type": "host.telemetry", "host": "e2e-host", "gpu_util": 0.5}

@@ -39,7 +39,7 @@ export function Layout() {
         <header className="topbar">
           <span
             className={live.connected ? "live live-on" : "live"}
-            data-testid="live-status"
+            data-testid="live-indicator"
             data-connected={live.connected}
             title={live.connected ? "Live updates connected" : "Live updates disconnected; reconnecting"}
           >
