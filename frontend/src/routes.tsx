@@ -2,11 +2,14 @@
 // one entry below; give it `nav` to show it in the sidebar (entries appear in this order).
 import type { ReactNode } from "react";
 import { AuditPage } from "./pages/audit/AuditPage";
+import { DashboardPage } from "./pages/dashboard/DashboardPage";
 import { AliasesPage } from "./pages/models/AliasesPage";
 import { FitCalculatorPage } from "./pages/models/FitCalculatorPage";
 import { ModelsPage } from "./pages/models/ModelsPage";
 import { QuantizationPage } from "./pages/models/QuantizationPage";
 import { VersionDetailPage } from "./pages/models/VersionDetailPage";
+import { DeploymentDetailPage } from "./pages/nodes/DeploymentDetailPage";
+import { NodesPage } from "./pages/nodes/NodesPage";
 import { ComingSoon } from "./pages/placeholder/ComingSoon";
 import { TenantDetailPage } from "./pages/tenants/TenantDetailPage";
 import { TenantsPage } from "./pages/tenants/TenantsPage";
@@ -20,16 +23,9 @@ export interface ConsoleRoute {
 }
 
 export const routes: ConsoleRoute[] = [
-  {
-    path: "",
-    element: <ComingSoon area="Dashboard" what="Fleet overview with live throughput, latency and GPU charts." />,
-    nav: { label: "Dashboard", section: "Overview" },
-  },
-  {
-    path: "nodes",
-    element: <ComingSoon area="Nodes" what="Hosts, GPUs and engines with live health and utilisation." />,
-    nav: { label: "Nodes", section: "Fleet" },
-  },
+  { path: "", element: <DashboardPage />, nav: { label: "Dashboard", section: "Overview" } },
+  { path: "nodes", element: <NodesPage />, nav: { label: "Nodes", section: "Fleet" } },
+  { path: "nodes/deployments/:id", element: <DeploymentDetailPage /> },
   { path: "models", element: <ModelsPage />, nav: { label: "Models", section: "Fleet" } },
   { path: "models/versions/:id", element: <VersionDetailPage /> },
   { path: "models/aliases", element: <AliasesPage /> },

@@ -1,0 +1,142 @@
+import { useEffect } from "react";
+import { Link } from "react-router-dom";
+import type { Page as ApiPage } from "../../api/types";
+import { Card, ErrorState, Page } from "../../components/Page";
+import { StatusBadge } from "../../components/StatusBadge";
+import { Table } from "../../components/Table";
+import { useApi } from "../../hooks/useApi";
+import "../nodes/nodes.css";
+import { Sparkline } from "../nodes/Sparkline";
+import { type Deployment, formatBytes, formatPct, formatSeconds, type Host } from "../nodes/types";
+import { gpuKey, median, useFleetLive } from "../nodes/useFleetLive";
+
+/** The fleet at a glance: every GPU and engine, updated live from the node agents (about once a second). */
+export function DashboardPage() {
+  const hosts = useApi<ApiPage<Host>>("/api/hosts/", { limit: 200 });
+  const deployments = useApi<ApiPage<Deployment>>("/api/deployments/", { limit: 200 });
+  const live = useFleetLive([], (event) => {
+    // A state change anywhere in the fleet: refresh the list (states are in the database, metrics are live).
+    if (event.type === "deployment.state" || event.type === "host.state") {
+      deployments.reload();
+      hosts.reload();
+    }
+  });
+  const { reload: reloadHosts } = hosts;
+  const { reload: reloadDeployments } = deployments;
+  useEffect(() => {
+    // Anything that changed while the socket was (re)connecting is in the database: read it again.
+    if (live.connected) {
+      reloadHosts();
+      reloadDeployments();
+    }
+  }, [live.connected, reloadHosts, reloadDeployments]);
+  const latency = median(live.latenciesMs);
+  const telemetry = Object.values(live.hosts).sort((a, b) => a.host.localeCompare(b.host));
+  const anySimulated = telemetry.some((t) => t.simulated);
+  const ready = deployments.data?.results.filter((d) => (live.engines[d.id]?.state ?? d.state) === "ready").length ?? 0;
+  const tokensPerS = Object.values(live.engines).reduce((sum, e) => sum + (e.tokens_per_s || 0), 0);
+  const running = Object.values(live.engines).reduce((sum, e) => sum + (e.num_requests_running || 0), 0);
+
+  return (
+    <Page
+      title="Dashboard"
+      subtitle="GPUs and engines across the fleet, live from the node agents."
+      actions={
+        <span className={live.connected ? "live live-on" : "live"} data-testid="live-status">
+          {live.connected ? "live" : "connecting…"}
+          {latency !== null && (
+            <span className="muted" data-testid="feed-latency" data-ms={latency.toFixed(1)}>
+              {" "}
+              · sample→browser {latency.toFixed(0)} ms
+            </span>
+          )}
+        </span>
+      }
+    >
+      <ErrorState error={hosts.error || deployments.error} onRetry={() => (hosts.reload(), deployments.reload())} />
+      {anySimulated && (
+        <div className="notice notice-info" data-testid="simulated-notice">
+          <strong>Simulated GPUs.</strong> Hosts without an NVIDIA GPU report the GPU that the vLLM simulator models;
+          their values are marked <em>simulated</em>.
+        </div>
+      )}
+      <div className="grid-3">
+        <Card title="Hosts">
+          <div className="stat" data-testid="stat-hosts">
+            {hosts.data?.results.filter((h) => h.reachable).length ?? "—"} / {hosts.data?.count ?? "—"} online
+          </div>
+        </Card>
+        <Card title="Engines">
+          <div className="stat" data-testid="stat-engines">
+            {ready} / {deployments.data?.count ?? "—"} ready · {running.toFixed(0)} running requests
+          </div>
+        </Card>
+        <Card title="Throughput">
+          <div className="stat" data-testid="stat-throughput">
+            {tokensPerS.toFixed(0)} tokens/s
+          </div>
+        </Card>
+      </div>
+      <div style={{ height: 16 }} />
+      <Card title="GPUs" testId="gpu-card">
+        {telemetry.length === 0 && <p className="muted">Waiting for the first samples from the node agents…</p>}
+        <div className="gpu-grid">
+          {telemetry.flatMap((t) =>
+            t.gpus.map((gpu) => {
+              const key = gpuKey(t.host, gpu);
+              return (
+                <div className="gpu-tile" key={key} data-testid={`gpu-${key}`}>
+                  <div>
+                    <strong>{t.host}</strong> · GPU {gpu.index}{" "}
+                    {gpu.simulated && <StatusBadge status="simulated" tone="info" />}
+                  </div>
+                  <div className="muted">
+                    {gpu.utilization_pct.toFixed(0)}% util · {formatBytes(gpu.memory_used_bytes)} / {formatBytes(gpu.memory_total_bytes)} ·{" "}
+                    {gpu.temperature_c.toFixed(0)} °C · {gpu.power_watts === null ? "—" : `${gpu.power_watts.toFixed(0)} W`}
+                  </div>
+                  <Sparkline points={live.gpuUtil[key] ?? []} max={100} label={`GPU ${key} utilization`} testId={`gpu-util-${key}`} />
+                  <Sparkline points={live.gpuMem[key] ?? []} max={gpu.memory_total_bytes} label={`GPU ${key} memory`} height={24} />
+                </div>
+              );
+            }),
+          )}
+        </div>
+      </Card>
+      <div style={{ height: 16 }} />
+      <Card title="Engines" testId="engines-card">
+        <Table
+          testId="engines-table"
+          rows={deployments.data?.results}
+          loading={deployments.loading}
+          rowKey={(d) => d.id}
+          empty={
+            <>
+              No deployments yet. <Link to="/nodes">Deploy a model</Link>.
+            </>
+          }
+          columns={[
+            { header: "Deployment", cell: (d) => <Link to={`/nodes/deployments/${d.id}`}>{d.name}</Link> },
+            { header: "Host", cell: (d) => d.host_name },
+            { header: "Role", cell: (d) => d.role || <span className="muted">—</span> },
+            // The live state (from the agent's last tick) wins over the state the page loaded with.
+            { header: "State", cell: (d) => <StatusBadge status={live.engines[d.id]?.state ?? d.state} /> },
+            { header: "Running", className: "num", cell: (d) => live.engines[d.id]?.num_requests_running ?? "—" },
+            { header: "Waiting", className: "num", cell: (d) => live.engines[d.id]?.num_requests_waiting ?? "—" },
+            { header: "KV cache", className: "num", cell: (d) => formatPct(live.engines[d.id]?.kv_cache_usage_perc) },
+            {
+              header: "Tokens/s",
+              cell: (d) => (
+                <span className="num-chart" data-testid={`tps-${d.id}`}>
+                  {live.engines[d.id]?.tokens_per_s.toFixed(0) ?? "—"}{" "}
+                  <Sparkline points={live.engineTps[d.id] ?? []} label={`${d.name} tokens per second`} width={100} height={20} />
+                </span>
+              ),
+            },
+            { header: "TTFT p50", className: "num", cell: (d) => formatSeconds(live.engines[d.id]?.ttft_p50_s) },
+            { header: "ITL p50", className: "num", cell: (d) => formatSeconds(live.engines[d.id]?.itl_p50_s) },
+          ]}
+        />
+      </Card>
+    </Page>
+  );
+}

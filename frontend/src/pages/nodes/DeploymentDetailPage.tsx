@@ -1,0 +1,203 @@
+import { useCallback, useEffect, useState } from "react";
+import { Link, useParams } from "react-router-dom";
+import { api, errorMessage } from "../../api/client";
+import { useAuth } from "../../auth";
+import { ConfirmDialog } from "../../components/Dialog";
+import { Card, ErrorState, Page } from "../../components/Page";
+import { StatusBadge } from "../../components/StatusBadge";
+import { formatDateTime } from "../../format";
+import { useApi } from "../../hooks/useApi";
+import type { LiveEvent } from "../../hooks/useLive";
+import { useLive } from "../../hooks/useLive";
+import "./nodes.css";
+import { pushPoint, Sparkline, type SeriesPoint } from "./Sparkline";
+import { type Deployment, type DeploymentEvent, type EngineLive, formatPct, formatSeconds } from "./types";
+
+type Action = "start" | "stop" | "restart" | "drain";
+
+interface Series {
+  tps: SeriesPoint[];
+  kv: SeriesPoint[];
+  running: SeriesPoint[];
+  waiting: SeriesPoint[];
+}
+
+/** One deployment: state timeline, launch command, live metrics, log tail and actions. */
+export function DeploymentDetailPage() {
+  const { id } = useParams();
+  const { isAdmin } = useAuth();
+  const deployment = useApi<Deployment>(`/api/deployments/${id}/`);
+  const events = useApi<DeploymentEvent[]>(`/api/deployments/${id}/events/`);
+  const [logs, setLogs] = useState<{ source: string; lines: string[] } | null>(null);
+  const [live, setLive] = useState<EngineLive | null>(null);
+  const [series, setSeries] = useState<Series>({ tps: [], kv: [], running: [], waiting: [] });
+  const [confirm, setConfirm] = useState<Action | null>(null);
+  const [actionError, setActionError] = useState<string | null>(null);
+  const [busy, setBusy] = useState(false);
+
+  const loadLogs = useCallback(() => {
+    api
+      .get<{ source: string; lines: string[] }>(`/api/deployments/${id}/logs/`, { lines: 200 })
+      .then(setLogs)
+      .catch(() => undefined);
+  }, [id]);
+
+  useEffect(() => {
+    loadLogs();
+    const timer = setInterval(loadLogs, 3000);
+    return () => clearInterval(timer);
+  }, [loadLogs]);
+
+  const onEvent = useCallback(
+    (event: LiveEvent) => {
+      if (event.type === "deployment.metrics" && String(event.deployment_id) === id) {
+        const m = event as unknown as EngineLive;
+        setLive(m);
+        setSeries((s) => ({
+          tps: pushPoint(s.tps, { t: m.ts, v: m.tokens_per_s }),
+          kv: pushPoint(s.kv, { t: m.ts, v: m.kv_cache_usage_perc }),
+          running: pushPoint(s.running, { t: m.ts, v: m.num_requests_running }),
+          waiting: pushPoint(s.waiting, { t: m.ts, v: m.num_requests_waiting }),
+        }));
+      } else if (event.type === "deployment.state" && String(event.deployment_id) === id) {
+        deployment.reload();
+        events.reload();
+      }
+    },
+    [id, deployment, events],
+  );
+  const { connected } = useLive([`live.deployment.${id}`], onEvent);
+
+  const act = async (action: Action) => {
+    setBusy(true);
+    setActionError(null);
+    try {
+      await api.post(`/api/deployments/${id}/${action}/`, {});
+      setConfirm(null);
+      deployment.reload();
+      events.reload();
+    } catch (err) {
+      setActionError(errorMessage(err));
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  const d = deployment.data;
+  const metrics = live ?? d?.live ?? null;
+  return (
+    <Page
+      title={d ? d.name : "Deployment"}
+      subtitle={d && `${d.model_version_label} on ${d.host_name} as ${d.served_model_name} (${d.engine})`}
+      actions={
+        <>
+          <span className={connected ? "live live-on" : "live"}>{connected ? "live" : "connecting…"}</span>
+          {isAdmin && d && (
+            <>
+              <button type="button" className="btn" onClick={() => setConfirm("start")} data-testid="action-start">Start</button>
+              <button type="button" className="btn" onClick={() => setConfirm("restart")} data-testid="action-restart">Restart</button>
+              <button type="button" className="btn" onClick={() => setConfirm("drain")} data-testid="action-drain">Drain</button>
+              <button type="button" className="btn btn-danger" onClick={() => setConfirm("stop")} data-testid="action-stop">Stop</button>
+            </>
+          )}
+        </>
+      }
+    >
+      <p>
+        <Link to="/nodes">← Nodes</Link>
+      </p>
+      <ErrorState error={deployment.error} onRetry={deployment.reload} />
+      {actionError && <div className="notice notice-bad">{actionError}</div>}
+      {d && (
+        <>
+          <div className="grid-3">
+            <Card title="State">
+              <div data-testid="deployment-state" data-state={d.state}>
+                <StatusBadge status={d.state} /> <span className="muted">desired: {d.desired_state}</span>
+              </div>
+              <p>{d.state_reason}</p>
+              <div className="muted">
+                pid {d.pid ?? "—"} · restarts {d.restart_count}
+                {d.next_restart_at && <> · next restart {formatDateTime(d.next_restart_at)}</>}
+              </div>
+            </Card>
+            <Card title="Load">
+              <div>
+                running {metrics?.num_requests_running ?? "—"} · waiting {metrics?.num_requests_waiting ?? "—"}
+              </div>
+              <Sparkline points={series.running} label="running requests" />
+              <div>KV cache {formatPct(metrics?.kv_cache_usage_perc)}</div>
+              <Sparkline points={series.kv} max={1} label="KV cache usage" />
+            </Card>
+            <Card title="Speed">
+              <div data-testid="deployment-tps">{metrics ? `${metrics.tokens_per_s.toFixed(0)} tokens/s` : "—"}</div>
+              <Sparkline points={series.tps} label="tokens per second" testId="deployment-tps-chart" />
+              <div>
+                TTFT p50 {formatSeconds(metrics?.ttft_p50_s)} · ITL p50 {formatSeconds(metrics?.itl_p50_s)}
+              </div>
+            </Card>
+          </div>
+          <div style={{ height: 16 }} />
+          <Card title="Launch command">
+            <pre className="argv" data-testid="launch-argv">{d.launch_argv.length ? d.launch_argv.join(" ") : "Not launched yet."}</pre>
+            <div className="muted">
+              GPUs {d.gpu_indices.join(", ") || "none (CPU)"} · gpu_memory_utilization {d.gpu_memory_utilization} · max_model_len{" "}
+              {d.max_model_len} · block_size {d.block_size} · max_num_seqs {d.max_num_seqs} · tp {d.tensor_parallel_size} · prefix caching{" "}
+              {d.enable_prefix_caching ? "on" : "off"} · {d.base_url}
+            </div>
+          </Card>
+          {d.last_log_lines && d.state !== "ready" && (
+            <>
+              <div style={{ height: 16 }} />
+              <Card title="Last log lines at exit">
+                <pre className="log-tail" data-testid="exit-log">{d.last_log_lines}</pre>
+              </Card>
+            </>
+          )}
+          <div style={{ height: 16 }} />
+          <div className="grid-2">
+            <Card title="Timeline" testId="timeline">
+              <ul className="timeline">
+                {(events.data ?? []).map((e) => (
+                  <li key={e.id}>
+                    <time>{formatDateTime(e.at)}</time>
+                    {e.from_state !== e.to_state ? (
+                      <>
+                        <StatusBadge status={e.from_state || "new"} /> → <StatusBadge status={e.to_state} />
+                      </>
+                    ) : (
+                      <StatusBadge status={e.to_state} />
+                    )}{" "}
+                    {e.message}
+                  </li>
+                ))}
+              </ul>
+            </Card>
+            <Card title={`Log tail${logs?.source === "last_exit" ? " (from the last exit)" : ""}`}>
+              <pre className="log-tail" data-testid="log-tail">{logs?.lines.join("\n") || "No log yet."}</pre>
+            </Card>
+          </div>
+        </>
+      )}
+      <ConfirmDialog
+        title={confirm ? `${confirm.charAt(0).toUpperCase()}${confirm.slice(1)} ${d?.name ?? ""}` : ""}
+        open={confirm !== null}
+        message={
+          confirm === "drain"
+            ? "Stop routing new requests to this engine and stop it once in-flight requests finish."
+            : confirm === "stop"
+              ? "Stop the engine now (SIGTERM, then SIGKILL after the stop timeout)."
+              : confirm === "restart"
+                ? "Stop the engine and launch it again with a new engine key."
+                : "Launch the engine on its host."
+        }
+        confirmLabel={confirm ?? ""}
+        danger={confirm === "stop"}
+        busy={busy}
+        error={actionError}
+        onConfirm={() => confirm && act(confirm)}
+        onClose={() => setConfirm(null)}
+      />
+    </Page>
+  );
+}

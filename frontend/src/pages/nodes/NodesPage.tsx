@@ -1,0 +1,126 @@
+import { useEffect, useState } from "react";
+import { Link, useNavigate } from "react-router-dom";
+import type { Page as ApiPage } from "../../api/types";
+import { useAuth } from "../../auth";
+import { Card, ErrorState, Page } from "../../components/Page";
+import { StatusBadge } from "../../components/StatusBadge";
+import { Table } from "../../components/Table";
+import { useApi } from "../../hooks/useApi";
+import { DeployWizard } from "./DeployWizard";
+import "./nodes.css";
+import { Sparkline } from "./Sparkline";
+import { ageSeconds, type Deployment, formatBytes, formatPct, type Host } from "./types";
+import { gpuKey, useFleetLive } from "./useFleetLive";
+
+/** Hosts with their GPUs and heartbeats, and every deployment on them. */
+export function NodesPage() {
+  const { isAdmin } = useAuth();
+  const navigate = useNavigate();
+  const [deploying, setDeploying] = useState(false);
+  const hosts = useApi<ApiPage<Host>>("/api/hosts/", { limit: 200 });
+  const deployments = useApi<ApiPage<Deployment>>("/api/deployments/", { limit: 200 });
+  const live = useFleetLive([], (event) => {
+    if (event.type === "deployment.state" || event.type === "host.state") {
+      deployments.reload();
+      hosts.reload();
+    }
+  });
+
+  const { reload: reloadHosts } = hosts;
+  const { reload: reloadDeployments } = deployments;
+  useEffect(() => {
+    if (live.connected) {
+      reloadHosts();
+      reloadDeployments();
+    }
+  }, [live.connected, reloadHosts, reloadDeployments]);
+
+  return (
+    <Page
+      title="Nodes"
+      subtitle="Hosts report their GPUs and heartbeat through their agent; deployments run engines on them."
+      actions={
+        isAdmin && (
+          <button type="button" className="btn btn-primary" onClick={() => setDeploying(true)} data-testid="deploy-button">
+            Deploy a model
+          </button>
+        )
+      }
+    >
+      <ErrorState error={hosts.error || deployments.error} onRetry={() => (hosts.reload(), deployments.reload())} />
+      <div className="gpu-grid" data-testid="hosts">
+        {hosts.data?.results.map((host) => {
+          const telemetry = live.hosts[host.name];
+          const age = ageSeconds(host.last_heartbeat);
+          return (
+            <Card
+              key={host.id}
+              testId={`host-${host.name}`}
+              title={
+                <>
+                  {host.name} <StatusBadge status={host.reachable ? "online" : host.state === "unknown" ? "unknown" : "unreachable"} tone={host.reachable ? "ok" : "bad"} />
+                </>
+              }
+            >
+              <div className="muted">
+                {host.address} · {host.role || "no role"} · {host.agent_queue}
+              </div>
+              <div className="muted">
+                Heartbeat: {age === null ? "never" : `${age.toFixed(0)} s ago`}
+                {host.agent_info.gpu_note && <> · {host.agent_info.gpu_note}</>}
+              </div>
+              {host.gpus.length === 0 && <p className="muted">No GPUs (CPU node).</p>}
+              {host.gpus.map((gpu) => {
+                const sample = telemetry?.gpus.find((g) => g.index === gpu.index) ?? gpu.live;
+                const key = `${host.name}:${gpu.index}`;
+                return (
+                  <div key={gpu.id} className="gpu-tile" data-testid={`host-gpu-${key}`}>
+                    <div>
+                      GPU {gpu.index}: {gpu.name} {gpu.simulated && <StatusBadge status="simulated" tone="info" />}
+                    </div>
+                    <div className="muted">
+                      {sample
+                        ? `${sample.utilization_pct.toFixed(0)}% · ${formatBytes(sample.memory_used_bytes)} / ${formatBytes(gpu.memory_total_bytes)} · ${sample.temperature_c.toFixed(0)} °C`
+                        : `${formatBytes(gpu.memory_total_bytes)} · no live sample`}
+                    </div>
+                    <Sparkline points={live.gpuUtil[sample ? gpuKey(host.name, sample) : key] ?? []} max={100} label={`GPU ${key} utilization`} />
+                  </div>
+                );
+              })}
+            </Card>
+          );
+        })}
+      </div>
+      <div style={{ height: 16 }} />
+      <Card title="Deployments" testId="deployments-card">
+        <Table
+          testId="deployments-table"
+          rows={deployments.data?.results}
+          loading={deployments.loading}
+          rowKey={(d) => d.id}
+          onRowClick={(d) => navigate(`/nodes/deployments/${d.id}`)}
+          empty="No deployments yet."
+          columns={[
+            { header: "Name", cell: (d) => <Link to={`/nodes/deployments/${d.id}`}>{d.name}</Link> },
+            { header: "Model", cell: (d) => d.model_version_label },
+            { header: "Serves as", cell: (d) => <code>{d.served_model_name}</code> },
+            { header: "Engine", cell: (d) => d.engine },
+            { header: "Host", cell: (d) => `${d.host_name}${d.gpu_indices.length ? ` · GPU ${d.gpu_indices.join(",")}` : " · CPU"}` },
+            { header: "Port", className: "num", cell: (d) => d.port },
+            { header: "State", cell: (d) => <StatusBadge status={live.engines[d.id]?.state ?? d.state} /> },
+            { header: "Restarts", className: "num", cell: (d) => d.restart_count },
+            { header: "KV cache", className: "num", cell: (d) => formatPct(live.engines[d.id]?.kv_cache_usage_perc) },
+            { header: "Tokens/s", className: "num", cell: (d) => live.engines[d.id]?.tokens_per_s.toFixed(0) ?? "—" },
+          ]}
+        />
+      </Card>
+      {deploying && (
+        <DeployWizard
+          hosts={hosts.data?.results ?? []}
+          onClose={() => setDeploying(false)}
+          onCreated={(d) => navigate(`/nodes/deployments/${d.id}`)}
+        />
+      )}
+    </Page>
+  );
+}
