@@ -461,26 +461,39 @@ def fit_architecture(
     other_reserved_bytes: int = 0,
     overhead_bytes: int = DEFAULT_OVERHEAD_BYTES,
     kv_cache_dtype: str | None = None,
+    tensor_parallel_size: int = 1,
 ) -> FitResult:
-    """The fit check on a bare architecture; `fit_check` in services wraps it for a ModelVersion."""
+    """The fit check on a bare architecture; `fit_check` in services wraps it for a ModelVersion.
+
+    With tensor parallelism, pass the memory of all GPUs together: weights and KV cache split across
+    them, while the runtime overhead is paid once per GPU.
+    """
     if gpu_memory_bytes <= 0:
         raise ArchitectureError("gpu_memory_bytes must be positive.")
     if not 0 < gpu_memory_utilization <= 1:
         raise ArchitectureError("gpu_memory_utilization must be in (0, 1].")
     if max_model_len <= 0 or max_num_seqs <= 0:
         raise ArchitectureError("max_model_len and max_num_seqs must be positive.")
+    if tensor_parallel_size <= 0:
+        raise ArchitectureError("tensor_parallel_size must be positive.")
     est = estimate_memory(architecture, quantization, kv_cache_dtype)
     steps = list(est.steps)
     budget = int(gpu_memory_bytes * gpu_memory_utilization)
     steps.append(
         Step("engine budget", f"{gpu_memory_bytes:,} B x {gpu_memory_utilization} utilization", budget)
     )
-    free_for_kv = budget - other_reserved_bytes - est.weight_bytes - overhead_bytes
+    overhead = overhead_bytes * tensor_parallel_size
+    overhead_text = (
+        f"{overhead_bytes:,} x {tensor_parallel_size} GPUs"
+        if tensor_parallel_size > 1
+        else f"{overhead_bytes:,}"
+    )
+    free_for_kv = budget - other_reserved_bytes - est.weight_bytes - overhead
     steps.append(
         Step(
             "left for KV cache",
             f"{budget:,} budget - {other_reserved_bytes:,} reserved by others - {est.weight_bytes:,} weights"
-            f" - {overhead_bytes:,} runtime overhead (assumed)",
+            f" - {overhead_text} runtime overhead (assumed)",
             free_for_kv,
         )
     )

@@ -540,11 +540,13 @@ def fit_check(
     other_reserved_bytes: int = 0,
     overhead_bytes: int = DEFAULT_OVERHEAD_BYTES,
     kv_cache_dtype: str | None = None,
+    tensor_parallel_size: int = 1,
 ) -> FitResult:
     """Will `version` fit on a GPU with this much memory? Raises ArchitectureError when it cannot tell.
 
     `quantization` None means the version's own quantization config (or its checkpoint as it is).
-    `other_reserved_bytes` is memory other deployments on the same GPU already claim.
+    `other_reserved_bytes` is memory other deployments on the same GPU already claim. With tensor
+    parallelism, pass the memory of all its GPUs and `tensor_parallel_size` (overhead is per GPU).
     """
     return fit_architecture(
         version.architecture,
@@ -557,6 +559,7 @@ def fit_check(
         other_reserved_bytes=other_reserved_bytes,
         overhead_bytes=overhead_bytes,
         kv_cache_dtype=kv_cache_dtype,
+        tensor_parallel_size=tensor_parallel_size,
     )
 
 

@@ -249,6 +249,7 @@ class FitCheckSerializer(StrictSerializerMixin, serializers.Serializer):
     max_num_seqs = serializers.IntegerField(min_value=1, max_value=100_000, default=256)
     other_reserved_bytes = serializers.IntegerField(min_value=0, default=0)
     overhead_bytes = serializers.IntegerField(min_value=0, required=False)
+    tensor_parallel_size = serializers.IntegerField(min_value=1, max_value=64, default=1)
 
     def validate(self, attrs: Any) -> Any:
         attrs = super().validate(attrs)

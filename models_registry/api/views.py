@@ -275,6 +275,7 @@ def fit_check_view(request: Request) -> Response:
             other_reserved_bytes=data["other_reserved_bytes"],
             overhead_bytes=data.get("overhead_bytes", DEFAULT_OVERHEAD_BYTES),
             kv_cache_dtype=data.get("kv_cache_dtype") or None,
+            tensor_parallel_size=data["tensor_parallel_size"],
         )
     except ArchitectureError as exc:
         raise ValidationError({"version": [str(exc)]}) from None

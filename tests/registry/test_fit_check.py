@@ -95,3 +95,14 @@ def test_fp8_kv_cache_doubles_the_tokens() -> None:
     fp8 = fit_check(version, "fp16", 24 * GIB, 0.9, 4096, 8, kv_cache_dtype="fp8")
     assert fp8.kv_bytes_per_token * 2 == fp16.kv_bytes_per_token
     assert fp8.kv_tokens_available == pytest.approx(2 * fp16.kv_tokens_available, abs=32)
+
+
+def test_llama_3_70b_fp16_fits_on_four_80_gib_gpus_with_overhead_per_gpu() -> None:
+    version = version_from("llama-3-70b")
+    single_overhead = fit_check(version, "fp16", 4 * 80 * GIB, 0.9, 8192, 64)
+    tp4 = fit_check(version, "fp16", 4 * 80 * GIB, 0.9, 8192, 64, tensor_parallel_size=4)
+    assert tp4.fits
+    # Three more GPUs' worth of overhead, expressed in 320 KiB tokens, rounded to 16-token blocks.
+    lost = single_overhead.kv_tokens_available - tp4.kv_tokens_available
+    assert lost == pytest.approx(3 * DEFAULT_OVERHEAD_BYTES / (320 * 1024), abs=16)
+    assert "x 4 GPUs" in next(s for s in tp4.steps if s.label == "left for KV cache").formula

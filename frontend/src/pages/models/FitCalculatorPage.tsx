@@ -22,6 +22,7 @@ export function FitCalculatorPage() {
   const [maxModelLen, setMaxModelLen] = useState("8192");
   const [maxNumSeqs, setMaxNumSeqs] = useState("256");
   const [overheadGib, setOverheadGib] = useState("1");
+  const [gpus, setGpus] = useState("1");
   const [result, setResult] = useState<FitResult | null>(null);
   const [error, setError] = useState<Error | null>(null);
   const [busy, setBusy] = useState(false);
@@ -34,7 +35,9 @@ export function FitCalculatorPage() {
     try {
       const body: Record<string, unknown> = {
         version: chosen ? Number(chosen) : null,
-        gpu_memory_gib: Number(gpuGib),
+        // Tensor parallelism splits weights and KV cache over the GPUs; the API takes their total memory.
+        gpu_memory_gib: Number(gpuGib) * Math.max(1, Number(gpus) || 1),
+        tensor_parallel_size: Number(gpus),
         gpu_memory_utilization: Number(utilization),
         max_model_len: Number(maxModelLen),
         max_num_seqs: Number(maxNumSeqs),
@@ -82,7 +85,8 @@ export function FitCalculatorPage() {
               options={[{ value: "", label: "From the quantization config" }, ...KV_DTYPES.map((d) => ({ value: d, label: d }))]}
             />
             <div className="grid-2" style={{ gap: 12 }}>
-              <InputField label="GPU memory (GiB)" name="gpu_memory_gib" type="number" step="any" value={gpuGib} onChange={(e) => setGpuGib(e.target.value)} errors={errors} />
+              <InputField label="GPU memory (GiB)" name="gpu_memory_gib" type="number" step="any" value={gpuGib} onChange={(e) => setGpuGib(e.target.value)} errors={errors} hint="Per GPU" />
+              <InputField label="GPUs (tensor parallel)" name="tensor_parallel_size" type="number" min={1} value={gpus} onChange={(e) => setGpus(e.target.value)} errors={errors} />
               <InputField label="gpu_memory_utilization" name="gpu_memory_utilization" type="number" step="0.01" value={utilization} onChange={(e) => setUtilization(e.target.value)} errors={errors} />
               <InputField label="max_model_len" name="max_model_len" type="number" value={maxModelLen} onChange={(e) => setMaxModelLen(e.target.value)} errors={errors} />
               <InputField label="max_num_seqs" name="max_num_seqs" type="number" value={maxNumSeqs} onChange={(e) => setMaxNumSeqs(e.target.value)} errors={errors} />
@@ -95,9 +99,9 @@ export function FitCalculatorPage() {
               value={overheadGib}
               onChange={(e) => setOverheadGib(e.target.value)}
               errors={errors}
-              hint="CUDA context, activations and CUDA graphs: an assumption (vLLM logs 1–2 GiB for a 7–8B model). Use 0 for llama.cpp on CPU."
+              hint="Per GPU: CUDA context, activations and CUDA graphs, an assumption (vLLM logs 1–2 GiB for a 7–8B model). Use 0 for llama.cpp on CPU."
             />
-            <FormErrors error={error} fields={["version", "method", "kv_cache_dtype", "gpu_memory_gib", "gpu_memory_utilization", "max_model_len", "max_num_seqs", "overhead_bytes"]} />
+            <FormErrors error={error} fields={["version", "method", "kv_cache_dtype", "gpu_memory_gib", "gpu_memory_utilization", "max_model_len", "max_num_seqs", "overhead_bytes", "tensor_parallel_size"]} />
             <div className="form-actions">
               <button type="submit" className="btn btn-primary" disabled={busy}>
                 Check fit
