@@ -174,6 +174,7 @@ class ServingLimits:
     max_model_len: int
     max_logprobs: int
     force_include_usage: bool = False
+    tokenizer: text.PromptTokenizer = field(default_factory=text.PromptTokenizer)
 
 
 def check_model(body: dict[str, Any], limits: ServingLimits) -> str:
@@ -382,7 +383,7 @@ def parse_chat(body: Any, limits: ServingLimits) -> SamplingRequest:
             n_logprobs,
         )
     prompt = text.render_chat(messages, add_gen)
-    ids = text.tokenize(prompt)
+    ids = limits.tokenizer.encode_rendered(prompt)
     prompts = [(ids, prompt)]
     _check_lengths(prompts, c["max_tokens"], limits, token_input=False)
     verify_sampling(c["sampling"], n_logprobs)
@@ -400,11 +401,11 @@ def parse_completion(body: Any, limits: ServingLimits) -> SamplingRequest:
     token_input = False
     prompts: list[tuple[list[int], str]] = []
     if isinstance(raw, str):
-        prompts = [(text.tokenize(text.BOS + raw), raw)]
+        prompts = [(limits.tokenizer.encode_prompt(raw), raw)]
     elif isinstance(raw, list) and raw and all(isinstance(p, str) for p in raw):
-        prompts = [(text.tokenize(text.BOS + p), p) for p in raw]
+        prompts = [(limits.tokenizer.encode_prompt(p), p) for p in raw]
     elif isinstance(raw, list) and raw and all(isinstance(t, int) and not isinstance(t, bool) for t in raw):
-        prompts = [(list(raw), text.detokenize(raw))]
+        prompts = [(list(raw), limits.tokenizer.decode(raw))]
         token_input = True
     elif (
         isinstance(raw, list)
@@ -412,7 +413,7 @@ def parse_completion(body: Any, limits: ServingLimits) -> SamplingRequest:
         and all(isinstance(p, list) and p for p in raw)
         and all(isinstance(t, int) and not isinstance(t, bool) for p in raw for t in p)
     ):
-        prompts = [(list(p), text.detokenize(p)) for p in raw]
+        prompts = [(list(p), limits.tokenizer.decode(p)) for p in raw]
         token_input = True
     else:
         raise validation_error(

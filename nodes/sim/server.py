@@ -93,6 +93,7 @@ class SimServer:
             max_model_len=shape.max_model_len,
             max_logprobs=args.max_logprobs,
             force_include_usage=bool(args.enable_force_include_usage),
+            tokenizer=text.load_prompt_tokenizer(args.tokenizer, args.model),
         )
         self.created = int(time.time())
         self.request_count = 0
@@ -245,17 +246,22 @@ class SimServer:
             )
         if body.get("model") is not None and body["model"] not in self.served_names:
             raise ApiError(404, "NotFoundError", f"The model `{body['model']}` does not exist.", "model")
+        tok = self.limits.tokenizer
         if "messages" in body:
             messages, add_gen = messages_text(body)
-            prompt = text.render_chat(messages, add_gen)
+            rendered = text.render_chat(messages, add_gen)
+            ids = tok.encode_rendered(rendered)
+            strs = tok.pieces(rendered, add_special_tokens=False) if body.get("return_token_strs") else None
         elif isinstance(body.get("prompt"), str):
-            prompt = body["prompt"]
-            if body.get("add_special_tokens", True):
-                prompt = text.BOS + prompt
+            special = bool(body.get("add_special_tokens", True))
+            ids = tok.encode_prompt(body["prompt"], add_special_tokens=special)
+            strs = (
+                tok.pieces(body["prompt"], add_special_tokens=special)
+                if body.get("return_token_strs")
+                else None
+            )
         else:
             raise body_error("missing", "prompt", "Field required", body)
-        ids = text.tokenize(prompt)
-        strs = text.token_strs(prompt) if body.get("return_token_strs") else None
         return _json(
             {"count": len(ids), "max_model_len": self.shape.max_model_len, "tokens": ids, "token_strs": strs}
         )
@@ -265,7 +271,7 @@ class SimServer:
         tokens = body.get("tokens") if isinstance(body, dict) else None
         if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
             raise body_error("list_type", "tokens", "Input should be a valid list", tokens)
-        return _json({"prompt": text.detokenize(tokens)})
+        return _json({"prompt": self.limits.tokenizer.decode(tokens)})
 
     # generation --------------------------------------------------------------------------------------
 

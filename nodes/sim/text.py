@@ -13,8 +13,12 @@ prompt with the same seed (or with temperature 0) always yields the same text.
 from __future__ import annotations
 
 import hashlib
+import logging
+import os
 import re
 import zlib
+
+from tokenizers import Tokenizer
 
 MASK64 = (1 << 64) - 1
 
@@ -168,3 +172,57 @@ def top_logprobs(key: int, position: int, chosen: int, k: int) -> list[tuple[int
             out.append((alt, lp - 0.35 * i - ((h >> i) % 100) / 1000.0))
         i += 1
     return out
+
+
+class PromptTokenizer:
+    """Turns prompt text into token ids for every length the simulator checks or reports.
+
+    By default the built-in word-piece tokenizer above. When the deployment points `--tokenizer` (or the
+    model argument) at a Hugging Face `tokenizer.json`, or a directory holding one, that tokenizer is
+    used through `tokenizers`, so usage counts agree with the model's real tokenizer (and with a proxy
+    that counts with it).
+    """
+
+    def __init__(self, hf: Tokenizer | None = None, source: str = "builtin") -> None:
+        self.hf = hf
+        self.source = source
+
+    def encode_prompt(self, prompt: str, add_special_tokens: bool = True) -> list[int]:
+        """A completion prompt: the tokenizer adds its BOS as vLLM's does (add_special_tokens=True)."""
+        if self.hf is not None:
+            return list(self.hf.encode(prompt, add_special_tokens=add_special_tokens).ids)
+        return tokenize(BOS + prompt if add_special_tokens else prompt)
+
+    def encode_rendered(self, rendered: str) -> list[int]:
+        """A chat prompt already rendered by the template (which wrote its own special tokens)."""
+        if self.hf is not None:
+            return list(self.hf.encode(rendered, add_special_tokens=False).ids)
+        return tokenize(rendered)
+
+    def pieces(self, ids_text: str, add_special_tokens: bool = True) -> list[str]:
+        if self.hf is not None:
+            enc = self.hf.encode(ids_text, add_special_tokens=add_special_tokens)
+            return list(enc.tokens)
+        return token_strs(BOS + ids_text if add_special_tokens else ids_text)
+
+    def decode(self, ids: list[int]) -> str:
+        if self.hf is not None:
+            return str(self.hf.decode(ids, skip_special_tokens=False))
+        return detokenize(ids)
+
+
+def load_prompt_tokenizer(*candidates: str | None) -> PromptTokenizer:
+    """The first usable tokenizer.json among the candidates (file or directory), else the built-in one."""
+    for path in candidates:
+        if not path:
+            continue
+        file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
+        if not (file.endswith(".json") and os.path.isfile(file)):
+            continue
+        try:
+            return PromptTokenizer(Tokenizer.from_file(file), file)
+        except Exception as exc:  # a broken file must not stop the engine; fall back and say so
+            logging.getLogger("nodes.sim").warning(
+                "tokenizer %s unusable (%s); using the built-in one", file, exc
+            )
+    return PromptTokenizer()
