@@ -13,6 +13,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from nodes import process
 from nodes.agent import runtime
 from nodes.agent.gpus import GpuSource
 from nodes.agent.supervisor import Supervisor
@@ -118,3 +119,7 @@ def test_dashboard_charts_update_without_reload(
     finally:
         supervisor.close()
         loop.join(5)
+        # The engine runs in its own session: stop it explicitly, whatever the test's outcome.
+        record = process.read_record(settings.ENGINE_LOG_DIR / host.name, deployment.pk)
+        if record is not None:
+            process.stop_engine(record.pid, timeout=5)
