@@ -59,3 +59,7 @@ class Command(BaseCommand):
 
         for line in seed_demo_fleet():
             self.stdout.write(line)
+        from routing.demo import seed_demo_routing
+
+        for line in seed_demo_routing():
+            self.stdout.write(line)
