@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -69,6 +70,7 @@ __all__ = [
 ]
 
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+logger = logging.getLogger(__name__)
 
 
 class ManifestError(ValueError):
@@ -479,8 +481,36 @@ def verify_version_on_host(
             started_at=started,
             finished_at=timezone.now(),
         )
-        refresh_version_state(version)
+        state = refresh_version_state(version)
+        event = {
+            "type": "verification",
+            "version": version.pk,
+            "run": run.pk,
+            "host_name": host,
+            "ok": run.ok,
+            "problems": len(problems),
+            "state": state,
+        }
+        transaction.on_commit(lambda: push_verification_event(version.pk, event))
     return run
+
+
+def version_group(version_id: int) -> str:
+    """The live group a version's page subscribes to."""
+    return f"live.model_version.{version_id}"
+
+
+def push_verification_event(version_id: int, event: dict[str, Any]) -> None:
+    """Tell open pages of this version that a verification finished.
+
+    Best effort: the run is already stored, so a Redis hiccup must not fail the task that made it.
+    """
+    from console.live import push_live_event
+
+    try:
+        push_live_event(version_group(version_id), event)
+    except Exception:
+        logger.warning("Could not push the verification event of version %s", version_id, exc_info=True)
 
 
 def latest_runs(version: ModelVersion) -> dict[str, VerificationRun]:

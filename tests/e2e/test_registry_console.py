@@ -6,16 +6,19 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connections
 from playwright.sync_api import expect
 
 from console.models import User
 from models_registry.estimate import architecture_from_config
 from models_registry.models import Model, ModelVersion
+from models_registry.services import verify_version_on_host
 from tests.conftest import PASSWORD
 from tests.e2e.harness import LiveConsole, login, require_frontend_build, screenshot, start_console
 from tests.registry.conftest import smollm2_gguf
@@ -50,6 +53,28 @@ def live_console(transactional_db: None, tmp_path: Path, model_root: Path) -> It
     console.stop()
 
 
+def run_as_another_agent(version_id: int, host_name: str) -> None:
+    """verify_version_on_host in a plain thread, as an agent's worker would run it.
+
+    Not in this thread: Playwright's sync API keeps an event loop running here, and the live push
+    (async_to_sync) refuses to run inside one.
+    """
+    failures: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            verify_version_on_host(version_id, host_name)
+        except BaseException as exc:
+            failures.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join(timeout=120)
+    assert not thread.is_alive() and not failures, failures
+
+
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -59,7 +84,7 @@ def sha256_of(path: Path) -> str:
 
 
 def test_register_real_gguf_see_manifest_fit_and_failed_verification(
-    browser_page: Any, admin_user: User, model_root: Path
+    browser_page: Any, admin_user: User, model_root: Path, settings: Any
 ) -> None:
     page = browser_page
     gguf = next(model_root.glob("*.gguf"))
@@ -114,13 +139,22 @@ def test_register_real_gguf_see_manifest_fit_and_failed_verification(
         handle.write(bytes([byte[0] ^ 0xFF]))
     page.goto(f"/models/versions/{version.pk}")
     hosts = page.get_by_test_id("version-hosts")
+    expect(hosts.locator("tr", has_text=HOST)).to_contain_text("verified")
+
+    # An agent elsewhere (here: this test process) verifies on its host; the open page shows the failed
+    # run without a reload, pushed over the live socket.
+    settings.MODEL_ROOTS = [model_root]
+    expect(page.get_by_test_id("version-live")).to_have_attribute("data-connected", "true")
+    run_as_another_agent(version.pk, "gpu-2")
+    expect(hosts.locator("tr", has_text="gpu-2")).to_contain_text("failed")
+    expect(page.get_by_role("heading", name="SmolLM2-135M-Instruct@q4_1")).to_contain_text("failed")
+
     hosts.get_by_label("Verify on host").fill(HOST)
     hosts.get_by_role("button", name="Queue verification").click()
     expect(hosts.get_by_text(f"Queued on node.{HOST}.")).to_be_visible(timeout=SLOW_MS)
-    page.reload()
     expect(page.get_by_test_id("version-hosts").locator("tr", has_text=HOST)).to_contain_text("failed")
     history = page.get_by_test_id("version-history")
-    history.locator("tr", has_text="1 — click to show").click()
+    history.locator("tr", has_text=HOST).filter(has_text="1 — click to show").click()
     problems = page.get_by_test_id("run-problems")
     expect(problems).to_contain_text(gguf.name)
     expect(problems).to_contain_text("mismatch")
@@ -130,6 +164,7 @@ def test_register_real_gguf_see_manifest_fit_and_failed_verification(
     version.refresh_from_db()
     assert version.state == "failed"
     run = version.verifications.filter(host_name=HOST, trigger="task").get()
+    assert version.verifications.get(host_name="gpu-2").ok is False
     assert run.problems[0]["expected"] == expected_sha
     assert run.problems[0]["actual"] == sha256_of(gguf)
 

@@ -1,4 +1,4 @@
-import { useState, type FormEvent } from "react";
+import { useEffect, useState, type FormEvent } from "react";
 import { Link, useNavigate, useParams } from "react-router-dom";
 import { api, ApiError, errorMessage } from "../../api/client";
 import type { Page as ApiPage } from "../../api/types";
@@ -10,6 +10,7 @@ import { StatusBadge } from "../../components/StatusBadge";
 import { Pagination, Table } from "../../components/Table";
 import { formatDateTime, formatNumber } from "../../format";
 import { useApi } from "../../hooks/useApi";
+import { useLive } from "../../hooks/useLive";
 import { ProblemsTable } from "./ProblemsTable";
 import { formatBytes, formatParams, type ManifestFile, type ModelVersion, type VerificationRun } from "./types";
 
@@ -24,6 +25,14 @@ export function VersionDetailPage() {
   const version = useApi<ModelVersion>(`/api/model-versions/${id}/`);
   const [deleting, setDeleting] = useState(false);
   const [deleteError, setDeleteError] = useState<string | null>(null);
+  // A verification finishing on any host (the agent's task) refreshes the state, hosts and history.
+  const [generation, setGeneration] = useState(0);
+  const reloadVersion = version.reload;
+  const live = useLive(id ? [`live.model_version.${id}`] : [], (event) => {
+    if (event.type !== "verification") return;
+    reloadVersion();
+    setGeneration((n) => n + 1);
+  });
 
   if (version.error) {
     return (
@@ -51,7 +60,14 @@ export function VersionDetailPage() {
           {v.model_name}@{v.revision} <StatusBadge status={v.state} tone={v.state === "verified" ? "ok" : undefined} />
         </>
       }
-      subtitle={<Link to="/models">← Models</Link>}
+      subtitle={
+        <>
+          <Link to="/models">← Models</Link>{" "}
+          <span className="muted" data-testid="version-live" data-connected={live.connected ? "true" : "false"}>
+            {live.connected ? "· updates live" : "· not live: reload to refresh"}
+          </span>
+        </>
+      }
       actions={
         <>
           <Link className="btn" to={`/models/fit?version=${v.id}`}>
@@ -106,9 +122,9 @@ export function VersionDetailPage() {
           </dl>
         </Card>
       </div>
-      <HostsCard version={v} editable={isAdmin} onQueued={version.reload} />
+      <HostsCard version={v} editable={isAdmin} onQueued={version.reload} refresh={generation} />
       <ManifestCard version={v} />
-      <HistoryCard version={v} />
+      <HistoryCard version={v} refresh={generation} />
       <ConfirmDialog
         open={deleting}
         title={`Delete ${v.model_name}@${v.revision}?`}
@@ -137,8 +153,12 @@ function Fragmentless({ name, value }: { name: string; value: unknown }) {
   );
 }
 
-function HostsCard({ version, editable, onQueued }: { version: ModelVersion; editable: boolean; onQueued: () => void }) {
+function HostsCard({ version, editable, onQueued, refresh }: { version: ModelVersion; editable: boolean; onQueued: () => void; refresh: number }) {
   const hosts = useApi<VerificationRun[]>(`/api/model-versions/${version.id}/hosts/`);
+  const reloadHosts = hosts.reload;
+  useEffect(() => {
+    if (refresh) reloadHosts();
+  }, [refresh, reloadHosts]);
   const [hostName, setHostName] = useState("");
   const [error, setError] = useState<Error | null>(null);
   const [queued, setQueued] = useState<string | null>(null);
@@ -216,10 +236,14 @@ function ManifestCard({ version }: { version: ModelVersion }) {
   );
 }
 
-function HistoryCard({ version }: { version: ModelVersion }) {
+function HistoryCard({ version, refresh }: { version: ModelVersion; refresh: number }) {
   const [offset, setOffset] = useState(0);
   const [open, setOpen] = useState<number | null>(null);
   const runs = useApi<ApiPage<VerificationRun>>(`/api/model-versions/${version.id}/verifications/`, { limit: HISTORY_LIMIT, offset });
+  const reloadRuns = runs.reload;
+  useEffect(() => {
+    if (refresh) reloadRuns();
+  }, [refresh, reloadRuns]);
   const selected = runs.data?.results.find((r) => r.id === open);
   return (
     <Card title="Verification history" testId="version-history">
