@@ -63,6 +63,7 @@ __all__ = [
     "fit_check",
     "hash_tree",
     "is_verified_on_host",
+    "state_on_host",
     "parse_manifest",
     "register_version",
     "switch_alias",
@@ -547,6 +548,21 @@ def is_verified_on_host(version: ModelVersion, host_name: str) -> bool:
         .first()
     )
     return run is not None and run.ok
+
+
+def state_on_host(version: ModelVersion, host_name: str) -> str:
+    """ "verified", "failed" or "registered" (never checked there) for this version on one host.
+
+    What a deployment preflight should check: a failure on another host says nothing about this one.
+    """
+    run = (
+        version.verifications.filter(host_name=host_name, manifest_digest=version.manifest_digest)
+        .order_by("-started_at", "-id")
+        .first()
+    )
+    if run is None:
+        return VersionState.REGISTERED
+    return VersionState.VERIFIED if run.ok else VersionState.FAILED
 
 
 def enqueue_verification(version: ModelVersion, host_name: str) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from models_registry.choices import VersionState
 from models_registry.models import ModelVersion
-from models_registry.services import is_verified_on_host, verify_version_on_host
+from models_registry.services import is_verified_on_host, state_on_host, verify_version_on_host
 from tests.registry.conftest import HOST
 from tests.registry.factories import register_dir
 
@@ -100,6 +100,8 @@ def test_failure_is_per_host_and_history_is_kept(model_dir: Path) -> None:
     assert not verify_version_on_host(version.pk, "node-b").ok
     assert is_verified_on_host(version, "node-a")
     assert not is_verified_on_host(version, "node-b")
+    assert (state_on_host(version, "node-a"), state_on_host(version, "node-b")) == ("verified", "failed")
+    assert state_on_host(version, "node-c") == "registered"
     history = list(version.verifications.values_list("host_name", "ok", "trigger"))
     assert ("node-a", True, "task") in history
     assert ("node-b", False, "task") in history
