@@ -63,9 +63,9 @@ __all__ = [
     "fit_check",
     "hash_tree",
     "is_verified_on_host",
-    "state_on_host",
     "parse_manifest",
     "register_version",
+    "state_on_host",
     "switch_alias",
     "verify_version_on_host",
 ]
