@@ -1,0 +1,75 @@
+"""The deploy wizard shows the fit check before launch: a refused combination says why and cannot be
+deployed; a good one is created and opens its deployment page."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.utils import timezone
+from playwright.sync_api import expect
+
+from models_registry.models import Model, ModelAlias
+from models_registry.services import register_version
+from nodes.agent.gpus import GpuSource
+from nodes.choices import HostState
+from nodes.demo import LLAMA_31_8B_CONFIG, simulated_gpu_config, write_config_dir
+from nodes.models import Deployment, Host
+from nodes.services import report_gpus
+from tests.conftest import PASSWORD
+from tests.e2e.harness import login, screenshot
+
+pytestmark = [pytest.mark.e2e]
+
+
+def test_wizard_refuses_then_deploys(
+    browser_page: Any, admin_user: Any, settings: Any, tmp_path: Path
+) -> None:
+    settings.MODEL_ROOTS = [tmp_path / "models"]
+    host = Host.objects.create(name="wiz-a", state=HostState.ONLINE, last_heartbeat=timezone.now())
+    report_gpus(host, GpuSource(host.name, simulated_gpu_config("h100-llama3-8b-fp16", 1)).inventory())
+    version = register_version(
+        model=Model.objects.create(name="Llama-3.1-8B-Instruct"),
+        revision="fp16",
+        source_path=str(write_config_dir(tmp_path / "models" / "llama", LLAMA_31_8B_CONFIG)),
+        host_name=host.name,
+    )
+    ModelAlias.objects.create(name="llama-3.1-8b", active_version=version)
+
+    page = browser_page
+    login(page, admin_user.username, PASSWORD)
+    page.goto("/nodes")
+    expect(page.get_by_test_id("host-wiz-a")).to_be_visible()
+    page.get_by_test_id("deploy-button").click()
+    wizard = page.get_by_test_id("deploy-wizard")
+    wizard.get_by_label("Name", exact=True).fill("wizard-long")
+    wizard.get_by_label("Serves as (alias)").select_option("llama-3.1-8b")
+    wizard.get_by_label("Model version").select_option(str(version.pk))
+    wizard.get_by_label("Engine", exact=True).select_option("sim")
+    wizard.get_by_label("Host", exact=True).select_option(str(host.pk))
+    wizard.get_by_label("Max model length").fill("200000")
+
+    wizard.get_by_test_id("run-fit-check").click()
+    result = wizard.get_by_test_id("fit-result")
+    expect(result).to_have_attribute("data-ok", "false")
+    expect(result).to_contain_text("exceeds the model's maximum context of 131,072 tokens")
+    expect(wizard.get_by_test_id("deploy-submit")).to_be_disabled()
+    screenshot(page, "deploy_wizard_refused", full_page=False)
+
+    wizard.get_by_label("Max model length").fill("32768")
+    wizard.get_by_test_id("run-fit-check").click()
+    expect(result).to_have_attribute("data-ok", "true")
+    expect(result).to_contain_text("KV cache tokens")
+    wizard.get_by_test_id("deploy-submit").click()
+
+    expect(page).to_have_url(re.compile(r"/nodes/deployments/\d+$"))
+    expect(page.get_by_test_id("deployment-state")).to_be_visible()
+    created = Deployment.objects.get(name="wizard-long")
+    assert page.url.endswith(f"/nodes/deployments/{created.pk}")
+    assert (created.max_model_len, created.served_model_name, created.gpu_indices) == (
+        32768,
+        "llama-3.1-8b",
+        [0],
+    )
