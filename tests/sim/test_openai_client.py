@@ -140,3 +140,36 @@ def test_unknown_model_is_not_found(sim: SimHandle) -> None:
     with pytest.raises(openai.NotFoundError) as exc:
         client(sim).chat.completions.create(model="gpt-4", messages=[{"role": "user", "content": "x"}])
     assert exc.value.status_code == 404
+
+
+def test_streamed_logprobs_cover_every_token(sim: SimHandle) -> None:
+    stream = client(sim).chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=6,
+        logprobs=True,
+        top_logprobs=2,
+        stream=True,
+        extra_body={"ignore_eos": True},
+    )
+    tokens = []
+    text = ""
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].logprobs and chunk.choices[0].logprobs.content:
+            tokens += [t.token for t in chunk.choices[0].logprobs.content]
+        if chunk.choices:
+            text += chunk.choices[0].delta.content or ""
+    assert len(tokens) == 6 and "".join(tokens) == text
+
+
+def test_completions_with_several_prompts_and_echo(sim: SimHandle) -> None:
+    r = client(sim).completions.create(
+        model=MODEL, prompt=["first prompt", "second prompt"], n=2, max_tokens=3, echo=True, seed=5
+    )
+    assert [c.index for c in r.choices] == [0, 1, 2, 3]
+    assert r.choices[0].text.startswith("first prompt") and r.choices[3].text.startswith("second prompt")
+    assert r.usage is not None and r.usage.completion_tokens == 12
+    streamed = list(
+        client(sim).completions.create(model=MODEL, prompt="echo me", max_tokens=2, echo=True, stream=True)
+    )
+    assert streamed[0].choices[0].text == "echo me"
