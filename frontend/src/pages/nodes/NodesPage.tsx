@@ -48,7 +48,7 @@ export function NodesPage() {
       }
     >
       <ErrorState error={hosts.error || deployments.error} onRetry={() => (hosts.reload(), deployments.reload())} />
-      <div className="gpu-grid" data-testid="hosts">
+      <div className="host-grid" data-testid="hosts">
         {hosts.data?.results.map((host) => {
           const telemetry = live.hosts[host.name];
           const age = ageSeconds(host.last_heartbeat);
