@@ -78,6 +78,16 @@ def read_live(redis_key: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+SERVING_STATES = frozenset({DeploymentState.READY, DeploymentState.DEGRADED})
+
+
+def _forget_live(deployment_id: int) -> None:
+    try:
+        get_redis().delete(live_deployment_key(deployment_id))
+    except Exception as exc:  # it expires by its TTL anyway
+        log.warning("could not drop live state of deployment %s: %s", deployment_id, exc)
+
+
 def push_event(groups: list[str], event: dict[str, Any]) -> None:
     """Push one event to browser groups; a Channels/Redis hiccup is logged, never raised."""
     from console.live import push_live_event
@@ -140,6 +150,9 @@ def transition(
             }
             groups = [FLEET_GROUP, host_group(locked.host.name), deployment_group(locked.pk)]
             transaction.on_commit(lambda: push_event(groups, event))
+            if to_state not in SERVING_STATES:
+                # Live numbers of an engine that no longer serves must not outlive it by their TTL.
+                transaction.on_commit(lambda: _forget_live(locked.pk))
     for name in ("state", "state_changed_at", "state_reason", "last_log_lines", *fields):
         setattr(deployment, name, getattr(locked, name))
     return deployment

@@ -181,9 +181,9 @@ class Supervisor:
             obs = observations.get(deployment.pk)
             if obs is not None:
                 self.judge(deployment, obs, now)
-                live = self.publish_engine(deployment, obs, now)
-                if live is not None:
-                    engines_live.append(live)
+                if deployment.state in SUPERVISED_STATES:
+                    # A crashed/stopped engine's live key was just dropped; do not write it back.
+                    engines_live.append(self.publish_engine(deployment, obs, now))
                 for report in obs.sim_gpus:
                     # The simulator numbers its GPUs from --sim-gpu-index, i.e. in the host's indices.
                     sim_reports.setdefault(int(report.get("index", 0)), []).append(report)
@@ -358,7 +358,7 @@ class Supervisor:
             "has_metrics": obs.metrics is not None,
         }
 
-    def publish_engine(self, deployment: Deployment, obs: Observation, now: float) -> dict[str, Any] | None:
+    def publish_engine(self, deployment: Deployment, obs: Observation, now: float) -> dict[str, Any]:
         live = self.engine_live(deployment, obs, now)
         ttl = max(1, round(node_setting("NODE_LIVE_TTL_SECONDS")))
         try:

@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
+from console.redis_client import get_redis
 from nodes import process
 from nodes.agent import runtime
 from nodes.choices import DeploymentState, DesiredState
 from nodes.probes import http_get
-from nodes.services import engine_api_key
+from nodes.services import engine_api_key, live_deployment_key
 from tests.nodes.conftest import READY, in_state, supervisor_for, tick_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -30,6 +31,8 @@ def test_deploy_ready_crash_restart_stop(host: Any, make_deployment: Any) -> Non
     assert first_pid and process.is_alive(first_pid)
 
     deployment = tick_until(supervisor, deployment, READY)
+    supervisor.tick()
+    assert get_redis().get(live_deployment_key(deployment.pk)) is not None
     models = http_get(
         "127.0.0.1", deployment.port, "/v1/models", timeout=2, api_key=engine_api_key(deployment)
     )
@@ -40,6 +43,8 @@ def test_deploy_ready_crash_restart_stop(host: Any, make_deployment: Any) -> Non
     deployment = tick_until(supervisor, deployment, in_state(DeploymentState.CRASHED))
     assert deployment.restart_count == 1
     assert "exited" in deployment.state_reason
+    # The proxy's live view forgets a crashed engine at once, not after the key's TTL.
+    assert get_redis().get(live_deployment_key(deployment.pk)) is None
 
     # Backoff elapses, the supervisor relaunches with a new pid and a new start token (new key).
     old_key = engine_api_key(deployment)
