@@ -399,18 +399,25 @@ class SimEngine:
 
     def _check_stop(self, seq: Sequence, tok: int) -> str | None:
         n = len(seq.out)
+        matched: str | None = None
+        if seq.stop:
+            # Keep enough recent text for the longest stop string to be seen across token boundaries.
+            piece = text.VOCAB[tok]
+            keep = 2 * max(len(x) for x in seq.stop) + 16
+            seq.tail = (seq.tail + piece)[-keep:]
+            # Only a match that ends inside the new token counts (vLLM searches the newly decoded
+            # characters plus the stop string's length back), so one seen during min_tokens is ignored.
+            tail = seq.tail
+            matched = next((x for x in seq.stop if x in tail[-(len(piece) + len(x) - 1) :]), None)
+        if n < seq.min_tokens:
+            return "length" if n >= seq.max_tokens else None
+        if matched is not None:
+            seq.stop_reason = matched
+            return "stop"
         if n >= seq.max_tokens:
             return "length"
-        if n < seq.min_tokens:
-            return None
         if not seq.ignore_eos and n >= seq.natural_len:
             return "stop"
-        if seq.stop:
-            seq.tail = (seq.tail + text.VOCAB[tok])[-64:]
-            for s in seq.stop:
-                if s in seq.tail:
-                    seq.stop_reason = s
-                    return "stop"
         return None
 
     def _finish(self, seq: Sequence, reason: str, now: float) -> None:

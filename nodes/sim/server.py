@@ -375,6 +375,7 @@ class SimServer:
 
     @staticmethod
     def _text(seq: Sequence, start: int, end: int) -> str:
+        """Text of output tokens [start, end); a matched stop string and what follows are cut off."""
         vocab = text.VOCAB
         out = "".join([vocab[t] for t in seq.out[start:end]])
         if seq.stop_reason is not None and end == len(seq.out):
@@ -499,6 +500,8 @@ class SimServer:
         sent = [0] * len(seqs)
         done = [False] * len(seqs)
         offsets = [0] * len(seqs)
+        hold = [max((len(x) for x in s.stop), default=1) - 1 for s in seqs]
+        chars_sent = [0] * len(seqs)
         parts: list[bytes] = []
         if chat:
             for i in range(len(seqs)):
@@ -548,7 +551,15 @@ class SimServer:
                 finished = s.finished
                 if end == sent[i] and not finished:
                     continue
-                piece = self._text(s, sent[i], end)
+                if hold[i]:
+                    # Like vLLM's detokenizer, keep back as many characters as a stop string could
+                    # still need, so a stop string spanning several tokens is never half-sent.
+                    full = self._text(s, 0, end)
+                    limit = len(full) if finished else max(chars_sent[i], len(full) - hold[i])
+                    piece = full[chars_sent[i] : limit]
+                    chars_sent[i] = limit
+                else:
+                    piece = self._text(s, sent[i], end)
                 lp: dict[str, Any] | None = None
                 if req.logprobs is not None:
                     if chat:
