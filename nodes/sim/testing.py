@@ -53,7 +53,9 @@ class SimHandle:
     model: str
     api_key: str | None
     log_path: Path
+    keep_log: bool = False
     _log: IO[bytes] | None = field(default=None, repr=False)
+    _final_log: str | None = field(default=None, repr=False)
 
     @property
     def base_url(self) -> str:
@@ -64,6 +66,9 @@ class SimHandle:
         return self.base_url + "/v1"
 
     def log_text(self) -> str:
+        """The process's stdout and stderr so far (kept in memory once the handle is stopped)."""
+        if self._final_log is not None:
+            return self._final_log
         try:
             return self.log_path.read_text(errors="replace")
         except OSError:
@@ -102,6 +107,10 @@ class SimHandle:
         if self._log is not None:
             self._log.close()
             self._log = None
+            # The log file is temporary: keep its text on the handle and remove the file.
+            self._final_log = self.log_text()
+            if not self.keep_log:
+                self.log_path.unlink(missing_ok=True)
         return self.proc.returncode
 
 
@@ -117,11 +126,13 @@ def start_sim(
     timeout: float = 30.0,
     cpu: int | None = None,
     env: dict[str, str] | None = None,
+    keep_log: bool = False,
 ) -> SimHandle:
     """Start `python -m nodes.sim serve model ...` as a subprocess on a free port.
 
     extra_args are passed through (vLLM flags or --sim-* knobs); cpu pins the process to one core
-    with taskset. With wait=False the handle is returned at once (for start-up tests).
+    with taskset. With wait=False the handle is returned at once (for start-up tests). The log file is
+    deleted by stop() unless keep_log; its text stays available from log_text().
     """
     port = port or free_port()
     cmd = [sys.executable, "-m", "nodes.sim", "serve", model, "--host", host, "--port", str(port)]
@@ -138,10 +149,19 @@ def start_sim(
     os.close(fd)
     log = open(log_name, "wb")  # noqa: SIM115 - closed by SimHandle.stop
     proc_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    proc_env.pop("VLLM_API_KEY", None) if env is None or "VLLM_API_KEY" not in env else None
+    if env is None or "VLLM_API_KEY" not in env:
+        # A key inherited from the caller's environment would silently guard the simulator.
+        proc_env.pop("VLLM_API_KEY", None)
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, env=proc_env)
     handle = SimHandle(
-        proc=proc, port=port, host=host, model=model, api_key=api_key, log_path=Path(log_name), _log=log
+        proc=proc,
+        port=port,
+        host=host,
+        model=model,
+        api_key=api_key,
+        log_path=Path(log_name),
+        keep_log=keep_log,
+        _log=log,
     )
     if wait:
         try:
