@@ -173,6 +173,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--skip-litellm", action="store_true")
+    parser.add_argument(
+        "--proxy-workers", type=int, default=1, help="uvicorn workers of the inferchain proxy (default 1)"
+    )
     args = parser.parse_args()
     try:
         import uvloop
@@ -184,7 +187,13 @@ def main() -> None:
     BENCH_DIR.mkdir(parents=True, exist_ok=True)
     logs = Path(tempfile.mkdtemp(prefix="proxy-bench-"))
     procs: list[subprocess.Popen[bytes]] = []
-    results: dict[str, Any] = {"seconds": args.seconds, "reps": args.reps, "targets": {}, "notes": {}}
+    results: dict[str, Any] = {
+        "seconds": args.seconds,
+        "reps": args.reps,
+        "proxy_workers": args.proxy_workers,
+        "targets": {},
+        "notes": {},
+    }
     try:
         backend_port = free_port()
         procs.append(
@@ -211,7 +220,14 @@ def main() -> None:
             "REQUEST_LOG_SPOOL_DIR": str(logs / "spool"),
         }
         procs.append(
-            spawn([sys.executable, "-m", "routing.proxy", "--port", str(proxy_port)], logs / "proxy.log", env)
+            spawn(
+                [
+                    *(sys.executable, "-m", "routing.proxy", "--port", str(proxy_port)),
+                    *("--workers", str(args.proxy_workers)),
+                ],
+                logs / "proxy.log",
+                env,
+            )
         )
         wait_ready(f"http://127.0.0.1:{proxy_port}/healthz", procs[-1])
         targets["inferchain"] = (f"http://127.0.0.1:{proxy_port}/v1/chat/completions", raw_key)
@@ -268,7 +284,7 @@ def main() -> None:
         for proc in reversed(procs):
             stop(proc)
 
-    out = BENCH_DIR / "proxy_overhead.json"
+    out = BENCH_DIR / f"proxy_overhead_w{args.proxy_workers}.json"
     out.write_text(json.dumps(results, indent=2))
     print()
     print(render_table(results))
@@ -299,8 +315,8 @@ def render_table(results: dict[str, Any]) -> str:
         for pct in ("p50_ms", "p99_ms"):
             lval = f"{li[pct]:.2f}" if li else "n/a"
             ladd = f"+{li[pct] - d[pct]:.2f}" if li else "n/a"
-            ours = f"{o[pct]:.2f} (+{o[pct] - d[pct]:.2f})"
-            lines.append(f"| {label} {pct} | {d[pct]:.2f} | {ours} | {lval} ({ladd}) | | |")
+            ours_cell = f"{o[pct]:.2f} (+{o[pct] - d[pct]:.2f})"
+            lines.append(f"| {label} {pct} | {d[pct]:.2f} | {ours_cell} | {lval} ({ladd}) | | |")
     return "\n".join(lines)
 
 

@@ -11,6 +11,8 @@ import { VersionDetailPage } from "./pages/models/VersionDetailPage";
 import { DeploymentDetailPage } from "./pages/nodes/DeploymentDetailPage";
 import { NodesPage } from "./pages/nodes/NodesPage";
 import { ComingSoon } from "./pages/placeholder/ComingSoon";
+import { RequestLogPage } from "./pages/requests/RequestLogPage";
+import { RoutingPage } from "./pages/routing/RoutingPage";
 import { TenantDetailPage } from "./pages/tenants/TenantDetailPage";
 import { TenantsPage } from "./pages/tenants/TenantsPage";
 
@@ -31,11 +33,7 @@ export const routes: ConsoleRoute[] = [
   { path: "models/aliases", element: <AliasesPage /> },
   { path: "models/quantization", element: <QuantizationPage /> },
   { path: "models/fit", element: <FitCalculatorPage /> },
-  {
-    path: "routing",
-    element: <ComingSoon area="Routing" what="Aliases, route pools, weights and failover." />,
-    nav: { label: "Routing", section: "Fleet" },
-  },
+  { path: "routing", element: <RoutingPage />, nav: { label: "Routing", section: "Fleet" } },
   { path: "tenants", element: <TenantsPage />, nav: { label: "Tenants", section: "Access" } },
   { path: "tenants/:id", element: <TenantDetailPage /> },
   {
@@ -43,11 +41,7 @@ export const routes: ConsoleRoute[] = [
     element: <ComingSoon area="Evaluations" what="Evaluation runs, datasets and human review." />,
     nav: { label: "Evaluations", section: "Quality" },
   },
-  {
-    path: "requests",
-    element: <ComingSoon area="Request log" what="Every proxied request with latency, tokens and outcome." />,
-    nav: { label: "Request log", section: "Quality" },
-  },
+  { path: "requests", element: <RequestLogPage />, nav: { label: "Request log", section: "Quality" } },
   { path: "audit", element: <AuditPage />, nav: { label: "Audit", section: "Access" } },
 ];
 

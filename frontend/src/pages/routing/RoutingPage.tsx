@@ -1,0 +1,238 @@
+import { useEffect, useState } from "react";
+import { ApiError, api } from "../../api/client";
+import type { Page as ApiPage } from "../../api/types";
+import { useAuth } from "../../auth";
+import { Dialog } from "../../components/Dialog";
+import { InputField, SelectField } from "../../components/Field";
+import { Card, ErrorState, Page } from "../../components/Page";
+import { Table } from "../../components/Table";
+import { formatNumber } from "../../format";
+import { useApi } from "../../hooks/useApi";
+import "./routing.css";
+import { SCORERS, describeMatch, type RoutePolicy, type RoutePool, type Scorer, type TrafficRow } from "./types";
+
+const TRAFFIC_REFRESH_MS = 5000;
+
+export function RoutingPage() {
+  const { isAdmin } = useAuth();
+  const pools = useApi<ApiPage<RoutePool>>("/api/route-pools/", { limit: 200 });
+  const policies = useApi<ApiPage<RoutePolicy>>("/api/route-policies/", { limit: 200 });
+  const [editing, setEditing] = useState<RoutePool | "new" | null>(null);
+
+  return (
+    <Page
+      title="Routing"
+      subtitle="How /v1/ requests pick a pool (policies) and an endpoint inside it (scorers), and where traffic goes now."
+      actions={
+        isAdmin ? (
+          <button type="button" className="btn btn-primary" onClick={() => setEditing("new")}>
+            New pool
+          </button>
+        ) : undefined
+      }
+    >
+      <TrafficCard />
+      <Card title="Pools" testId="pools-card">
+        <ErrorState error={pools.error} onRetry={pools.reload} />
+        <Table
+          testId="pools-table"
+          rows={pools.data?.results}
+          loading={pools.loading}
+          rowKey={(p) => p.id}
+          onRowClick={isAdmin ? setEditing : undefined}
+          empty="No pools yet: every alias routes to all its ready deployments (least outstanding)."
+          columns={[
+            { header: "Pool", cell: (p) => <strong>{p.name}</strong> },
+            { header: "Model alias", cell: (p) => <code>{p.alias}</code> },
+            { header: "Role", cell: (p) => p.role || <span className="muted">any</span> },
+            {
+              header: "Scorer",
+              cell: (p) =>
+                p.scorer === "weighted"
+                  ? `weighted ${Object.entries(p.scorer_weights).map(([k, v]) => `${k}=${v}`).join(" ")}`
+                  : p.scorer.replace(/_/g, " "),
+            },
+            {
+              header: "Timeouts (connect / first byte / total)",
+              cell: (p) => `${p.connect_timeout_s} s / ${p.first_byte_timeout_s} s / ${p.total_timeout_s} s`,
+            },
+            { header: "Retries", cell: (p) => p.max_retries },
+            { header: "Saturated at", cell: (p) => `${p.max_inflight_per_endpoint} in flight per endpoint` },
+          ]}
+        />
+      </Card>
+      <Card title="Policies" testId="policies-card">
+        <ErrorState error={policies.error} onRetry={policies.reload} />
+        {policies.data?.results.length === 0 && <p className="muted">No policies: each alias uses its own pool.</p>}
+        {policies.data?.results.map((policy) => (
+          <div key={policy.id} className="policy" data-testid={`policy-${policy.alias}`}>
+            <h3>
+              {policy.name} <span className="muted">for</span> <code>{policy.alias}</code>
+            </h3>
+            <ol>
+              {policy.rules.map((rule, index) => (
+                <li key={index}>
+                  if {describeMatch(rule.match)} → <strong>{rule.pool}</strong>
+                </li>
+              ))}
+              <li>
+                otherwise → <strong>{policy.default_pool ?? `${policy.alias} (its own pool)`}</strong>
+              </li>
+            </ol>
+            <p className="muted">
+              Fallback when the chosen pool has no healthy endpoint: {policy.fallback_pool ?? "none (503)"}
+            </p>
+          </div>
+        ))}
+      </Card>
+      {editing !== null && (
+        <PoolDialog
+          pool={editing === "new" ? null : editing}
+          onClose={() => setEditing(null)}
+          onSaved={() => {
+            setEditing(null);
+            pools.reload();
+          }}
+        />
+      )}
+    </Page>
+  );
+}
+
+/** Requests per pool and deployment over the last five minutes, from the request log, refreshed every 5 s. */
+function TrafficCard() {
+  const [tick, setTick] = useState(0);
+  useEffect(() => {
+    const timer = window.setInterval(() => setTick((n) => n + 1), TRAFFIC_REFRESH_MS);
+    return () => window.clearInterval(timer);
+  }, []);
+  const traffic = useApi<TrafficRow[]>("/api/routing/traffic/", { minutes: 5, tick });
+  const byPool = new Map<string, TrafficRow[]>();
+  for (const row of traffic.data ?? []) {
+    const list = byPool.get(row.route_pool) ?? [];
+    list.push(row);
+    byPool.set(row.route_pool, list);
+  }
+  return (
+    <Card title="Live traffic split (last 5 minutes)" testId="traffic-card">
+      <ErrorState error={traffic.error} onRetry={traffic.reload} />
+      {traffic.data && byPool.size === 0 && <p className="muted">No requests in the last five minutes.</p>}
+      {[...byPool.entries()].map(([pool, rows]) => {
+        const total = rows.reduce((sum, r) => sum + r.requests, 0);
+        return (
+          <div key={pool || "none"} className="traffic-pool">
+            <h3>
+              {pool || <span className="muted">(refused before routing)</span>}{" "}
+              <span className="muted">{formatNumber(total)} requests</span>
+            </h3>
+            {rows.map((row) => {
+              const share = total ? (row.requests / total) * 100 : 0;
+              return (
+                <div key={`${row.deployment_id}-${row.upstream}`} className="traffic-row" data-testid="traffic-row">
+                  <span className="traffic-label">
+                    {row.deployment_id !== null ? `deployment #${row.deployment_id}` : row.upstream || "no endpoint"}
+                  </span>
+                  <span className="traffic-bar" aria-hidden="true">
+                    <span style={{ width: `${share}%` }} />
+                  </span>
+                  <span className="traffic-figures">
+                    {share.toFixed(0)}% · {formatNumber(row.requests)} req
+                    {row.errors ? <span className="routing-bad"> · {row.errors} 5xx</span> : null}
+                  </span>
+                </div>
+              );
+            })}
+          </div>
+        );
+      })}
+    </Card>
+  );
+}
+
+interface PoolForm {
+  name: string;
+  alias: string;
+  role: string;
+  scorer: Scorer;
+  connect_timeout_s: string;
+  first_byte_timeout_s: string;
+  total_timeout_s: string;
+  max_retries: string;
+  max_inflight_per_endpoint: string;
+}
+
+function PoolDialog({ pool, onClose, onSaved }: { pool: RoutePool | null; onClose: () => void; onSaved: () => void }) {
+  const [form, setForm] = useState<PoolForm>({
+    name: pool?.name ?? "",
+    alias: pool?.alias ?? "",
+    role: pool?.role ?? "",
+    scorer: pool?.scorer ?? "least_outstanding",
+    connect_timeout_s: String(pool?.connect_timeout_s ?? 2),
+    first_byte_timeout_s: String(pool?.first_byte_timeout_s ?? 60),
+    total_timeout_s: String(pool?.total_timeout_s ?? 600),
+    max_retries: String(pool?.max_retries ?? 2),
+    max_inflight_per_endpoint: String(pool?.max_inflight_per_endpoint ?? 64),
+  });
+  const [error, setError] = useState<ApiError | null>(null);
+  const [saving, setSaving] = useState(false);
+  const set = (name: keyof PoolForm) => (e: { target: { value: string } }) => setForm({ ...form, [name]: e.target.value });
+
+  async function save() {
+    setSaving(true);
+    const body = {
+      ...form,
+      connect_timeout_s: Number(form.connect_timeout_s),
+      first_byte_timeout_s: Number(form.first_byte_timeout_s),
+      total_timeout_s: Number(form.total_timeout_s),
+      max_retries: Number(form.max_retries),
+      max_inflight_per_endpoint: Number(form.max_inflight_per_endpoint),
+    };
+    try {
+      if (pool) await api.patch(`/api/route-pools/${pool.id}/`, body);
+      else await api.post("/api/route-pools/", body);
+      onSaved();
+    } catch (err) {
+      if (err instanceof ApiError) setError(err);
+      else throw err;
+    } finally {
+      setSaving(false);
+    }
+  }
+
+  const errors = error?.fieldErrors;
+  return (
+    <Dialog
+      title={pool ? `Edit pool ${pool.name}` : "New pool"}
+      open
+      onClose={onClose}
+      testId="pool-dialog"
+      footer={
+        <>
+          <button type="button" className="btn" onClick={onClose}>
+            Cancel
+          </button>
+          <button type="button" className="btn btn-primary" disabled={saving} onClick={() => void save()}>
+            Save
+          </button>
+        </>
+      }
+    >
+      {error?.generalErrors.map((message) => (
+        <p key={message} className="routing-bad">
+          {message}
+        </p>
+      ))}
+      <div className="grid-2">
+        <InputField label="Name" name="name" value={form.name} onChange={set("name")} errors={errors} />
+        <InputField label="Model alias" name="alias" value={form.alias} onChange={set("alias")} errors={errors} hint="The served model name of its deployments." />
+        <InputField label="Deployment role" name="role" value={form.role} onChange={set("role")} errors={errors} hint="Empty: every role." />
+        <SelectField label="Scorer" name="scorer" options={SCORERS} value={form.scorer} onChange={set("scorer")} errors={errors} />
+        <InputField label="Connect timeout (s)" name="connect_timeout_s" type="number" step="0.1" value={form.connect_timeout_s} onChange={set("connect_timeout_s")} errors={errors} />
+        <InputField label="First-byte timeout (s)" name="first_byte_timeout_s" type="number" step="0.1" value={form.first_byte_timeout_s} onChange={set("first_byte_timeout_s")} errors={errors} />
+        <InputField label="Total timeout (s)" name="total_timeout_s" type="number" step="1" value={form.total_timeout_s} onChange={set("total_timeout_s")} errors={errors} />
+        <InputField label="Retries on another endpoint" name="max_retries" type="number" value={form.max_retries} onChange={set("max_retries")} errors={errors} />
+        <InputField label="Saturated at (in flight per endpoint)" name="max_inflight_per_endpoint" type="number" value={form.max_inflight_per_endpoint} onChange={set("max_inflight_per_endpoint")} errors={errors} />
+      </div>
+    </Dialog>
+  );
+}
