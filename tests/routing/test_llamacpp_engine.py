@@ -79,9 +79,10 @@ def llama_engine(transactional_db: None) -> Iterator[Deployment]:
     argv = llamacpp.build_argv(spec)
     log = Path(tempfile.mkstemp(prefix="llama-", suffix=".log")[1])
     with log.open("wb") as fh:
-        proc = subprocess.Popen(
-            argv, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **llamacpp.build_env(spec)}
-        )
+        # The server reads $HOST, $PORT and $CONFIG_FILE over its flags (even an empty one): drop them.
+        env = {k: v for k, v in os.environ.items() if k not in ("HOST", "PORT", "CONFIG_FILE")}
+        env["CUDA_VISIBLE_DEVICES"] = ""
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
