@@ -1,4 +1,5 @@
-import { useState } from "react";
+import { useCallback, useState } from "react";
+import { useSearchParams } from "react-router-dom";
 import { Dialog } from "../../components/Dialog";
 import { DebouncedInputField, InputField, SelectField } from "../../components/Field";
 import { Card, ErrorState, Page } from "../../components/Page";
@@ -6,7 +7,6 @@ import { StatusBadge } from "../../components/StatusBadge";
 import { Table } from "../../components/Table";
 import { formatDateTime, formatNumber, isoToLocalInput, localInputToIso } from "../../format";
 import { useApi } from "../../hooks/useApi";
-import { useQueryParams } from "../../hooks/useQueryParams";
 import "../routing/routing.css";
 import type { CursorPage, RequestLogRow, UsageBucket } from "../routing/types";
 
@@ -28,8 +28,33 @@ function ms(value: number | null): string {
   return value === null ? "—" : value < 10 ? `${value.toFixed(1)} ms` : `${Math.round(value)} ms`;
 }
 
+/** Filters in the URL; any change but paging starts again from the newest page. One update per change,
+ * so that several keys (e.g. status and status_min) change together. */
+function useFilters() {
+  const [params, setParams] = useSearchParams();
+  const get = useCallback((name: string) => params.get(name) ?? "", [params]);
+  const update = useCallback(
+    (changes: Record<string, string>) =>
+      setParams(
+        (previous) => {
+          const next = new URLSearchParams(previous);
+          for (const [name, value] of Object.entries(changes)) {
+            if (value) next.set(name, value);
+            else next.delete(name);
+          }
+          if (!("cursor" in changes)) next.delete("cursor");
+          return next;
+        },
+        { replace: true },
+      ),
+    [setParams],
+  );
+  const clear = useCallback(() => setParams(new URLSearchParams(), { replace: true }), [setParams]);
+  return { get, update, clear };
+}
+
 export function RequestLogPage() {
-  const { get, set: setFilter, clear } = useQueryParams();
+  const { get, update, clear } = useFilters();
   const query: Record<string, string | number> = { page_size: PAGE_SIZE };
   for (const name of FILTERS) query[name] = get(name);
   const rows = useApi<CursorPage<RequestLogRow>>("/api/request-log/", query);
@@ -39,19 +64,12 @@ export function RequestLogPage() {
   const anyFilter = FILTERS.some((name) => name !== "cursor" && get(name));
 
   function setOutcome(value: string) {
-    if (value.endsWith("+")) {
-      setFilter("status", "");
-      setFilter("status_min", value.slice(0, -1));
-    } else {
-      setFilter("status_min", "");
-      setFilter("status", value);
-    }
-    setFilter("cursor", "");
+    if (value.endsWith("+")) update({ status: "", status_min: value.slice(0, -1) });
+    else update({ status: value, status_min: "" });
   }
 
   function filter(name: string, value: string) {
-    setFilter(name, value);
-    if (name !== "cursor") setFilter("cursor", "");
+    update({ [name]: value });
   }
 
   return (

@@ -53,11 +53,11 @@ export function RoutingPage() {
                   : p.scorer.replace(/_/g, " "),
             },
             {
-              header: "Timeouts (connect / first byte / total)",
+              header: "Timeouts (connect, first byte, total)",
               cell: (p) => `${p.connect_timeout_s} s / ${p.first_byte_timeout_s} s / ${p.total_timeout_s} s`,
             },
             { header: "Retries", cell: (p) => p.max_retries },
-            { header: "Saturated at", cell: (p) => `${p.max_inflight_per_endpoint} in flight per endpoint` },
+            { header: "Saturated at", cell: (p) => `${p.max_inflight_per_endpoint} / endpoint` },
           ]}
         />
       </Card>
