@@ -177,7 +177,8 @@ LOGGING = {
 
 # The /v1/ proxy (routing/); docs/proxy.md explains each.
 PROXY_MAX_BODY_BYTES = env_int("PROXY_MAX_BODY_BYTES", 4 * 1024 * 1024)
-# What admission does while Redis is unreachable: "reject" (503, fail closed) or "local" (per-process limits).
+# What admission does while Redis is unreachable: "reject" (503 for keys with counted limits, fail closed);
+# the only mode implemented, see docs/proxy.md.
 PROXY_LIMITS_ON_REDIS_DOWN = env_str("PROXY_LIMITS_ON_REDIS_DOWN", "reject")
 # Extra endpoints outside the fleet, "alias=http://host:port[|engine-key],...", e.g. for benchmarks.
 PROXY_STATIC_ENDPOINTS = env_str("PROXY_STATIC_ENDPOINTS", "")
