@@ -41,8 +41,14 @@ def build_argv(spec: EngineSpec) -> list[str]:
 
 
 def build_env(spec: EngineSpec) -> dict[str, str]:
-    # CPU engine: hide any GPU so that a llama.cpp build with CUDA does not grab one by accident.
-    return {"CUDA_VISIBLE_DEVICES": ""}
+    return {
+        # CPU engine: hide any GPU so that a llama.cpp build with CUDA does not grab one by accident.
+        "CUDA_VISIBLE_DEVICES": "",
+        # llama_cpp.server lets $HOST and $PORT override --host/--port (uvicorn.run(host=os.getenv("HOST",
+        # ...))), and process managers set PORT (honcho does): pin both to the deployment's values.
+        "HOST": spec.bind_host,
+        "PORT": str(spec.port),
+    }
 
 
 def parse_metrics(text: str) -> EngineMetrics:

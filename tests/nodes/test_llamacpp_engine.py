@@ -46,7 +46,10 @@ def chat(port: int, key: str | None) -> tuple[int, dict[str, Any]]:
         return exc.code, {}
 
 
-def test_llamacpp_engine_end_to_end(host: Any, node_settings: Any) -> None:
+def test_llamacpp_engine_end_to_end(host: Any, node_settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Process managers set PORT for the agent (honcho does); llama_cpp.server would listen there.
+    monkeypatch.setenv("PORT", "1")
+    monkeypatch.setenv("HOST", "0.0.0.0")
     from models_registry.models import Model
     from models_registry.services import register_version
 
