@@ -78,6 +78,27 @@ def read_live(redis_key: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def read_live_many(redis_keys: list[str]) -> dict[str, dict[str, Any]]:
+    """Several live values in one round trip (MGET); absent, expired or unreadable ones are left out."""
+    if not redis_keys:
+        return {}
+    try:
+        raws = get_redis().mget(redis_keys)
+    except Exception:  # see read_live
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for redis_key, raw in zip(redis_keys, raws, strict=True):
+        if raw is None:
+            continue
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            out[redis_key] = value
+    return out
+
+
 SERVING_STATES = frozenset({DeploymentState.READY, DeploymentState.DEGRADED})
 
 

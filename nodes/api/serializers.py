@@ -29,7 +29,9 @@ class GpuSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_live(self, obj: Gpu) -> dict[str, Any] | None:
-        return read_live(live_gpu_key(obj.host.name, obj.index))
+        redis_key = live_gpu_key(obj.host.name, obj.index)
+        prefetched = self.context.get("live")
+        return prefetched.get(redis_key) if prefetched is not None else read_live(redis_key)
 
 
 class HostSerializer(StrictModelSerializer):
@@ -151,7 +153,9 @@ class DeploymentSerializer(StrictModelSerializer):
         ]
 
     def get_live(self, obj: Deployment) -> dict[str, Any] | None:
-        return read_live(live_deployment_key(obj.pk))
+        redis_key = live_deployment_key(obj.pk)
+        prefetched = self.context.get("live")
+        return prefetched.get(redis_key) if prefetched is not None else read_live(redis_key)
 
     def get_fit(self, obj: Deployment) -> dict[str, Any] | None:
         return getattr(self, "_fit", None)
