@@ -1,8 +1,8 @@
 """A trivial OpenAI-compatible backend for benchmarks and proxy tests: raw asyncio, fixed answers.
 
-`python benchmarks/trivial_backend.py --port P [--chunks N]` answers /v1/chat/completions,
-/v1/completions (JSON or SSE with usage) and /v1/models as fast as a socket allows, so that what a
-benchmark measures in front of it is the proxy, not the backend.
+`python benchmarks/trivial_backend.py --port P [--chunks N]` answers /v1/chat/completions and
+/v1/completions (JSON or SSE with usage), /v1/embeddings and /v1/models as fast as a socket allows,
+so that what a benchmark measures in front of it is the proxy, not the backend.
 """
 
 from __future__ import annotations
@@ -33,6 +33,18 @@ def _completion(model: bytes, chat: bool) -> bytes:
             "model": model.decode(),
             "choices": [choice],
             "usage": {"prompt_tokens": 5, "completion_tokens": CHUNKS, "total_tokens": 5 + CHUNKS},
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+def _embedding(model: bytes) -> bytes:
+    return json.dumps(
+        {
+            "object": "list",
+            "data": [{"object": "embedding", "index": 0, "embedding": [0.1, 0.2, 0.3]}],
+            "model": model.decode(),
+            "usage": {"prompt_tokens": 5, "total_tokens": 5},
         },
         separators=(",", ":"),
     ).encode()
@@ -103,6 +115,9 @@ class Backend(asyncio.Protocol):
         except ValueError:
             req = {}
         model = str(req.get("model", "trivial")).encode()
+        if path == b"/v1/embeddings":
+            self.send(b"application/json", _embedding(model))
+            return
         if req.get("stream"):
             usage = bool((req.get("stream_options") or {}).get("include_usage"))
             self.send(b"text/event-stream", _stream(model, chat, usage))

@@ -28,6 +28,8 @@ def main() -> None:
         access_log=False,
         log_level=args.log_level,
         lifespan="on",
+        # No X-Forwarded-* rewriting: the proxy never uses the client address, so skip that middleware.
+        proxy_headers=False,
     )
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 import redis.asyncio as aioredis
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from console.redis_client import CONFIG_CHANNEL
@@ -226,10 +227,17 @@ class Proxy:
         self._tasks: list[asyncio.Task[None]] = []
         self._reload_pending = False
         self.max_body = settings.PROXY_MAX_BODY_BYTES
+        self._id_prefix = uuid.uuid4().hex[:20]
+        self._seq = 0
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
     async def startup(self) -> None:
+        if settings.PROXY_LIMITS_ON_REDIS_DOWN != "reject":
+            # Fail at start rather than run with a limits mode nobody implemented.
+            raise ImproperlyConfigured(
+                f"PROXY_LIMITS_ON_REDIS_DOWN={settings.PROXY_LIMITS_ON_REDIS_DOWN!r}: only 'reject' exists"
+            )
         loop = asyncio.get_running_loop()
         self.redis = aioredis.Redis.from_url(
             settings.REDIS_URL, socket_timeout=1.0, socket_connect_timeout=1.0
@@ -559,7 +567,11 @@ class Proxy:
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     async def handle_inference(self, scope: Scope, receive: Receive, send: Send, kind: str) -> None:
-        ctx = RequestContext(request_id=uuid.uuid4().hex, kind=kind, started=time.perf_counter())
+        self._seq += 1
+        # Unique across processes (random per-process prefix) without a urandom syscall per request.
+        ctx = RequestContext(
+            request_id=f"{self._id_prefix}{self._seq:012x}", kind=kind, started=time.perf_counter()
+        )
         try:
             await self._inference(ctx, scope, receive, send)
         except ProxyError as err:

@@ -50,3 +50,12 @@ def test_models_lists_only_scoped_aliases(start_proxy: Callable[..., Proc], triv
     assert [m.id for m in client.models.list()] == ["trivial"]
     with pytest.raises(openai.PermissionDeniedError):
         client.chat.completions.create(model="other", messages=[{"role": "user", "content": "hi"}])
+
+
+def test_embeddings_are_forwarded(start_proxy: Callable[..., Proc], trivial_backend: Proc) -> None:
+    tk = make_tenant_key()
+    proxy = start_proxy(static=f"trivial={trivial_backend.url}")
+    client = openai.OpenAI(base_url=proxy.url + "/v1", api_key=tk.raw_key, max_retries=0)
+    resp = client.embeddings.create(model="trivial", input="hello world")
+    assert resp.data[0].embedding == [0.1, 0.2, 0.3]
+    assert resp.usage.prompt_tokens == 5
