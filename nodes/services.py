@@ -608,6 +608,20 @@ def report_gpus(host: Host, gpus: list[dict[str, Any]]) -> None:
         Gpu.objects.filter(host=host).exclude(index__in=seen).delete()
 
 
+def set_host_draining(host: Host, draining: bool) -> Host:
+    """Draining: the host takes no new deployments (preflight refuses them); its engines keep serving."""
+    with transaction.atomic():
+        locked = Host.objects.select_for_update().get(pk=host.pk)
+        if draining:
+            locked.state = HostState.DRAINING
+        elif locked.state == HostState.DRAINING:
+            locked.state = HostState.ONLINE if host_is_reachable(locked) else HostState.UNREACHABLE
+        locked.save(update_fields=["state", "updated_at"])
+        publish_config_change("host", name=locked.name, state=locked.state)
+    host.state = locked.state
+    return host
+
+
 def mark_unreachable_hosts() -> list[str]:
     """Mark hosts whose last heartbeat is older than NODE_UNREACHABLE_SECONDS; returns their names.
 

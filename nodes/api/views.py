@@ -67,6 +67,31 @@ class HostViewSet(LiveListMixin, AuditedModelViewSet):
             raise ValidationError({"host": ["Delete or move this host's deployments first."]})
         super().perform_destroy(instance)
 
+    def _set_draining(self, request: Request, draining: bool) -> Response:
+        host = self.get_object()
+        with transaction.atomic():
+            before = host.state
+            services.set_host_draining(host, draining)
+            record_audit(
+                actor=request.user,  # type: ignore[arg-type]
+                action=AuditAction.ACTION,
+                obj=host,
+                before={"state": before},
+                after={"state": host.state},
+            )
+        return Response(self.get_serializer(host).data)
+
+    @extend_schema(request=None, responses={200: HostSerializer})
+    @action(detail=True, methods=["post"])
+    def drain(self, request: Request, pk: str | None = None) -> Response:
+        """Accept no new deployments on this host; running engines keep serving."""
+        return self._set_draining(request, True)
+
+    @extend_schema(request=None, responses={200: HostSerializer})
+    @action(detail=True, methods=["post"])
+    def undrain(self, request: Request, pk: str | None = None) -> Response:
+        return self._set_draining(request, False)
+
 
 class DeploymentViewSet(LiveListMixin, AuditedModelViewSet):
     """Deployments of model versions onto hosts, with start/stop/restart/drain actions."""

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from nodes.models import Host
+from nodes.services import record_heartbeat
 
 pytestmark = pytest.mark.django_db
 
@@ -47,3 +48,27 @@ def test_a_host_with_deployments_cannot_be_deleted(
     make_deployment()
     response = admin_client.delete(f"/api/hosts/{host.pk}/")
     assert response.status_code == 400 and Host.objects.filter(pk=host.pk).exists()
+
+
+def test_draining_host_refuses_new_deployments_until_undrained(
+    admin_client: Any, host: Any, llama_version: Any
+) -> None:
+    body = admin_client.post(f"/api/hosts/{host.pk}/drain/").json()
+    assert body["state"] == "draining"
+    record_heartbeat(host.name, {})  # the agent's heartbeat does not end a drain
+    host.refresh_from_db()
+    assert host.state == "draining"
+    deploy = {
+        "name": "late",
+        "model_version": llama_version.pk,
+        "engine": "sim",
+        "host": host.pk,
+        "gpu_indices": [0],
+        "port": 18601,
+        "served_model_name": "llama-3.1-8b",
+    }
+    refused = admin_client.post("/api/deployments/", deploy, format="json")
+    assert refused.status_code == 400 and "draining" in refused.json()["host"][0]
+
+    assert admin_client.post(f"/api/hosts/{host.pk}/undrain/").json()["state"] == "online"
+    assert admin_client.post("/api/deployments/", deploy, format="json").status_code == 201

@@ -1,5 +1,6 @@
 import { useEffect, useState } from "react";
 import { Link, useNavigate } from "react-router-dom";
+import { api } from "../../api/client";
 import type { Page as ApiPage } from "../../api/types";
 import { useAuth } from "../../auth";
 import { Card, ErrorState, Page } from "../../components/Page";
@@ -56,9 +57,25 @@ export function NodesPage() {
             <Card
               key={host.id}
               testId={`host-${host.name}`}
+              actions={
+                isAdmin && (
+                  <button
+                    type="button"
+                    className="btn btn-small"
+                    title={host.state === "draining" ? "Accept new deployments again" : "Accept no new deployments; running engines keep serving"}
+                    onClick={() => api.post(`/api/hosts/${host.id}/${host.state === "draining" ? "undrain" : "drain"}/`, {}).then(hosts.reload)}
+                  >
+                    {host.state === "draining" ? "Undrain" : "Drain"}
+                  </button>
+                )
+              }
               title={
                 <>
-                  {host.name} <StatusBadge status={host.reachable ? "online" : host.state === "unknown" ? "unknown" : "unreachable"} tone={host.reachable ? "ok" : "bad"} />
+                  {host.name}{" "}
+                  <StatusBadge
+                    status={host.state === "draining" ? "draining" : host.reachable ? "online" : host.state === "unknown" ? "unknown" : "unreachable"}
+                    tone={host.state === "draining" ? "warn" : host.reachable ? "ok" : "bad"}
+                  />
                 </>
               }
             >
