@@ -55,7 +55,7 @@ from routing.proxy.limits import LEASE_MS, Admission, Limiter
 from routing.proxy.requestlog import RequestLogWriter
 from routing.proxy.scorers import EndpointLoad, ScoreRequest, choose, prefix_key
 from routing.proxy.tokens import count_prompt_tokens, load_tokenizer, prompt_text_parts
-from routing.proxy.upstream import UpstreamPool, UpstreamResponse, split_base_url
+from routing.proxy.upstream import UpstreamError, UpstreamPool, UpstreamResponse, split_base_url
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +110,8 @@ class RequestContext:
     admission: Admission | None = None
     prompt_text: str | None = None
     response_parts: list[str] = field(default_factory=list)
+    receive: Receive | None = None
+    client_gone: bool = False
 
 
 def _bearer(scope: Scope) -> str | None:
@@ -597,6 +599,7 @@ class Proxy:
             await self._finish(ctx)
 
     async def _inference(self, ctx: RequestContext, scope: Scope, receive: Receive, send: Send) -> None:
+        ctx.receive = receive
         info = await self.authenticate(scope)
         ctx.key = info
         raw = await self._read_body(scope, receive)
@@ -975,6 +978,7 @@ class Proxy:
         done = False
         chunk: bytes = first
         log_text = ctx.key is not None and ctx.key.log_prompts
+        watcher = self._watch_disconnect(ctx, resp)
         try:
             async with asyncio.timeout(max(0.001, deadline - time.perf_counter())):
                 while True:
@@ -995,6 +999,16 @@ class Proxy:
                         break
         except (TimeoutError, OSError) as exc:
             ctx.error_type = "upstream_timeout" if isinstance(exc, TimeoutError) else "upstream_disconnected"
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+        if ctx.client_gone:
+            # Nobody to tell; the engine already saw its connection close and stopped generating.
+            ctx.status = 499
+            ctx.error_type = "client_disconnected"
+            if ctx.completion_tokens is None:
+                ctx.completion_tokens = max(0, chunks - 1)
+            return
         if not done:
             if not ctx.error_type:
                 ctx.error_type = "upstream_disconnected"
@@ -1018,6 +1032,26 @@ class Proxy:
         if ctx.completion_tokens is None:
             ctx.completion_tokens = max(0, chunks - 1)  # an estimate: one token per content chunk
         await send({"type": "http.response.body", "body": b""})
+
+    def _watch_disconnect(self, ctx: RequestContext, resp: UpstreamResponse) -> asyncio.Future[Any] | None:
+        """Abort the engine call when the client goes away mid-stream (frees the engine and the lease).
+
+        The request body has been read, so the next `receive()` returns only at disconnect.
+        """
+        if ctx.receive is None:
+            return None
+        watcher = asyncio.ensure_future(ctx.receive())
+
+        def on_done(fut: asyncio.Future[Any]) -> None:
+            if fut.cancelled() or fut.exception() is not None:
+                return
+            if fut.result().get("type") == "http.disconnect":
+                ctx.client_gone = True
+                resp.fail(UpstreamError("client disconnected"))
+                resp.conn.close()
+
+        watcher.add_done_callback(on_done)
+        return watcher
 
     def _filter_events(
         self, ctx: RequestContext, events: bytes, client_wants_usage: bool, log_text: bool
