@@ -286,6 +286,7 @@ def preflight(
     check says do not fit in GPU memory.
     """
     from models_registry.choices import SourceKind, VersionState
+    from models_registry.services import state_on_host
 
     result = Preflight()
     try:
@@ -294,11 +295,12 @@ def preflight(
         result.add("engine", str(exc))
         return result
 
-    # The version itself.
-    if model_version.state == VersionState.FAILED:
+    # The version's files on this host: a failure on another host says nothing about this one.
+    if state_on_host(model_version, host.name) == VersionState.FAILED:
         result.add(
             "model_version",
-            f"{model_version} failed file verification; re-verify it (or fix its files) before deploying.",
+            f"{model_version} failed file verification on {host.name}; "
+            "re-verify it (or fix its files) before deploying there.",
         )
     if engine == Engine.LLAMACPP and model_version.source_kind != SourceKind.GGUF:
         result.add("engine", "llama.cpp serves GGUF files only; this version is a directory.")

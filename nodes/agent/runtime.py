@@ -83,8 +83,8 @@ def verify_files(deployment: Deployment) -> str | None:
 
     version = deployment.model_version
     host_name = deployment.host.name
-    if registry.is_verified_on_host(version, host_name):
-        return None
+    # Always re-verify: unchanged files cost one stat each (the hash cache), and files swapped since
+    # the last passing run are caught here rather than served.
     run = registry.verify_version_on_host(version.pk, host_name)
     if getattr(run, "ok", False):
         return None

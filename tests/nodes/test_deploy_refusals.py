@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from models_registry.choices import VersionState
+from models_registry.models import VerificationRun
 from nodes.choices import DeploymentState
 from nodes.models import Deployment
 from tests.nodes.conftest import free_port
@@ -52,11 +52,30 @@ def test_a_good_deployment_is_accepted_with_its_fit_check(
     assert body["state"] == DeploymentState.PENDING and body["desired_state"] == "running"
 
 
-def test_version_that_failed_verification(admin_client: Any, llama_version: Any, host: Any) -> None:
-    llama_version.state = VersionState.FAILED
-    llama_version.save()
+def fail_verification(version: Any, host_name: str) -> None:
+    VerificationRun.objects.create(
+        version=version,
+        host_name=host_name,
+        ok=False,
+        manifest_digest=version.manifest_digest,
+        problems=[{"path": "model.safetensors", "kind": "mismatch"}],
+    )
+
+
+def test_version_that_failed_verification_on_this_host(
+    admin_client: Any, llama_version: Any, host: Any
+) -> None:
+    fail_verification(llama_version, host.name)
     errors = refused(admin_client, payload(llama_version, host))
-    assert "failed file verification" in errors["model_version"][0]
+    assert f"failed file verification on {host.name}" in errors["model_version"][0]
+
+
+def test_a_failure_on_another_host_does_not_block_this_one(
+    admin_client: Any, llama_version: Any, host: Any
+) -> None:
+    fail_verification(llama_version, "some-other-host")
+    response = admin_client.post("/api/deployments/", payload(llama_version, host), format="json")
+    assert response.status_code == 201, response.content
 
 
 def test_unreachable_host(admin_client: Any, llama_version: Any, host: Any) -> None:
