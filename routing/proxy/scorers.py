@@ -50,16 +50,23 @@ def prefix_key(text: str) -> bytes | None:
         return None
     cut = min(len(text), PREFIX_CHARS)
     cut -= cut % PREFIX_GRANULARITY
-    return text[:cut].encode("utf-8", errors="replace")
+    # Digest once here, so ranking endpoints hashes 16 bytes per endpoint instead of the whole prefix.
+    return hashlib.blake2b(text[:cut].encode("utf-8", errors="replace"), digest_size=16).digest()
+
+
+def _hrw_weights(key: bytes, loads: Sequence[EndpointLoad]) -> list[bytes]:
+    return [hashlib.blake2b(key + ld.endpoint_id.encode(), digest_size=8).digest() for ld in loads]
 
 
 def _hrw_order(key: bytes, loads: Sequence[EndpointLoad]) -> list[int]:
     """Rendezvous (highest random weight) order: stable per key, minimal movement when endpoints change."""
+    weights = _hrw_weights(key, loads)
+    return sorted(range(len(loads)), key=weights.__getitem__, reverse=True)
 
-    def weight(i: int) -> bytes:
-        return hashlib.blake2b(key + b"|" + loads[i].endpoint_id.encode(), digest_size=8).digest()
 
-    return sorted(range(len(loads)), key=weight, reverse=True)
+def _hrw_home(key: bytes, loads: Sequence[EndpointLoad]) -> int:
+    weights = _hrw_weights(key, loads)
+    return max(range(len(loads)), key=weights.__getitem__)
 
 
 def _load_bound(loads: Sequence[EndpointLoad]) -> int:
@@ -111,7 +118,11 @@ def affinity(loads: Sequence[EndpointLoad], key: bytes | None, label: str, rr: i
         i = least_outstanding(loads, rr)
         return i, f"{label} no_key least_outstanding"
     bound = _load_bound(loads)
-    order = _hrw_order(key, loads)
+    weights = _hrw_weights(key, loads)
+    home = max(range(len(loads)), key=weights.__getitem__)
+    if loads[home].inflight < bound:  # the common case: no sort needed
+        return home, f"{label} rank=0"
+    order = sorted(range(len(loads)), key=weights.__getitem__, reverse=True)
     for rank, i in enumerate(order):
         if loads[i].inflight < bound:
             return i, f"{label} rank={rank}"
@@ -126,7 +137,7 @@ def weighted(
     w_load = weights.get("load", 1.0)
     w_kv = weights.get("kv", 1.0)
     w_prefix = weights.get("prefix", 0.0)
-    home = _hrw_order(req.prefix_key, loads)[0] if req.prefix_key is not None and w_prefix else -1
+    home = _hrw_home(req.prefix_key, loads) if req.prefix_key is not None and w_prefix else -1
     best_cost = math.inf
     best = 0
     for i, ld in enumerate(loads):
@@ -167,7 +178,7 @@ def choose(
     if scorer == Scorer.PREFIX_AFFINITY:
         return affinity(loads, req.prefix_key, "prefix_affinity", rr)
     if scorer == Scorer.SESSION_AFFINITY:
-        key = req.session_key.encode() if req.session_key else None
+        key = hashlib.blake2b(req.session_key.encode(), digest_size=16).digest() if req.session_key else None
         return affinity(loads, key, "session_affinity", rr)
     if scorer == Scorer.WEIGHTED:
         return weighted(loads, req, weights or {}, rr)

@@ -1,0 +1,63 @@
+"""Route decision time per scorer: how long choosing an endpoint takes, in microseconds.
+
+    .venv/bin/python benchmarks/proxy_routing.py [--endpoints 8]
+
+Times `routing.proxy.scorers.choose` (the part of the decision that grows with the pool) for each
+scorer over `--endpoints` candidates with varied loads and KV headroom, 20,000 decisions per
+repetition, median of 5 repetitions. The proxy exports the whole decision (policy rules + this)
+as `inferchain_proxy_route_decision_seconds`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from routing.choices import Scorer
+from routing.proxy.scorers import EndpointLoad, ScoreRequest, choose, prefix_key
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--endpoints", type=int, default=8)
+    parser.add_argument("--decisions", type=int, default=20_000)
+    args = parser.parse_args()
+    rng = random.Random(7)
+    loads = [
+        EndpointLoad(
+            endpoint_id=str(i),
+            inflight=rng.randrange(0, 40),
+            kv_free_tokens=rng.randrange(0, 60_000),
+            kv_total_tokens=65_536,
+            max_inflight=64,
+        )
+        for i in range(args.endpoints)
+    ]
+    prompts = [f"system prompt {i % 10} " * 60 + f"question {i}" for i in range(100)]
+    requests = [
+        ScoreRequest(tokens_needed=rng.randrange(100, 8000), prefix_key=prefix_key(p), session_key=f"s{i}")
+        for i, p in enumerate(prompts)
+    ]
+    weights = {"load": 1.0, "kv": 1.0, "prefix": 0.5}
+    print(f"| scorer | us per decision ({args.endpoints} endpoints, median of 5) |")
+    print("|---|---:|")
+    for scorer in Scorer:
+        reps = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for n in range(args.decisions):
+                choose(scorer.value, loads, requests[n % 100], weights=weights, rr=n)
+            reps.append((time.perf_counter() - t0) / args.decisions * 1e6)
+        print(f"| {scorer.value} | {statistics.median(reps):.2f} |")
+
+
+if __name__ == "__main__":
+    main()
