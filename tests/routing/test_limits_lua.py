@@ -109,3 +109,22 @@ async def test_redis_unreachable_fails_closed_with_503() -> None:
         await limiter.admit(key_info(requests_per_minute=10), "x", 1)
     assert refused.value.status == 503 and refused.value.code == "limits_unavailable"
     await client.aclose()
+
+
+async def test_key_override_and_tenant_limits_both_apply(limiter: Limiter) -> None:
+    from dataclasses import replace
+
+    from routing.proxy.config import Limits
+
+    # Tenant allows 10/min across its keys; this key's override allows only 2.
+    key_a = replace(key_info(requests_per_minute=10, key_id=1), key_limits=Limits(requests_per_minute=2))
+    key_b = key_info(requests_per_minute=10, key_id=2)
+    assert await limiter.admit(key_a, "a1", 1) is not None
+    assert await limiter.admit(key_a, "a2", 1) is not None
+    with pytest.raises(ProxyError):
+        await limiter.admit(key_a, "a3", 1)
+    # The refused request consumed nothing: the tenant still has 8 left for its other key.
+    admitted_b = [await limiter.admit(key_b, f"b{i}", 1) for i in range(8)]
+    assert all(a is not None for a in admitted_b)
+    with pytest.raises(ProxyError):
+        await limiter.admit(key_b, "b9", 1)
