@@ -14,6 +14,7 @@ import gc
 import hashlib
 import hmac
 import logging
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -69,6 +70,7 @@ LIVE_POLL_S = 0.25
 DEFAULT_OUTPUT_RESERVE = 1024
 JSON_HEADERS = [(b"content-type", b"application/json")]
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+FIRST_TOKEN = re.compile(rb'"(?:content|text)": ?"[^"]')
 KINDS = {
     "/v1/chat/completions": "chat",
     "/v1/completions": "completion",
@@ -915,7 +917,7 @@ class Proxy:
                     raise RetryableUpstreamError("total timeout", 504) from None
                 except OSError as exc:
                     raise RetryableUpstreamError(f"read failed: {type(exc).__name__}") from None
-                ctx.ttft_s = time.perf_counter() - started
+                # No time to first token for a whole answer: it arrives at once, so TTFT stays empty.
                 ctx.status = resp.status
                 if resp.status == 200:
                     self._usage_from(ctx, data)
@@ -964,7 +966,6 @@ class Proxy:
             raise RetryableUpstreamError(f"stream failed before first byte: {type(exc).__name__}") from None
         if not first:
             raise RetryableUpstreamError("stream closed before first byte")
-        ctx.ttft_s = time.perf_counter() - started
         ctx.status = 200
         await send(
             {
@@ -986,6 +987,9 @@ class Proxy:
                     cut = buffer.rfind(b"\n\n")
                     if cut >= 0:
                         events, buffer = buffer[: cut + 2], buffer[cut + 2 :]
+                        # TTFT is the first generated text, not the first byte (engines send the role first).
+                        if ctx.ttft_s is None and FIRST_TOKEN.search(events):
+                            ctx.ttft_s = time.perf_counter() - started
                         out = self._filter_events(ctx, events, client_wants_usage, log_text)
                         chunks += events.count(b"data: ") - events.count(b"data: [DONE]")
                         if b"data: [DONE]" in events:
