@@ -11,7 +11,7 @@ export REDIS_URL
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF
 FRONTEND_SRC := $(shell find frontend/src frontend/index.html frontend/vite.config.ts frontend/tsconfig.json -type f 2>/dev/null)
 
-.PHONY: run test install frontend llama chromium lint typecheck check-redis migrate seed schema pytest clean
+.PHONY: stop run test install frontend llama chromium lint typecheck check-redis migrate seed schema pytest clean
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -58,7 +58,13 @@ run: install frontend check-redis seed
 	@echo "  inferchain console: http://$(HOST):$(PORT)/   (API docs: http://$(HOST):$(PORT)/api/docs/)"
 	@echo "  demo login: admin / inferchain-demo"
 	@echo
+	@echo "  engines keep running after Ctrl-C (a restarted agent re-adopts them); 'make stop' ends them"
+	@echo
 	HOST=$(HOST) PORT=$(PORT) $(VENV)/bin/honcho start -f Procfile
+
+# Stop the engine processes the demo agents started (they outlive their agent on purpose).
+stop: install
+	$(PY) manage.py stop_engines
 
 lint: install
 	$(VENV)/bin/ruff check .
