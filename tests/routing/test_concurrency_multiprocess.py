@@ -18,7 +18,7 @@ async def _burst(urls: list[str], key: str, n: int) -> list[int]:
     body = {
         "model": "llama",
         "messages": [{"role": "user", "content": "hi"}],
-        "max_tokens": 40,
+        "max_tokens": 200,
         "ignore_eos": True,
     }
     async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {key}"}) as session:
