@@ -977,6 +977,7 @@ class Proxy:
         buffer = b""
         chunks = 0
         done = False
+        ended = False
         chunk: bytes = first
         log_text = ctx.key is not None and ctx.key.log_prompts
         watcher = self._watch_disconnect(ctx, resp)
@@ -995,7 +996,9 @@ class Proxy:
                         if b"data: [DONE]" in events:
                             done = True
                         if out:
-                            await send({"type": "http.response.body", "body": out, "more_body": True})
+                            # The last events and the end of the response go out in one write.
+                            await send({"type": "http.response.body", "body": out, "more_body": not done})
+                            ended = done
                     if done:
                         break
                     chunk = await resp.readany()
@@ -1035,7 +1038,8 @@ class Proxy:
                 )
         if ctx.completion_tokens is None:
             ctx.completion_tokens = max(0, chunks - 1)  # an estimate: one token per content chunk
-        await send({"type": "http.response.body", "body": b""})
+        if not ended:
+            await send({"type": "http.response.body", "body": b""})
 
     def _watch_disconnect(self, ctx: RequestContext, resp: UpstreamResponse) -> asyncio.Future[Any] | None:
         """Abort the engine call when the client goes away mid-stream (frees the engine and the lease).
