@@ -12,27 +12,9 @@ import argparse
 import os
 import re
 
+from nodes.engines.vllm import KV_CACHE_DTYPES
 from nodes.sim.profiles import DEFAULT_PROFILE, PROFILES
 
-KV_CACHE_DTYPES = [
-    "auto",
-    "bfloat16",
-    "float16",
-    "fp8",
-    "fp8_ds_mla",
-    "fp8_e4m3",
-    "fp8_e5m2",
-    "fp8_inc",
-    "fp8_per_token_head",
-    "int4_per_token_head",
-    "int8_per_token_head",
-    "nvfp4",
-    "nvfp4_4over6",
-    "turboquant_3bit_nc",
-    "turboquant_4bit_nc",
-    "turboquant_k3v4_nc",
-    "turboquant_k8v4",
-]
 DTYPES = ["auto", "bfloat16", "float", "float16", "float32", "half"]
 
 # vLLM flags taking a value that change nothing in the simulation.
@@ -203,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quantization", default=None)
     p.add_argument("--dtype", choices=DTYPES, default="auto")
-    p.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default="auto")
+    p.add_argument("--kv-cache-dtype", choices=sorted(KV_CACHE_DTYPES), default="auto")
     p.add_argument("--max-logprobs", type=int, default=20)
     p.add_argument("--num-gpu-blocks-override", type=int, default=None)
     p.add_argument("--enable-force-include-usage", action=argparse.BooleanOptionalAction, default=False)
