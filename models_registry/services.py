@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -243,6 +243,24 @@ def read_architecture(root: Path, kind: str) -> tuple[dict[str, Any], int | None
     return arch, params, context, tokenizer
 
 
+def unreadable_files_error(errors: Iterable[Any]) -> RegistrationError:
+    """One RegistrationError naming every file that could not be read (each with .rel_path, .message)."""
+    errors = list(errors)
+    problems = [
+        {
+            "path": e.rel_path,
+            "kind": ProblemKind.UNREADABLE.value,
+            "expected": None,
+            "actual": None,
+            "detail": e.message,
+        }
+        for e in errors
+    ]
+    return RegistrationError(
+        "Some files could not be read: " + "; ".join(f"{e.rel_path}: {e.message}" for e in errors), problems
+    )
+
+
 def register_version(
     *,
     model: Model,
@@ -275,21 +293,7 @@ def register_version(
     started = timezone.now()
     listing = list_files(root)
     if listing.errors:
-        problems = [
-            {
-                "path": e.rel_path,
-                "kind": ProblemKind.UNREADABLE.value,
-                "expected": None,
-                "actual": None,
-                "detail": e.message,
-            }
-            for e in listing.errors
-        ]
-        raise RegistrationError(
-            "Some files could not be read: "
-            + "; ".join(f"{e.rel_path}: {e.message}" for e in listing.errors),
-            problems,
-        )
+        raise unreadable_files_error(listing.errors)
     files = listing.files
     if manifest is not None:
         # Only the manifest's files are pinned; other files in the directory are checked for extra weights.
@@ -301,21 +305,7 @@ def register_version(
         raise RegistrationError(f"{source_path}: contains no files.")
     tree = hash_files(to_hash, host_name=host)
     if tree.unreadable:
-        problems = [
-            {
-                "path": e.rel_path,
-                "kind": ProblemKind.UNREADABLE.value,
-                "expected": None,
-                "actual": None,
-                "detail": e.message,
-            }
-            for e in tree.unreadable
-        ]
-        raise RegistrationError(
-            "Some files could not be read: "
-            + "; ".join(f"{e.rel_path}: {e.message}" for e in tree.unreadable),
-            problems,
-        )
+        raise unreadable_files_error(tree.unreadable)
 
     if manifest is not None:
         expected = {e.path: (e.size, e.sha256) for e in manifest}
