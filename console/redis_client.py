@@ -21,6 +21,18 @@ def key(*parts: str) -> str:
 
 
 CONFIG_CHANNEL = "config"
+# Changes that invalidate the proxies' shared copy of API-key records (see routing/proxy/config.py).
+KEY_CACHE_KINDS = frozenset({"api_key", "tenant", "quota"})
+
+
+def key_cache_generation() -> str:
+    """The counter every key/tenant/quota change bumps; key records stamped with an older one are stale."""
+    return key("apikeys", "gen")
+
+
+def key_cache_record(digest: str) -> str:
+    """The shared record of the key with this HMAC digest (never the raw key)."""
+    return key("apikeys", "rec", digest)
 
 
 def publish_config_change(kind: str, **payload: Any) -> None:
@@ -35,7 +47,15 @@ def publish_config_change(kind: str, **payload: Any) -> None:
 
     def send() -> None:
         try:
-            get_redis().publish(key(CONFIG_CHANNEL), message)
+            with get_redis().pipeline(transaction=True) as pipe:
+                if kind in KEY_CACHE_KINDS:
+                    # Bump the generation before anyone hears of the change: a proxy that read the key
+                    # from the database before this commit can then no longer write its copy back.
+                    pipe.incr(key_cache_generation())
+                    if isinstance(payload.get("hashed_key"), str):
+                        pipe.delete(key_cache_record(payload["hashed_key"]))
+                pipe.publish(key(CONFIG_CHANNEL), message)
+                pipe.execute()
         except redis.RedisError:
             # Proxies also poll a config version, so a missed publish is healed at their next refresh.
             get_redis.cache_clear()

@@ -28,16 +28,19 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from console.redis_client import CONFIG_CHANNEL
+from console.redis_client import CONFIG_CHANNEL, key_cache_generation, key_cache_record
 from console.redis_client import key as rkey
 from routing.choices import Priority, Scorer
 from routing.proxy import metrics as m
 from routing.proxy.config import (
+    WRITE_BACK_LUA,
     Endpoint,
     KeyInfo,
     Policy,
     Pool,
     RoutingSnapshot,
+    key_info_from_record,
+    key_record,
     load_key,
     load_keys,
     load_routing_snapshot,
@@ -217,6 +220,10 @@ class Proxy:
         self.keys: dict[str, tuple[KeyInfo, float]] = {}
         self.negative: dict[str, float] = {}
         self._key_loads: dict[str, asyncio.Future[KeyInfo | None]] = {}
+        # Bumped whenever cached keys are dropped: a lookup that began before a drop must not store
+        # what it read (it may predate the revocation that caused the drop).
+        self._keys_epoch = 0
+        self._write_back: Any = None
         self.states: dict[str, EndpointState] = {}
         self.rr: dict[str, int] = {}
         self.leases: dict[str, list[str]] = {}
@@ -243,10 +250,9 @@ class Proxy:
                 f"PROXY_LIMITS_ON_REDIS_DOWN={settings.PROXY_LIMITS_ON_REDIS_DOWN!r}: only 'reject' exists"
             )
         loop = asyncio.get_running_loop()
-        self.redis = aioredis.Redis.from_url(
-            settings.REDIS_URL, socket_timeout=1.0, socket_connect_timeout=1.0
+        self.attach_redis(
+            aioredis.Redis.from_url(settings.REDIS_URL, socket_timeout=1.0, socket_connect_timeout=1.0)
         )
-        self.limiter = Limiter(self.redis)
         self.reqlog = RequestLogWriter(settings.REQUEST_LOG_SPOOL_DIR)
         self.reqlog.start()
         try:
@@ -259,6 +265,12 @@ class Proxy:
         # out of the collector's reach keeps full collections short, and with them the latency tail.
         gc.collect()
         gc.freeze()
+
+    def attach_redis(self, client: aioredis.Redis) -> None:
+        """Use `client` for limits and the shared key records (startup does this; tests may too)."""
+        self.redis = client
+        self.limiter = Limiter(client)
+        self._write_back = client.register_script(WRITE_BACK_LUA)
 
     async def shutdown(self) -> None:
         for task in self._tasks:
@@ -306,6 +318,8 @@ class Proxy:
     def drop_keys(
         self, *, key_id: int | None = None, digest: str | None = None, tenant_id: int | None = None
     ) -> None:
+        self._keys_epoch += 1
+        self._key_loads.clear()  # later requests start fresh lookups instead of joining older ones
         if digest is not None:
             self.keys.pop(digest, None)
             self.negative.pop(digest, None)
@@ -313,6 +327,11 @@ class Proxy:
             for d, (info, _) in list(self.keys.items()):
                 if info.id == key_id or info.tenant_id == tenant_id:
                     del self.keys[d]
+
+    def clear_keys(self) -> None:
+        self._keys_epoch += 1
+        self._key_loads.clear()
+        self.keys.clear()
 
     def handle_config_message(self, data: bytes | str) -> None:
         try:
@@ -324,7 +343,7 @@ class Proxy:
             self.drop_keys(key_id=msg.get("id"), digest=msg.get("hashed_key"))
         elif kind in ("tenant", "quota"):
             if msg.get("id") is None and msg.get("tenant_id") is None:
-                self.keys.clear()
+                self.clear_keys()
             else:
                 self.drop_keys(tenant_id=msg.get("tenant_id", msg.get("id")), key_id=msg.get("api_key_id"))
         else:
@@ -339,7 +358,7 @@ class Proxy:
             try:
                 await pubsub.subscribe(rkey(CONFIG_CHANNEL))
                 self.pubsub_healthy = True
-                self.keys.clear()
+                self.clear_keys()
                 self._schedule_reload()
                 backoff = 0.1
                 while True:
@@ -366,8 +385,11 @@ class Proxy:
             try:
                 await self.reload_snapshot()
                 ids = list({info.id for info, _ in self.keys.values()})
+                epoch = self._keys_epoch
                 if ids:
                     fresh: dict[int, KeyInfo] = await self._in_db(load_keys, ids)
+                    if epoch != self._keys_epoch:
+                        continue  # keys were dropped meanwhile; what was read may predate that
                     now = time.monotonic()
                     for digest, (info, _) in list(self.keys.items()):
                         if info.id in fresh:
@@ -510,9 +532,22 @@ class Proxy:
             return await asyncio.shield(pending)
         fut: asyncio.Future[KeyInfo | None] = asyncio.get_running_loop().create_future()
         self._key_loads[digest] = fut
+        epoch = self._keys_epoch
         try:
-            info: KeyInfo | None = await self._in_db(load_key, digest)
+            info: KeyInfo | None = None
+            generation: str | None = None
+            # Without a live subscription this process may have missed changes, and Redis is likely
+            # the reason: go to the database as before (and write nothing back).
+            if self.pubsub_healthy:
+                info, generation = await self.shared_key_lookup(digest)
             if info is not None:
+                m.KEY_LOOKUPS.labels("redis").inc()
+            else:
+                info = await self._in_db(load_key, digest)
+                m.KEY_LOOKUPS.labels("db").inc()
+                if info is not None and generation is not None:
+                    await self.shared_key_write_back(digest, info, generation)
+            if info is not None and epoch == self._keys_epoch:
                 self.keys[digest] = (info, time.monotonic())
             fut.set_result(info)
             return info
@@ -521,7 +556,46 @@ class Proxy:
             fut.exception()  # mark retrieved
             raise unavailable("Key lookup is unavailable; retry shortly.") from exc
         finally:
-            del self._key_loads[digest]
+            if self._key_loads.get(digest) is fut:
+                del self._key_loads[digest]
+
+    async def shared_key_lookup(self, digest: str) -> tuple[KeyInfo | None, str | None]:
+        """The key's record from Redis if it is current, and the generation seen (None: Redis failed).
+
+        One round trip reads the generation together with the record; a record stamped with an
+        older generation predates some key/tenant change and is ignored. The generation returned is
+        what a write-back after a database read must still find.
+        """
+        if self.redis is None:
+            return None, None
+        try:
+            raw_gen, raw = await self.redis.mget([key_cache_generation(), key_cache_record(digest)])
+        except Exception:
+            return None, None
+        generation = raw_gen.decode() if isinstance(raw_gen, bytes) else str(raw_gen or "0")
+        if not raw:
+            return None, generation
+        try:
+            record = orjson.loads(raw)
+            if record.get("gen") != generation:
+                return None, generation
+            return key_info_from_record(record), generation
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+            return None, generation
+
+    async def shared_key_write_back(self, digest: str, info: KeyInfo, generation: str) -> bool:
+        """Share a key read from the database, unless a key/tenant change happened since `generation`."""
+        if self._write_back is None:
+            return False
+        ttl_ms = max(1000, int(settings.PROXY_CONFIG_REFRESH_SECONDS * 1000))
+        try:
+            written = await self._write_back(
+                keys=[key_cache_generation(), key_cache_record(digest)],
+                args=[generation, orjson.dumps(key_record(info, generation)), ttl_ms],
+            )
+        except Exception:
+            return False  # the next process to miss reads the database too; nothing is wrong
+        return bool(written)
 
     # ---- /v1/models ------------------------------------------------------------------------------
 

@@ -371,3 +371,70 @@ def load_routing_snapshot() -> RoutingSnapshot:
         aliases=tuple(aliases),
         endpoints={ep.id: ep for ep in endpoints},
     )
+
+
+# ---- the shared (Redis) copy of key records --------------------------------------------------------
+#
+# Records live under `<prefix>apikeys:rec:<hmac digest>` (hashes only, never a raw key) and carry
+# the global key generation `<prefix>apikeys:gen` they were read under (key names in
+# console.redis_client). Every key/tenant/quota change bumps that generation
+# (console.redis_client.publish_config_change) after its transaction commits, so a record read from
+# the database before the change can neither be written back (the Lua script below
+# compares generations) nor be used if it already was (readers compare the stamp).
+
+# KEYS[1] generation, KEYS[2] record; ARGV[1] generation seen before the database read, ARGV[2] record,
+# ARGV[3] time to live in ms. Writes only when no change has happened since the read began.
+WRITE_BACK_LUA = """
+local gen = redis.call('GET', KEYS[1]) or '0'
+if gen ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+return 1
+"""
+
+
+def _limits_dict(limits: Limits) -> dict[str, int | None]:
+    return {
+        "requests_per_minute": limits.requests_per_minute,
+        "tokens_per_minute": limits.tokens_per_minute,
+        "max_concurrent_requests": limits.max_concurrent_requests,
+        "daily_token_budget": limits.daily_token_budget,
+        "max_input_tokens": limits.max_input_tokens,
+        "max_output_tokens": limits.max_output_tokens,
+    }
+
+
+def key_record(info: KeyInfo, generation: str) -> dict[str, Any]:
+    """The JSON-able shared copy of `info`, stamped with the generation it was read under."""
+    return {
+        "gen": generation,
+        "id": info.id,
+        "prefix": info.prefix,
+        "hashed_key": info.hashed_key,
+        "tenant_id": info.tenant_id,
+        "tenant_name": info.tenant_name,
+        "tenant_active": info.tenant_active,
+        "log_prompts": info.log_prompts,
+        "scopes": sorted(info.scopes),
+        "expires_at": info.expires_at,
+        "revoked": info.revoked,
+        "tenant_limits": _limits_dict(info.tenant_limits),
+        "key_limits": _limits_dict(info.key_limits),
+    }
+
+
+def key_info_from_record(record: dict[str, Any]) -> KeyInfo:
+    """The KeyInfo a shared record describes (raises KeyError/TypeError on a malformed one)."""
+    return KeyInfo(
+        id=int(record["id"]),
+        prefix=str(record["prefix"]),
+        hashed_key=str(record["hashed_key"]),
+        tenant_id=int(record["tenant_id"]),
+        tenant_name=str(record["tenant_name"]),
+        tenant_active=bool(record["tenant_active"]),
+        log_prompts=bool(record["log_prompts"]),
+        scopes=frozenset(record["scopes"]),
+        expires_at=record["expires_at"],
+        revoked=bool(record["revoked"]),
+        tenant_limits=Limits(**record["tenant_limits"]),
+        key_limits=Limits(**record["key_limits"]),
+    )

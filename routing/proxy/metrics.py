@@ -72,3 +72,9 @@ REQUEST_LOG_SPOOLED = Counter(
     "Request-log rows spooled to disk because the database was unavailable.",
     registry=REGISTRY,
 )
+KEY_LOOKUPS = Counter(
+    "inferchain_proxy_key_lookups",
+    "API-key cache misses in this process, by where the key was resolved (redis, db).",
+    ["source"],
+    registry=REGISTRY,
+)
