@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
@@ -26,8 +27,13 @@ class RoutePool(models.Model):
     first_byte_timeout_s = models.FloatField(default=60.0)
     total_timeout_s = models.FloatField(default=600.0)
     max_retries = models.PositiveSmallIntegerField(default=2)
-    # In-flight requests per endpoint at which the pool counts as saturated: batch traffic is shed there.
+    # The pool's capacity is this times its endpoints: in-flight requests up to it count as room.
     max_inflight_per_endpoint = models.PositiveIntegerField(default=64)
+    # Share of the capacity batch traffic may fill; the rest is headroom kept for interactive requests,
+    # so batch is shed (429) once in-flight reaches it while interactive is still admitted.
+    batch_max_fraction = models.FloatField(
+        default=0.8, validators=[MinValueValidator(0.0), MaxValueValidator(1.0)]
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

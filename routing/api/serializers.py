@@ -29,6 +29,7 @@ class RoutePoolSerializer(StrictModelSerializer):
             "total_timeout_s",
             "max_retries",
             "max_inflight_per_endpoint",
+            "batch_max_fraction",
             "updated_at",
         ]
         read_only_fields = ["id", "updated_at"]

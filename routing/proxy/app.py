@@ -756,11 +756,14 @@ class Proxy:
         ctx.pool = pool.name
         if not candidates:
             self._raise_no_endpoint(pool, counted.tokens)
-        if priority == Priority.BATCH and all(
-            self.states[ep.id].inflight >= pool.max_inflight_per_endpoint for ep in candidates
+        # Interactive first: batch may fill only `batch_max_fraction` of the pool's capacity, and the
+        # headroom above that is left to interactive requests, which the proxy never sheds.
+        if priority == Priority.BATCH and sum(self.states[ep.id].inflight for ep in candidates) >= (
+            pool.batch_max_fraction * pool.max_inflight_per_endpoint * len(candidates)
         ):
             raise rate_limited(
-                f"Pool '{pool.name}' is saturated; batch requests are shed until it has room.",
+                f"Pool '{pool.name}' is saturated for batch traffic; batch requests are shed until it "
+                "has room.",
                 code="pool_saturated",
                 headers=[(b"retry-after", b"1")],
             )

@@ -108,6 +108,7 @@ class Pool:
     total_timeout_s: float = 600.0
     max_retries: int = 2
     max_inflight_per_endpoint: int = 64
+    batch_max_fraction: float = 0.8
     endpoints: list[Endpoint] = field(default_factory=list)
 
 
@@ -341,6 +342,7 @@ def load_routing_snapshot() -> RoutingSnapshot:
             total_timeout_s=row.total_timeout_s,
             max_retries=row.max_retries,
             max_inflight_per_endpoint=row.max_inflight_per_endpoint,
+            batch_max_fraction=row.batch_max_fraction,
             endpoints=members,
         )
     # Every alias served by some endpoint gets an implicit pool so a fresh fleet routes with no setup.

@@ -163,7 +163,14 @@ class Reply:
         return json.loads(self.text)
 
 
-def post(url: str, key: str | None, body: Any = None, raw: bytes | None = None, timeout: float = 10) -> Reply:
+def post(
+    url: str,
+    key: str | None,
+    body: Any = None,
+    raw: bytes | None = None,
+    timeout: float = 10,
+    headers: dict[str, str] | None = None,
+) -> Reply:
     """POST JSON (or raw bytes) with an optional bearer key; any status comes back as a Reply."""
     import json
     import urllib.error
@@ -172,6 +179,8 @@ def post(url: str, key: str | None, body: Any = None, raw: bytes | None = None, 
     req = urllib.request.Request(url, data=data, method="POST", headers={"Content-Type": "application/json"})
     if key is not None:
         req.add_header("Authorization", f"Bearer {key}")
+    for name, value in (headers or {}).items():
+        req.add_header(name, value)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return Reply(resp.status, {k.lower(): v for k, v in resp.headers.items()}, resp.read().decode())

@@ -39,11 +39,14 @@ def test_admin_creates_pool_and_proxies_are_told(admin_client: APIClient, redis_
         {"name": "x", "alias": "a", "scorer_weights": {"speed": 1}},
         {"name": "x", "alias": "a", "connect_timeout_s": 0},
         {"name": "x", "alias": "a", "unknown_field": 1},
+        {"name": "x", "alias": "a", "batch_max_fraction": 1.5},
+        {"name": "x", "alias": "a", "batch_max_fraction": -0.1},
     ],
 )
 def test_bad_pool_is_refused_with_field_errors(admin_client: APIClient, body: dict[str, object]) -> None:
     resp = admin_client.post("/api/route-pools/", body, format="json")
     assert resp.status_code == 400
+    assert set(resp.json()) & (set(body) - {"name", "alias"}), resp.content  # the bad field is named
     assert not RoutePool.objects.exists()
 
 
