@@ -455,7 +455,9 @@ class Proxy:
             body = generate_latest(m.REGISTRY)
             await self._send_raw(send, 200, body, [(b"content-type", CONTENT_TYPE_LATEST.encode())])
         elif path in ("/healthz", "/v1/healthz"):
-            await self._send_raw(send, 200, b'{"status":"ok"}', JSON_HEADERS)
+            # Whether config changes arrive live: without it keys are re-read every second (see docs).
+            body = b'{"status":"ok","config_subscribed":%s}' % (b"true" if self.pubsub_healthy else b"false")
+            await self._send_raw(send, 200, body, JSON_HEADERS)
         else:
             await self._send_error(send, not_found(f"No route for {path}.", code="not_found"))
 

@@ -3,6 +3,7 @@ and a revocation still reaches both (and a freshly started one) within a second.
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.request
 from collections.abc import Callable
@@ -10,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from console.models import ApiKey
-from console.redis_client import CONFIG_CHANNEL, get_redis, key, key_cache_record
+from console.redis_client import get_redis, key_cache_record
 from console.services import revoke_api_key
 from tests.routing.conftest import Proc, make_tenant_key, post
 
@@ -18,13 +19,16 @@ pytestmark = pytest.mark.django_db(transaction=True)
 BODY = {"model": "trivial", "messages": [{"role": "user", "content": "hi"}]}
 
 
-def _wait_subscribed(count: int) -> None:
+def _wait_subscribed(*proxies: Proc) -> None:
     """Proxies read Redis records only with a live config subscription; wait until all have one."""
     deadline = time.monotonic() + 10
-    channel = key(CONFIG_CHANNEL)
-    while int(dict(get_redis().pubsub_numsub(channel)).get(channel.encode(), 0)) < count:
-        assert time.monotonic() < deadline, "proxies never subscribed to config changes"
-        time.sleep(0.05)
+    for proxy in proxies:
+        while True:
+            with urllib.request.urlopen(proxy.url + "/healthz", timeout=5) as resp:
+                if json.loads(resp.read())["config_subscribed"]:
+                    break
+            assert time.monotonic() < deadline, "proxy never subscribed to config changes"
+            time.sleep(0.05)
 
 
 def _lookups(proxy: Proc, source: str) -> float:
@@ -40,7 +44,7 @@ def test_second_process_resolves_the_key_from_redis(
     tk = make_tenant_key()
     digest = tk.api_key.hashed_key
     first, second = (start_proxy(static=f"trivial={trivial_backend.url}") for _ in range(2))
-    _wait_subscribed(2)
+    _wait_subscribed(first, second)
 
     assert post(first.url + "/v1/chat/completions", tk.raw_key, BODY).status == 200
     assert (_lookups(first, "db"), _lookups(first, "redis")) == (1.0, 0.0)
@@ -63,5 +67,5 @@ def test_second_process_resolves_the_key_from_redis(
 
     # A process that never saw the key re-reads it (the revoked copy may then be shared, never an old one).
     third = start_proxy(static=f"trivial={trivial_backend.url}")
-    _wait_subscribed(3)
+    _wait_subscribed(third)
     assert post(third.url + "/v1/chat/completions", tk.raw_key, BODY).status == 401
