@@ -316,6 +316,40 @@ export interface paths {
         patch: operations["hosts_partial_update"];
         trace?: never;
     };
+    "/api/hosts/{id}/drain/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Accept no new deployments on this host; running engines keep serving. */
+        post: operations["hosts_drain_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/hosts/{id}/undrain/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Node hosts. GPUs and heartbeats are reported by each host's agent. */
+        post: operations["hosts_undrain_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/keys/": {
         parameters: {
             query?: never;
@@ -1054,6 +1088,8 @@ export interface components {
             /** @default 0 */
             other_reserved_bytes: number;
             overhead_bytes?: number;
+            /** @default 1 */
+            tensor_parallel_size: number;
         };
         FitResult: {
             fits: boolean;
@@ -1575,6 +1611,8 @@ export interface components {
             max_retries?: number;
             /** Format: int64 */
             max_inflight_per_endpoint?: number;
+            /** Format: double */
+            batch_max_fraction?: number;
         };
         /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         PatchedTenantRequest: {
@@ -1770,6 +1808,8 @@ export interface components {
             max_retries?: number;
             /** Format: int64 */
             max_inflight_per_endpoint?: number;
+            /** Format: double */
+            batch_max_fraction?: number;
             /** Format: date-time */
             readonly updated_at: string;
         };
@@ -1791,6 +1831,8 @@ export interface components {
             max_retries?: number;
             /** Format: int64 */
             max_inflight_per_endpoint?: number;
+            /** Format: double */
+            batch_max_fraction?: number;
         };
         /**
          * @description * `round_robin` - Round robin
@@ -2596,6 +2638,50 @@ export interface operations {
                 "multipart/form-data": components["schemas"]["PatchedHostRequest"];
             };
         };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Host"];
+                };
+            };
+        };
+    };
+    hosts_drain_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this host. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Host"];
+                };
+            };
+        };
+    };
+    hosts_undrain_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this host. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
         responses: {
             200: {
                 headers: {
