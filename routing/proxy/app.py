@@ -59,7 +59,7 @@ from routing.proxy.limits import LEASE_MS, Admission, Limiter
 from routing.proxy.requestlog import RequestLogWriter
 from routing.proxy.scorers import EndpointLoad, ScoreRequest, choose, prefix_key
 from routing.proxy.tokens import count_prompt_tokens, load_tokenizer, prompt_text_parts
-from routing.proxy.upstream import UpstreamError, UpstreamPool, UpstreamResponse, split_base_url
+from routing.proxy.upstream import ClientGone, UpstreamPool, UpstreamResponse, split_base_url
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,10 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 NEGATIVE_CACHE_S = 5.0
 NEGATIVE_CACHE_MAX = 10_000
 LIVE_POLL_S = 0.25
+# A client hang-up is watched for only once a request has been with the engine this long: most answers
+# are back sooner, and a watcher (a task blocked in the ASGI `receive()`) costs CPU on every request.
+WATCH_DISCONNECT_AFTER_S = 0.02
+METRIC_CHILDREN_MAX = 10_000
 DEFAULT_OUTPUT_RESERVE = 1024
 JSON_HEADERS = [(b"content-type", b"application/json")]
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
@@ -117,6 +121,66 @@ class RequestContext:
     response_parts: list[str] = field(default_factory=list)
     receive: Receive | None = None
     client_gone: bool = False
+    upstream: UpstreamResponse | None = None
+
+    def track_upstream(self, resp: UpstreamResponse) -> None:
+        """The engine call in flight (UpstreamPool.post's hook): the one to abort if the client leaves."""
+        self.upstream = resp
+        if self.client_gone:
+            _abort(resp)
+
+
+def _abort(resp: UpstreamResponse) -> None:
+    resp.fail(ClientGone("client disconnected"))
+    resp.conn.close()
+
+
+def _client_gone_error() -> ProxyError:
+    return ProxyError(499, "Client disconnected.", code="client_disconnected")
+
+
+class DisconnectWatch:
+    """Aborts the engine call when the client hangs up (frees the engine's work and the lease at once).
+
+    Armed when the engine call starts; the watcher itself starts only after
+    WATCH_DISCONNECT_AFTER_S, so an answer that comes back sooner costs a timer, not a task. The
+    request body has been read by then, so the next `receive()` returns only at disconnect (or once
+    the response is complete, which is why `cancel` must run right after the last send).
+    """
+
+    __slots__ = ("ctx", "over", "task", "timer")
+
+    def __init__(self, ctx: RequestContext) -> None:
+        self.ctx = ctx
+        self.task: asyncio.Future[Any] | None = None
+        self.over = False
+        self.timer: asyncio.TimerHandle | None = (
+            asyncio.get_running_loop().call_later(WATCH_DISCONNECT_AFTER_S, self._start)
+            if ctx.receive is not None
+            else None
+        )
+
+    def _start(self) -> None:
+        self.timer = None
+        if self.over or self.ctx.receive is None:
+            return
+        self.task = asyncio.ensure_future(self.ctx.receive())
+        self.task.add_done_callback(self._done)
+
+    def _done(self, fut: asyncio.Future[Any]) -> None:
+        if self.over or fut.cancelled() or fut.exception() is not None:
+            return
+        if fut.result().get("type") == "http.disconnect":
+            self.ctx.client_gone = True
+            if self.ctx.upstream is not None:
+                _abort(self.ctx.upstream)
+
+    def cancel(self) -> None:
+        self.over = True
+        if self.timer is not None:
+            self.timer.cancel()
+        if self.task is not None:
+            self.task.cancel()
 
 
 def _bearer(scope: Scope) -> str | None:
@@ -239,6 +303,7 @@ class Proxy:
         self._reload_pending = False
         self.max_body = settings.PROXY_MAX_BODY_BYTES
         self._id_prefix = uuid.uuid4().hex[:20]
+        self._metric_children: dict[tuple[Any, tuple[Any, ...]], Any] = {}
         self._seq = 0
 
     # ---- lifecycle -------------------------------------------------------------------------------
@@ -878,6 +943,26 @@ class Proxy:
         send: Send,
         client_wants_usage: bool,
     ) -> None:
+        watch = DisconnectWatch(ctx)
+        try:
+            await self._try_endpoints(
+                ctx, pool, candidates, score_req, upstream, reason, route_time, send, client_wants_usage
+            )
+        finally:
+            watch.cancel()
+
+    async def _try_endpoints(
+        self,
+        ctx: RequestContext,
+        pool: Pool,
+        candidates: list[Endpoint],
+        score_req: ScoreRequest,
+        upstream: dict[str, Any],
+        reason: str,
+        route_time: float,
+        send: Send,
+        client_wants_usage: bool,
+    ) -> None:
         tried: set[str] = set()
         last: RetryableUpstreamError | None = None
         wall = time.time()
@@ -904,13 +989,14 @@ class Proxy:
             decision = route_time + time.perf_counter() - t0
             m.DECISION_SECONDS.observe(decision)
             dep_label = ep.id
-            m.ROUTE_DECISIONS.labels(pool.name, pool.scorer, dep_label).inc()
+            self._metric(m.ROUTE_DECISIONS, pool.name, pool.scorer, dep_label).inc()
             ctx.endpoint = ep
             ctx.route_reason = f"{reason}; {why}" + (f"; retry {attempt}" if attempt else "")
             ctx.retries = attempt
             state = self.states[ep.id]
             state.begin(now, score_req.tokens_needed)
-            m.INFLIGHT.labels(dep_label).inc()
+            inflight = self._metric(m.INFLIGHT, dep_label)
+            inflight.inc()
             try:
                 upstream["model"] = ep.served_model_name
                 await self._attempt(ctx, pool, ep, orjson.dumps(upstream), send, client_wants_usage)
@@ -927,7 +1013,7 @@ class Proxy:
                     m.RETRIES.labels(ctx.alias).inc()
             finally:
                 state.end()
-                m.INFLIGHT.labels(dep_label).dec()
+                inflight.dec()
         if last is not None and last.status == 504:
             raise ProxyError(
                 504,
@@ -979,22 +1065,35 @@ class Proxy:
             # asyncio.timeout, not wait_for: no extra task per request on the hot path.
             async with asyncio.timeout(header_budget):
                 resp = await self.upstream.post(
-                    hostport[0], hostport[1], path, payload, extra, pool.connect_timeout_s
+                    hostport[0],
+                    hostport[1],
+                    path,
+                    payload,
+                    extra,
+                    pool.connect_timeout_s,
+                    ctx.track_upstream,
                 )
         except TimeoutError:
             raise RetryableUpstreamError("no response before the first-byte timeout", 504) from None
         except OSError as exc:
+            if ctx.client_gone:
+                raise _client_gone_error() from None
             raise RetryableUpstreamError(f"connect failed: {type(exc).__name__}") from None
         try:
             if resp.status >= 500:
                 raise RetryableUpstreamError(f"HTTP {resp.status}")
             if not ctx.stream or resp.status != 200:
                 try:
-                    async with asyncio.timeout(max(0.001, deadline - time.perf_counter())):
-                        data = await resp.read()
+                    if resp.complete:
+                        data = await resp.read()  # all in already: no timer needed
+                    else:
+                        async with asyncio.timeout(max(0.001, deadline - time.perf_counter())):
+                            data = await resp.read()
                 except TimeoutError:
                     raise RetryableUpstreamError("total timeout", 504) from None
                 except OSError as exc:
+                    if ctx.client_gone:
+                        raise _client_gone_error() from None
                     raise RetryableUpstreamError(f"read failed: {type(exc).__name__}") from None
                 # No time to first token for a whole answer: it arrives at once, so TTFT stays empty.
                 ctx.status = resp.status
@@ -1037,11 +1136,17 @@ class Proxy:
     ) -> None:
         # Wait for the first chunk before answering the client: until then a failure is retryable.
         try:
-            async with asyncio.timeout(max(0.001, started + pool.first_byte_timeout_s - time.perf_counter())):
-                first = await resp.readany()
+            first = resp.read_nowait()
+            if first is None:
+                async with asyncio.timeout(
+                    max(0.001, started + pool.first_byte_timeout_s - time.perf_counter())
+                ):
+                    first = await resp.readany()
         except TimeoutError:
             raise RetryableUpstreamError("no first token before the first-byte timeout", 504) from None
         except OSError as exc:
+            if ctx.client_gone:
+                raise _client_gone_error() from None
             raise RetryableUpstreamError(f"stream failed before first byte: {type(exc).__name__}") from None
         if not first:
             raise RetryableUpstreamError("stream closed before first byte")
@@ -1059,9 +1164,14 @@ class Proxy:
         ended = False
         chunk: bytes = first
         log_text = ctx.key is not None and ctx.key.log_prompts
-        watcher = self._watch_disconnect(ctx, resp)
+        # A short answer is usually all in by now: then nothing below waits, and no timer is needed.
+        timer: contextlib.AbstractAsyncContextManager[Any] = (
+            contextlib.nullcontext()
+            if resp.complete
+            else asyncio.timeout(max(0.001, deadline - time.perf_counter()))
+        )
         try:
-            async with asyncio.timeout(max(0.001, deadline - time.perf_counter())):
+            async with timer:
                 while True:
                     buffer += chunk
                     cut = buffer.rfind(b"\n\n")
@@ -1085,9 +1195,6 @@ class Proxy:
                         break
         except (TimeoutError, OSError) as exc:
             ctx.error_type = "upstream_timeout" if isinstance(exc, TimeoutError) else "upstream_disconnected"
-        finally:
-            if watcher is not None:
-                watcher.cancel()
         if ctx.client_gone:
             # Nobody to tell; the engine already saw its connection close and stopped generating.
             ctx.status = 499
@@ -1120,32 +1227,12 @@ class Proxy:
         if not ended:
             await send({"type": "http.response.body", "body": b""})
 
-    def _watch_disconnect(self, ctx: RequestContext, resp: UpstreamResponse) -> asyncio.Future[Any] | None:
-        """Abort the engine call when the client goes away mid-stream (frees the engine and the lease).
-
-        The request body has been read, so the next `receive()` returns only at disconnect.
-        """
-        if ctx.receive is None:
-            return None
-        watcher = asyncio.ensure_future(ctx.receive())
-
-        def on_done(fut: asyncio.Future[Any]) -> None:
-            if fut.cancelled() or fut.exception() is not None:
-                return
-            if fut.result().get("type") == "http.disconnect":
-                ctx.client_gone = True
-                resp.fail(UpstreamError("client disconnected"))
-                resp.conn.close()
-
-        watcher.add_done_callback(on_done)
-        return watcher
-
     def _filter_events(
         self, ctx: RequestContext, events: bytes, client_wants_usage: bool, log_text: bool
     ) -> bytes:
         """Read usage from the stream; drop the usage-only chunk when the client did not ask for it."""
-        if not log_text and b'"usage":{' not in events and b'"usage": {' not in events:
-            return events
+        if not log_text:
+            return self._usage_event(ctx, events, client_wants_usage)
         kept: list[bytes] = []
         for event in events.split(b"\n\n"):
             if not event:
@@ -1174,7 +1261,49 @@ class Proxy:
                 kept.append(event + b"\n\n")
         return b"".join(kept)
 
+    def _usage_event(self, ctx: RequestContext, events: bytes, client_wants_usage: bool) -> bytes:
+        """Parse only the last event that carries usage (found by its bytes); the rest pass untouched.
+
+        `"usage":{` cannot occur inside a JSON string (its quotes would be escaped), so the marker finds
+        exactly the events with a usage object. The engine sends usage in the last chunk (with
+        `continuous_usage_stats` in every chunk), so the last one in a batch is the current total.
+        """
+        at = events.rfind(b'"usage":{')
+        if at < 0:
+            at = events.rfind(b'"usage": {')
+            if at < 0:
+                return events
+        begin = events.rfind(b"\n\n", 0, at)
+        begin = 0 if begin < 0 else begin + 2
+        end = events.find(b"\n\n", at)
+        end = len(events) if end < 0 else end + 2
+        event = events[begin:end]
+        if not event.startswith(b"data: {"):
+            return events
+        try:
+            obj = orjson.loads(event[6:])
+        except orjson.JSONDecodeError:
+            return events
+        usage = obj.get("usage") if isinstance(obj, dict) else None
+        if not isinstance(usage, dict):
+            return events
+        ctx.completion_tokens = usage.get("completion_tokens") or 0
+        ctx.usage_prompt_tokens = usage.get("prompt_tokens")
+        if client_wants_usage or obj.get("choices"):
+            return events
+        return events[:begin] + events[end:]
+
     # ---- accounting ------------------------------------------------------------------------------
+
+    def _metric(self, metric: Any, *values: Any) -> Any:
+        """`metric.labels(*values)`, kept: labels() takes a lock and rebuilds its key on every call."""
+        key = (metric, values)
+        child = self._metric_children.get(key)
+        if child is None:
+            if len(self._metric_children) >= METRIC_CHILDREN_MAX:
+                self._metric_children.clear()  # bounded: aliases in labels come from requests
+            child = self._metric_children[key] = metric.labels(*(str(v) for v in values))
+        return child
 
     async def _finish(self, ctx: RequestContext) -> None:
         latency = time.perf_counter() - ctx.started
@@ -1188,13 +1317,13 @@ class Proxy:
             assert self.limiter is not None
             await self.limiter.finish(ctx.admission, used)
         dep = ctx.endpoint.id if ctx.endpoint else ""
-        m.REQUESTS.labels(ctx.alias, dep, str(ctx.status)).inc()
+        self._metric(m.REQUESTS, ctx.alias, dep, ctx.status).inc()
         if ctx.endpoint is not None:
-            m.LATENCY.labels(ctx.alias, dep).observe(latency)
+            self._metric(m.LATENCY, ctx.alias, dep).observe(latency)
             if ctx.ttft_s is not None:
-                m.TTFT.labels(ctx.alias, dep).observe(ctx.ttft_s)
-            m.TOKENS.labels(ctx.alias, "prompt").inc(prompt)
-            m.TOKENS.labels(ctx.alias, "completion").inc(completion)
+                self._metric(m.TTFT, ctx.alias, dep).observe(ctx.ttft_s)
+            self._metric(m.TOKENS, ctx.alias, "prompt").inc(prompt)
+            self._metric(m.TOKENS, ctx.alias, "completion").inc(completion)
         if ctx.key is None or self.reqlog is None:
             return  # unauthenticated noise is counted in metrics, not logged per row
         key = ctx.key

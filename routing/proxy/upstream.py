@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from collections.abc import Callable
 from typing import Any
 
 import httptools
@@ -22,6 +23,10 @@ MAX_IDLE_PER_ENDPOINT = 256
 
 class UpstreamError(ConnectionError):
     """The engine connection failed or closed before the answer was complete."""
+
+
+class ClientGone(UpstreamError):
+    """The proxy's own client hung up, so the engine call was aborted on purpose (never retried)."""
 
 
 class UpstreamConnection(asyncio.Protocol):
@@ -134,6 +139,20 @@ class UpstreamResponse:
                 raise self.error
             await self._wait()
 
+    def read_nowait(self) -> bytes | None:
+        """Body bytes already received, b"" once the body is complete, None when a wait is needed.
+
+        Lets the caller skip a timeout and an await when the engine's answer is already in (the
+        usual case for short answers: headers and body arrive in one segment).
+        """
+        if self.chunks:
+            return self._take()
+        if self.complete:
+            return b""
+        if self.error is not None:
+            raise self.error
+        return None
+
     async def readany(self) -> bytes:
         """The next body bytes, or b"" once the body is complete."""
         while not self.chunks:
@@ -142,6 +161,9 @@ class UpstreamResponse:
             if self.error is not None:
                 raise self.error
             await self._wait()
+        return self._take()
+
+    def _take(self) -> bytes:
         data = self.chunks.popleft() if len(self.chunks) == 1 else b"".join(self._drain())
         self.buffered -= len(data)
         if self.paused and self.buffered < HIGH_WATER // 2 and self.conn.transport is not None:
@@ -202,9 +224,20 @@ class UpstreamPool:
         return proto
 
     async def post(
-        self, host: str, port: int, path: str, body: bytes, extra_headers: bytes, connect_timeout: float
+        self,
+        host: str,
+        port: int,
+        path: str,
+        body: bytes,
+        extra_headers: bytes,
+        connect_timeout: float,
+        on_response: Callable[[UpstreamResponse], None] | None = None,
     ) -> UpstreamResponse:
-        """Send a JSON POST and return once the response headers are in."""
+        """Send a JSON POST and return once the response headers are in.
+
+        `on_response` is called with each response object as soon as its request is written, so that
+        a caller can abort it (`fail` + close) while the engine still holds the request.
+        """
         head = (
             f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n"
@@ -215,13 +248,17 @@ class UpstreamPool:
             conn.response = resp
             assert conn.transport is not None
             conn.transport.write(head + extra_headers + b"\r\n" + body)
+            if on_response is not None:
+                on_response(resp)
             try:
                 await resp.wait_headers()
                 return resp
             except UpstreamError:
                 conn.close()
-                # A pooled connection the engine had already closed: nothing was processed, try a new one.
-                if attempt == 0 and conn.reused and not resp.got_bytes:
+                # A pooled connection the engine had already closed: nothing was processed, try a new one
+                # (not when the caller aborted it because its own client left).
+                aborted = isinstance(resp.error, ClientGone)
+                if attempt == 0 and conn.reused and not resp.got_bytes and not aborted:
                     continue
                 raise
             except BaseException:  # cancelled (timeout): the answer may still come, so never reuse it
@@ -245,4 +282,4 @@ def split_base_url(base_url: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-__all__: list[Any] = ["UpstreamError", "UpstreamPool", "UpstreamResponse", "split_base_url"]
+__all__: list[Any] = ["ClientGone", "UpstreamError", "UpstreamPool", "UpstreamResponse", "split_base_url"]

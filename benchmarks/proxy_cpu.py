@@ -1,0 +1,122 @@
+"""CPU time of one proxy process per request, JSON and streaming, at 16 clients.
+
+    .venv/bin/python benchmarks/proxy_cpu.py [--requests 6000] [--reps 3]
+
+Same setup as benchmarks/proxy_overhead.py (trivial backend, standalone proxy, SQLite, one unlimited
+key). For each mode, `--requests` requests are sent by 16 concurrent loops after a warm-up; the
+proxy's user + system CPU time is read from /proc/<pid>/stat before and after, and divided by the
+number of requests. Throughput on a shared machine moves with other load; CPU per request moves much
+less, so this is the figure to compare hot-path changes with. Prints the median of `--reps` per mode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from proxy_overhead import BENCH_DIR, BODY, free_port, setup_inferchain_db, spawn, stop, wait_ready
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of `pid` (its threads included) from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+async def send(url: str, key: str, stream: bool, count: int, clients: int = 16) -> None:
+    body = json.dumps({**BODY, "stream": stream}).encode()
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    left = count
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), headers=headers) as session:
+
+        async def loop() -> None:
+            nonlocal left
+            while left > 0:
+                left -= 1
+                async with session.post(url, data=body) as resp:
+                    payload = await resp.read()
+                    if resp.status != 200 or (stream and b"[DONE]" not in payload):
+                        raise RuntimeError(f"bad answer {resp.status}: {payload[:200]!r}")
+
+        await asyncio.gather(*(loop() for _ in range(clients)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--requests", type=int, default=6000)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--mode", choices=("both", "json", "stream"), default="both")
+    args = parser.parse_args()
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    BENCH_DIR.mkdir(parents=True, exist_ok=True)
+    logs = Path(tempfile.mkdtemp(prefix="proxy-cpu-"))
+    procs = []
+    try:
+        backend_port = free_port()
+        procs.append(
+            spawn(
+                [sys.executable, "benchmarks/trivial_backend.py", "--port", str(backend_port)],
+                logs / "backend.log",
+            )
+        )
+        wait_ready(f"http://127.0.0.1:{backend_port}/health", procs[-1])
+        db_path = BENCH_DIR / "bench-cpu.sqlite3"
+        db_path.unlink(missing_ok=True)
+        db_url = f"sqlite:///{db_path}"
+        raw_key = setup_inferchain_db(db_url)
+        port = free_port()
+        env = {
+            **os.environ,
+            "DATABASE_URL": db_url,
+            "PROXY_STATIC_ENDPOINTS": f"trivial=http://127.0.0.1:{backend_port}",
+            "REDIS_KEY_PREFIX": f"benchcpu{os.getpid()}:",
+            "REQUEST_LOG_SPOOL_DIR": str(logs / "spool"),
+        }
+        proxy = spawn(
+            [sys.executable, "-m", "routing.proxy", "--port", str(port), "--workers", "1"],
+            logs / "proxy.log",
+            env,
+        )
+        procs.append(proxy)
+        wait_ready(f"http://127.0.0.1:{port}/healthz", proxy)
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        modes = {"both": (False, True), "json": (False,), "stream": (True,)}[args.mode]
+        for stream in modes:
+            asyncio.run(send(url, raw_key, stream, 1000))  # warm-up
+            per_request = []
+            for _ in range(args.reps):
+                before = cpu_seconds(proxy.pid)
+                asyncio.run(send(url, raw_key, stream, args.requests))
+                per_request.append((cpu_seconds(proxy.pid) - before) / args.requests * 1e6)
+            runs = ", ".join(f"{v:.0f}" for v in per_request)
+            print(
+                f"{'stream' if stream else 'json':6s} {statistics.median(per_request):6.0f} us CPU per "
+                f"request (runs: {runs}; load average {os.getloadavg()[0]:.2f})",
+                flush=True,
+            )
+    finally:
+        for proc in reversed(procs):
+            stop(proc)
+
+
+if __name__ == "__main__":
+    main()
