@@ -1,16 +1,19 @@
 import { useCallback, useState } from "react";
 import { useSearchParams } from "react-router-dom";
+import type { Page as ApiPage, Tenant } from "../../api/types";
 import { Dialog } from "../../components/Dialog";
 import { DebouncedInputField, InputField, SelectField } from "../../components/Field";
 import { Card, ErrorState, Page } from "../../components/Page";
 import { StatusBadge } from "../../components/StatusBadge";
 import { Table } from "../../components/Table";
 import { formatDateTime, formatNumber, isoToLocalInput, localInputToIso } from "../../format";
-import { useApi } from "../../hooks/useApi";
+import { useApi, type ApiResource } from "../../hooks/useApi";
 import "../routing/routing.css";
 import type { CursorPage, RequestLogRow, UsageBucket } from "../routing/types";
 
 const PAGE_SIZE = 50;
+// Tenants offered by the picker (by name); a tenant beyond these still filters when its id is in the URL.
+const TENANT_OPTIONS = 500;
 const FILTERS = ["tenant_id", "alias", "status", "status_min", "since", "until", "cursor"] as const;
 const OUTCOMES = [
   { value: "", label: "Any status" },
@@ -26,6 +29,55 @@ function cursorOf(url: string | null): string {
 
 function ms(value: number | null): string {
   return value === null ? "—" : value < 10 ? `${value.toFixed(1)} ms` : `${Math.round(value)} ms`;
+}
+
+/** "llama-fast → #7 · 1 retry": the pool, the deployment that answered, and the retries it took. */
+function routeText(r: RequestLogRow): string {
+  const target = r.deployment_id !== null ? ` → #${r.deployment_id}` : "";
+  const retries = r.retries ? ` · ${r.retries} ${r.retries === 1 ? "retry" : "retries"}` : "";
+  return `${r.route_pool || "—"}${target}${retries}`;
+}
+
+/** The route cell's tooltip: the whole route, the upstream and why this pool was chosen. */
+function routeTitle(r: RequestLogRow): string {
+  return [routeText(r), r.upstream, r.route_reason].filter(Boolean).join("\n");
+}
+
+/** A cell's text cut to the column's width with an ellipsis; the whole text is its tooltip. */
+function Clip({ text, title, code, muted }: { text: string; title?: string; code?: boolean; muted?: boolean }) {
+  const className = ["cell-clip", code ? "mono" : "", muted ? "muted" : ""].filter(Boolean).join(" ");
+  return (
+    <span className={className} title={title ?? text}>
+      {text}
+    </span>
+  );
+}
+
+/** "acme" for a known tenant id, "#12" for one not (or not yet) loaded. */
+function tenantLabel(id: string, tenants: Tenant[] | undefined): string {
+  const tenant = tenants?.find((t) => String(t.id) === id);
+  return tenant ? tenant.name : `#${id}`;
+}
+
+/** The tenant filter: a select of tenant names, whose value (the tenant id) is kept in the URL. */
+function TenantPicker({ value, tenants, onChange }: { value: string; tenants: ApiResource<ApiPage<Tenant>>; onChange: (value: string) => void }) {
+  const list = tenants.data?.results ?? [];
+  const options = [
+    { value: "", label: tenants.loading && !tenants.data ? "Loading tenants…" : "All tenants" },
+    ...list.map((t) => ({ value: String(t.id), label: t.is_active === false ? `${t.name} (inactive)` : t.name })),
+  ];
+  // Keep an id from the URL selectable even when it is not among the loaded tenants (deleted, or past the limit).
+  if (value && !list.some((t) => String(t.id) === value)) options.push({ value, label: `Tenant #${value}` });
+  return (
+    <SelectField
+      label="Tenant"
+      name="tenant_id"
+      options={options}
+      value={value}
+      onChange={(e) => onChange(e.target.value)}
+      hint={tenants.error ? "Could not load tenant names." : undefined}
+    />
+  );
 }
 
 /** Filters in the URL; any change but paging starts again from the newest page. One update per change,
@@ -58,6 +110,8 @@ export function RequestLogPage() {
   const query: Record<string, string | number> = { page_size: PAGE_SIZE };
   for (const name of FILTERS) query[name] = get(name);
   const rows = useApi<CursorPage<RequestLogRow>>("/api/request-log/", query);
+  const tenants = useApi<ApiPage<Tenant>>("/api/tenants/", { limit: TENANT_OPTIONS, ordering: "name" });
+  const tenantName = tenantLabel(get("tenant_id"), tenants.data?.results);
   const [open, setOpen] = useState<RequestLogRow | null>(null);
   const [generation, setGeneration] = useState(0);
   const outcome = get("status_min") ? `${get("status_min")}+` : get("status");
@@ -74,16 +128,9 @@ export function RequestLogPage() {
 
   return (
     <Page title="Request log" subtitle="Every /v1/ request: who, which model and endpoint, outcome, tokens and timings.">
-      <UsageCard tenantId={get("tenant_id")} />
+      <UsageCard tenantId={get("tenant_id")} tenantName={tenantName} />
       <div className="filters" data-testid="request-filters">
-        <DebouncedInputField
-          key={`tenant-${generation}`}
-          label="Tenant id"
-          name="tenant_id"
-          inputMode="numeric"
-          value={get("tenant_id")}
-          onCommit={(value) => filter("tenant_id", value)}
-        />
+        <TenantPicker value={get("tenant_id")} tenants={tenants} onChange={(value) => filter("tenant_id", value)} />
         <DebouncedInputField
           key={`alias-${generation}`}
           label="Model alias"
@@ -108,51 +155,54 @@ export function RequestLogPage() {
         )}
       </div>
       <ErrorState error={rows.error} onRetry={rows.reload} />
-      <Table
-        testId="request-log-table"
-        rows={rows.data?.results}
-        loading={rows.loading}
-        rowKey={(r) => r.id}
-        onRowClick={setOpen}
-        empty={anyFilter ? "No requests match these filters." : "No requests yet. Call /v1/ with an API key (see the README tour)."}
-        columns={[
-          { header: "When", cell: (r) => <span title={r.created_at}>{formatDateTime(r.created_at)}</span> },
-          { header: "Tenant", cell: (r) => r.tenant_name || <span className="muted">#{r.tenant_id}</span> },
-          { header: "Key", cell: (r) => <code>{r.key_prefix}…</code> },
-          { header: "Model", cell: (r) => <code>{r.alias}</code> },
-          {
-            header: "Status",
-            cell: (r) => (
-              <StatusBadge status={String(r.status)} tone={r.status < 400 ? "ok" : r.status === 429 ? "warn" : "bad"} label={r.error_type ? `${r.status} ${r.error_type}` : String(r.status)} />
-            ),
-          },
-          { header: "Deployment", cell: (r) => (r.deployment_id !== null ? `#${r.deployment_id}` : <span className="muted">—</span>) },
-          {
-            header: "Tokens (in / out)",
-            cell: (r) => `${formatNumber(r.prompt_tokens, "—")}${r.prompt_tokens_estimated ? "≈" : ""} / ${formatNumber(r.completion_tokens, "—")}`,
-          },
-          { header: "TTFT", cell: (r) => ms(r.ttft_ms) },
-          { header: "Latency", cell: (r) => ms(r.latency_ms) },
-          { header: "Route", cell: (r) => <span className="muted">{r.route_pool}{r.retries ? ` · ${r.retries} retries` : ""}</span> },
-        ]}
-        pagination={
-          <div className="cursor-pager">
-            <button type="button" className="btn" disabled={!rows.data?.previous} onClick={() => filter("cursor", cursorOf(rows.data?.previous ?? null))}>
-              Newer
-            </button>
-            <button type="button" className="btn" disabled={!rows.data?.next} onClick={() => filter("cursor", cursorOf(rows.data?.next ?? null))}>
-              Older
-            </button>
-          </div>
-        }
-      />
+      <div className="request-log">
+        <Table
+          testId="request-log-table"
+          rows={rows.data?.results}
+          loading={rows.loading}
+          rowKey={(r) => r.id}
+          onRowClick={setOpen}
+          empty={anyFilter ? "No requests match these filters." : "No requests yet. Call /v1/ with an API key (see the README tour)."}
+          columns={[
+            { header: "When", cell: (r) => <span title={r.created_at}>{formatDateTime(r.created_at)}</span> },
+            { header: "Tenant", cell: (r) => (r.tenant_name ? <Clip text={r.tenant_name} /> : <span className="muted">#{r.tenant_id}</span>) },
+            { header: "Key", cell: (r) => <code>{r.key_prefix}…</code> },
+            { header: "Model", cell: (r) => <Clip text={r.alias} code /> },
+            {
+              header: "Status",
+              cell: (r) => (
+                <span title={r.error_type ? `${r.status} ${r.error_type}` : undefined}>
+                  <StatusBadge status={String(r.status)} tone={r.status < 400 ? "ok" : r.status === 429 ? "warn" : "bad"} label={r.error_type ? `${r.status} ${r.error_type}` : String(r.status)} />
+                </span>
+              ),
+            },
+            {
+              header: "Tokens in / out",
+              cell: (r) => `${formatNumber(r.prompt_tokens, "—")}${r.prompt_tokens_estimated ? "≈" : ""} / ${formatNumber(r.completion_tokens, "—")}`,
+            },
+            { header: "TTFT", cell: (r) => ms(r.ttft_ms) },
+            { header: "Latency", cell: (r) => ms(r.latency_ms) },
+            { header: "Route", cell: (r) => <Clip text={routeText(r)} title={routeTitle(r)} muted /> },
+          ]}
+          pagination={
+            <div className="cursor-pager">
+              <button type="button" className="btn" disabled={!rows.data?.previous} onClick={() => filter("cursor", cursorOf(rows.data?.previous ?? null))}>
+                Newer
+              </button>
+              <button type="button" className="btn" disabled={!rows.data?.next} onClick={() => filter("cursor", cursorOf(rows.data?.next ?? null))}>
+                Older
+              </button>
+            </div>
+          }
+        />
+      </div>
       <RequestDialog row={open} onClose={() => setOpen(null)} />
     </Page>
   );
 }
 
 /** Requests per hour over the last day (errors in red), for the tenant in the filter or for everyone. */
-function UsageCard({ tenantId }: { tenantId: string }) {
+function UsageCard({ tenantId, tenantName }: { tenantId: string; tenantName: string }) {
   const usage = useApi<UsageBucket[]>("/api/routing/usage/", tenantId ? { hours: 24, tenant_id: tenantId } : { hours: 24 });
   const buckets = usage.data ?? [];
   const peak = Math.max(1, ...buckets.map((b) => b.requests));
@@ -160,7 +210,7 @@ function UsageCard({ tenantId }: { tenantId: string }) {
   const requests = buckets.reduce((sum, b) => sum + b.requests, 0);
   const width = 24 * 20;
   return (
-    <Card title={tenantId ? `Usage of tenant #${tenantId}, last 24 hours` : "Usage, last 24 hours (all tenants)"} testId="usage-card">
+    <Card title={tenantId ? `Usage of tenant ${tenantName}, last 24 hours` : "Usage, last 24 hours (all tenants)"} testId="usage-card">
       <ErrorState error={usage.error} onRetry={usage.reload} />
       <div className="usage-legend">
         <span>{formatNumber(requests)} requests</span>

@@ -12,6 +12,8 @@ import "./routing.css";
 import { SCORERS, describeMatch, type RoutePolicy, type RoutePool, type Scorer, type TrafficRow } from "./types";
 
 const TRAFFIC_REFRESH_MS = 5000;
+const BATCH_SHARE_HELP =
+  "Share of the pool's capacity batch requests may fill: past it they get 429, the rest is headroom for interactive traffic.";
 
 export function RoutingPage() {
   const { isAdmin } = useAuth();
@@ -43,7 +45,7 @@ export function RoutingPage() {
           empty="No pools yet: every alias routes to all its ready deployments (least outstanding)."
           columns={[
             { header: "Pool", cell: (p) => <strong>{p.name}</strong> },
-            { header: "Model alias", cell: (p) => <code>{p.alias}</code> },
+            { header: "Alias", cell: (p) => <code>{p.alias}</code> },
             { header: "Role", cell: (p) => p.role || <span className="muted">any</span> },
             {
               header: "Scorer",
@@ -53,11 +55,16 @@ export function RoutingPage() {
                   : p.scorer.replace(/_/g, " "),
             },
             {
-              header: "Timeouts (connect, first byte, total)",
-              cell: (p) => `${p.connect_timeout_s} s / ${p.first_byte_timeout_s} s / ${p.total_timeout_s} s`,
+              // A short header keeps the table within the card; the order is in its tooltip.
+              header: <span title="connect / first byte / total, in seconds">Timeouts</span>,
+              cell: (p) => `${p.connect_timeout_s} / ${p.first_byte_timeout_s} / ${p.total_timeout_s} s`,
             },
             { header: "Retries", cell: (p) => p.max_retries },
             { header: "Saturated at", cell: (p) => `${p.max_inflight_per_endpoint} / endpoint` },
+            {
+              header: <span title={BATCH_SHARE_HELP}>Batch share</span>,
+              cell: (p) => <span title={BATCH_SHARE_HELP}>{formatFraction(p.batch_max_fraction)}</span>,
+            },
           ]}
         />
       </Card>
@@ -159,6 +166,12 @@ interface PoolForm {
   total_timeout_s: string;
   max_retries: string;
   max_inflight_per_endpoint: string;
+  batch_max_fraction: string;
+}
+
+/** 0.8 -> "80%"; keeps one decimal for shares such as 0.125. */
+function formatFraction(value: number): string {
+  return `${Number((value * 100).toFixed(1))}%`;
 }
 
 function PoolDialog({ pool, onClose, onSaved }: { pool: RoutePool | null; onClose: () => void; onSaved: () => void }) {
@@ -172,6 +185,7 @@ function PoolDialog({ pool, onClose, onSaved }: { pool: RoutePool | null; onClos
     total_timeout_s: String(pool?.total_timeout_s ?? 600),
     max_retries: String(pool?.max_retries ?? 2),
     max_inflight_per_endpoint: String(pool?.max_inflight_per_endpoint ?? 64),
+    batch_max_fraction: String(pool?.batch_max_fraction ?? 0.8),
   });
   const [error, setError] = useState<ApiError | null>(null);
   const [saving, setSaving] = useState(false);
@@ -186,6 +200,8 @@ function PoolDialog({ pool, onClose, onSaved }: { pool: RoutePool | null; onClos
       total_timeout_s: Number(form.total_timeout_s),
       max_retries: Number(form.max_retries),
       max_inflight_per_endpoint: Number(form.max_inflight_per_endpoint),
+      // Sent as typed: the API says why a value outside 0..1 is refused, next to the field.
+      batch_max_fraction: form.batch_max_fraction.trim() === "" ? form.batch_max_fraction : Number(form.batch_max_fraction),
     };
     try {
       if (pool) await api.patch(`/api/route-pools/${pool.id}/`, body);
@@ -232,6 +248,16 @@ function PoolDialog({ pool, onClose, onSaved }: { pool: RoutePool | null; onClos
         <InputField label="Total timeout (s)" name="total_timeout_s" type="number" step="1" value={form.total_timeout_s} onChange={set("total_timeout_s")} errors={errors} />
         <InputField label="Retries on another endpoint" name="max_retries" type="number" value={form.max_retries} onChange={set("max_retries")} errors={errors} />
         <InputField label="Saturated at (in flight per endpoint)" name="max_inflight_per_endpoint" type="number" value={form.max_inflight_per_endpoint} onChange={set("max_inflight_per_endpoint")} errors={errors} />
+        <InputField
+          label="Batch share (0 to 1)"
+          name="batch_max_fraction"
+          type="number"
+          step="0.05"
+          value={form.batch_max_fraction}
+          onChange={set("batch_max_fraction")}
+          errors={errors}
+          hint="Of the pool's capacity; past it batch requests get 429, the rest is headroom for interactive ones."
+        />
       </div>
     </Dialog>
   );

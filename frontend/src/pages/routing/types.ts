@@ -22,6 +22,8 @@ export interface RoutePool {
   total_timeout_s: number;
   max_retries: number;
   max_inflight_per_endpoint: number;
+  /** Share (0..1) of the pool's capacity batch requests may fill; the rest is kept for interactive ones. */
+  batch_max_fraction: number;
   updated_at: string;
 }
 
