@@ -157,9 +157,13 @@ class RequestLogWriter:
             return False
 
     def _flush_sync(self, rows: list[dict[str, Any]]) -> None:
-        from django.db import close_old_connections, connection
+        from django.db import connection
 
-        close_old_connections()
+        # One connection for the life of this thread, not one per batch (close_old_connections would
+        # reconnect on every flush with CONN_MAX_AGE=0): a cheap liveness check instead, and after a
+        # failure it is closed below so that the next batch connects afresh.
+        if connection.connection is not None and not connection.is_usable():
+            connection.close()
         try:
             self._replay_spool()
             if rows:
