@@ -1105,6 +1105,9 @@ class Proxy:
                 return
             await self._stream(ctx, pool, resp, started, deadline, send, client_wants_usage)
         finally:
+            # Forget it before it goes back to the pool: a later hang-up must not close a connection
+            # that another request may be using by then.
+            ctx.upstream = None
             resp.release()
 
     def _usage_from(self, ctx: RequestContext, data: bytes) -> None:
