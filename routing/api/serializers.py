@@ -9,6 +9,7 @@ from rest_framework import serializers
 from console.api.base import StrictModelSerializer
 from routing.models import RequestLog, RoutePolicy, RoutePool
 from routing.proxy.config import parse_rule
+from routing.proxy.requestlog import COLUMNS as REQUEST_LOG_COLUMNS
 
 WEIGHT_NAMES = {"load", "kv", "prefix"}
 
@@ -84,30 +85,6 @@ class RoutePolicySerializer(StrictModelSerializer):
 class RequestLogSerializer(serializers.ModelSerializer):
     class Meta:
         model = RequestLog
-        fields = [
-            "id",
-            "created_at",
-            "request_id",
-            "tenant_id",
-            "tenant_name",
-            "key_prefix",
-            "endpoint_kind",
-            "alias",
-            "deployment_id",
-            "upstream",
-            "status",
-            "error_type",
-            "stream",
-            "priority",
-            "prompt_tokens",
-            "prompt_tokens_estimated",
-            "completion_tokens",
-            "ttft_ms",
-            "latency_ms",
-            "retries",
-            "route_pool",
-            "route_reason",
-            "prompt_text",
-            "response_text",
-        ]
+        # The columns the proxy writes, in its order: one list, so a new column cannot be missed here.
+        fields = ["id", *REQUEST_LOG_COLUMNS]
         read_only_fields = fields
