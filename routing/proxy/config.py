@@ -199,14 +199,8 @@ def parse_rule(raw: dict[str, Any]) -> Rule:
 def _limits(quota: Any) -> Limits:
     if quota is None:
         return Limits()
-    return Limits(
-        requests_per_minute=quota.requests_per_minute,
-        tokens_per_minute=quota.tokens_per_minute,
-        max_concurrent_requests=quota.max_concurrent_requests,
-        daily_token_budget=quota.daily_token_budget,
-        max_input_tokens=quota.max_input_tokens,
-        max_output_tokens=quota.max_output_tokens,
-    )
+    # Quota.limits() names the same fields as Limits, so a new limit cannot be dropped here.
+    return Limits(**quota.limits())
 
 
 def key_info_from_model(api_key: Any) -> KeyInfo:
