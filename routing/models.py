@@ -74,7 +74,9 @@ class RoutePolicy(models.Model):
 class RequestLog(models.Model):
     """One row per `/v1/` request: who, which model and endpoint, outcome, tokens, timings, route.
 
-    Written in batches by the proxy; pruned to `REQUEST_LOG_RETENTION_DAYS` by a periodic task.
+    Written in batches by the proxy. On PostgreSQL the table is partitioned by UTC day of `created_at`
+    (migration 0003; primary key (id, created_at) there, `id` alone to Django) and retention drops
+    whole days past `REQUEST_LOG_RETENTION_DAYS`; on SQLite a periodic task deletes old rows.
     Prompt and output text are kept only for tenants with `log_prompts`.
     """
 

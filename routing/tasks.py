@@ -1,4 +1,4 @@
-"""Celery tasks of routing: request-log retention, run hourly by beat."""
+"""Celery tasks of routing: request-log partitions and retention, run hourly by beat."""
 
 from __future__ import annotations
 
@@ -9,14 +9,17 @@ from celery import shared_task
 from console.celery import app
 
 
+# The name predates partitions; kept so that queued messages and beat schedules still match.
 @shared_task(name="routing.prune_request_log")
-def prune_request_log_task() -> int:
-    """Idempotent: deletes whatever is past retention now."""
-    from routing.services import prune_request_log
+def prune_request_log_task() -> dict[str, Any]:
+    """Idempotent: creates the coming days' partitions, drops (SQLite: deletes) what is past retention."""
+    from routing.services import maintain_request_log
 
-    return prune_request_log()
+    return maintain_request_log().as_dict()
 
 
 @app.on_after_configure.connect
 def schedule_pruning(sender: Any, **_: Any) -> None:
-    sender.add_periodic_task(3600.0, prune_request_log_task.s(), name="prune request log hourly")
+    sender.add_periodic_task(
+        3600.0, prune_request_log_task.s(), name="request log partitions and retention hourly"
+    )
