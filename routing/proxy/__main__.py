@@ -1,14 +1,24 @@
-"""`python -m routing.proxy [--host H] [--port P] [--workers N]`: the data plane on its own.
+"""`python -m routing.proxy [--host H] [--port P] [--workers N] [--server inferchain|uvicorn]`.
 
-Runs uvicorn with uvloop and httptools and no access log (the request log is the access log).
-Several workers share nothing but Redis and the database, exactly like several hosts would.
+The data plane: serves the proxy's ASGI app with its own lean HTTP/1.1 server
+(routing/proxy/server.py; uvloop + httptools, no access log: the request log is the access log).
+`--server uvicorn` runs the same app under uvicorn instead, for comparison. Several workers share the
+listening socket and nothing else but Redis and the database, exactly like several hosts would.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 
-import uvicorn
+APP = "routing.proxy.asgi:app"
+
+
+def _max_body() -> int:
+    from django.conf import settings
+
+    return int(settings.PROXY_MAX_BODY_BYTES)
 
 
 def main() -> None:
@@ -17,20 +27,34 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8001)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--log-level", default="warning")
+    parser.add_argument("--server", choices=("inferchain", "uvicorn"), default="inferchain")
     args = parser.parse_args()
-    uvicorn.run(
-        "routing.proxy.asgi:app",
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
-        loop="uvloop",
-        http="httptools",
-        access_log=False,
-        log_level=args.log_level,
-        lifespan="on",
-        # No X-Forwarded-* rewriting: the proxy never uses the client address, so skip that middleware.
-        proxy_headers=False,
+    if args.workers < 1:
+        parser.error("--workers must be at least 1")
+    if args.server == "uvicorn":
+        import uvicorn
+
+        uvicorn.run(
+            APP,
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+            loop="uvloop",
+            http="httptools",
+            access_log=False,
+            log_level=args.log_level,
+            lifespan="on",
+            # No X-Forwarded-* rewriting: the proxy never uses the client address.
+            proxy_headers=False,
+        )
+        return
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format=f"%(asctime)s proxy[{os.getpid()}] %(levelname)s %(name)s: %(message)s",
     )
+    from routing.proxy.server import run
+
+    run(APP, args.host, args.port, args.workers, _max_body)
 
 
 if __name__ == "__main__":
