@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
+import io
 
 import pytest
+from django.core.management import call_command
 from django.db import connection
 from pytest_django.fixtures import Settings
 
@@ -131,3 +133,15 @@ def test_running_maintenance_twice_changes_nothing_the_second_time() -> None:
     )
     assert [p.name for p in request_log_partitions()] == [p.name for p in parts]
     assert RequestLog.objects.count() == 1
+
+
+def test_management_command_maintains_and_lists_partitions() -> None:
+    RequestLog.objects.create(created_at=at(days_ago(6)), status=200)
+    out = io.StringIO()
+    call_command("request_log_partitions", "--show", stdout=out)
+    assert partition_name(days_ago(6)) not in out.getvalue()  # --show changes nothing
+    call_command("request_log_partitions", stdout=out)
+    listed = out.getvalue()
+    assert "created 1 partitions (1 rows moved from the default)" in listed
+    assert partition_name(days_ago(6)) in listed and partition_name(TODAY) in listed
+    assert DEFAULT_PARTITION in listed
