@@ -16,6 +16,7 @@ import asyncio
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -60,6 +61,12 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=6000)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--mode", choices=("both", "json", "stream"), default="both")
+    parser.add_argument(
+        "--servers",
+        type=lambda v: v.split(","),
+        default=["inferchain"],
+        help="comma-separated HTTP servers for the proxy to compare: inferchain (default), uvicorn",
+    )
     args = parser.parse_args()
     try:
         import uvloop
@@ -79,40 +86,49 @@ def main() -> None:
             )
         )
         wait_ready(f"http://127.0.0.1:{backend_port}/health", procs[-1])
-        db_path = BENCH_DIR / "bench-cpu.sqlite3"
-        db_path.unlink(missing_ok=True)
-        db_url = f"sqlite:///{db_path}"
-        raw_key = setup_inferchain_db(db_url)
-        port = free_port()
-        env = {
-            **os.environ,
-            "DATABASE_URL": db_url,
-            "PROXY_STATIC_ENDPOINTS": f"trivial=http://127.0.0.1:{backend_port}",
-            "REDIS_KEY_PREFIX": f"benchcpu{os.getpid()}:",
-            "REQUEST_LOG_SPOOL_DIR": str(logs / "spool"),
-        }
-        proxy = spawn(
-            [sys.executable, "-m", "routing.proxy", "--port", str(port), "--workers", "1"],
-            logs / "proxy.log",
-            env,
-        )
-        procs.append(proxy)
-        wait_ready(f"http://127.0.0.1:{port}/healthz", proxy)
-        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        proxies: dict[str, tuple[subprocess.Popen[bytes], str, str]] = {}
+        for server in args.servers:
+            db_path = BENCH_DIR / f"bench-cpu-{server}.sqlite3"
+            db_path.unlink(missing_ok=True)
+            db_url = f"sqlite:///{db_path}"
+            raw_key = setup_inferchain_db(db_url)
+            port = free_port()
+            env = {
+                **os.environ,
+                "DATABASE_URL": db_url,
+                "PROXY_STATIC_ENDPOINTS": f"trivial=http://127.0.0.1:{backend_port}",
+                "REDIS_KEY_PREFIX": f"benchcpu{os.getpid()}{server}:",
+                "REQUEST_LOG_SPOOL_DIR": str(logs / f"spool-{server}"),
+            }
+            proxy = spawn(
+                [
+                    *(sys.executable, "-m", "routing.proxy", "--port", str(port)),
+                    *("--workers", "1", "--server", server),
+                ],
+                logs / f"proxy-{server}.log",
+                env,
+            )
+            procs.append(proxy)
+            wait_ready(f"http://127.0.0.1:{port}/healthz", proxy)
+            proxies[server] = (proxy, f"http://127.0.0.1:{port}/v1/chat/completions", raw_key)
         modes = {"both": (False, True), "json": (False,), "stream": (True,)}[args.mode]
         for stream in modes:
-            asyncio.run(send(url, raw_key, stream, 1000))  # warm-up
-            per_request = []
-            for _ in range(args.reps):
-                before = cpu_seconds(proxy.pid)
-                asyncio.run(send(url, raw_key, stream, args.requests))
-                per_request.append((cpu_seconds(proxy.pid) - before) / args.requests * 1e6)
-            runs = ", ".join(f"{v:.0f}" for v in per_request)
-            print(
-                f"{'stream' if stream else 'json':6s} {statistics.median(per_request):6.0f} us CPU per "
-                f"request (runs: {runs}; load average {os.getloadavg()[0]:.2f})",
-                flush=True,
-            )
+            per_request: dict[str, list[float]] = {server: [] for server in proxies}
+            for _proxy, url, raw_key in proxies.values():
+                asyncio.run(send(url, raw_key, stream, 1000))  # warm-up
+            for _ in range(args.reps):  # interleaved, so that a change in machine load hits every server
+                for server, (proxy, url, raw_key) in proxies.items():
+                    before = cpu_seconds(proxy.pid)
+                    asyncio.run(send(url, raw_key, stream, args.requests))
+                    per_request[server].append((cpu_seconds(proxy.pid) - before) / args.requests * 1e6)
+            for server, values in per_request.items():
+                runs = ", ".join(f"{v:.0f}" for v in values)
+                mode = "stream" if stream else "json"
+                print(
+                    f"{mode:6s} {server:10s} {statistics.median(values):4.0f} us CPU "
+                    f"per request (runs: {runs}; load average {os.getloadavg()[0]:.2f})",
+                    flush=True,
+                )
     finally:
         for proc in reversed(procs):
             stop(proc)
