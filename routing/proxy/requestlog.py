@@ -1,7 +1,8 @@
 """Request-log rows written in batches off the hot path; spooled to disk while the database is down.
 
 The proxy only appends a dict to a list per request. A background task hands each batch to one
-dedicated thread (so the ORM's connection stays on that thread), which inserts it with `bulk_create`.
+dedicated thread (so the ORM's connection stays on that thread), which writes it with one COPY on
+PostgreSQL (one executemany elsewhere).
 When the insert fails, the batch goes to a JSON-lines spool file, and every later successful flush
 first replays the spool, so rows are delayed by an outage, never lost, and never fail a request.
 """
@@ -72,8 +73,9 @@ DEFAULTS: dict[str, Any] = {
 def write_rows(rows: list[dict[str, Any]]) -> None:
     """Insert rows and stamp their keys' last_used_at (sync; raises on a database error).
 
-    One executemany of a fixed INSERT rather than bulk_create: building model instances cost about
-    a third of the proxy's CPU at a thousand requests per second.
+    On PostgreSQL one COPY per batch (psycopg adapts each row in C); elsewhere one executemany of a
+    fixed INSERT. Never bulk_create: building model instances cost about a third of the proxy's CPU
+    at a thousand requests per second, and the INSERT's per-row parameter handling most of the rest.
     """
     from django.db import connection, transaction
 
@@ -82,10 +84,8 @@ def write_rows(rows: list[dict[str, Any]]) -> None:
 
     ops = connection.ops
     table = ops.quote_name(RequestLog._meta.db_table)
-    sql = (
-        f"INSERT INTO {table} ({', '.join(ops.quote_name(c) for c in COLUMNS)}) "
-        f"VALUES ({', '.join(['%s'] * len(COLUMNS))})"
-    )
+    columns = ", ".join(ops.quote_name(c) for c in COLUMNS)
+    copy = connection.vendor == "postgresql"
     params = []
     key_ids: set[int] = set()
     now = dt.datetime.now(dt.UTC)
@@ -96,11 +96,25 @@ def write_rows(rows: list[dict[str, Any]]) -> None:
         created = row.get("created_at") or now
         if isinstance(created, str):
             created = dt.datetime.fromisoformat(created)
-        values = [ops.adapt_datetimefield_value(created)]
-        values.extend(row.get(c, DEFAULTS.get(c)) for c in COLUMNS[1:])
+        values = [created if copy else ops.adapt_datetimefield_value(created)]
+        for c in COLUMNS[1:]:
+            v = row.get(c, DEFAULTS.get(c))
+            # PostgreSQL text cannot hold NUL; one in a client's model name or prompt must not make the
+            # whole batch fail (and then fail again from the spool, forever).
+            if v.__class__ is str and "\x00" in v:
+                v = v.replace("\x00", "\ufffd")
+            values.append(v)
         params.append(values)
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.executemany(sql, params)
+        if copy:
+            # The rows go through the partitioned parent table like any INSERT would.
+            with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as out:
+                for values in params:
+                    out.write_row(values)
+        else:
+            cursor.executemany(
+                f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(COLUMNS))})", params
+            )
         if key_ids:
             ApiKey.objects.filter(pk__in=key_ids).update(last_used_at=now)
 

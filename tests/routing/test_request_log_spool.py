@@ -48,3 +48,35 @@ def test_real_database_write(tmp_path: Path, transactional_db: None) -> None:
 
     asyncio.run(run())
     assert RequestLog.objects.filter(request_id="x", alias="m").count() == 1
+
+
+def test_copy_keeps_awkward_text_and_survives_nul(tmp_path: Path, transactional_db: None) -> None:
+    """PostgreSQL gets the batch by COPY: tabs, newlines, backslashes and quotes arrive as sent, NULL stays
+    NULL, and a NUL in a client's model name or prompt (which PostgreSQL text cannot hold) is replaced,
+    so the batch is written rather than spooled."""
+    from routing.models import RequestLog
+
+    awkward = 'tab\there\nnew "line" \\N back\\slash ünï'
+
+    async def run() -> None:
+        writer = RequestLogWriter(tmp_path)
+        writer.add(
+            {
+                "request_id": "awkward",
+                "status": 200,
+                "alias": "m",
+                "prompt_text": awkward,
+                "response_text": None,
+                "stream": True,
+                "prompt_tokens": 7,
+            }
+        )
+        writer.add({"request_id": "nul", "status": 404, "alias": "bad\x00model", "prompt_text": "a\x00b"})
+        await writer.close()
+
+    asyncio.run(run())
+    row = RequestLog.objects.get(request_id="awkward")
+    assert (row.prompt_text, row.response_text, row.stream, row.prompt_tokens) == (awkward, None, True, 7)
+    nul = RequestLog.objects.get(request_id="nul")
+    assert (nul.alias, nul.prompt_text) == ("bad\ufffdmodel", "a\ufffdb")
+    assert not list(tmp_path.glob("*.jsonl"))  # nothing was spooled
