@@ -60,6 +60,7 @@ from routing.proxy.requestlog import RequestLogWriter
 from routing.proxy.scorers import EndpointLoad, ScoreRequest, choose, prefix_key
 from routing.proxy.tokens import count_prompt_tokens, load_tokenizer, prompt_text_parts
 from routing.proxy.upstream import ClientGone, UpstreamPool, UpstreamResponse, split_base_url
+from routing.services import maintain_request_log
 
 log = logging.getLogger(__name__)
 
@@ -319,7 +320,7 @@ class Proxy:
             aioredis.Redis.from_url(settings.REDIS_URL, socket_timeout=1.0, socket_connect_timeout=1.0)
         )
         self.reqlog = RequestLogWriter(settings.REQUEST_LOG_SPOOL_DIR)
-        self.reqlog.start()
+        self.reqlog.start(maintain=maintain_request_log)
         try:
             await self.reload_snapshot()
         except Exception:

@@ -16,6 +16,7 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -140,8 +141,19 @@ class RequestLogWriter:
         if len(self.buffer) >= self.batch_size:
             self._wake.set()
 
-    def start(self) -> None:
+    def start(self, maintain: Callable[[], Any] | None = None) -> None:
+        """Start flushing; `maintain` (the request log's partition upkeep) runs first, on the writer's
+        thread, so the day partitions exist before the first batch and the event loop never waits."""
+        if maintain is not None:
+            self._executor.submit(self._maintain_sync, maintain)
         self._task = asyncio.get_running_loop().create_task(self._run())
+
+    @staticmethod
+    def _maintain_sync(maintain: Callable[[], Any]) -> None:
+        try:
+            maintain()
+        except Exception as exc:  # the hourly task retries; rows land in the default partition meanwhile
+            log.warning("request log: partition upkeep at start failed (%s)", exc)
 
     async def _run(self) -> None:
         while not self._stopping:
