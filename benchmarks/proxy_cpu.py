@@ -2,17 +2,19 @@
 
     .venv/bin/python benchmarks/proxy_cpu.py [--requests 6000] [--reps 3]
 
-Same setup as benchmarks/proxy_overhead.py (trivial backend, standalone proxy, SQLite, one unlimited
-key). For each mode, `--requests` requests are sent by 16 concurrent loops after a warm-up; the
-proxy's user + system CPU time is read from /proc/<pid>/stat before and after, and divided by the
-number of requests. Throughput on a shared machine moves with other load; CPU per request moves much
-less, so this is the figure to compare hot-path changes with. Prints the median of `--reps` per mode.
+Same setup as benchmarks/proxy_overhead.py (trivial backend, standalone proxy, a scratch PostgreSQL
+database or `--db sqlite`, one unlimited key; `--servers inferchain,uvicorn` compares HTTP servers).
+For each mode, `--requests` requests are sent by 16 concurrent loops after a warm-up; the proxy's
+user + system CPU time is read from /proc/<pid>/stat before and after, and divided by the number of
+requests. Throughput on a shared machine moves with other load; CPU per request moves much less, so
+this is the figure to compare hot-path changes with. Prints the median of `--reps` per mode.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -25,7 +27,16 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from proxy_overhead import BENCH_DIR, BODY, free_port, setup_inferchain_db, spawn, stop, wait_ready
+from proxy_overhead import (
+    BENCH_DIR,
+    BODY,
+    bench_database,
+    free_port,
+    setup_inferchain_db,
+    spawn,
+    stop,
+    wait_ready,
+)
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -61,6 +72,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=6000)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--mode", choices=("both", "json", "stream"), default="both")
+    parser.add_argument("--db", choices=("postgres", "sqlite"), default="postgres")
     parser.add_argument(
         "--servers",
         type=lambda v: v.split(","),
@@ -77,6 +89,7 @@ def main() -> None:
     BENCH_DIR.mkdir(parents=True, exist_ok=True)
     logs = Path(tempfile.mkdtemp(prefix="proxy-cpu-"))
     procs = []
+    databases = contextlib.ExitStack()
     try:
         backend_port = free_port()
         procs.append(
@@ -88,9 +101,7 @@ def main() -> None:
         wait_ready(f"http://127.0.0.1:{backend_port}/health", procs[-1])
         proxies: dict[str, tuple[subprocess.Popen[bytes], str, str]] = {}
         for server in args.servers:
-            db_path = BENCH_DIR / f"bench-cpu-{server}.sqlite3"
-            db_path.unlink(missing_ok=True)
-            db_url = f"sqlite:///{db_path}"
+            db_url = databases.enter_context(bench_database(args.db, f"cpu_{server}"))
             raw_key = setup_inferchain_db(db_url)
             port = free_port()
             env = {
@@ -132,6 +143,7 @@ def main() -> None:
     finally:
         for proc in reversed(procs):
             stop(proc)
+        databases.close()
 
 
 if __name__ == "__main__":

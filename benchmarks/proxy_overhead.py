@@ -5,17 +5,20 @@
 All three targets front the same trivial OpenAI-compatible backend (benchmarks/trivial_backend.py)
 on loopback. For each target: latency at 1 client (p50, p99 of sequential requests) and requests/s
 at 16 and 64 concurrent clients, non-streaming and streaming; each cell runs `--seconds` and is
-repeated `--reps` times, and the median is reported. The inferchain proxy runs standalone
-(`python -m routing.proxy`, one uvicorn worker, uvloop + httptools) with a SQLite database holding
-one tenant and key and its request log. LiteLLM is installed pinned into its own virtualenv
-(var/bench/litellm-venv) and runs with one worker and no database. Results: a Markdown table on
-stdout and JSON in var/bench/proxy_overhead.json.
+repeated `--reps` times, the reps interleaved across targets (direct, inferchain, LiteLLM, direct, ...)
+so that a change in the shared machine's load hits every target alike, and the median is reported.
+The inferchain proxy runs standalone (`python -m routing.proxy`, one worker, its own HTTP server on
+uvloop + httptools; `--proxy-server uvicorn` for comparison) with a scratch PostgreSQL database
+holding one tenant and key and its request log (`--db sqlite` for the demo's SQLite). LiteLLM is
+installed pinned into its own virtualenv (var/bench/litellm-venv) and runs with one worker and no
+database. Results: a Markdown table on stdout and JSON (with every rep) in var/bench/.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -26,6 +29,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +100,32 @@ def setup_inferchain_db(db_url: str) -> str:
     return out.stdout.decode().strip().splitlines()[-1]
 
 
+@contextlib.contextmanager
+def bench_database(kind: str, name: str) -> Iterator[str]:
+    """A scratch database for a benchmark proxy's keys and request log, dropped afterwards.
+
+    `postgres` (the default) is how the proxy is deployed: its request log goes to PostgreSQL by COPY.
+    `sqlite` is the zero-setup demo's database, written from the proxy process itself.
+    """
+    if kind == "sqlite":
+        path = BENCH_DIR / f"{name}.sqlite3"
+        path.unlink(missing_ok=True)
+        yield f"sqlite:///{path}"
+        return
+    import psycopg
+
+    admin = os.environ.get("BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+    dbname = f"inferchain_bench_{name}_{os.getpid()}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{dbname}"')
+        conn.execute(f'CREATE DATABASE "{dbname}"')
+    try:
+        yield admin.rsplit("/", 1)[0] + "/" + dbname
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+
+
 def ensure_litellm() -> tuple[Path | None, str]:
     """The LiteLLM executable in its own virtualenv (installed pinned if missing), or why not."""
     exe = LITELLM_VENV / "bin" / "litellm"
@@ -159,13 +189,6 @@ async def run_cell(url: str, key: str, clients: int, seconds: float, stream: boo
     }
 
 
-def median_cell(
-    url: str, key: str, clients: int, seconds: float, stream: bool, reps: int
-) -> dict[str, float]:
-    runs = [asyncio.run(run_cell(url, key, clients, seconds, stream)) for _ in range(reps)]
-    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -174,7 +197,19 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--skip-litellm", action="store_true")
     parser.add_argument(
-        "--proxy-workers", type=int, default=1, help="uvicorn workers of the inferchain proxy (default 1)"
+        "--proxy-workers", type=int, default=1, help="worker processes of the inferchain proxy (default 1)"
+    )
+    parser.add_argument(
+        "--proxy-server",
+        choices=("inferchain", "uvicorn"),
+        default="inferchain",
+        help="the proxy's HTTP server (python -m routing.proxy --server; default inferchain)",
+    )
+    parser.add_argument(
+        "--db",
+        choices=("postgres", "sqlite"),
+        default="postgres",
+        help="where the proxy's keys and request log live (default postgres, as deployed)",
     )
     args = parser.parse_args()
     try:
@@ -185,13 +220,28 @@ def main() -> None:
         pass
 
     BENCH_DIR.mkdir(parents=True, exist_ok=True)
+    with bench_database(args.db, "overhead") as db_url:
+        results = measure(args, db_url)
+    label = f"w{args.proxy_workers}" + ("" if args.proxy_server == "inferchain" else f"-{args.proxy_server}")
+    out = BENCH_DIR / f"proxy_overhead_{label}.json"
+    out.write_text(json.dumps(results, indent=2))
+    print()
+    print(render_table(results))
+    print(f"\nraw results: {out}")
+
+
+def measure(args: argparse.Namespace, db_url: str) -> dict[str, Any]:
     logs = Path(tempfile.mkdtemp(prefix="proxy-bench-"))
     procs: list[subprocess.Popen[bytes]] = []
     results: dict[str, Any] = {
         "seconds": args.seconds,
         "reps": args.reps,
         "proxy_workers": args.proxy_workers,
+        "proxy_server": args.proxy_server,
+        "db": args.db,
+        "load_average_start": os.getloadavg()[0],
         "targets": {},
+        "runs": {},
         "notes": {},
     }
     try:
@@ -207,9 +257,6 @@ def main() -> None:
             "direct": (f"http://127.0.0.1:{backend_port}/v1/chat/completions", "unused"),
         }
 
-        db_path = BENCH_DIR / "bench.sqlite3"
-        db_path.unlink(missing_ok=True)
-        db_url = f"sqlite:///{db_path}"
         raw_key = setup_inferchain_db(db_url)
         proxy_port = free_port()
         env = {
@@ -223,7 +270,7 @@ def main() -> None:
             spawn(
                 [
                     *(sys.executable, "-m", "routing.proxy", "--port", str(proxy_port)),
-                    *("--workers", str(args.proxy_workers)),
+                    *("--workers", str(args.proxy_workers), "--server", args.proxy_server),
                 ],
                 logs / "proxy.log",
                 env,
@@ -269,12 +316,20 @@ def main() -> None:
                     results["notes"]["litellm"] = f"{exc}; log tail: {tail}"
 
         cells = [(1, False), (16, False), (64, False), (1, True), (16, True), (64, True)]
-        for name, (url, key) in targets.items():
+        for name in targets:
             results["targets"][name] = {}
-            for clients, stream in cells:
-                cell = median_cell(url, key, clients, args.seconds, stream, args.reps)
-                label = f"{'stream' if stream else 'json'}_c{clients}"
+            results["runs"][name] = {}
+        for clients, stream in cells:
+            label = f"{'stream' if stream else 'json'}_c{clients}"
+            runs: dict[str, list[dict[str, float]]] = {name: [] for name in targets}
+            # Reps interleaved across targets: a change in the shared machine's load hits all of them.
+            for _ in range(args.reps):
+                for name, (url, key) in targets.items():
+                    runs[name].append(asyncio.run(run_cell(url, key, clients, args.seconds, stream)))
+            for name, cell_runs in runs.items():
+                cell = {k: statistics.median(r[k] for r in cell_runs) for k in cell_runs[0]}
                 results["targets"][name][label] = cell
+                results["runs"][name][label] = [r["rps"] for r in cell_runs]
                 print(
                     f"{name:11s} {label:10s} {cell['rps']:8.0f} req/s  p50 {cell['p50_ms']:6.2f} ms  "
                     f"p99 {cell['p99_ms']:6.2f} ms  errors {cell['errors']:.0f}",
@@ -283,12 +338,8 @@ def main() -> None:
     finally:
         for proc in reversed(procs):
             stop(proc)
-
-    out = BENCH_DIR / f"proxy_overhead_w{args.proxy_workers}.json"
-    out.write_text(json.dumps(results, indent=2))
-    print()
-    print(render_table(results))
-    print(f"\nraw results: {out}")
+    results["load_average_end"] = os.getloadavg()[0]
+    return results
 
 
 def render_table(results: dict[str, Any]) -> str:
