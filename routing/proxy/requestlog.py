@@ -102,7 +102,7 @@ def write_rows(rows: list[dict[str, Any]]) -> None:
             v = row.get(c, DEFAULTS.get(c))
             # PostgreSQL text cannot hold NUL; one in a client's model name or prompt must not make the
             # whole batch fail (and then fail again from the spool, forever).
-            if v.__class__ is str and "\x00" in v:
+            if isinstance(v, str) and "\x00" in v:
                 v = v.replace("\x00", "\ufffd")
             values.append(v)
         params.append(values)

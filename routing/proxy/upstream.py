@@ -25,6 +25,10 @@ class UpstreamError(ConnectionError):
     """The engine connection failed or closed before the answer was complete."""
 
 
+class UpstreamTimeout(TimeoutError):
+    """A deadline of the engine call passed (set by the caller's timer): the connection is not reused."""
+
+
 class ClientGone(UpstreamError):
     """The proxy's own client hung up, so the engine call was aborted on purpose (never retried)."""
 
@@ -282,4 +286,11 @@ def split_base_url(base_url: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-__all__: list[Any] = ["ClientGone", "UpstreamError", "UpstreamPool", "UpstreamResponse", "split_base_url"]
+__all__: list[Any] = [
+    "ClientGone",
+    "UpstreamError",
+    "UpstreamPool",
+    "UpstreamResponse",
+    "UpstreamTimeout",
+    "split_base_url",
+]
