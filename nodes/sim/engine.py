@@ -215,13 +215,13 @@ class SimEngine:
         clock = self.clock
         next_start = clock()
         while True:
-            if self.hung:
-                await asyncio.Event().wait()
             if not self.running and not self.waiting:
                 self._wake.clear()
                 self._update_gauges()
                 await self._wake.wait()
                 next_start = clock()
+            if self.hung:  # checked after the wake-up too: the request that hangs it must not get a step
+                await asyncio.Event().wait()
             plan, dt = self.plan_step()
             if not plan.items:
                 # Nothing fits (a lone sequence larger than the whole cache); wait for a change.

@@ -542,6 +542,10 @@ class SimServer:
                     ],
                 }
                 parts.append(b"data: " + dumps(echo) + b"\n\n")
+        # vLLM sends the role (and echo) chunk from inside its loop over engine outputs, i.e. with the
+        # first token: until the engine produces one, a stream is headers only (a hung engine sends
+        # nothing more, which is what a proxy's first-byte timeout is for).
+        engine_spoke = False
         while True:
             event.clear()
             for i, s in enumerate(seqs):
@@ -551,6 +555,7 @@ class SimServer:
                 finished = s.finished
                 if end == sent[i] and not finished:
                     continue
+                engine_spoke = True
                 if hold[i]:
                     # Like vLLM's detokenizer, keep back as many characters as a stop string could
                     # still need, so a stop string spanning several tokens is never half-sent.
@@ -611,7 +616,7 @@ class SimServer:
                 parts.append(b"data: [DONE]\n\n")
                 await resp.write(b"".join(parts))
                 break
-            if parts:
+            if parts and engine_spoke:
                 await resp.write(b"".join(parts))
                 parts = []
             await event.wait()

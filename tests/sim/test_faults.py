@@ -36,6 +36,36 @@ def test_hang_after_n_requests_stops_progress_but_health_stays_200(sim_factory: 
     assert sim.alive()
 
 
+def test_hung_stream_sends_headers_but_no_role_chunk(sim_factory: SimFactory) -> None:
+    """As in vLLM, the role chunk goes out with the first engine output, so a hung engine's stream is
+    headers only (what a proxy's first-byte timeout must catch); a healthy one sends role and text."""
+    import http.client
+    import json
+
+    for hang, expect_body in (("0", False), ("5", True)):
+        sim = sim_factory("--max-model-len", "2048", "--sim-hang-after", hang)
+        conn = http.client.HTTPConnection("127.0.0.1", sim.port, timeout=5)
+        body = {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 3,
+            "stream": True,
+        }
+        conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        assert resp.status == 200
+        assert resp.fp is not None
+        sock = resp.fp.raw._sock  # type: ignore[attr-defined]
+        sock.settimeout(1.0)
+        if expect_body:
+            first = resp.read1(65536)
+            assert b'"role":"assistant"' in first and b'"content":"' in first
+        else:
+            with pytest.raises(TimeoutError):
+                resp.read1(65536)
+        conn.close()
+
+
 def test_slow_start_accepts_connections_but_answers_only_when_ready(sim_factory: SimFactory) -> None:
     t0 = time.monotonic()
     sim = start_sim(MODEL, "--max-model-len", "2048", "--sim-startup-delay", "2", wait=False)
