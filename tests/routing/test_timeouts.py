@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from routing.models import RequestLog, RoutePool
 from tests.routing.conftest import Proc, make_tenant_key
@@ -14,7 +15,7 @@ from tests.routing.fleet import start_member
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-HI = [{"role": "user", "content": "hi"}]
+HI: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
 
 
 def _rows(count: int) -> list[RequestLog]:
