@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -16,8 +17,13 @@ from routing.choices import Scorer
 
 # Bounded-load consistent hashing: no endpoint takes more than (1 + epsilon) x the average load.
 LOAD_BOUND_EPSILON = 0.25
-PREFIX_CHARS = 1024
-PREFIX_GRANULARITY = 64
+# Prefix affinity keys on the prompt's leading blocks of PREFIX_BLOCK_TOKENS tokens (vLLM's default
+# block size, the unit its prefix cache shares), chained as vLLM chains them, up to PREFIX_BLOCKS blocks.
+PREFIX_BLOCK_TOKENS = 16
+PREFIX_BLOCKS = 16
+PREFIX_TOKENS = PREFIX_BLOCK_TOKENS * PREFIX_BLOCKS
+# Without a tokenizer, character blocks stand in for token blocks (about four characters per token).
+PREFIX_BLOCK_CHARS = 4 * PREFIX_BLOCK_TOKENS
 
 
 @dataclass(slots=True)
@@ -40,18 +46,47 @@ class ScoreRequest:
     session_key: str | None = None
 
 
-def prefix_key(text: str) -> bytes | None:
-    """The routing key for a prompt's leading blocks: its first PREFIX_CHARS characters, cut to a block edge.
+def chained_block_hashes(blocks: Sequence[bytes]) -> list[bytes]:
+    """Each block's hash chained with its parent's, as vLLM's prefix cache hashes KV blocks.
 
-    Character blocks stand in for token blocks so that prompts sharing a long prefix map to one key
-    without tokenizing; prompts too short to share a block get no key.
+    The hash of block i commits to blocks 0..i, so two prompts share block i's hash exactly when they
+    share everything up to the end of that block.
     """
-    if len(text) < PREFIX_GRANULARITY:
+    out: list[bytes] = []
+    parent = b""
+    for block in blocks:
+        parent = hashlib.blake2b(parent + block, digest_size=16).digest()
+        out.append(parent)
+    return out
+
+
+def token_prefix_key(ids: Sequence[int]) -> bytes | None:
+    """The routing key of a prompt's leading token ids: the chained hash of its first full blocks.
+
+    Up to PREFIX_BLOCKS blocks of PREFIX_BLOCK_TOKENS; a prompt shorter than one block gets no key.
+    """
+    full = min(len(ids), PREFIX_TOKENS) // PREFIX_BLOCK_TOKENS
+    if not full:
         return None
-    cut = min(len(text), PREFIX_CHARS)
-    cut -= cut % PREFIX_GRANULARITY
-    # Digest once here, so ranking endpoints hashes 16 bytes per endpoint instead of the whole prefix.
-    return hashlib.blake2b(text[:cut].encode("utf-8", errors="replace"), digest_size=16).digest()
+    packed = array("Q", ids[: full * PREFIX_BLOCK_TOKENS]).tobytes()
+    step = PREFIX_BLOCK_TOKENS * 8
+    return chained_block_hashes([packed[i : i + step] for i in range(0, len(packed), step)])[-1]
+
+
+def prefix_key(text: str) -> bytes | None:
+    """The routing key of a prompt's leading text, for versions without a known tokenizer.
+
+    Character blocks of PREFIX_BLOCK_CHARS (about PREFIX_BLOCK_TOKENS tokens) stand in for token
+    blocks, up to PREFIX_BLOCKS of them; a prompt shorter than one block gets no key.
+    """
+    full = min(len(text), PREFIX_BLOCKS * PREFIX_BLOCK_CHARS) // PREFIX_BLOCK_CHARS
+    if not full:
+        return None
+    blocks = [
+        text[i : i + PREFIX_BLOCK_CHARS].encode("utf-8", errors="replace")
+        for i in range(0, full * PREFIX_BLOCK_CHARS, PREFIX_BLOCK_CHARS)
+    ]
+    return chained_block_hashes(blocks)[-1]
 
 
 def _hrw_weights(key: bytes, loads: Sequence[EndpointLoad]) -> list[bytes]:
