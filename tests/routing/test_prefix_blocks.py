@@ -1,9 +1,11 @@
-"""Prefix affinity keys on chained hashes of the prompt's leading 16-token blocks, with bounded load."""
+"""Prefix affinity keys on the prompt's leading full 16-token blocks, with bounded load."""
 
 from __future__ import annotations
 
-import hashlib
 import math
+import os
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from routing.proxy.scorers import (
 )
 from routing.proxy.tokens import count_prompt_tokens, load_tokenizer
 from tests.routing.chat_tokenizer import write_tokenizer_dir
+from tests.routing.conftest import REPO
 
 
 def idle(n: int = 4) -> list[EndpointLoad]:
@@ -29,15 +32,33 @@ def home(key: bytes | None, loads: list[EndpointLoad] | None = None) -> int:
     return choose("prefix_affinity", loads or idle(), ScoreRequest(prefix_key=key))[0]
 
 
-def test_key_is_the_chained_hash_of_the_leading_blocks() -> None:
-    ids = list(range(1000, 1000 + 3 * PREFIX_BLOCK_TOKENS + 5))
-    parent = b""
-    for b in range(3):  # three full blocks; the five ids after them are not a full block
-        block = ids[b * PREFIX_BLOCK_TOKENS : (b + 1) * PREFIX_BLOCK_TOKENS]
-        data = b"".join(i.to_bytes(8, "little") for i in block)
-        parent = hashlib.blake2b(parent + data, digest_size=16).digest()
-    assert token_prefix_key(ids) == parent
+def test_key_covers_exactly_the_leading_full_blocks() -> None:
+    ids = list(range(1000, 1000 + 3 * PREFIX_BLOCK_TOKENS + 5))  # three full blocks and five ids
+    key = token_prefix_key(ids)
+    assert key is not None
+    assert token_prefix_key(ids[: 3 * PREFIX_BLOCK_TOKENS]) == key  # the partial block is left out
+    assert token_prefix_key(ids[: 3 * PREFIX_BLOCK_TOKENS - 1]) != key  # two blocks are another key
+    changed = list(ids)
+    changed[3 * PREFIX_BLOCK_TOKENS - 1] += 1  # the last id of the last full block
+    assert token_prefix_key(changed) != key
     assert token_prefix_key(ids[: PREFIX_BLOCK_TOKENS - 1]) is None  # no full block, no key
+
+
+def test_key_is_the_same_in_every_process() -> None:
+    # Proxy processes must agree on a prompt's home, whatever their hash seed.
+    code = "from routing.proxy.scorers import token_prefix_key as k; print(k(list(range(300))).hex())"
+    keys = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        for seed in ("1", "2")
+    }
+    assert keys == {(token_prefix_key(list(range(300))) or b"").hex()}
 
 
 def test_shared_long_prefix_lands_on_one_endpoint() -> None:
