@@ -6,6 +6,10 @@ Times `routing.proxy.scorers.choose` (the part of the decision that grows with t
 scorer over `--endpoints` candidates with varied loads and KV headroom, 20,000 decisions per
 repetition, median of 5 repetitions. The proxy exports the whole decision (policy rules + this)
 as `inferchain_proxy_route_decision_seconds`.
+
+Then the prefix key that `prefix_affinity` and `weighted` are given, built once per request at
+admission: one hash of the first 16 full blocks of 16 token ids (`token_prefix_key`, when the
+version's tokenizer is known) or of 64-character blocks (`prefix_key`, without one).
 """
 
 from __future__ import annotations
@@ -15,12 +19,14 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from routing.choices import Scorer
-from routing.proxy.scorers import EndpointLoad, ScoreRequest, choose, prefix_key
+from routing.proxy.scorers import EndpointLoad, ScoreRequest, choose, prefix_key, token_prefix_key
 
 
 def main() -> None:
@@ -57,6 +63,22 @@ def main() -> None:
                 choose(scorer.value, loads, requests[n % 100], weights=weights, rr=n)
             reps.append((time.perf_counter() - t0) / args.decisions * 1e6)
         print(f"| {scorer.value} | {statistics.median(reps):.2f} |")
+    id_prompts = [[rng.randrange(50_000) for _ in range(400)] for _ in range(100)]
+    print()
+    print("| prefix key | us per request (median of 5) |")
+    print("|---|---:|")
+    builds: list[tuple[str, Callable[[Any], bytes | None], Sequence[Any]]] = [
+        ("token blocks (256 of 400 ids)", token_prefix_key, id_prompts),
+        ("character blocks (1024 characters)", prefix_key, prompts),
+    ]
+    for label, build, inputs in builds:
+        reps = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for n in range(args.decisions):
+                build(inputs[n % 100])
+            reps.append((time.perf_counter() - t0) / args.decisions * 1e6)
+        print(f"| {label} | {statistics.median(reps):.2f} |")
 
 
 if __name__ == "__main__":

@@ -57,8 +57,8 @@ from routing.proxy.errors import (
 from routing.proxy.health import EndpointState
 from routing.proxy.limits import LEASE_MS, Admission, Limiter
 from routing.proxy.requestlog import RequestLogWriter
-from routing.proxy.scorers import EndpointLoad, ScoreRequest, choose, prefix_key
-from routing.proxy.tokens import count_prompt_tokens, load_tokenizer, prompt_text_parts
+from routing.proxy.scorers import EndpointLoad, ScoreRequest, choose, prefix_key, token_prefix_key
+from routing.proxy.tokens import chat_roles, count_prompt_tokens, load_tokenizer, prompt_text_parts
 from routing.proxy.upstream import ClientGone, UpstreamPool, UpstreamResponse, UpstreamTimeout, split_base_url
 from routing.services import maintain_request_log
 
@@ -819,12 +819,11 @@ class Proxy:
         tokenizer = None
         if model_info is not None and model_info.tokenizer_path:
             tokenizer = await self._tokenizer(model_info.tokenizer_path)
-        n_messages = len(body["messages"]) if ctx.kind == "chat" else 0
-        counted = count_prompt_tokens(parts, tokenizer, n_messages)
+        counted = count_prompt_tokens(parts, tokenizer, chat_roles(body) if ctx.kind == "chat" else None)
         prompt = body.get("prompt")
         if ctx.kind == "completion" and isinstance(prompt, list) and all(_is_int(t) for t in prompt):
             # A token-id prompt counts itself exactly.
-            counted = type(counted)(tokens=len(body["prompt"]), estimated=False)
+            counted = type(counted)(tokens=len(prompt), estimated=False, leading_ids=prompt)
         ctx.prompt_tokens = counted.tokens
         ctx.prompt_estimated = counted.estimated
         if info.log_prompts:
@@ -874,7 +873,11 @@ class Proxy:
         client_wants_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         score_req = ScoreRequest(
             tokens_needed=reserve,
-            prefix_key=prefix_key("".join(parts))
+            prefix_key=(
+                token_prefix_key(counted.leading_ids)
+                if counted.leading_ids is not None
+                else prefix_key("".join(parts))
+            )
             if pool.scorer in (Scorer.PREFIX_AFFINITY, Scorer.WEIGHTED)
             else None,
             session_key=_header(scope, pool.session_header.encode())

@@ -31,13 +31,17 @@ def test_gguf_vocabulary_counts_like_llama_cpp() -> None:
     llama_cpp = pytest.importorskip("llama_cpp")
     if gguf_path is None:
         pytest.skip("the SmolLM2 GGUF package is not installed")
-    tok = load_tokenizer(str(gguf_path))
-    assert tok is not None
+    loaded = load_tokenizer(str(gguf_path))
+    assert loaded is not None
     llm = llama_cpp.Llama(model_path=str(gguf_path), vocab_only=True, verbose=False)
     for text in TEXTS:
         expected = llm.tokenize(text.encode(), add_bos=False, special=False)
-        assert tok.encode(text, add_special_tokens=False).ids == expected
-        assert count_prompt_tokens([text], tok).tokens == len(expected)
+        assert loaded.tokenizer.encode(text, add_special_tokens=False).ids == expected
+        assert count_prompt_tokens([text], loaded).tokens == len(expected)
+    # Control tokens (as a rendered chat template holds them) are matched whole, as llama.cpp does.
+    templated = "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n"
+    expected = llm.tokenize(templated.encode(), add_bos=False, special=True)
+    assert loaded.tokenizer.encode(templated, add_special_tokens=False).ids == expected
 
 
 def test_tokenizer_json_is_used_and_not_estimated(tmp_path: Path) -> None:
@@ -47,8 +51,9 @@ def test_tokenizer_json_is_used_and_not_estimated(tmp_path: Path) -> None:
     path = tmp_path / "tokenizer.json"
     tok.save(str(path))
     loaded = load_tokenizer(str(path))
-    counted = count_prompt_tokens(["alpha beta alpha", "beta"], loaded, n_messages=2)
-    assert counted.tokens == 4 + 2 * 4 and not counted.estimated
+    assert loaded is not None
+    counted = count_prompt_tokens(["alpha beta alpha", "beta"], loaded)
+    assert counted.tokens == 4 and not counted.estimated
 
 
 def test_no_tokenizer_means_marked_estimate() -> None:
