@@ -1,50 +1,186 @@
-"""Prometheus metrics of the data plane, served at the proxy's /metrics (per process)."""
+"""Prometheus metrics of the data plane, served at the proxy's /metrics (per process).
+
+The per-request ones (requests, latency, TTFT, tokens, route decisions, decision time, in flight)
+are plain numbers updated on the event loop's thread and turned into metric families only when
+/metrics is scraped (`LoopMetrics`, a prometheus_client collector): prometheus_client's own
+counters take a lock per update and its histograms walk their buckets in Python, which came to
+about eight lock round trips per request. The rare ones (ejections, retries, limit rejections,
+spooled rows, key lookups) stay prometheus_client objects; the spool counter is updated from the
+request log's thread.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import bisect
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
-REQUESTS = Counter(
-    "inferchain_proxy_requests",
-    "Requests answered by the proxy.",
-    ["alias", "deployment", "status"],
-    registry=REGISTRY,
+
+class _CounterChild:
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def inc(self, amount: float = 1) -> None:
+        self.value += amount
+
+
+class _GaugeChild(_CounterChild):
+    __slots__ = ()
+
+    def dec(self, amount: float = 1) -> None:
+        self.value -= amount
+
+
+class _HistogramChild:
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one is +Inf
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+
+class LoopMetric:
+    """One metric with labels, updated only from the event loop's thread (no locks)."""
+
+    def __init__(
+        self, kind: str, name: str, doc: str, labels: Sequence[str] = (), buckets: Sequence[float] = ()
+    ):
+        self.kind, self.name, self.doc, self.labelnames = kind, name, doc, tuple(labels)
+        self.buckets = tuple(float(b) for b in buckets)
+        self.children: dict[tuple[str, ...], Any] = {}
+
+    def labels(self, *values: Any) -> Any:
+        key = tuple(str(v) for v in values)
+        child = self.children.get(key)
+        if child is None:
+            if self.kind == "histogram":
+                child = _HistogramChild(self.buckets)
+            elif self.kind == "gauge":
+                child = _GaugeChild()
+            else:
+                child = _CounterChild()
+            self.children[key] = child
+        return child
+
+    def observe(self, value: float) -> None:  # unlabelled histograms
+        self.labels().observe(value)
+
+    def family(self) -> Any:
+        if self.kind == "counter":
+            fam: Any = CounterMetricFamily(self.name, self.doc, labels=self.labelnames)
+            for key, child in list(self.children.items()):
+                fam.add_metric(key, child.value)
+        elif self.kind == "gauge":
+            fam = GaugeMetricFamily(self.name, self.doc, labels=self.labelnames)
+            for key, child in list(self.children.items()):
+                fam.add_metric(key, child.value)
+        else:
+            fam = HistogramMetricFamily(self.name, self.doc, labels=self.labelnames)
+            for key, child in list(self.children.items()):
+                running, buckets = 0, []
+                for bound, count in zip((*self.buckets, float("inf")), child.counts, strict=True):
+                    running += count
+                    buckets.append((_le(bound), running))
+                fam.add_metric(key, buckets, child.total)
+        return fam
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else repr(float(bound))
+
+
+class LoopMetrics(Collector):
+    def __init__(self) -> None:
+        self.metrics: list[LoopMetric] = []
+
+    def add(self, metric: LoopMetric) -> LoopMetric:
+        self.metrics.append(metric)
+        return metric
+
+    def collect(self) -> Iterator[Any]:
+        for metric in self.metrics:
+            yield metric.family()
+
+    def describe(self) -> Iterator[Any]:
+        return iter(())  # families are built at collect time; nothing to pre-register
+
+
+LOOP = LoopMetrics()
+REGISTRY.register(LOOP)
+
+REQUESTS = LOOP.add(
+    LoopMetric(
+        "counter",
+        "inferchain_proxy_requests",
+        "Requests answered by the proxy.",
+        ["alias", "deployment", "status"],
+    )
 )
-LATENCY = Histogram(
-    "inferchain_proxy_request_seconds",
-    "Total request latency as the client sees it.",
-    ["alias", "deployment"],
-    buckets=LATENCY_BUCKETS,
-    registry=REGISTRY,
+LATENCY = LOOP.add(
+    LoopMetric(
+        "histogram",
+        "inferchain_proxy_request_seconds",
+        "Total request latency as the client sees it.",
+        ["alias", "deployment"],
+        LATENCY_BUCKETS,
+    )
 )
-TTFT = Histogram(
-    "inferchain_proxy_ttft_seconds",
-    "Time to the first byte of the upstream answer.",
-    ["alias", "deployment"],
-    buckets=LATENCY_BUCKETS,
-    registry=REGISTRY,
+TTFT = LOOP.add(
+    LoopMetric(
+        "histogram",
+        "inferchain_proxy_ttft_seconds",
+        "Time to the first byte of the upstream answer.",
+        ["alias", "deployment"],
+        LATENCY_BUCKETS,
+    )
 )
-TOKENS = Counter(
-    "inferchain_proxy_tokens",
-    "Tokens processed, by kind (prompt or completion).",
-    ["alias", "kind"],
-    registry=REGISTRY,
+TOKENS = LOOP.add(
+    LoopMetric(
+        "counter",
+        "inferchain_proxy_tokens",
+        "Tokens processed, by kind (prompt or completion).",
+        ["alias", "kind"],
+    )
 )
-ROUTE_DECISIONS = Counter(
-    "inferchain_proxy_route_decisions",
-    "Endpoint choices, by pool, scorer and endpoint.",
-    ["pool", "scorer", "deployment"],
-    registry=REGISTRY,
+ROUTE_DECISIONS = LOOP.add(
+    LoopMetric(
+        "counter",
+        "inferchain_proxy_route_decisions",
+        "Endpoint choices, by pool, scorer and endpoint.",
+        ["pool", "scorer", "deployment"],
+    )
 )
-DECISION_SECONDS = Histogram(
-    "inferchain_proxy_route_decision_seconds",
-    "Time spent choosing a pool and an endpoint.",
-    buckets=(1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 1e-3),
-    registry=REGISTRY,
+DECISION_SECONDS = LOOP.add(
+    LoopMetric(
+        "histogram",
+        "inferchain_proxy_route_decision_seconds",
+        "Time spent choosing a pool and an endpoint.",
+        (),
+        (1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 1e-3),
+    )
+)
+INFLIGHT = LOOP.add(
+    LoopMetric(
+        "gauge",
+        "inferchain_proxy_inflight",
+        "Requests in flight from this process, by deployment.",
+        ["deployment"],
+    )
 )
 EJECTIONS = Counter(
     "inferchain_proxy_ejections",
@@ -59,12 +195,6 @@ LIMIT_REJECTIONS = Counter(
     "inferchain_proxy_limit_rejections",
     "Requests refused by admission control, by reason.",
     ["reason"],
-    registry=REGISTRY,
-)
-INFLIGHT = Gauge(
-    "inferchain_proxy_inflight",
-    "Requests in flight from this process, by deployment.",
-    ["deployment"],
     registry=REGISTRY,
 )
 REQUEST_LOG_SPOOLED = Counter(
