@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/proxy_memory.py [--requests 100000] [--clients 32]
 
-Runs the standalone proxy (one worker) in front of the trivial backend, with its SQLite request log,
+Runs the standalone proxy (one worker) in front of the trivial backend, with its request log in a
+scratch PostgreSQL database (`--db sqlite` for the demo's SQLite),
 sends `--requests` requests (every fourth one streaming), and samples the proxy's RSS from
 /proc/<pid>/status every 10,000 requests. Growth is measured from the sample after the first 10,000
 (warm-up: connection pools, caches, metric children) to the last. Target: under 5 %.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -26,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from proxy_overhead import (
     BENCH_DIR,
     BODY,
+    bench_database,
     free_port,
     setup_inferchain_db,
     spawn,
@@ -72,10 +75,12 @@ def main() -> None:
     )
     parser.add_argument("--requests", type=int, default=100_000)
     parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--db", choices=("postgres", "sqlite"), default="postgres")
     args = parser.parse_args()
     BENCH_DIR.mkdir(parents=True, exist_ok=True)
     logs = Path(tempfile.mkdtemp(prefix="proxy-mem-"))
     procs: list[subprocess.Popen[bytes]] = []
+    databases = contextlib.ExitStack()
     try:
         backend_port = free_port()
         procs.append(
@@ -84,9 +89,7 @@ def main() -> None:
             )
         )
         wait_ready(f"http://127.0.0.1:{backend_port}/health", procs[-1])
-        db_path = BENCH_DIR / "bench-mem.sqlite3"
-        db_path.unlink(missing_ok=True)
-        db_url = f"sqlite:///{db_path}"
+        db_url = databases.enter_context(bench_database(args.db, "memory"))
         key = setup_inferchain_db(db_url)
         port = free_port()
         env = {
@@ -112,6 +115,7 @@ def main() -> None:
     finally:
         for proc in reversed(procs):
             stop(proc)
+        databases.close()
     for n, kib in samples:
         print(f"after {n:>7,d} requests: RSS {kib / 1024:7.1f} MiB")
     base, last = samples[0][1], samples[-1][1]
