@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import gc
 import hashlib
 import hmac
@@ -1383,9 +1384,7 @@ class Proxy:
         )
 
 
-def _utcnow() -> Any:
-    import datetime as dt
-
+def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
