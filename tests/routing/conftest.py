@@ -24,6 +24,7 @@ from django.db import connection
 
 from console.models import Quota, Tenant
 from console.services import issue_api_key
+from tests.routing.fleet import FleetMember, start_member
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -186,3 +187,12 @@ def post(
             return Reply(resp.status, {k.lower(): v for k, v in resp.headers.items()}, resp.read().decode())
     except urllib.error.HTTPError as err:
         return Reply(err.code, {k.lower(): v for k, v in err.headers.items()}, err.read().decode())
+
+
+@pytest.fixture
+def three_sims(transactional_db: None, redis_clean: None) -> Iterator[list[FleetMember]]:
+    """Three ready simulator deployments serving `llama`, stopped at teardown."""
+    members = [start_member("llama") for _ in range(3)]
+    yield members
+    for member in members:
+        member.sim.stop()

@@ -76,14 +76,6 @@ def test_templated_length_over_max_model_len_is_refused_before_the_engine(
     assert not rows[0].prompt_tokens_estimated
 
 
-@pytest.fixture
-def three_sims(transactional_db: None, redis_clean: None) -> Iterator[list[FleetMember]]:
-    members = [start_member("llama") for _ in range(3)]
-    yield members
-    for member in members:
-        member.sim.stop()
-
-
 def test_prefix_affinity_on_token_blocks(
     start_proxy: Callable[..., Proc], three_sims: list[FleetMember], tmp_path: Path
 ) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -13,17 +13,9 @@ from console.redis_client import get_redis
 from console.redis_client import key as rkey
 from routing.models import RequestLog, RoutePool
 from tests.routing.conftest import Proc, make_tenant_key
-from tests.routing.fleet import FleetMember, start_member
+from tests.routing.fleet import FleetMember
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def three_sims(transactional_db: None, redis_clean: None) -> Iterator[list[FleetMember]]:
-    members = [start_member("llama") for _ in range(3)]
-    yield members
-    for member in members:
-        member.sim.stop()
 
 
 def _chat(proxy: Proc, key: str, content: str, headers: dict[str, str] | None = None) -> None:
