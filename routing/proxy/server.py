@@ -208,6 +208,7 @@ class HttpProtocol(asyncio.Protocol):
         self.cycle: Cycle | None = None
         self.pending: deque[Cycle] = deque()
         self.last_active = time.monotonic()
+        self._rejected = False  # for the connection: after a refusal nothing more on it is trusted
         self._reset()
 
     def _reset(self) -> None:
@@ -217,7 +218,6 @@ class HttpProtocol(asyncio.Protocol):
         self._body: list[bytes] = []
         self._body_size = 0
         self._scope: Message | None = None
-        self._rejected = False
 
     # ---- asyncio.Protocol --------------------------------------------------------------------------
 

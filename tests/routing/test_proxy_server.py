@@ -36,6 +36,7 @@ class App:
 
     def __init__(self) -> None:
         self.events: list[str] = []
+        self.paths: list[str] = []
         self.release = asyncio.Event()
         self.disconnected = asyncio.Event()
         self.started = asyncio.Event()
@@ -53,6 +54,7 @@ class App:
         message = await receive()
         body = message["body"]
         path = scope["path"]
+        self.paths.append(path)
         if path == "/stream":
             await send(
                 {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]}
@@ -247,6 +249,19 @@ async def test_body_over_the_limit_by_length_is_refused_before_it_is_sent(server
     error = json.loads(resp["body"])["error"]
     assert error["code"] == "body_too_large" and str(MAX_BODY) in error["message"]
     assert await conn.closed()
+
+
+async def test_nothing_after_a_refused_request_is_served(server: tuple[int, App]) -> None:
+    port, app = server
+    conn = await connect(port)
+    # A whole message whose chunked body runs over the limit, then another request in the same write.
+    chunks = b"".join(b"%x\r\n%s\r\n" % (400, b"a" * 400) for _ in range(3)) + b"0\r\n\r\n"
+    refused = b"POST /big HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n" + chunks
+    conn.writer.write(refused + post("/smuggled", b"x"))
+    responses = await conn.read(2)
+    assert [r["status"] for r in responses] == [413]
+    await asyncio.sleep(0.1)
+    assert "/smuggled" not in app.paths  # never handed to the app
 
 
 async def test_chunked_body_over_the_limit_is_refused_while_reading(server: tuple[int, App]) -> None:
