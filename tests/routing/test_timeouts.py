@@ -37,14 +37,17 @@ def test_hung_engine_times_out_at_first_byte_and_is_retried_elsewhere(
         tk = make_tenant_key()
         proxy = start_proxy()
         client = openai.OpenAI(base_url=proxy.url + "/v1", api_key=tk.raw_key, max_retries=0)
-        for _ in range(2):  # round robin: one of the two starts on the hung engine
+        for _ in range(2):  # round robin: at least one of the two starts on the hung engine
             stream = client.chat.completions.create(model="llama", messages=HI, max_tokens=4, stream=True)
             assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
         rows = _rows(2)
         assert [r.status for r in rows] == [200, 200]
-        retried = [r for r in rows if r.retries == 1]
-        assert len(retried) == 1 and retried[0].deployment_id == healthy.deployment.pk
-        assert retried[0].latency_ms is not None and 450 <= retried[0].latency_ms < 5000
+        # Every answer came from the healthy engine. Round robin counts retries too, so one or both
+        # requests start on the hung engine; each that did waited out the first-byte timeout once.
+        assert all(r.deployment_id == healthy.deployment.pk for r in rows)
+        retried = [r for r in rows if r.retries]
+        assert retried and all(r.retries == 1 for r in retried)
+        assert all(r.latency_ms is not None and 450 <= r.latency_ms < 5000 for r in retried)
     finally:
         hung.sim.stop()
         healthy.sim.stop()
