@@ -885,9 +885,13 @@ class Proxy:
             if pool.scorer == Scorer.SESSION_AFFINITY
             else None,
         )
-        await self._forward(
-            ctx, pool, candidates, score_req, upstream, reason, route_time, send, client_wants_usage
-        )
+        watch = DisconnectWatch(ctx)
+        try:
+            await self._try_endpoints(
+                ctx, pool, candidates, score_req, upstream, reason, route_time, send, client_wants_usage
+            )
+        finally:
+            watch.cancel()
 
     async def _tokenizer(self, path: str) -> Any:
         if path in self.tokenizers:
@@ -959,26 +963,6 @@ class Proxy:
         return DEFAULT_OUTPUT_RESERVE
 
     # ---- upstream --------------------------------------------------------------------------------
-
-    async def _forward(
-        self,
-        ctx: RequestContext,
-        pool: Pool,
-        candidates: list[Endpoint],
-        score_req: ScoreRequest,
-        upstream: dict[str, Any],
-        reason: str,
-        route_time: float,
-        send: Send,
-        client_wants_usage: bool,
-    ) -> None:
-        watch = DisconnectWatch(ctx)
-        try:
-            await self._try_endpoints(
-                ctx, pool, candidates, score_req, upstream, reason, route_time, send, client_wants_usage
-            )
-        finally:
-            watch.cancel()
 
     async def _try_endpoints(
         self,
