@@ -1,35 +1,16 @@
-import { useEffect } from "react";
 import { Link } from "react-router-dom";
-import type { Page as ApiPage } from "../../api/types";
 import { Card, ErrorState, Page } from "../../components/Page";
 import { StatusBadge } from "../../components/StatusBadge";
 import { Table } from "../../components/Table";
-import { useApi } from "../../hooks/useApi";
 import "../nodes/nodes.css";
 import { Sparkline } from "../nodes/Sparkline";
-import { type Deployment, formatBytes, formatPct, formatSeconds, type Host } from "../nodes/types";
-import { gpuKey, median, useFleetLive } from "../nodes/useFleetLive";
+import { formatBytes, formatPct, formatSeconds } from "../nodes/types";
+import { useFleet } from "../nodes/useFleet";
+import { gpuKey, median } from "../nodes/useFleetLive";
 
 /** The fleet at a glance: every GPU and engine, updated live from the node agents (about once a second). */
 export function DashboardPage() {
-  const hosts = useApi<ApiPage<Host>>("/api/hosts/", { limit: 200 });
-  const deployments = useApi<ApiPage<Deployment>>("/api/deployments/", { limit: 200 });
-  const live = useFleetLive([], (event) => {
-    // A state change anywhere in the fleet: refresh the list (states are in the database, metrics are live).
-    if (event.type === "deployment.state" || event.type === "host.state") {
-      deployments.reload();
-      hosts.reload();
-    }
-  });
-  const { reload: reloadHosts } = hosts;
-  const { reload: reloadDeployments } = deployments;
-  useEffect(() => {
-    // Anything that changed while the socket was (re)connecting is in the database: read it again.
-    if (live.connected) {
-      reloadHosts();
-      reloadDeployments();
-    }
-  }, [live.connected, reloadHosts, reloadDeployments]);
+  const { hosts, deployments, live } = useFleet();
   const latency = median(live.latenciesMs);
   const telemetry = Object.values(live.hosts).sort((a, b) => a.host.localeCompare(b.host));
   const anySimulated = telemetry.some((t) => t.simulated);

@@ -1,40 +1,23 @@
-import { useEffect, useState } from "react";
+import { useState } from "react";
 import { Link, useNavigate } from "react-router-dom";
 import { api } from "../../api/client";
-import type { Page as ApiPage } from "../../api/types";
 import { useAuth } from "../../auth";
 import { Card, ErrorState, Page } from "../../components/Page";
 import { StatusBadge } from "../../components/StatusBadge";
 import { Table } from "../../components/Table";
-import { useApi } from "../../hooks/useApi";
 import { DeployWizard } from "./DeployWizard";
 import "./nodes.css";
 import { Sparkline } from "./Sparkline";
-import { ageSeconds, type Deployment, formatBytes, formatPct, type Host } from "./types";
-import { gpuKey, useFleetLive } from "./useFleetLive";
+import { ageSeconds, formatBytes, formatPct } from "./types";
+import { useFleet } from "./useFleet";
+import { gpuKey } from "./useFleetLive";
 
 /** Hosts with their GPUs and heartbeats, and every deployment on them. */
 export function NodesPage() {
   const { isAdmin } = useAuth();
   const navigate = useNavigate();
   const [deploying, setDeploying] = useState(false);
-  const hosts = useApi<ApiPage<Host>>("/api/hosts/", { limit: 200 });
-  const deployments = useApi<ApiPage<Deployment>>("/api/deployments/", { limit: 200 });
-  const live = useFleetLive([], (event) => {
-    if (event.type === "deployment.state" || event.type === "host.state") {
-      deployments.reload();
-      hosts.reload();
-    }
-  });
-
-  const { reload: reloadHosts } = hosts;
-  const { reload: reloadDeployments } = deployments;
-  useEffect(() => {
-    if (live.connected) {
-      reloadHosts();
-      reloadDeployments();
-    }
-  }, [live.connected, reloadHosts, reloadDeployments]);
+  const { hosts, deployments, live } = useFleet();
 
   return (
     <Page
