@@ -1,8 +1,8 @@
 import { useState, type FormEvent } from "react";
 import { Navigate, useNavigate, useSearchParams } from "react-router-dom";
-import { ApiError } from "../../api/client";
 import { useAuth } from "../../auth";
 import { FormErrors, InputField } from "../../components/Field";
+import { useFormState } from "../../hooks/useFormState";
 
 /** Only same-site paths are followed after login, so `?next=` cannot send anyone elsewhere. */
 function safeNext(value: string | null): string {
@@ -16,26 +16,18 @@ export function LoginPage() {
   const next = safeNext(params.get("next"));
   const [username, setUsername] = useState("");
   const [password, setPassword] = useState("");
-  const [error, setError] = useState<ApiError | Error | null>(null);
-  const [busy, setBusy] = useState(false);
+  const { error, busy, run, errors: fieldErrors } = useFormState();
 
   if (me) return <Navigate to={next} replace />;
 
-  const submit = async (event: FormEvent) => {
+  const submit = (event: FormEvent) => {
     event.preventDefault();
-    setBusy(true);
-    setError(null);
-    try {
+    void run(async () => {
       await login(username, password);
       navigate(next, { replace: true });
-    } catch (err) {
-      setError(err instanceof Error ? err : new Error(String(err)));
-    } finally {
-      setBusy(false);
-    }
+    });
   };
 
-  const fieldErrors = error instanceof ApiError ? error.fieldErrors : undefined;
   return (
     <div className="login-screen">
       <form className="login-card" onSubmit={submit} noValidate>

@@ -1,6 +1,6 @@
 import { useState, type FormEvent } from "react";
 import { Link } from "react-router-dom";
-import { api, ApiError } from "../../api/client";
+import { api } from "../../api/client";
 import type { Page as ApiPage } from "../../api/types";
 import { useAuth } from "../../auth";
 import { Dialog } from "../../components/Dialog";
@@ -10,6 +10,7 @@ import { StatusBadge } from "../../components/StatusBadge";
 import { Table } from "../../components/Table";
 import { formatDateTime } from "../../format";
 import { useApi } from "../../hooks/useApi";
+import { useFormState } from "../../hooks/useFormState";
 import { ModelsNav } from "./ModelsNav";
 import type { ModelAlias, ModelVersion } from "./types";
 
@@ -90,14 +91,11 @@ function AliasDialog({ alias, versions, onClose, onDone }: { alias?: ModelAlias;
   const [version, setVersion] = useState(alias ? String(alias.active_version) : versions[0] ? String(versions[0].id) : "");
   const [tags, setTags] = useState(alias?.task_tags.join(", ") ?? "");
   const [description, setDescription] = useState(alias?.description ?? "");
-  const [error, setError] = useState<Error | null>(null);
-  const [busy, setBusy] = useState(false);
+  const { error, busy, run, errors } = useFormState();
 
-  const submit = async (event: FormEvent) => {
+  const submit = (event: FormEvent) => {
     event.preventDefault();
-    setBusy(true);
-    setError(null);
-    try {
+    void run(async () => {
       if (alias) {
         await api.post(`/api/model-aliases/${alias.id}/switch/`, { version: Number(version) });
       } else {
@@ -105,13 +103,8 @@ function AliasDialog({ alias, versions, onClose, onDone }: { alias?: ModelAlias;
         await api.post("/api/model-aliases/", { name, active_version: version ? Number(version) : null, task_tags, description });
       }
       onDone();
-    } catch (err) {
-      setError(err instanceof Error ? err : new Error(String(err)));
-    } finally {
-      setBusy(false);
-    }
+    });
   };
-  const errors = error instanceof ApiError ? error.fieldErrors : undefined;
   const options = versions.map((v) => ({ value: String(v.id), label: `${v.model_name}@${v.revision} (${v.state})` }));
   return (
     <Dialog title={alias ? `Switch ${alias.name}` : "New alias"} open onClose={onClose} testId="alias-dialog">

@@ -1,5 +1,5 @@
 import { useState, type FormEvent } from "react";
-import { api, ApiError } from "../../api/client";
+import { api } from "../../api/client";
 import type { Page as ApiPage } from "../../api/types";
 import { FormErrors, InputField, SelectField } from "../../components/Field";
 import { Card, Page } from "../../components/Page";
@@ -7,6 +7,7 @@ import { StatusBadge } from "../../components/StatusBadge";
 import { Table } from "../../components/Table";
 import { useApi } from "../../hooks/useApi";
 import { useQueryParams } from "../../hooks/useQueryParams";
+import { useFormState } from "../../hooks/useFormState";
 import { ModelsNav } from "./ModelsNav";
 import { KV_DTYPES, QUANT_METHODS, formatBytes, type FitResult, type ModelVersion } from "./types";
 
@@ -24,15 +25,12 @@ export function FitCalculatorPage() {
   const [overheadGib, setOverheadGib] = useState("1");
   const [gpus, setGpus] = useState("1");
   const [result, setResult] = useState<FitResult | null>(null);
-  const [error, setError] = useState<Error | null>(null);
-  const [busy, setBusy] = useState(false);
+  const { error, busy, run, errors } = useFormState();
   const chosen = version || (versions.data?.results[0] ? String(versions.data.results[0].id) : "");
 
   const submit = async (event: FormEvent) => {
     event.preventDefault();
-    setBusy(true);
-    setError(null);
-    try {
+    const ok = await run(async () => {
       const body: Record<string, unknown> = {
         version: chosen ? Number(chosen) : null,
         // Tensor parallelism splits weights and KV cache over the GPUs; the API takes their total memory.
@@ -46,14 +44,9 @@ export function FitCalculatorPage() {
       if (method) body.method = method;
       if (kvDtype) body.kv_cache_dtype = kvDtype;
       setResult(await api.post<FitResult>("/api/fit-check/", body));
-    } catch (err) {
-      setResult(null);
-      setError(err instanceof Error ? err : new Error(String(err)));
-    } finally {
-      setBusy(false);
-    }
+    });
+    if (!ok) setResult(null); // a failed check shows its error, not the last result
   };
-  const errors = error instanceof ApiError ? error.fieldErrors : undefined;
   return (
     <Page title="Models" subtitle="Answer “will it fit?” before anything is launched.">
       <ModelsNav />

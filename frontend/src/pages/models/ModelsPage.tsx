@@ -11,6 +11,7 @@ import { Pagination, Table } from "../../components/Table";
 import { formatDateTime, formatNumber } from "../../format";
 import { useApi } from "../../hooks/useApi";
 import { useQueryParams } from "../../hooks/useQueryParams";
+import { useFormState } from "../../hooks/useFormState";
 import { ModelsNav } from "./ModelsNav";
 import { ProblemsTable } from "./ProblemsTable";
 import { formatBytes, formatParams, type ModelFamily, type ModelVersion, type Problem, type QuantizationConfig } from "./types";
@@ -123,24 +124,16 @@ function CreateModelDialog({ onClose, onCreated }: { onClose: () => void; onCrea
   const [name, setName] = useState("");
   const [tags, setTags] = useState("");
   const [description, setDescription] = useState("");
-  const [error, setError] = useState<Error | null>(null);
-  const [busy, setBusy] = useState(false);
+  const { error, busy, run, errors } = useFormState();
 
-  const submit = async (event: FormEvent) => {
+  const submit = (event: FormEvent) => {
     event.preventDefault();
-    setBusy(true);
-    setError(null);
-    try {
+    void run(async () => {
       const task_tags = tags.split(",").map((t) => t.trim()).filter(Boolean);
       await api.post<ModelFamily>("/api/models/", { name, task_tags, description });
       onCreated();
-    } catch (err) {
-      setError(err instanceof Error ? err : new Error(String(err)));
-    } finally {
-      setBusy(false);
-    }
+    });
   };
-  const errors = error instanceof ApiError ? error.fieldErrors : undefined;
   return (
     <Dialog title="New model family" open onClose={onClose} testId="create-model-dialog">
       <form onSubmit={submit} noValidate>
@@ -178,16 +171,13 @@ function RegisterVersionDialog({
   const [quantization, setQuantization] = useState("");
   const [parent, setParent] = useState("");
   const [manifestFile, setManifestFile] = useState<File | null>(null);
-  const [error, setError] = useState<Error | null>(null);
-  const [busy, setBusy] = useState(false);
+  const { error, busy, run } = useFormState();
   const quants = useApi<ApiPage<QuantizationConfig>>("/api/quantization-configs/", { limit: 200 });
   const parents = useApi<ApiPage<ModelVersion>>("/api/model-versions/", { limit: 200 });
 
-  const submit = async (event: FormEvent) => {
+  const submit = (event: FormEvent) => {
     event.preventDefault();
-    setBusy(true);
-    setError(null);
-    try {
+    void run(async () => {
       const body: Record<string, unknown> = {
         model: model ? Number(model) : null,
         revision,
@@ -199,11 +189,7 @@ function RegisterVersionDialog({
       if (manifestFile) body.manifest = await manifestFile.text();
       const created = await api.post<ModelVersion>("/api/model-versions/", body);
       onCreated(created);
-    } catch (err) {
-      setError(err instanceof Error ? err : new Error(String(err)));
-    } finally {
-      setBusy(false);
-    }
+    });
   };
 
   const apiError = error instanceof ApiError ? error : null;

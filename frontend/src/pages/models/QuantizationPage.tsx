@@ -1,6 +1,6 @@
 import { useState, type FormEvent } from "react";
 import { Link } from "react-router-dom";
-import { api, ApiError } from "../../api/client";
+import { api } from "../../api/client";
 import type { Page as ApiPage } from "../../api/types";
 import { useAuth } from "../../auth";
 import { Dialog } from "../../components/Dialog";
@@ -9,6 +9,7 @@ import { Card, ErrorState, Page } from "../../components/Page";
 import { StatusBadge } from "../../components/StatusBadge";
 import { Table } from "../../components/Table";
 import { useApi } from "../../hooks/useApi";
+import { useFormState } from "../../hooks/useFormState";
 import { ModelsNav } from "./ModelsNav";
 import { KV_DTYPES, QUANT_METHODS, type LineageNode, type QuantizationConfig } from "./types";
 
@@ -89,14 +90,11 @@ function CreateQuantDialog({ onClose, onCreated }: { onClose: () => void; onCrea
   const [groupSize, setGroupSize] = useState("128");
   const [kvDtype, setKvDtype] = useState("auto");
   const [description, setDescription] = useState("");
-  const [error, setError] = useState<Error | null>(null);
-  const [busy, setBusy] = useState(false);
+  const { error, busy, run, errors } = useFormState();
 
-  const submit = async (event: FormEvent) => {
+  const submit = (event: FormEvent) => {
     event.preventDefault();
-    setBusy(true);
-    setError(null);
-    try {
+    void run(async () => {
       await api.post("/api/quantization-configs/", {
         name,
         method,
@@ -106,13 +104,8 @@ function CreateQuantDialog({ onClose, onCreated }: { onClose: () => void; onCrea
         description,
       });
       onCreated();
-    } catch (err) {
-      setError(err instanceof Error ? err : new Error(String(err)));
-    } finally {
-      setBusy(false);
-    }
+    });
   };
-  const errors = error instanceof ApiError ? error.fieldErrors : undefined;
   return (
     <Dialog title="New quantization config" open onClose={onClose} testId="quant-dialog">
       <form onSubmit={submit} noValidate>

@@ -1,9 +1,10 @@
 import { useRef, useState, type FormEvent } from "react";
-import { api, ApiError } from "../../api/client";
+import { api } from "../../api/client";
 import { QUOTA_FIELDS, type ApiKey, type ApiKeyCreated, type Quota } from "../../api/types";
 import { Dialog } from "../../components/Dialog";
 import { CheckboxField, FormErrors, InputField } from "../../components/Field";
 import { isoToLocalInput, localInputToIso } from "../../format";
+import { useFormState } from "../../hooks/useFormState";
 
 /** Name, scopes and expiry of a new key; the API answers with the secret, passed up once. */
 export function CreateKeyDialog({
@@ -20,21 +21,18 @@ export function CreateKeyDialog({
   const [name, setName] = useState("");
   const [scopes, setScopes] = useState("");
   const [expires, setExpires] = useState("");
-  const [error, setError] = useState<ApiError | Error | null>(null);
-  const [busy, setBusy] = useState(false);
+  const { error, busy, run, clearError, errors } = useFormState();
 
   const reset = () => {
     setName("");
     setScopes("");
     setExpires("");
-    setError(null);
+    clearError();
   };
 
-  const submit = async (event: FormEvent) => {
+  const submit = (event: FormEvent) => {
     event.preventDefault();
-    setBusy(true);
-    setError(null);
-    try {
+    void run(async () => {
       const body: Record<string, unknown> = {
         tenant: tenantId,
         name,
@@ -47,14 +45,9 @@ export function CreateKeyDialog({
       const created = await api.post<ApiKeyCreated>("/api/keys/", body);
       reset();
       onCreated(created);
-    } catch (err) {
-      setError(err instanceof Error ? err : new Error(String(err)));
-    } finally {
-      setBusy(false);
-    }
+    });
   };
 
-  const errors = error instanceof ApiError ? error.fieldErrors : undefined;
   return (
     <Dialog
       title="Create API key"
@@ -189,14 +182,11 @@ function EditKeyForm({ apiKey, onClose, onSaved }: { apiKey: ApiKey; onClose: ()
   const [expires, setExpires] = useState(isoToLocalInput(apiKey.expires_at));
   const [override, setOverride] = useState(Boolean(apiKey.quota_override));
   const [quota, setQuota] = useState(() => quotaDraft(apiKey.quota_override));
-  const [error, setError] = useState<ApiError | Error | null>(null);
-  const [busy, setBusy] = useState(false);
+  const { error, busy, run, errors } = useFormState();
 
-  const submit = async (event: FormEvent) => {
+  const submit = (event: FormEvent) => {
     event.preventDefault();
-    setBusy(true);
-    setError(null);
-    try {
+    void run(async () => {
       const body: Record<string, unknown> = {
         name,
         scopes: scopes
@@ -209,14 +199,9 @@ function EditKeyForm({ apiKey, onClose, onSaved }: { apiKey: ApiKey; onClose: ()
       if (expires !== isoToLocalInput(apiKey.expires_at)) body["expires_at"] = expires ? localInputToIso(expires) : null;
       await api.patch<ApiKey>(`/api/keys/${apiKey.id}/`, body);
       onSaved();
-    } catch (err) {
-      setError(err instanceof Error ? err : new Error(String(err)));
-    } finally {
-      setBusy(false);
-    }
+    });
   };
 
-  const errors = error instanceof ApiError ? error.fieldErrors : undefined;
   return (
     <Dialog title={`Edit key ${apiKey.name}`} open onClose={onClose} testId="edit-key-dialog" wide>
       <form onSubmit={submit} noValidate>

@@ -1,6 +1,6 @@
 import { useEffect, useState, type FormEvent } from "react";
 import { Link, useNavigate, useParams } from "react-router-dom";
-import { api, ApiError, errorMessage } from "../../api/client";
+import { api, errorMessage } from "../../api/client";
 import { QUOTA_FIELDS, type Page as ApiPage, type ApiKey, type Tenant } from "../../api/types";
 import { useAuth } from "../../auth";
 import { ConfirmDialog } from "../../components/Dialog";
@@ -10,6 +10,7 @@ import { StatusBadge } from "../../components/StatusBadge";
 import { Table } from "../../components/Table";
 import { formatDateTime, formatNumber, formatShortDateTime } from "../../format";
 import { useApi } from "../../hooks/useApi";
+import { useFormState } from "../../hooks/useFormState";
 import { CreateKeyDialog, EditKeyDialog, NewKeySecretDialog, quotaBody, quotaDraft } from "./KeyDialogs";
 
 /** One tenant: its settings, its quota and its API keys (create with a copy-once secret, revoke). */
@@ -77,26 +78,6 @@ export function TenantDetailPage() {
       />
     </Page>
   );
-}
-
-function useFormState() {
-  const [error, setError] = useState<ApiError | Error | null>(null);
-  const [busy, setBusy] = useState(false);
-  const [saved, setSaved] = useState(false);
-  const run = async (action: () => Promise<unknown>) => {
-    setBusy(true);
-    setError(null);
-    setSaved(false);
-    try {
-      await action();
-      setSaved(true);
-    } catch (err) {
-      setError(err instanceof Error ? err : new Error(String(err)));
-    } finally {
-      setBusy(false);
-    }
-  };
-  return { error, busy, saved, run, errors: error instanceof ApiError ? error.fieldErrors : undefined };
 }
 
 function TenantSettingsCard({ tenant, editable, onSaved }: { tenant: Tenant; editable: boolean; onSaved: () => void }) {

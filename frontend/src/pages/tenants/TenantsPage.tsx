@@ -1,6 +1,6 @@
 import { useState, type FormEvent } from "react";
 import { useNavigate } from "react-router-dom";
-import { api, ApiError } from "../../api/client";
+import { api } from "../../api/client";
 import type { Page as ApiPage, Tenant } from "../../api/types";
 import { useAuth } from "../../auth";
 import { Dialog } from "../../components/Dialog";
@@ -11,6 +11,7 @@ import { Pagination, Table } from "../../components/Table";
 import { formatDateTime, formatNumber } from "../../format";
 import { useApi } from "../../hooks/useApi";
 import { useQueryParams } from "../../hooks/useQueryParams";
+import { useFormState } from "../../hooks/useFormState";
 
 const LIMIT = 25;
 
@@ -75,33 +76,25 @@ function CreateTenantDialog({ open, onClose, onCreated }: { open: boolean; onClo
   const [name, setName] = useState("");
   const [description, setDescription] = useState("");
   const [logPrompts, setLogPrompts] = useState(false);
-  const [error, setError] = useState<ApiError | Error | null>(null);
-  const [busy, setBusy] = useState(false);
+  const { error, busy, run, clearError, errors } = useFormState();
 
   const close = () => {
     setName("");
     setDescription("");
     setLogPrompts(false);
-    setError(null);
+    clearError();
     onClose();
   };
 
-  const submit = async (event: FormEvent) => {
+  const submit = (event: FormEvent) => {
     event.preventDefault();
-    setBusy(true);
-    setError(null);
-    try {
+    void run(async () => {
       const tenant = await api.post<Tenant>("/api/tenants/", { name, description, log_prompts: logPrompts });
       close();
       onCreated(tenant);
-    } catch (err) {
-      setError(err instanceof Error ? err : new Error(String(err)));
-    } finally {
-      setBusy(false);
-    }
+    });
   };
 
-  const errors = error instanceof ApiError ? error.fieldErrors : undefined;
   return (
     <Dialog title="New tenant" open={open} onClose={close} testId="create-tenant-dialog">
       <form onSubmit={submit} noValidate>
