@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "inferchain.settings")
 
 import django
 

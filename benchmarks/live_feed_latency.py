@@ -4,7 +4,7 @@
 
 One simulated engine on a simulated host; the agent's supervisor loop (the code `run_agent` runs)
 samples GPUs and engine metrics once a second and pushes `host.telemetry` events through the
-Redis channel layer to the console (uvicorn, console.asgi) and on to a signed-in WebSocket client
+Redis channel layer to the console (uvicorn, inferchain.asgi) and on to a signed-in WebSocket client
 in this process. For each event the delay is arrival time minus the event's `ts` (the GPU sample
 time, same clock). Median, p95 and max on stdout; JSON in var/bench/live_feed_latency.json.
 Needs Redis (REDIS_URL); keeps everything else (SQLite, logs, model files) in a temporary directory.
@@ -41,7 +41,7 @@ def free_port() -> int:
 def configure(tmp: Path) -> dict[str, str]:
     """Environment shared by this process and the console subprocess; set before Django starts."""
     env = {
-        "DJANGO_SETTINGS_MODULE": "console.settings",
+        "DJANGO_SETTINGS_MODULE": "inferchain.settings",
         "DATABASE_URL": f"sqlite:///{tmp / 'db.sqlite3'}",
         "REDIS_KEY_PREFIX": f"benchlive{os.getpid()}:",
         "SECRET_KEY": secrets.token_urlsafe(40),
@@ -121,7 +121,7 @@ def start_engine(tmp: Path) -> Any:
 def start_console(env: dict[str, str], tmp: Path) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     log = (tmp / "console.log").open("wb")
-    argv = [sys.executable, "-m", "uvicorn", "console.asgi:application", "--host", "127.0.0.1"]
+    argv = [sys.executable, "-m", "uvicorn", "inferchain.asgi:application", "--host", "127.0.0.1"]
     argv += ["--port", str(port), "--loop", "uvloop", "--http", "httptools", "--log-level", "warning"]
     proc = subprocess.Popen(argv, cwd=REPO, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 30
@@ -187,7 +187,7 @@ def main() -> None:
 
         for deployment in Deployment.objects.filter(pid__isnull=False):
             process.stop_engine(deployment.pid, timeout=5)  # type: ignore[arg-type]
-        from console.redis_client import get_redis
+        from core.redis_client import get_redis
 
         redis = get_redis()
         for key in redis.scan_iter(match=f"{env['REDIS_KEY_PREFIX']}*", count=500):

@@ -85,7 +85,7 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 def setup_inferchain_db(db_url: str) -> str:
     """Migrate a SQLite database for the benchmark proxy and issue one unlimited key; returns the raw key."""
-    env = {**os.environ, "DATABASE_URL": db_url, "DJANGO_SETTINGS_MODULE": "console.settings"}
+    env = {**os.environ, "DATABASE_URL": db_url, "DJANGO_SETTINGS_MODULE": "inferchain.settings"}
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=REPO, env=env, check=True
     )

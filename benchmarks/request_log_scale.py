@@ -414,7 +414,7 @@ def main() -> None:
         conn.execute(f"DROP DATABASE IF EXISTS {SCRATCH_DB}")
         conn.execute(f"CREATE DATABASE {SCRATCH_DB}")
     os.environ["DATABASE_URL"] = url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "inferchain.settings")
     import django
 
     django.setup()

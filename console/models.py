@@ -1,4 +1,4 @@
-"""Users and roles, tenants, API keys, quotas and the audit log."""
+"""Users and roles, tenants, API keys and quotas."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from django.contrib.auth.models import AbstractUser
 from django.db import models
 from django.utils import timezone
 
-from console.choices import AuditAction, Role
+from console.choices import Role
 
 
 class User(AbstractUser):
@@ -108,23 +108,3 @@ class ApiKey(models.Model):
         if self.revoked_at is not None:
             return False
         return self.expires_at is None or self.expires_at > timezone.now()
-
-
-class AuditEvent(models.Model):
-    """One administrative change: who did what to which object, with before/after (secrets redacted)."""
-
-    actor = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    actor_name = models.CharField(max_length=150, blank=True, default="")
-    action = models.CharField(max_length=16, choices=AuditAction.choices)
-    object_type = models.CharField(max_length=64, db_index=True)
-    object_id = models.CharField(max_length=64, blank=True, default="")
-    object_repr = models.CharField(max_length=200, blank=True, default="")
-    before = models.JSONField(null=True, blank=True)
-    after = models.JSONField(null=True, blank=True)
-    created_at = models.DateTimeField(default=timezone.now, db_index=True)
-
-    class Meta:
-        ordering = ["-created_at", "-id"]
-
-    def __str__(self) -> str:
-        return f"{self.actor_name} {self.action} {self.object_type}:{self.object_id}"

@@ -1,11 +1,10 @@
-"""Domain logic for tenants, API keys, quotas and the audit trail. Views and tasks call these."""
+"""Domain logic for tenants, API keys and quotas. Views and tasks call these."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 import secrets
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,16 +12,13 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from console.choices import AuditAction
-from console.models import ApiKey, AuditEvent, Tenant, User
-from console.redis_client import publish_config_change
+from console.models import ApiKey, Tenant, User
+from core.audit import record_audit
+from core.choices import AuditAction
+from core.redis_client import publish_config_change
 
 KEY_PREFIX = "ick_"
 VISIBLE_PREFIX_LEN = 12
-SECRET_FIELD_NAMES = frozenset(
-    {"key", "raw_key", "secret", "hashed_key", "password", "api_key", "engine_api_key"}
-)
-REDACTED = "[redacted]"
 
 
 def hash_api_key(raw_key: str) -> str:
@@ -91,35 +87,3 @@ def find_api_key(raw_key: str) -> ApiKey | None:
     if candidate is None or not hmac.compare_digest(candidate.hashed_key, digest):
         return None
     return candidate
-
-
-def redact(data: Any) -> Any:
-    """A copy of `data` with every secret-looking field replaced, at any depth."""
-    if isinstance(data, Mapping):
-        return {k: (REDACTED if k in SECRET_FIELD_NAMES else redact(v)) for k, v in data.items()}
-    if isinstance(data, list):
-        return [redact(v) for v in data]
-    return data
-
-
-def record_audit(
-    *,
-    actor: User | None,
-    action: str,
-    obj: Any,
-    before: Mapping[str, Any] | None = None,
-    after: Mapping[str, Any] | None = None,
-    object_type: str | None = None,
-) -> AuditEvent:
-    """Write one audit event; before/after go through `redact` so no secret is ever stored."""
-    actor_user = actor if actor is not None and getattr(actor, "pk", None) else None
-    return AuditEvent.objects.create(
-        actor=actor_user,
-        actor_name=actor_user.get_username() if actor_user else "system",
-        action=action,
-        object_type=object_type or obj._meta.label_lower,
-        object_id=str(getattr(obj, "pk", "") or ""),
-        object_repr=str(obj)[:200],
-        before=redact(dict(before)) if before is not None else None,
-        after=redact(dict(after)) if after is not None else None,
-    )

@@ -13,9 +13,9 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from console.choices import AuditAction
-from console.redis_client import publish_config_change
-from console.services import record_audit
+from core.choices import AuditAction
+from core.redis_client import publish_config_change
+from core.audit import record_audit
 from models_registry.choices import ProblemKind, SourceKind, VersionState
 from models_registry.estimate import (
     DEFAULT_OVERHEAD_BYTES,
@@ -496,7 +496,7 @@ def push_verification_event(version_id: int, event: dict[str, Any]) -> None:
 
     Best effort: the run is already stored, so a Redis hiccup must not fail the task that made it.
     """
-    from console.live import push_live_event
+    from core.live import push_live_event
 
     try:
         push_live_event(version_group(version_id), event)
@@ -557,7 +557,7 @@ def state_on_host(version: ModelVersion, host_name: str) -> str:
 
 def enqueue_verification(version: ModelVersion, host_name: str) -> None:
     """Ask the node agent of `host_name` to verify the version, once the current transaction commits."""
-    from console.celery import enqueue_on_commit, node_queue
+    from core.celery import enqueue_on_commit, node_queue
     from models_registry.tasks import verify_version
 
     enqueue_on_commit(verify_version, version.pk, host_name, queue=node_queue(host_name))

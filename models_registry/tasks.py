@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from console.celery import app
+from core.celery import app
 from models_registry.services import verify_version_on_host
 
 

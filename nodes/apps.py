@@ -8,7 +8,7 @@ class NodesConfig(AppConfig):
     name = "nodes"
 
     def ready(self) -> None:
-        from console.celery import app
+        from core.celery import app
 
         # The bound for "unreachable" is NODE_UNREACHABLE_SECONDS after the last heartbeat plus this
         # period (docs/nodes.md); the sweep is one indexed query.

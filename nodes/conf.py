@@ -10,7 +10,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from console.env import env_float, env_int
+from core.env import env_float, env_int
 
 DEFAULTS: dict[str, float | int] = {
     # Telemetry and supervision tick of the agent.

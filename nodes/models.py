@@ -8,7 +8,7 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 
-from console.celery import node_queue
+from core.celery import node_queue
 from nodes.choices import DeploymentState, DesiredState, Engine, HostState
 
 HOST_NAME_VALIDATOR = RegexValidator(

@@ -25,8 +25,8 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from console.consumers import FLEET_GROUP, deployment_group, host_group
-from console.redis_client import get_redis, key, publish_config_change
+from core.live import FLEET_GROUP, deployment_group, host_group
+from core.redis_client import get_redis, key, publish_config_change
 from nodes.choices import ACTIVE_STATES, DeploymentState, DesiredState, Engine, HostState
 from nodes.conf import node_setting
 from nodes.engines import EngineSpec, get_adapter
@@ -111,7 +111,7 @@ def _forget_live(deployment_id: int) -> None:
 
 def push_event(groups: list[str], event: dict[str, Any]) -> None:
     """Push one event to browser groups; a Channels/Redis hiccup is logged, never raised."""
-    from console.live import push_live_event
+    from core.live import push_live_event
 
     for group in groups:
         try:
@@ -511,7 +511,7 @@ def redact_argv(argv: list[str], secret: str) -> list[str]:
 
 
 def _enqueue(task_name: str, deployment: Deployment, **kwargs: Any) -> None:
-    from console.celery import enqueue_on_commit
+    from core.celery import enqueue_on_commit
     from nodes import tasks
 
     task = getattr(tasks, task_name)

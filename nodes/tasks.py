@@ -6,7 +6,7 @@ owns the engine; the heartbeat sweep runs on the control queue from beat.
 
 from __future__ import annotations
 
-from console.celery import app
+from core.celery import app
 
 
 @app.task(name="nodes.launch_deployment", acks_late=True)

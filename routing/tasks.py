@@ -6,7 +6,7 @@ from typing import Any
 
 from celery import shared_task
 
-from console.celery import app
+from core.celery import app
 
 
 # The name predates partitions; kept so that queued messages and beat schedules still match.

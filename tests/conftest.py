@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 
 from console.choices import Role
 from console.models import User
-from console.redis_client import get_redis
+from core.redis_client import get_redis
 
 PASSWORD = "correct-horse-battery-9"
 

@@ -7,8 +7,8 @@ from django.db import transaction
 from django.utils import timezone
 from rest_framework import serializers
 
-from console.api.base import StrictModelSerializer, StrictSerializerMixin
-from console.models import ApiKey, AuditEvent, Quota, Tenant, User
+from console.models import ApiKey, Quota, Tenant, User
+from core.api.base import StrictModelSerializer, StrictSerializerMixin
 
 
 class QuotaSerializer(StrictModelSerializer):
@@ -141,24 +141,6 @@ class ApiKeyCreatedSerializer(ApiKeySerializer):
 
     class Meta(ApiKeySerializer.Meta):
         fields = [*ApiKeySerializer.Meta.fields, "key"]
-
-
-class AuditEventSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = AuditEvent
-        fields = [
-            "id",
-            "actor",
-            "actor_name",
-            "action",
-            "object_type",
-            "object_id",
-            "object_repr",
-            "before",
-            "after",
-            "created_at",
-        ]
-        read_only_fields = fields
 
 
 class UserSerializer(StrictModelSerializer):

@@ -8,7 +8,6 @@ from console.api import views
 router = DefaultRouter()
 router.register("tenants", views.TenantViewSet, basename="tenant")
 router.register("keys", views.ApiKeyViewSet, basename="apikey")
-router.register("audit", views.AuditEventViewSet, basename="audit")
 router.register("users", views.UserViewSet, basename="user")
 
 urlpatterns = [

@@ -14,21 +14,21 @@ from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from console.api.base import AuditedModelViewSet
 from console.api.serializers import (
     ApiKeyCreatedSerializer,
     ApiKeySerializer,
-    AuditEventSerializer,
     LoginSerializer,
     MeSerializer,
     TenantSerializer,
     UserSerializer,
     save_quota,
 )
-from console.choices import AuditAction
-from console.models import ApiKey, AuditEvent, Tenant, User
-from console.redis_client import publish_config_change
-from console.services import issue_api_key, record_audit, revoke_api_key
+from console.models import ApiKey, Tenant, User
+from console.services import issue_api_key, revoke_api_key
+from core.api.base import AuditedModelViewSet
+from core.audit import record_audit
+from core.choices import AuditAction
+from core.redis_client import publish_config_change
 
 
 class TenantViewSet(AuditedModelViewSet):
@@ -111,23 +111,6 @@ class ApiKeyViewSet(AuditedModelViewSet):
         api_key = self.get_object()
         revoke_api_key(api_key, actor=request.user)  # type: ignore[arg-type]
         return Response(self.get_serializer(api_key).data)
-
-
-class AuditEventFilter(django_filters.FilterSet):
-    since = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    until = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
-
-    class Meta:
-        model = AuditEvent
-        fields = ["action", "object_type", "object_id", "actor", "actor_name"]
-
-
-class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
-    serializer_class = AuditEventSerializer
-    queryset = AuditEvent.objects.all()
-    filterset_class = AuditEventFilter
-    search_fields = ["object_repr", "actor_name", "object_type"]
-    ordering_fields = ["created_at"]
 
 
 class UserViewSet(AuditedModelViewSet):

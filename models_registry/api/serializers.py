@@ -4,7 +4,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from console.api.base import StrictModelSerializer, StrictSerializerMixin
+from core.api.base import StrictModelSerializer, StrictSerializerMixin
 from models_registry.choices import KVCacheDtype, QuantMethod, VersionState
 from models_registry.models import (
     ManifestFile,

@@ -12,9 +12,9 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from console.api.base import AuditedModelViewSet
-from console.choices import AuditAction
-from console.services import record_audit
+from core.api.base import AuditedModelViewSet
+from core.choices import AuditAction
+from core.audit import record_audit
 from models_registry.api.serializers import (
     FitCheckSerializer,
     FitResultSerializer,
@@ -228,13 +228,13 @@ class ModelAliasViewSet(ProtectedDeleteMixin, AuditedModelViewSet):
         return ModelAlias.objects.select_related("active_version__model")
 
     def perform_create(self, serializer: Any) -> None:
-        from console.redis_client import publish_config_change
+        from core.redis_client import publish_config_change
 
         super().perform_create(serializer)
         publish_config_change("model_alias", name=serializer.instance.name)
 
     def perform_destroy(self, instance: Any) -> None:
-        from console.redis_client import publish_config_change
+        from core.redis_client import publish_config_change
 
         name = instance.name
         super().perform_destroy(instance)

@@ -8,7 +8,7 @@ import django
 
 
 def main() -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "inferchain.settings")
     django.setup()
     from nodes.agent.main import build_parser, run
 

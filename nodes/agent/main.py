@@ -53,7 +53,7 @@ def ensure_host(name: str, address: str | None) -> None:
 
 
 def run(options: Any) -> None:
-    from console.celery import app, node_queue
+    from core.celery import app, node_queue
     from nodes.agent.gpus import GpuSource
     from nodes.agent.supervisor import Supervisor
     from nodes.demo import simulated_gpu_config

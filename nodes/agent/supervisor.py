@@ -24,8 +24,8 @@ from typing import Any
 from django.db import close_old_connections
 from django.utils import timezone
 
-from console.consumers import FLEET_GROUP, deployment_group, host_group
-from console.redis_client import get_redis
+from core.live import FLEET_GROUP, deployment_group, host_group
+from core.redis_client import get_redis
 from nodes import process
 from nodes.agent import runtime
 from nodes.agent.gpus import GpuSource

@@ -6,7 +6,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from console.api.base import StrictModelSerializer, StrictSerializerMixin
+from core.api.base import StrictModelSerializer, StrictSerializerMixin
 from models_registry.models import ModelVersion, QuantizationConfig
 from nodes.choices import ACTIVE_STATES, Engine
 from nodes.models import Deployment, DeploymentEvent, Gpu, Host

@@ -13,9 +13,9 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from console.api.base import AuditedModelViewSet
-from console.choices import AuditAction
-from console.services import record_audit
+from core.api.base import AuditedModelViewSet
+from core.choices import AuditAction
+from core.audit import record_audit
 from nodes import process, services
 from nodes.api.serializers import (
     DeploymentEventSerializer,

@@ -6,7 +6,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from console.api.base import StrictModelSerializer
+from core.api.base import StrictModelSerializer
 from routing.models import RequestLog, RoutePolicy, RoutePool
 from routing.proxy.config import parse_rule
 from routing.proxy.requestlog import COLUMNS as REQUEST_LOG_COLUMNS

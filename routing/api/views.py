@@ -16,8 +16,8 @@ from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from console.api.base import AuditedModelViewSet
-from console.redis_client import publish_config_change
+from core.api.base import AuditedModelViewSet
+from core.redis_client import publish_config_change
 from routing.api.serializers import RequestLogSerializer, RoutePolicySerializer, RoutePoolSerializer
 from routing.models import RequestLog, RoutePolicy, RoutePool
 

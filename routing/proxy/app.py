@@ -29,8 +29,8 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from console.redis_client import CONFIG_CHANNEL, key_cache_generation, key_cache_record
-from console.redis_client import key as rkey
+from core.redis_client import CONFIG_CHANNEL, key_cache_generation, key_cache_record
+from core.redis_client import key as rkey
 from routing.choices import Priority, Scorer
 from routing.proxy import metrics as m
 from routing.proxy.config import (

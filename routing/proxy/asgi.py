@@ -6,7 +6,7 @@ import os
 
 import django
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "inferchain.settings")
 django.setup()
 
 from routing.proxy.app import build_proxy_app  # noqa: E402

@@ -373,8 +373,8 @@ def load_routing_snapshot() -> RoutingSnapshot:
 #
 # Records live under `<prefix>apikeys:rec:<hmac digest>` (hashes only, never a raw key) and carry
 # the global key generation `<prefix>apikeys:gen` they were read under (key names in
-# console.redis_client). Every key/tenant/quota change bumps that generation
-# (console.redis_client.publish_config_change) after its transaction commits, so a record read from
+# core.redis_client). Every key/tenant/quota change bumps that generation
+# (core.redis_client.publish_config_change) after its transaction commits, so a record read from
 # the database before the change can neither be written back (the Lua script below
 # compares generations) nor be used if it already was (readers compare the stamp).
 

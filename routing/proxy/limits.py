@@ -20,7 +20,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from console.redis_client import key as rkey
+from core.redis_client import key as rkey
 from routing.proxy.config import KeyInfo, Limits
 from routing.proxy.errors import rate_limited, unavailable
 

@@ -13,7 +13,8 @@ from django.conf import settings
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from console.models import ApiKey, AuditEvent
+from console.models import ApiKey
+from core.models import AuditEvent
 from console.services import find_api_key, hash_api_key
 from tests.console.factories import make_key, make_tenant
 

@@ -8,8 +8,9 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from console.models import AuditEvent, User
-from console.services import REDACTED, record_audit, redact
+from console.models import User
+from core.models import AuditEvent
+from core.audit import REDACTED, record_audit, redact
 from tests.console.factories import make_tenant
 
 pytestmark = pytest.mark.django_db

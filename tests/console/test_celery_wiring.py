@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from django.db import transaction
 
-from console.celery import app, enqueue_on_commit, node_queue
+from core.celery import app, enqueue_on_commit, node_queue
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from console.env import EnvError, env_bool, env_int, env_list, env_secret
+from core.env import EnvError, env_bool, env_int, env_list, env_secret
 
 
 def test_bool_accepts_only_true_or_false(monkeypatch: pytest.MonkeyPatch) -> None:

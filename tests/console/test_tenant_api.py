@@ -7,7 +7,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
-from console.models import AuditEvent, Quota, Tenant
+from console.models import Quota, Tenant
+from core.models import AuditEvent
 from tests.console.factories import make_key, make_tenant
 
 pytestmark = pytest.mark.django_db

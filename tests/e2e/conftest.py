@@ -31,7 +31,7 @@ from tests.e2e.harness import (
 
 @pytest.fixture
 def live_console(transactional_db: None, tmp_path: Path) -> Iterator[LiveConsole]:
-    """uvicorn console.asgi:application on a free port, sharing this test's database and Redis prefix.
+    """uvicorn inferchain.asgi:application on a free port, sharing this test's database and Redis prefix.
 
     `transactional_db` (not `db`): rows the test commits must be visible to the server process.
     """

@@ -109,7 +109,7 @@ def free_port() -> int:
 
 
 def start_console(log_dir: Path, extra_env: dict[str, str] | None = None) -> LiveConsole:
-    """Start `uvicorn console.asgi:application` on a free loopback port against this run's test database.
+    """Start `uvicorn inferchain.asgi:application` on a free loopback port against this run's test database.
 
     The subprocess shares the test process's database, Redis key prefix and secrets, so objects created
     with the ORM in a test (users, tenants, keys) are valid in the served app. Call `.stop()` when done.
@@ -117,7 +117,7 @@ def start_console(log_dir: Path, extra_env: dict[str, str] | None = None) -> Liv
     port = free_port()
     env = {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "console.settings",
+        "DJANGO_SETTINGS_MODULE": "inferchain.settings",
         "DATABASE_URL": subprocess_database_url(),
         "REDIS_URL": settings.REDIS_URL,
         "REDIS_KEY_PREFIX": settings.REDIS_KEY_PREFIX,
@@ -136,7 +136,7 @@ def start_console(log_dir: Path, extra_env: dict[str, str] | None = None) -> Liv
                 sys.executable,
                 "-m",
                 "uvicorn",
-                "console.asgi:application",
+                "inferchain.asgi:application",
                 "--host",
                 "127.0.0.1",
                 "--port",

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from console.models import AuditEvent, User
+from console.models import User
+from core.models import AuditEvent
 from tests.conftest import PASSWORD
 from tests.e2e.harness import LiveConsole, login, screenshot
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from console.live import push_live_event
+from core.live import push_live_event
 from console.models import User
 from tests.conftest import PASSWORD
 from tests.e2e.harness import LiveConsole, login

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from console.models import ApiKey, AuditEvent, Quota, Tenant, User
+from console.models import ApiKey, Quota, Tenant, User
+from core.models import AuditEvent
 from console.services import hash_api_key
 from tests.conftest import PASSWORD
 from tests.e2e.harness import LiveConsole, login, screenshot

@@ -12,8 +12,8 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from console.models import AuditEvent
-from console.redis_client import get_redis
+from core.models import AuditEvent
+from core.redis_client import get_redis
 from nodes.choices import DeploymentState, DesiredState
 from nodes.models import Host
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from console.redis_client import get_redis
+from core.redis_client import get_redis
 from nodes.services import live_deployment_key, live_gpu_key
 
 pytestmark = pytest.mark.django_db

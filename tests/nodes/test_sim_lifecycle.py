@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from console.redis_client import get_redis
+from core.redis_client import get_redis
 from nodes import process
 from nodes.agent import runtime
 from nodes.choices import DeploymentState, DesiredState

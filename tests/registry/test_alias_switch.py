@@ -11,8 +11,8 @@ import pytest
 from django.conf import settings
 from rest_framework.test import APIClient
 
-from console.models import AuditEvent
-from console.redis_client import CONFIG_CHANNEL, get_redis, key
+from core.models import AuditEvent
+from core.redis_client import CONFIG_CHANNEL, get_redis, key
 from models_registry.models import ModelAlias, ModelVersion
 from models_registry.services import verify_version_on_host
 from tests.registry.conftest import make_model_dir

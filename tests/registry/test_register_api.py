@@ -9,7 +9,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
-from console.models import AuditEvent
+from core.models import AuditEvent
 from models_registry.models import ManifestFile, Model, ModelVersion
 
 pytestmark = pytest.mark.django_db

@@ -8,7 +8,7 @@ import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
-from console.consumers import LiveConsumer
+from core.consumers import LiveConsumer
 from console.models import User
 from models_registry.services import verify_version_on_host, version_group
 from tests.registry.factories import register_dir

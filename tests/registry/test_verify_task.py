@@ -12,7 +12,7 @@ import pytest
 from django.conf import settings
 from rest_framework.test import APIClient
 
-from console.redis_client import get_redis
+from core.redis_client import get_redis
 from models_registry.models import VerificationRun
 from models_registry.tasks import verify_version
 from tests.registry.factories import register_dir

@@ -95,7 +95,7 @@ def proxy_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
         {
-            "DJANGO_SETTINGS_MODULE": "console.settings",
+            "DJANGO_SETTINGS_MODULE": "inferchain.settings",
             "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
             "REDIS_KEY_PREFIX": settings.REDIS_KEY_PREFIX,
             "REDIS_URL": settings.REDIS_URL,

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from console.redis_client import publish_config_change
+from core.redis_client import publish_config_change
 from routing.models import RequestLog
 from tests.routing.conftest import Proc, make_tenant_key, post
 from tests.routing.fleet import start_member

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from console.models import ApiKey
-from console.redis_client import get_redis, key_cache_record
+from core.redis_client import get_redis, key_cache_record
 from console.services import revoke_api_key
 from tests.routing.conftest import Proc, make_tenant_key, post
 

@@ -8,8 +8,8 @@ import pytest
 from django.conf import settings
 from rest_framework.test import APIClient
 
-from console.models import AuditEvent
-from console.redis_client import get_redis
+from core.models import AuditEvent
+from core.redis_client import get_redis
 from routing.models import RoutePolicy, RoutePool
 
 pytestmark = pytest.mark.django_db(transaction=True)

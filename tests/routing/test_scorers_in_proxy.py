@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import pytest
 
-from console.redis_client import get_redis
-from console.redis_client import key as rkey
+from core.redis_client import get_redis
+from core.redis_client import key as rkey
 from routing.models import RequestLog, RoutePool
 from tests.routing.conftest import Proc, make_tenant_key
 from tests.routing.fleet import FleetMember

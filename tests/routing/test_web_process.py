@@ -1,4 +1,4 @@
-"""`make run`'s web process (console.asgi) serves the proxy at /v1/ next to the console."""
+"""`make run`'s web process (inferchain.asgi) serves the proxy at /v1/ next to the console."""
 
 from __future__ import annotations
 

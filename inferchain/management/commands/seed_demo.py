@@ -10,6 +10,9 @@ from django.db import transaction
 from console.choices import Role
 from console.models import ApiKey, Quota, Tenant, User
 from console.services import issue_api_key, revoke_api_key
+from models_registry.demo import seed_registry
+from nodes.demo import seed_demo_fleet
+from routing.demo import seed_demo_routing
 
 DEMO_PASSWORD = "inferchain-demo"
 DEMO_USERS = (("admin", Role.ADMIN), ("evaluator", Role.EVALUATOR), ("viewer", Role.VIEWER))
@@ -50,16 +53,7 @@ class Command(BaseCommand):
         self.stdout.write(f"demo API key for tenant 'demo' (shown once): {issued.raw_key}")
 
     def extra_seed(self) -> None:
-        """Other apps' demo data (models, fleet) hooks in here."""
-        from models_registry.demo import seed_registry
-
-        for line in seed_registry():
-            self.stdout.write(line)
-        from nodes.demo import seed_demo_fleet
-
-        for line in seed_demo_fleet():
-            self.stdout.write(line)
-        from routing.demo import seed_demo_routing
-
-        for line in seed_demo_routing():
-            self.stdout.write(line)
+        """Each app's demo data: models, then the fleet that serves them, then the routing over it."""
+        for seed in (seed_registry, seed_demo_fleet, seed_demo_routing):
+            for line in seed():
+                self.stdout.write(line)

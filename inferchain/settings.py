@@ -8,7 +8,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from console.env import env_bool, env_float, env_int, env_list, env_secret, env_str
+from core.env import env_bool, env_float, env_int, env_list, env_secret, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -43,10 +43,12 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "channels",
+    "core",
     "console",
     "models_registry",
     "nodes",
     "routing",
+    "inferchain",
 ]
 
 MIDDLEWARE = [
@@ -60,9 +62,9 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
-ROOT_URLCONF = "console.urls"
-ASGI_APPLICATION = "console.asgi.application"
-WSGI_APPLICATION = "console.wsgi.application"
+ROOT_URLCONF = "inferchain.urls"
+ASGI_APPLICATION = "inferchain.asgi.application"
+WSGI_APPLICATION = "inferchain.wsgi.application"
 AUTH_USER_MODEL = "console.User"
 
 TEMPLATES = [
@@ -148,7 +150,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "console.api.errors.exception_handler",
+    "EXCEPTION_HANDLER": "core.api.errors.exception_handler",
 }
 
 SPECTACULAR_SETTINGS = {

@@ -8,7 +8,7 @@ from typing import Any
 from celery import Celery
 from kombu import Queue
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "inferchain.settings")
 
 app = Celery("inferchain")
 app.config_from_object("django.conf:settings", namespace="CELERY")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "inferchain.settings")
 
 from django.core.asgi import get_asgi_application
 
@@ -16,7 +16,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.urls import path  # noqa: E402
 
-from console.consumers import LiveConsumer  # noqa: E402
+from core.consumers import LiveConsumer  # noqa: E402
 from routing.proxy.app import build_proxy_app  # noqa: E402
 
 proxy_app = build_proxy_app()

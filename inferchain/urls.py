@@ -6,10 +6,11 @@ from django.contrib import admin
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from console.views import spa_index
+from inferchain.views import spa_index
 
 # Each app contributes its API under /api/ through its own api/urls.py.
 api_patterns = [
+    path("", include("core.api.urls")),
     path("", include("console.api.urls")),
     path("", include("models_registry.api.urls")),
     path("", include("nodes.api.urls")),

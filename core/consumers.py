@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-FLEET_GROUP = "live.fleet"
-GROUP_NAME = re.compile(r"^live\.[A-Za-z0-9_.\-]{1,90}$")
-
-
-def host_group(host_name: str) -> str:
-    return f"live.host.{host_name}"
-
-
-def deployment_group(deployment_id: int) -> str:
-    return f"live.deployment.{deployment_id}"
+from core.live import FLEET_GROUP, GROUP_NAME
 
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
