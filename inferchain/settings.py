@@ -113,6 +113,13 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": REDIS_KEY_PREFIX}
+# Every periodic task, in one place (beat reads it); each task is idempotent.
+CELERY_BEAT_SCHEDULE = {
+    # The bound for "unreachable" is NODE_UNREACHABLE_SECONDS after the last heartbeat plus this period
+    # (docs/nodes.md); the sweep is one indexed query.
+    "nodes-host-heartbeat-sweep": {"task": "nodes.check_host_heartbeats", "schedule": 2.0},
+    "routing-request-log-partitions-and-retention": {"task": "routing.prune_request_log", "schedule": 3600.0},
+}
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -166,8 +173,26 @@ MODEL_ROOTS = [Path(p) for p in env_list("MODEL_ROOTS", [str(BASE_DIR / "var" / 
 
 # Node agent identity: the host name this process acts for when it runs as an agent.
 NODE_NAME = env_str("NODE_NAME", "")
+# Node agents and their supervision; docs/nodes.md explains each.
 NODE_HEARTBEAT_SECONDS = env_float("NODE_HEARTBEAT_SECONDS", 2.0)
+# Telemetry and supervision tick of the agent.
+NODE_TELEMETRY_SECONDS = env_float("NODE_TELEMETRY_SECONDS", 1.0)
+# A host with no heartbeat for this long is unreachable.
+NODE_UNREACHABLE_SECONDS = env_float("NODE_UNREACHABLE_SECONDS", 6.0)
+# Running requests but no token progress (or no probe answered) for this long: hung.
+NODE_HANG_SECONDS = env_float("NODE_HANG_SECONDS", 30.0)
+NODE_STARTUP_TIMEOUT_SECONDS = env_float("NODE_STARTUP_TIMEOUT_SECONDS", 900.0)
+NODE_STOP_TIMEOUT_SECONDS = env_float("NODE_STOP_TIMEOUT_SECONDS", 20.0)
+NODE_MAX_RESTARTS = env_int("NODE_MAX_RESTARTS", 5)
+NODE_RESTART_BACKOFF_SECONDS = env_float("NODE_RESTART_BACKOFF_SECONDS", 2.0)
+NODE_RESTART_BACKOFF_MAX_SECONDS = env_float("NODE_RESTART_BACKOFF_MAX_SECONDS", 60.0)
+# Ready for this long resets the failed-restart count.
+NODE_STABLE_SECONDS = env_float("NODE_STABLE_SECONDS", 120.0)
+# Live values in Redis expire after this, so a dead agent's numbers never look current.
+NODE_LIVE_TTL_SECONDS = env_float("NODE_LIVE_TTL_SECONDS", 5.0)
 ENGINE_LOG_DIR = Path(env_str("ENGINE_LOG_DIR", str(BASE_DIR / "var" / "engines")))
+ENGINE_LOG_MAX_BYTES = env_int("ENGINE_LOG_MAX_BYTES", 20 * 1024 * 1024)
+ENGINE_LOG_KEEP = env_int("ENGINE_LOG_KEEP", 5)
 
 LOGGING = {
     "version": 1,

@@ -13,9 +13,9 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from core.audit import record_audit
 from core.choices import AuditAction
 from core.redis_client import publish_config_change
-from core.audit import record_audit
 from models_registry.choices import ProblemKind, SourceKind, VersionState
 from models_registry.estimate import (
     DEFAULT_OVERHEAD_BYTES,

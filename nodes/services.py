@@ -28,7 +28,6 @@ from django.utils import timezone
 from core.live import FLEET_GROUP, deployment_group, host_group
 from core.redis_client import get_redis, key, publish_config_change
 from nodes.choices import ACTIVE_STATES, DeploymentState, DesiredState, Engine, HostState
-from nodes.conf import node_setting
 from nodes.engines import EngineSpec, get_adapter
 from nodes.engines import vllm as vllm_adapter
 from nodes.engines.base import reserved_flags_in
@@ -216,7 +215,7 @@ def host_is_reachable(host: Host) -> bool:
     if host.last_heartbeat is None or host.state == HostState.UNREACHABLE:
         return False
     age = (timezone.now() - host.last_heartbeat).total_seconds()
-    return age <= node_setting("NODE_UNREACHABLE_SECONDS")
+    return age <= settings.NODE_UNREACHABLE_SECONDS
 
 
 def vllm_quantization_method(method: str | None) -> str | None:
@@ -630,7 +629,7 @@ def mark_unreachable_hosts() -> list[str]:
     Their ready engines become degraded (the proxy stops preferring them); the agent puts them back
     once heartbeats resume and its probes pass.
     """
-    cutoff = timezone.now() - timedelta(seconds=node_setting("NODE_UNREACHABLE_SECONDS"))
+    cutoff = timezone.now() - timedelta(seconds=settings.NODE_UNREACHABLE_SECONDS)
     stale = Host.objects.filter(
         Q(last_heartbeat__lt=cutoff), ~Q(state__in=[HostState.UNREACHABLE, HostState.UNKNOWN])
     )

@@ -4,22 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from celery import shared_task
-
 from core.celery import app
 
 
 # The name predates partitions; kept so that queued messages and beat schedules still match.
-@shared_task(name="routing.prune_request_log")
+@app.task(name="routing.prune_request_log")
 def prune_request_log_task() -> dict[str, Any]:
     """Idempotent: creates the coming days' partitions, drops (SQLite: deletes) what is past retention."""
     from routing.services import maintain_request_log
 
     return maintain_request_log().as_dict()
-
-
-@app.on_after_configure.connect
-def schedule_pruning(sender: Any, **_: Any) -> None:
-    sender.add_periodic_task(
-        3600.0, prune_request_log_task.s(), name="request log partitions and retention hourly"
-    )

@@ -8,7 +8,7 @@ from django.db import transaction
 from django.db.models import Prefetch
 from django.middleware.csrf import get_token
 from drf_spectacular.utils import extend_schema
-from rest_framework import status, viewsets
+from rest_framework import status
 from rest_framework.decorators import action, api_view, permission_classes
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.request import Request

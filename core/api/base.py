@@ -8,8 +8,8 @@ from typing import Any
 from django.db import transaction
 from rest_framework import serializers, viewsets
 
-from core.choices import AuditAction
 from core.audit import record_audit
+from core.choices import AuditAction
 
 
 class StrictSerializerMixin:

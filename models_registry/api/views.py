@@ -13,8 +13,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.api.base import AuditedModelViewSet
-from core.choices import AuditAction
 from core.audit import record_audit
+from core.choices import AuditAction
 from models_registry.api.serializers import (
     FitCheckSerializer,
     FitResultSerializer,

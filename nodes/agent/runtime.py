@@ -15,11 +15,11 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
+from django.conf import settings
 from django.utils import timezone
 
 from nodes import process
 from nodes.choices import DeploymentState, DesiredState
-from nodes.conf import engine_log_dir, node_int, node_setting
 from nodes.engines import get_adapter
 from nodes.models import Deployment
 from nodes.probes import http_get
@@ -56,7 +56,7 @@ def locked(deployment_id: int, *, wait: bool = True) -> Iterator[bool]:
 
 
 def engine_dir(host_name: str) -> Path:
-    return engine_log_dir() / host_name
+    return Path(settings.ENGINE_LOG_DIR) / host_name
 
 
 def _load(deployment_id: int) -> Deployment | None:
@@ -161,7 +161,7 @@ def _launch(deployment: Deployment) -> str:
         deployment_id=deployment.pk,
         port=deployment.port,
         start_token=deployment.start_token,
-        log_keep=node_int("ENGINE_LOG_KEEP"),
+        log_keep=settings.ENGINE_LOG_KEEP,
     )
     transition(
         deployment,
@@ -191,7 +191,7 @@ def reap_orphan(deployment: Deployment) -> bool:
     if not (process.is_alive(record.pid) and process.carries_token(record.pid, record.start_token)):
         return False
     log.warning("stopping orphaned engine pid %s of deployment %s", record.pid, deployment.pk)
-    process.stop_engine(record.pid, node_setting("NODE_STOP_TIMEOUT_SECONDS"))
+    process.stop_engine(record.pid, settings.NODE_STOP_TIMEOUT_SECONDS)
     process.forget_record(engine_dir(deployment.host.name), deployment.pk)
     return True
 
@@ -229,7 +229,7 @@ def stop(deployment_id: int, *, drain: bool = False, drain_timeout: float = 300.
                     if not pending:
                         break
                     time.sleep(0.5)
-            forced = process.stop_engine(pid, node_setting("NODE_STOP_TIMEOUT_SECONDS"))
+            forced = process.stop_engine(pid, settings.NODE_STOP_TIMEOUT_SECONDS)
             message = (
                 "Engine did not exit on SIGTERM within the stop timeout; killed."
                 if forced
@@ -258,7 +258,7 @@ def restart(deployment_id: int) -> str:
             return "gone"
         if deployment.pid and process.is_alive(deployment.pid):
             transition(deployment, DeploymentState.STOPPING, "Restarting the engine.")
-            process.stop_engine(deployment.pid, node_setting("NODE_STOP_TIMEOUT_SECONDS"))
+            process.stop_engine(deployment.pid, settings.NODE_STOP_TIMEOUT_SECONDS)
         transition(deployment, DeploymentState.PENDING, "Restart: launching again.", pid=None)
     return launch(deployment_id)
 
@@ -275,7 +275,7 @@ def record_crash(deployment: Deployment, reason: str) -> None:
         transition(deployment, DeploymentState.STOPPED, reason, log_tail=log_tail, pid=None, ready_at=None)
         return
     attempts = deployment.restart_count + 1
-    limit = node_int("NODE_MAX_RESTARTS")
+    limit = settings.NODE_MAX_RESTARTS
     if attempts > limit:
         transition(
             deployment,
@@ -288,8 +288,8 @@ def record_crash(deployment: Deployment, reason: str) -> None:
         )
         return
     delay = min(
-        node_setting("NODE_RESTART_BACKOFF_MAX_SECONDS"),
-        node_setting("NODE_RESTART_BACKOFF_SECONDS") * 2 ** (attempts - 1),
+        settings.NODE_RESTART_BACKOFF_MAX_SECONDS,
+        settings.NODE_RESTART_BACKOFF_SECONDS * 2 ** (attempts - 1),
     )
     transition(
         deployment,

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
@@ -30,7 +31,6 @@ from nodes import process
 from nodes.agent import runtime
 from nodes.agent.gpus import GpuSource
 from nodes.choices import DeploymentState, DesiredState, Engine
-from nodes.conf import heartbeat_seconds, node_int, node_setting
 from nodes.engines import get_adapter
 from nodes.engines.metrics import EngineMetrics, bucket_delta, histogram_quantile, merge_buckets
 from nodes.models import Deployment, Host
@@ -139,7 +139,7 @@ class Supervisor:
         runtime.adopt(self.host_name)
 
     def run(self) -> None:
-        interval = node_setting("NODE_TELEMETRY_SECONDS")
+        interval = settings.NODE_TELEMETRY_SECONDS
         while not self.stop_event.is_set():
             began = time.monotonic()
             try:
@@ -151,7 +151,7 @@ class Supervisor:
 
     def heartbeat(self, force: bool = False) -> None:
         now = time.monotonic()
-        if not force and now - self.last_heartbeat < heartbeat_seconds():
+        if not force and now - self.last_heartbeat < settings.NODE_HEARTBEAT_SECONDS:
             return
         self.last_heartbeat = now
         info = {
@@ -159,7 +159,7 @@ class Supervisor:
             "nvml": self.gpus.nvml_available,
             "gpu_note": self.gpus.nvml_error,
             "simulated_gpus": self.gpus.simulated,
-            "heartbeat_seconds": heartbeat_seconds(),
+            "heartbeat_seconds": settings.NODE_HEARTBEAT_SECONDS,
         }
         record_heartbeat(self.host_name, info)
 
@@ -193,8 +193,8 @@ class Supervisor:
             if deployment.log_path and deployment.pid:
                 process.truncate_if_large(
                     Path(deployment.log_path),
-                    node_int("ENGINE_LOG_MAX_BYTES"),
-                    node_int("ENGINE_LOG_KEEP"),
+                    settings.ENGINE_LOG_MAX_BYTES,
+                    settings.ENGINE_LOG_KEEP,
                 )
         self.publish_gpus(sim_reports, engines_live)
 
@@ -256,7 +256,7 @@ class Supervisor:
                 # No metrics to read (llama.cpp): answering is the only progress evidence there is.
                 track.last_progress = now
 
-            hang = node_setting("NODE_HANG_SECONDS")
+            hang = settings.NODE_HANG_SECONDS
             if deployment.state == DeploymentState.STARTING:
                 started = deployment.started_at or timezone.now()
                 if obs.health_ok and obs.ready:
@@ -266,12 +266,10 @@ class Supervisor:
                         f"Ready: /health answers and /v1/models lists '{deployment.served_model_name}'.",
                         ready_at=timezone.now(),
                     )
-                elif (timezone.now() - started).total_seconds() > node_setting(
-                    "NODE_STARTUP_TIMEOUT_SECONDS"
-                ):
+                elif (timezone.now() - started).total_seconds() > settings.NODE_STARTUP_TIMEOUT_SECONDS:
                     runtime.kill_hung(
                         deployment,
-                        f"Not ready after {node_setting('NODE_STARTUP_TIMEOUT_SECONDS'):.0f} s "
+                        f"Not ready after {settings.NODE_STARTUP_TIMEOUT_SECONDS:.0f} s "
                         f"({obs.error or 'no answer'}).",
                     )
                     self.tracks.pop(deployment.pk, None)
@@ -309,7 +307,7 @@ class Supervisor:
     def reset_restarts_when_stable(self, deployment: Deployment) -> None:
         if deployment.restart_count and deployment.ready_at:
             stable = (timezone.now() - deployment.ready_at).total_seconds()
-            if stable >= node_setting("NODE_STABLE_SECONDS"):
+            if stable >= settings.NODE_STABLE_SECONDS:
                 Deployment.objects.filter(pk=deployment.pk).update(restart_count=0)
                 deployment.restart_count = 0
 
@@ -360,7 +358,7 @@ class Supervisor:
 
     def publish_engine(self, deployment: Deployment, obs: Observation, now: float) -> dict[str, Any]:
         live = self.engine_live(deployment, obs, now)
-        ttl = max(1, round(node_setting("NODE_LIVE_TTL_SECONDS")))
+        ttl = max(1, round(settings.NODE_LIVE_TTL_SECONDS))
         try:
             get_redis().set(live_deployment_key(deployment.pk), json.dumps(live), ex=ttl)
         except Exception as exc:  # Redis down: the proxy treats missing live data as busy
@@ -373,7 +371,7 @@ class Supervisor:
     ) -> None:
         samples = self.gpus.sample(sim_reports)
         self.last_gpu_samples = samples
-        ttl = max(1, round(node_setting("NODE_LIVE_TTL_SECONDS")))
+        ttl = max(1, round(settings.NODE_LIVE_TTL_SECONDS))
         try:
             pipe = get_redis().pipeline(transaction=False)
             for sample in samples:

@@ -14,8 +14,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.api.base import AuditedModelViewSet
-from core.choices import AuditAction
 from core.audit import record_audit
+from core.choices import AuditAction
 from nodes import process, services
 from nodes.api.serializers import (
     DeploymentEventSerializer,

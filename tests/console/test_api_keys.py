@@ -14,8 +14,8 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from console.models import ApiKey
-from core.models import AuditEvent
 from console.services import find_api_key, hash_api_key
+from core.models import AuditEvent
 from tests.console.factories import make_key, make_tenant
 
 pytestmark = pytest.mark.django_db

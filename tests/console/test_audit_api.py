@@ -9,8 +9,8 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from console.models import User
-from core.models import AuditEvent
 from core.audit import REDACTED, record_audit, redact
+from core.models import AuditEvent
 from tests.console.factories import make_tenant
 
 pytestmark = pytest.mark.django_db

@@ -39,3 +39,14 @@ def test_rolled_back_transaction_sends_nothing() -> None:
 def test_app_defaults_to_control_queue() -> None:
     assert app.conf.task_default_queue == "control"
     assert [q.name for q in app.conf.task_queues] == ["control"]
+
+
+def test_beat_schedules_every_periodic_task_by_a_registered_name() -> None:
+    app.loader.import_default_modules()
+    schedule = app.conf.beat_schedule
+    assert {entry["task"] for entry in schedule.values()} == {
+        "nodes.check_host_heartbeats",
+        "routing.prune_request_log",
+    }
+    for entry in schedule.values():
+        assert entry["task"] in app.tasks

@@ -10,11 +10,10 @@ from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import AnonymousUser
 
-from inferchain.asgi import application
-from core.consumers import LiveConsumer
-from core.live import FLEET_GROUP, host_group
-from core.live import push_live_event
 from console.models import User
+from core.consumers import LiveConsumer
+from core.live import FLEET_GROUP, host_group, push_live_event
+from inferchain.asgi import application
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

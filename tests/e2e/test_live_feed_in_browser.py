@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from core.live import push_live_event
 from console.models import User
+from core.live import push_live_event
 from tests.conftest import PASSWORD
 from tests.e2e.harness import LiveConsole, login
 

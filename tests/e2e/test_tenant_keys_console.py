@@ -8,8 +8,8 @@ import pytest
 from playwright.sync_api import expect
 
 from console.models import ApiKey, Quota, Tenant, User
-from core.models import AuditEvent
 from console.services import hash_api_key
+from core.models import AuditEvent
 from tests.conftest import PASSWORD
 from tests.e2e.harness import LiveConsole, login, screenshot
 

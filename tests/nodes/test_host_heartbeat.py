@@ -6,10 +6,10 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
 
 from nodes.choices import DeploymentState, HostState
-from nodes.conf import node_setting
 from nodes.models import Host
 from nodes.services import host_is_reachable, mark_unreachable_hosts, record_heartbeat
 from nodes.tasks import check_host_heartbeats
@@ -21,7 +21,7 @@ def test_silent_host_becomes_unreachable_and_its_engines_degraded(
     host: Any, make_deployment: Any, node_settings: Any
 ) -> None:
     ready = make_deployment(state=DeploymentState.READY)
-    bound = node_setting("NODE_UNREACHABLE_SECONDS")
+    bound = settings.NODE_UNREACHABLE_SECONDS
     host.last_heartbeat = timezone.now() - timedelta(seconds=bound - 1)
     host.save()
     assert mark_unreachable_hosts() == []
@@ -51,7 +51,7 @@ def test_reachability_is_computed_from_the_timestamp_not_a_stale_flag(host: Any,
     # Even if beat is down and nobody swept, an old heartbeat reads as unreachable.
     Host.objects.filter(pk=host.pk).update(
         state=HostState.ONLINE,
-        last_heartbeat=timezone.now() - timedelta(seconds=node_setting("NODE_UNREACHABLE_SECONDS") + 1),
+        last_heartbeat=timezone.now() - timedelta(seconds=settings.NODE_UNREACHABLE_SECONDS + 1),
     )
     host.refresh_from_db()
     assert not host_is_reachable(host)

@@ -10,9 +10,9 @@ import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
+from console.models import User
 from core.consumers import LiveConsumer
 from core.live import deployment_group
-from console.models import User
 from core.redis_client import get_redis
 from nodes.agent import runtime
 from nodes.services import live_deployment_key, live_gpu_key

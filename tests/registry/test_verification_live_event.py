@@ -8,8 +8,8 @@ import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
-from core.consumers import LiveConsumer
 from console.models import User
+from core.consumers import LiveConsumer
 from models_registry.services import verify_version_on_host, version_group
 from tests.registry.factories import register_dir
 

@@ -11,8 +11,8 @@ from collections.abc import Callable
 import pytest
 
 from console.models import ApiKey
-from core.redis_client import get_redis, key_cache_record
 from console.services import revoke_api_key
+from core.redis_client import get_redis, key_cache_record
 from tests.routing.conftest import Proc, make_tenant_key, post
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -11,8 +11,8 @@ import pytest
 import redis.asyncio as aioredis
 from django.conf import settings
 
-from core.redis_client import get_redis, key_cache_record, publish_config_change
 from console.services import revoke_api_key
+from core.redis_client import get_redis, key_cache_record, publish_config_change
 from routing.proxy.app import Proxy
 from routing.proxy.config import KeyInfo, load_key
 from tests.routing.conftest import make_tenant_key

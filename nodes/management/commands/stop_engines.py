@@ -7,18 +7,19 @@ launches again whatever should run.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from nodes import process
-from nodes.conf import engine_log_dir
 
 
 def stop_local_engines(timeout: float = 10.0) -> list[int]:
     """Stop each engine recorded under the engine directory; returns the deployment ids stopped."""
     stopped = []
-    for state_path in sorted(engine_log_dir().glob("*/deployment-*.json")):
+    for state_path in sorted(Path(settings.ENGINE_LOG_DIR).glob("*/deployment-*.json")):
         record = process.read_record(state_path.parent, int(state_path.stem.removeprefix("deployment-")))
         if record is None:
             continue
