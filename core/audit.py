@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser
+
 from core.models import AuditEvent
 
 SECRET_FIELD_NAMES = frozenset(
@@ -24,7 +27,7 @@ def redact(data: Any) -> Any:
 
 def record_audit(
     *,
-    actor: Any,
+    actor: AbstractBaseUser | AnonymousUser | None,
     action: str,
     obj: Any,
     before: Mapping[str, Any] | None = None,
@@ -33,11 +36,11 @@ def record_audit(
 ) -> AuditEvent:
     """Write one audit event; before/after go through `redact` so no secret is ever stored.
 
-    `actor` is a console user, or None (or an anonymous user) for the system.
+    `actor` is the signed-in user (request.user), or None for the system.
     """
-    actor_user = actor if actor is not None and getattr(actor, "pk", None) else None
+    actor_user = actor if isinstance(actor, AbstractBaseUser) and actor.pk else None
     return AuditEvent.objects.create(
-        actor=actor_user,
+        actor_id=actor_user.pk if actor_user else None,
         actor_name=actor_user.get_username() if actor_user else "system",
         action=action,
         object_type=object_type or obj._meta.label_lower,

@@ -235,7 +235,7 @@ def seed_demo_fleet(*, time_scale: float = 1.0) -> list[str]:
 def _ensure_simulated_gpus(hosts: dict[str, Host]) -> None:
     """Seed the GPU rows the demo agents will report, so the fit check can run before they start."""
     from nodes.agent.gpus import GpuSource
-    from nodes.services import report_gpus
+    from nodes.agent.services import report_gpus
 
     for spec in DEMO_HOSTS:
         host = hosts[spec.name]

@@ -7,32 +7,26 @@ owns the engine; the heartbeat sweep runs on the control queue from beat.
 from __future__ import annotations
 
 from core.celery import app
+from nodes.agent import runtime
+from nodes.lifecycle import mark_unreachable_hosts
 
 
 @app.task(name="nodes.launch_deployment", acks_late=True)
 def launch_deployment(deployment_id: int) -> str:
-    from nodes.agent import runtime
-
     return runtime.launch(deployment_id)
 
 
 @app.task(name="nodes.stop_deployment", acks_late=True)
 def stop_deployment(deployment_id: int, drain: bool = False) -> str:
-    from nodes.agent import runtime
-
     return runtime.stop(deployment_id, drain=drain)
 
 
 @app.task(name="nodes.restart_deployment", acks_late=True)
 def restart_deployment(deployment_id: int) -> str:
-    from nodes.agent import runtime
-
     return runtime.restart(deployment_id)
 
 
 @app.task(name="nodes.check_host_heartbeats")
 def check_host_heartbeats() -> list[str]:
     """Mark hosts that missed heartbeats unreachable (beat runs it every 2 s)."""
-    from nodes.services import mark_unreachable_hosts
-
     return mark_unreachable_hosts()

@@ -91,7 +91,7 @@ class ApiKeyViewSet(AuditedModelViewSet):
             if data.get("quota_override") is not None:
                 save_quota("api_key", issued.api_key, data["quota_override"])
             record_audit(
-                actor=request.user,  # type: ignore[arg-type]
+                actor=request.user,
                 action=AuditAction.CREATE,
                 obj=issued.api_key,
                 after=self.snapshot(issued.api_key),

@@ -40,7 +40,7 @@ class AuditedModelViewSet(viewsets.ModelViewSet):
         with transaction.atomic():
             instance = serializer.save()
             record_audit(
-                actor=self.request.user,  # type: ignore[arg-type]
+                actor=self.request.user,
                 action=AuditAction.CREATE,
                 obj=instance,
                 after=self.snapshot(instance),
@@ -51,7 +51,7 @@ class AuditedModelViewSet(viewsets.ModelViewSet):
             before = self.snapshot(serializer.instance)
             instance = serializer.save()
             record_audit(
-                actor=self.request.user,  # type: ignore[arg-type]
+                actor=self.request.user,
                 action=AuditAction.UPDATE,
                 obj=instance,
                 before=before,
@@ -62,7 +62,7 @@ class AuditedModelViewSet(viewsets.ModelViewSet):
         with transaction.atomic():
             before = self.snapshot(instance)
             record_audit(
-                actor=self.request.user,  # type: ignore[arg-type]
+                actor=self.request.user,
                 action=AuditAction.DELETE,
                 obj=instance,
                 before=before,

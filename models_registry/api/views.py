@@ -148,7 +148,7 @@ class ModelVersionViewSet(
     def perform_destroy(self, instance: ModelVersion) -> None:
         try:
             record_audit(
-                actor=self.request.user,  # type: ignore[arg-type]
+                actor=self.request.user,
                 action=AuditAction.DELETE,
                 obj=instance,
                 before={"version": str(instance), "manifest_digest": instance.manifest_digest},
@@ -196,7 +196,7 @@ class ModelVersionViewSet(
         if not host or any(ch.isspace() for ch in host):
             raise ValidationError({"host_name": ["A host name has no spaces."]})
         record_audit(
-            actor=request.user,  # type: ignore[arg-type]
+            actor=request.user,
             action=AuditAction.ACTION,
             obj=version,
             after={"verify_on": host},

@@ -18,8 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from django.db import close_old_connections
 
 from nodes.choices import DeploymentState, Engine
+from nodes.lifecycle import engine_api_key
 from nodes.models import Deployment
-from nodes.services import engine_api_key
 
 log = logging.getLogger(__name__)
 

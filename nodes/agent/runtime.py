@@ -19,18 +19,13 @@ from django.conf import settings
 from django.utils import timezone
 
 from nodes import process
+from nodes.agent.services import bind_host_for, engine_spec, new_start_token, redact_argv
 from nodes.choices import DeploymentState, DesiredState
 from nodes.engines import get_adapter
+from nodes.lifecycle import transition
 from nodes.models import Deployment
+from nodes.preflight import preflight_deployment
 from nodes.probes import http_get
-from nodes.services import (
-    bind_host_for,
-    engine_spec,
-    new_start_token,
-    preflight_deployment,
-    redact_argv,
-    transition,
-)
 
 log = logging.getLogger(__name__)
 

@@ -30,20 +30,13 @@ from core.redis_client import get_redis
 from nodes import process
 from nodes.agent import runtime
 from nodes.agent.gpus import GpuSource
+from nodes.agent.services import record_heartbeat, report_gpus
 from nodes.choices import DeploymentState, DesiredState, Engine
 from nodes.engines import get_adapter
 from nodes.engines.metrics import EngineMetrics, bucket_delta, histogram_quantile, merge_buckets
+from nodes.lifecycle import engine_api_key, live_deployment_key, live_gpu_key, push_event, transition
 from nodes.models import Deployment, Host
 from nodes.probes import get_json, http_get, lists_model
-from nodes.services import (
-    engine_api_key,
-    live_deployment_key,
-    live_gpu_key,
-    push_event,
-    record_heartbeat,
-    report_gpus,
-    transition,
-)
 
 log = logging.getLogger(__name__)
 

@@ -9,15 +9,10 @@ from rest_framework import serializers
 from core.api.base import StrictModelSerializer, StrictSerializerMixin
 from models_registry.models import ModelVersion, QuantizationConfig
 from nodes.choices import ACTIVE_STATES, Engine
+from nodes.lifecycle import host_is_reachable, live_deployment_key, live_gpu_key, read_live
 from nodes.models import Deployment, DeploymentEvent, Gpu, Host
-from nodes.services import (
-    fit_to_dict,
-    host_is_reachable,
-    live_deployment_key,
-    live_gpu_key,
-    preflight,
-    read_live,
-)
+from nodes.preflight import fit_to_dict, preflight
+from nodes.spec import DeploySpec
 
 
 class GpuSerializer(serializers.ModelSerializer):
@@ -170,38 +165,18 @@ class DeploymentSerializer(StrictModelSerializer):
                     {k: ["Stop the deployment before changing its engine parameters."] for k in changed}
                 )
 
-        def value(name: str, default: Any = None) -> Any:
-            if name in attrs:
-                return attrs[name]
-            return getattr(instance, name) if instance is not None else default
-
-        gpu_indices = value("gpu_indices", [])
+        extra_args = attrs.get("extra_args", [])
+        if not isinstance(extra_args, list) or not all(isinstance(a, str) for a in extra_args):
+            raise serializers.ValidationError({"extra_args": ["Must be a list of strings."]})
+        gpu_indices = attrs.get("gpu_indices", [])
         if not isinstance(gpu_indices, list) or not all(
             isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in gpu_indices
         ):
             raise serializers.ValidationError({"gpu_indices": ["A list of GPU indices (integers >= 0)."]})
-        engine = value("engine", Engine.VLLM)
-        tp = value("tensor_parallel_size", None)
-        if tp is None:
-            tp = max(1, len(gpu_indices)) if engine != Engine.LLAMACPP else 1
-            attrs["tensor_parallel_size"] = tp
-        version = value("model_version")
-        check = preflight(
-            model_version=version,
-            quantization=value("quantization") or version.quantization,
-            engine=engine,
-            host=value("host"),
-            gpu_indices=gpu_indices,
-            gpu_memory_utilization=value("gpu_memory_utilization", 0.9),
-            max_model_len=value("max_model_len", 4096),
-            block_size=value("block_size", 16),
-            max_num_seqs=value("max_num_seqs", 256),
-            max_num_batched_tokens=value("max_num_batched_tokens"),
-            tensor_parallel_size=tp,
-            extra_args=value("extra_args", []),
-            port=value("port"),
-            exclude_id=instance.pk if instance is not None else None,
-        )
+        spec = DeploySpec.from_values(attrs, instance)
+        # The row stores what was checked, the tensor-parallel default included.
+        attrs["tensor_parallel_size"] = spec.tensor_parallel_size
+        check = preflight(spec, exclude_id=instance.pk if instance is not None else None)
         self._fit = fit_to_dict(check.fit)
         if not check.ok:
             raise serializers.ValidationError(check.errors)

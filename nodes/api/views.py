@@ -16,7 +16,8 @@ from rest_framework.response import Response
 from core.api.base import AuditedModelViewSet
 from core.audit import record_audit
 from core.choices import AuditAction
-from nodes import process, services
+from core.redis_client import publish_config_change
+from nodes import lifecycle, process, services
 from nodes.api.serializers import (
     DeploymentEventSerializer,
     DeploymentSerializer,
@@ -24,8 +25,10 @@ from nodes.api.serializers import (
     PreflightSerializer,
     StopSerializer,
 )
-from nodes.choices import ACTIVE_STATES, DeploymentState, Engine
+from nodes.choices import ACTIVE_STATES, DeploymentState
 from nodes.models import Deployment, Host
+from nodes.preflight import fit_to_dict, preflight
+from nodes.spec import DeploySpec
 
 MAX_LOG_LINES = 1000
 
@@ -41,7 +44,7 @@ class LiveListMixin:
         queryset = view.filter_queryset(view.get_queryset())
         page = view.paginate_queryset(queryset)
         rows = list(page if page is not None else queryset)
-        context = {**view.get_serializer_context(), "live": services.read_live_many(self.live_keys(rows))}
+        context = {**view.get_serializer_context(), "live": lifecycle.read_live_many(self.live_keys(rows))}
         data = view.get_serializer_class()(rows, many=True, context=context).data
         return view.get_paginated_response(data) if page is not None else Response(data)
 
@@ -50,7 +53,7 @@ class HostViewSet(LiveListMixin, AuditedModelViewSet):
     """Node hosts. GPUs and heartbeats are reported by each host's agent."""
 
     def live_keys(self, rows: list[Any]) -> list[str]:
-        return [services.live_gpu_key(host.name, gpu.index) for host in rows for gpu in host.gpus.all()]
+        return [lifecycle.live_gpu_key(host.name, gpu.index) for host in rows for gpu in host.gpus.all()]
 
     serializer_class = HostSerializer
     filterset_fields = ["state", "role"]
@@ -73,7 +76,7 @@ class HostViewSet(LiveListMixin, AuditedModelViewSet):
             before = host.state
             services.set_host_draining(host, draining)
             record_audit(
-                actor=request.user,  # type: ignore[arg-type]
+                actor=request.user,
                 action=AuditAction.ACTION,
                 obj=host,
                 before={"state": before},
@@ -97,7 +100,7 @@ class DeploymentViewSet(LiveListMixin, AuditedModelViewSet):
     """Deployments of model versions onto hosts, with start/stop/restart/drain actions."""
 
     def live_keys(self, rows: list[Any]) -> list[str]:
-        return [services.live_deployment_key(d.pk) for d in rows]
+        return [lifecycle.live_deployment_key(d.pk) for d in rows]
 
     serializer_class = DeploymentSerializer
     filterset_fields = ["host", "state", "engine", "served_model_name", "role"]
@@ -112,12 +115,12 @@ class DeploymentViewSet(LiveListMixin, AuditedModelViewSet):
             serializer.save(created_by=self.request.user)
             deployment = serializer.instance
             record_audit(
-                actor=self.request.user,  # type: ignore[arg-type]
+                actor=self.request.user,
                 action=AuditAction.CREATE,
                 obj=deployment,
                 after=self.snapshot(deployment),
             )
-            services.publish_config_change("deployment", id=deployment.pk)
+            publish_config_change("deployment", id=deployment.pk)
             services.request_start(
                 deployment, f"Deployment created; launch queued on {deployment.host.name}."
             )
@@ -127,7 +130,7 @@ class DeploymentViewSet(LiveListMixin, AuditedModelViewSet):
             raise ValidationError({"state": [f"Stop the deployment first (it is {instance.state})."]})
         pk = instance.pk
         super().perform_destroy(instance)
-        services.publish_config_change("deployment", id=pk)
+        publish_config_change("deployment", id=pk)
 
     def _act(self, request: Request, verb: str, **kwargs: Any) -> Response:
         deployment = self.get_object()
@@ -139,7 +142,7 @@ class DeploymentViewSet(LiveListMixin, AuditedModelViewSet):
             else:
                 services.request_stop(deployment, **kwargs)
             record_audit(
-                actor=request.user,  # type: ignore[arg-type]
+                actor=request.user,
                 action=AuditAction.ACTION,
                 obj=deployment,
                 after={"action": verb, **kwargs},
@@ -151,7 +154,7 @@ class DeploymentViewSet(LiveListMixin, AuditedModelViewSet):
     @action(detail=True, methods=["post"])
     def start(self, request: Request, pk: str | None = None) -> Response:
         deployment = self.get_object()
-        if not services.host_is_reachable(deployment.host):
+        if not lifecycle.host_is_reachable(deployment.host):
             raise ValidationError(
                 {"host": [f"Host {deployment.host.name} is unreachable; start its agent first."]}
             )
@@ -203,25 +206,5 @@ class DeploymentViewSet(LiveListMixin, AuditedModelViewSet):
         """Run every pre-launch check and the fit check without creating anything."""
         params = PreflightSerializer(data=request.data)
         params.is_valid(raise_exception=True)
-        data = dict(params.validated_data)
-        version = data["model_version"]
-        gpu_indices = data["gpu_indices"]
-        tp = data.get("tensor_parallel_size") or (
-            max(1, len(gpu_indices)) if data["engine"] != Engine.LLAMACPP else 1
-        )
-        check = services.preflight(
-            model_version=version,
-            quantization=data.get("quantization") or version.quantization,
-            engine=data["engine"],
-            host=data["host"],
-            gpu_indices=gpu_indices,
-            gpu_memory_utilization=data["gpu_memory_utilization"],
-            max_model_len=data["max_model_len"],
-            block_size=data["block_size"],
-            max_num_seqs=data["max_num_seqs"],
-            max_num_batched_tokens=data.get("max_num_batched_tokens"),
-            tensor_parallel_size=tp,
-            extra_args=data["extra_args"],
-            port=data["port"],
-        )
-        return Response({"ok": check.ok, "errors": check.errors, "fit": services.fit_to_dict(check.fit)})
+        check = preflight(DeploySpec.from_values(params.validated_data))
+        return Response({"ok": check.ok, "errors": check.errors, "fit": fit_to_dict(check.fit)})

@@ -277,7 +277,7 @@ def _fleet_endpoints() -> list[Endpoint]:
         deployment_model = apps.get_model("nodes", "Deployment")
     except LookupError:
         return []
-    from nodes.services import engine_api_key
+    from nodes.lifecycle import engine_api_key
 
     out: list[Endpoint] = []
     for dep in deployment_model.objects.select_related("host").filter(state="ready"):

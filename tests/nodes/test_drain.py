@@ -13,7 +13,8 @@ import pytest
 from nodes import process
 from nodes.agent import runtime
 from nodes.choices import DeploymentState
-from nodes.services import engine_api_key, request_stop
+from nodes.lifecycle import engine_api_key
+from nodes.services import request_stop
 from tests.nodes.conftest import READY, supervisor_for, tick_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]

@@ -11,8 +11,8 @@ from django.conf import settings
 from django.db import connection
 
 from nodes.agent import runtime
+from nodes.lifecycle import engine_api_key
 from nodes.probes import http_get
-from nodes.services import engine_api_key
 from tests.nodes.conftest import READY, supervisor_for, tick_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]

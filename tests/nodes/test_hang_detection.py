@@ -16,7 +16,7 @@ from nodes.agent import runtime
 from nodes.agent.supervisor import Observation
 from nodes.choices import DeploymentState
 from nodes.engines.metrics import EngineMetrics
-from nodes.services import engine_api_key
+from nodes.lifecycle import engine_api_key
 from tests.nodes.conftest import READY, in_state, supervisor_for, tick_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]

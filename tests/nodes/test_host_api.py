@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from nodes.agent.services import record_heartbeat
 from nodes.models import Host
-from nodes.services import record_heartbeat
 
 pytestmark = pytest.mark.django_db
 

@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from nodes.agent import runtime
 from nodes.choices import DeploymentState, HostState
+from nodes.lifecycle import mark_unreachable_hosts
 from nodes.models import Host
-from nodes.services import mark_unreachable_hosts
 from tests.nodes.conftest import READY, supervisor_for, tick_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]

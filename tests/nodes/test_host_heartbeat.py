@@ -9,9 +9,10 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
+from nodes.agent.services import record_heartbeat
 from nodes.choices import DeploymentState, HostState
+from nodes.lifecycle import host_is_reachable, mark_unreachable_hosts
 from nodes.models import Host
-from nodes.services import host_is_reachable, mark_unreachable_hosts, record_heartbeat
 from nodes.tasks import check_host_heartbeats
 
 pytestmark = pytest.mark.django_db

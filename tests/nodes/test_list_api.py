@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from core.redis_client import get_redis
-from nodes.services import live_deployment_key, live_gpu_key
+from nodes.lifecycle import live_deployment_key, live_gpu_key
 
 pytestmark = pytest.mark.django_db
 

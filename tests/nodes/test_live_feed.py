@@ -15,7 +15,7 @@ from core.consumers import LiveConsumer
 from core.live import deployment_group
 from core.redis_client import get_redis
 from nodes.agent import runtime
-from nodes.services import live_deployment_key, live_gpu_key
+from nodes.lifecycle import live_deployment_key, live_gpu_key
 from tests.nodes.conftest import READY, supervisor_for, tick_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]

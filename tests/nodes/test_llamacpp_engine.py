@@ -15,7 +15,7 @@ import pytest
 from nodes.agent import runtime
 from nodes.choices import DeploymentState, DesiredState, Engine
 from nodes.demo import llama_cpp_available, packaged_gguf
-from nodes.services import engine_api_key
+from nodes.lifecycle import engine_api_key
 from tests.nodes.conftest import READY, free_port, in_state, supervisor_for, tick_until
 
 pytestmark = [

@@ -12,8 +12,8 @@ from core.redis_client import get_redis
 from nodes import process
 from nodes.agent import runtime
 from nodes.choices import DeploymentState, DesiredState
+from nodes.lifecycle import engine_api_key, live_deployment_key
 from nodes.probes import http_get
-from nodes.services import engine_api_key, live_deployment_key
 from tests.nodes.conftest import READY, in_state, supervisor_for, tick_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]

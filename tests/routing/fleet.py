@@ -6,8 +6,8 @@ import secrets
 from dataclasses import dataclass
 
 from models_registry.models import Model, ModelAlias, ModelVersion
+from nodes.lifecycle import engine_api_key
 from nodes.models import Deployment, Host
-from nodes.services import engine_api_key
 from nodes.sim.testing import SimHandle, free_port, start_sim
 
 SIM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"

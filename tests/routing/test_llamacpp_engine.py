@@ -22,8 +22,8 @@ import pytest
 from models_registry.models import Model, ModelAlias, ModelVersion
 from nodes.engines import llamacpp
 from nodes.engines.base import EngineSpec
+from nodes.lifecycle import engine_api_key
 from nodes.models import Deployment, Host
-from nodes.services import engine_api_key
 from routing.models import RequestLog
 from tests.routing.conftest import Proc, free_port, make_tenant_key
 

@@ -1,0 +1,99 @@
+"""What the node agent writes for its host: heartbeats, the GPU inventory, and an engine's command line."""
+
+from __future__ import annotations
+
+import secrets
+import sys
+import time
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from core.live import FLEET_GROUP, host_group
+from core.redis_client import publish_config_change
+from nodes.choices import HostState
+from nodes.engines import EngineSpec
+from nodes.lifecycle import engine_api_key, push_event
+from nodes.models import Deployment, Gpu, Host
+from nodes.preflight import vllm_dtype, vllm_kv_cache_dtype, vllm_quantization_method
+from nodes.spec import DeploySpec
+
+
+def bind_host_for(host: Host) -> str:
+    """Engines on a loopback-addressed host listen on loopback only; others on all interfaces."""
+    return "127.0.0.1" if host.address in ("127.0.0.1", "localhost", "::1") else "0.0.0.0"
+
+
+def engine_spec(deployment: Deployment, *, python: str | None = None) -> EngineSpec:
+    """The adapter input for `deployment`: its DeploySpec, mapped to engine flags, with its current key."""
+    spec = DeploySpec.from_deployment(deployment)
+    method = getattr(spec.quantization, "method", None)
+    return EngineSpec(
+        model_path=spec.model_version.source_path,
+        served_model_name=deployment.served_model_name,
+        port=spec.port,
+        api_key=engine_api_key(deployment),
+        bind_host=bind_host_for(spec.host),
+        quantization_method=vllm_quantization_method(method),
+        kv_cache_dtype=vllm_kv_cache_dtype(getattr(spec.quantization, "kv_cache_dtype", None)),
+        dtype=vllm_dtype(method),
+        gpu_indices=spec.gpu_indices,
+        gpu_memory_utilization=spec.gpu_memory_utilization,
+        max_model_len=spec.max_model_len,
+        block_size=spec.block_size,
+        max_num_seqs=spec.max_num_seqs,
+        max_num_batched_tokens=spec.max_num_batched_tokens,
+        tensor_parallel_size=spec.tensor_parallel_size,
+        enable_prefix_caching=spec.enable_prefix_caching,
+        extra_args=spec.extra_args,
+        python=python or sys.executable,
+    )
+
+
+def redact_argv(argv: list[str], secret: str) -> list[str]:
+    """The command line as shown in the console: the engine key replaced."""
+    return ["[engine key]" if part == secret else part for part in argv]
+
+
+def new_start_token() -> str:
+    return secrets.token_hex(16)
+
+
+def record_heartbeat(host_name: str, agent_info: dict[str, Any]) -> Host:
+    """The agent is alive: stamp the host, and bring it back online if it was unreachable."""
+    now = timezone.now()
+    with transaction.atomic():
+        host = Host.objects.select_for_update().get(name=host_name)
+        was = host.state
+        host.last_heartbeat = now
+        host.agent_info = agent_info
+        if host.state in (HostState.UNKNOWN, HostState.UNREACHABLE):
+            host.state = HostState.ONLINE
+        host.save(update_fields=["last_heartbeat", "agent_info", "state", "updated_at"])
+        if was != host.state:
+            publish_config_change("host", name=host.name, state=host.state)
+            event = {"type": "host.state", "host": host.name, "state": host.state, "ts": time.time()}
+            transaction.on_commit(lambda: push_event([FLEET_GROUP, host_group(host_name)], event))
+    return host
+
+
+def report_gpus(host: Host, gpus: list[dict[str, Any]]) -> None:
+    """Replace the host's GPU inventory with what the agent sees (NVML, or simulated GPUs)."""
+    now = timezone.now()
+    with transaction.atomic():
+        seen = []
+        for gpu in gpus:
+            Gpu.objects.update_or_create(
+                host=host,
+                index=int(gpu["index"]),
+                defaults={
+                    "uuid": str(gpu.get("uuid", "")),
+                    "name": str(gpu.get("name", "")),
+                    "memory_total_bytes": int(gpu.get("memory_total_bytes", 0)),
+                    "simulated": bool(gpu.get("simulated", False)),
+                    "last_seen": now,
+                },
+            )
+            seen.append(int(gpu["index"]))
+        Gpu.objects.filter(host=host).exclude(index__in=seen).delete()

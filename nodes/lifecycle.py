@@ -1,0 +1,230 @@
+"""The deployment state machine and host reachability, shared by the API, beat and the agent.
+
+- `engine_api_key`: the per-deployment engine key (derived, never stored), for the agent and the proxy.
+- `transition`: the one place a deployment's state changes (history row, config-change pub/sub,
+  live push to the browser).
+- live values in Redis (what the agent last saw), and pushes to browser groups.
+- host reachability from heartbeats, and the unreachable sweep beat runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import time
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from core.live import FLEET_GROUP, deployment_group, host_group, push_live_event
+from core.redis_client import get_redis, key, publish_config_change
+from nodes.choices import DeploymentState, HostState
+from nodes.models import Deployment, DeploymentEvent, Host
+
+log = logging.getLogger(__name__)
+
+
+# --- the engine API key -------------------------------------------------------------------------
+
+
+def engine_api_key(deployment: Deployment) -> str:
+    """The key this deployment's engine accepts on /v1; the proxy computes the same value.
+
+    HMAC of the deployment id and its current start token, so it changes at every launch and a
+    client that learned an old one (or the engine port) cannot bypass the proxy for long.
+    """
+    message = f"engine:{deployment.pk}:{deployment.start_token}".encode()
+    return hmac.new(settings.API_KEY_HMAC_SECRET.encode(), message, hashlib.sha256).hexdigest()
+
+
+# --- live values in Redis -----------------------------------------------------------------------
+
+
+def live_deployment_key(deployment_id: int) -> str:
+    return key("live", "deployment", str(deployment_id))
+
+
+def live_gpu_key(host_name: str, index: int) -> str:
+    return key("live", "gpu", host_name, str(index))
+
+
+def read_live(redis_key: str) -> dict[str, Any] | None:
+    """A live JSON value from Redis, or None when absent, expired or Redis is down."""
+    try:
+        raw = get_redis().get(redis_key)
+    except Exception:  # redis errors must never break a page that only decorates with live data
+        return None
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def read_live_many(redis_keys: list[str]) -> dict[str, dict[str, Any]]:
+    """Several live values in one round trip (MGET); absent, expired or unreadable ones are left out."""
+    if not redis_keys:
+        return {}
+    try:
+        raws = get_redis().mget(redis_keys)
+    except Exception:  # see read_live
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for redis_key, raw in zip(redis_keys, raws, strict=True):
+        if raw is None:
+            continue
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            out[redis_key] = value
+    return out
+
+
+SERVING_STATES = frozenset({DeploymentState.READY, DeploymentState.DEGRADED})
+
+
+def _forget_live(deployment_id: int) -> None:
+    try:
+        get_redis().delete(live_deployment_key(deployment_id))
+    except Exception as exc:  # it expires by its TTL anyway
+        log.warning("could not drop live state of deployment %s: %s", deployment_id, exc)
+
+
+def push_event(groups: list[str], event: dict[str, Any]) -> None:
+    """Push one event to browser groups; a Channels/Redis hiccup is logged, never raised."""
+    for group in groups:
+        try:
+            push_live_event(group, event)
+        except Exception as exc:  # the live feed is best-effort; the database stays the truth
+            log.warning("live push to %s failed: %s", group, exc)
+
+
+# --- state transitions --------------------------------------------------------------------------
+
+
+def transition(
+    deployment: Deployment,
+    to_state: str,
+    message: str = "",
+    *,
+    log_tail: str = "",
+    **fields: Any,
+) -> Deployment:
+    """Move `deployment` to `to_state` (with extra field updates), record it and tell everyone.
+
+    Writes a DeploymentEvent, publishes a config change so proxies refresh their endpoints, and
+    pushes the new state to the fleet, host and deployment live groups after commit.
+    """
+    with transaction.atomic():
+        locked = Deployment.objects.select_for_update().select_related("host").get(pk=deployment.pk)
+        from_state = locked.state
+        changed = from_state != to_state
+        locked.state = to_state
+        if changed:
+            locked.state_changed_at = timezone.now()
+        if message or changed:
+            locked.state_reason = message
+        if log_tail:
+            locked.last_log_lines = log_tail
+        for name, value in fields.items():
+            setattr(locked, name, value)
+        locked.save()
+        if changed or log_tail or message:
+            DeploymentEvent.objects.create(
+                deployment=locked,
+                from_state=from_state,
+                to_state=to_state,
+                message=message,
+                log_tail=log_tail,
+            )
+        if changed:
+            publish_config_change("deployment", id=locked.pk, state=to_state)
+            event = {
+                "type": "deployment.state",
+                "deployment_id": locked.pk,
+                "host": locked.host.name,
+                "state": to_state,
+                "from_state": from_state,
+                "reason": message,
+                "ts": time.time(),
+            }
+            groups = [FLEET_GROUP, host_group(locked.host.name), deployment_group(locked.pk)]
+            transaction.on_commit(lambda: push_event(groups, event))
+            if to_state not in SERVING_STATES:
+                # Live numbers of an engine that no longer serves must not outlive it by their TTL.
+                transaction.on_commit(lambda: _forget_live(locked.pk))
+    for name in ("state", "state_changed_at", "state_reason", "last_log_lines", *fields):
+        setattr(deployment, name, getattr(locked, name))
+    return deployment
+
+
+def record_event(deployment: Deployment, message: str, *, log_tail: str = "") -> None:
+    """A history entry that is not a state change (an action, a refusal, a probe note)."""
+    DeploymentEvent.objects.create(
+        deployment=deployment,
+        from_state=deployment.state,
+        to_state=deployment.state,
+        message=message,
+        log_tail=log_tail,
+    )
+
+
+# --- host reachability --------------------------------------------------------------------------
+
+
+def host_is_reachable(host: Host) -> bool:
+    """Fresh heartbeat and not marked unreachable; computed from the timestamp, not a stale flag."""
+    if host.last_heartbeat is None or host.state == HostState.UNREACHABLE:
+        return False
+    age = (timezone.now() - host.last_heartbeat).total_seconds()
+    return age <= settings.NODE_UNREACHABLE_SECONDS
+
+
+def mark_unreachable_hosts() -> list[str]:
+    """Mark hosts whose last heartbeat is older than NODE_UNREACHABLE_SECONDS; returns their names.
+
+    Their ready engines become degraded (the proxy stops preferring them); the agent puts them back
+    once heartbeats resume and its probes pass.
+    """
+    cutoff = timezone.now() - timedelta(seconds=settings.NODE_UNREACHABLE_SECONDS)
+    stale = Host.objects.filter(
+        Q(last_heartbeat__lt=cutoff), ~Q(state__in=[HostState.UNREACHABLE, HostState.UNKNOWN])
+    )
+    names = []
+    for host in stale:
+        with transaction.atomic():
+            updated = Host.objects.filter(pk=host.pk, last_heartbeat__lt=cutoff).exclude(
+                state=HostState.UNREACHABLE
+            )
+            if not updated.update(state=HostState.UNREACHABLE):
+                continue
+            names.append(host.name)
+            publish_config_change("host", name=host.name, state=HostState.UNREACHABLE)
+            seen = host.last_heartbeat.isoformat() if host.last_heartbeat else "never"
+            for deployment in Deployment.objects.filter(
+                host=host, state__in=[DeploymentState.READY, DeploymentState.STARTING]
+            ):
+                transition(
+                    deployment,
+                    DeploymentState.DEGRADED,
+                    f"Host {host.name} missed heartbeats (last {seen}); engine state unknown.",
+                )
+            event = {
+                "type": "host.state",
+                "host": host.name,
+                "state": HostState.UNREACHABLE,
+                "ts": time.time(),
+            }
+            groups = [FLEET_GROUP, host_group(host.name)]
+            transaction.on_commit(lambda g=groups, e=event: push_event(g, e))  # type: ignore[misc]
+    return names

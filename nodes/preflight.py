@@ -1,0 +1,251 @@
+"""Every check that refuses a deployment before anything starts, with a message that says what to change.
+
+The API runs it on create and in the deploy wizard; the agent runs it again before each launch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from models_registry.choices import SourceKind, VersionState
+from models_registry.estimate import FitResult
+from models_registry.services import fit_check, state_on_host
+from nodes.choices import ACTIVE_STATES, DeploymentState, DesiredState, Engine, HostState
+from nodes.engines import get_adapter
+from nodes.engines import vllm as vllm_adapter
+from nodes.engines.base import reserved_flags_in
+from nodes.lifecycle import host_is_reachable
+from nodes.models import Deployment, Gpu, Host
+from nodes.spec import DeploySpec
+
+
+@dataclass
+class Preflight:
+    """The outcome of checking a deployment before launch: field errors and the fit check."""
+
+    errors: dict[str, list[str]] = field(default_factory=dict)
+    fit: FitResult | None = None  # when a fit check ran
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def add(self, name: str, message: str) -> None:
+        self.errors.setdefault(name, []).append(message)
+
+    def summary(self) -> str:
+        return " ".join(f"{name}: {' '.join(msgs)}" for name, msgs in self.errors.items())
+
+
+def vllm_quantization_method(method: str | None) -> str | None:
+    """The `--quantization` value for a registry QuantizationConfig.method (None: read the checkpoint)."""
+    if not method or method in ("none", "fp16", "bf16", "int8"):
+        # int8 checkpoints name their scheme (compressed-tensors, ...) in their own config.
+        return None
+    return method
+
+
+def vllm_dtype(method: str | None) -> str | None:
+    return {"fp16": "float16", "bf16": "bfloat16"}.get(method or "")
+
+
+def vllm_kv_cache_dtype(name: str | None) -> str | None:
+    """The `--kv-cache-dtype` value for a registry kv_cache_dtype; ValueError if vLLM has none."""
+    if not name or name == "auto":
+        return None
+    mapped = {"fp16": "float16", "bf16": "bfloat16"}.get(name, name)
+    if mapped not in vllm_adapter.KV_CACHE_DTYPES:
+        raise ValueError(
+            f"vLLM has no KV-cache dtype {name!r}; use one of {sorted(vllm_adapter.KV_CACHE_DTYPES)}"
+        )
+    return mapped
+
+
+def _gpu_reservations(
+    host: Host, gpu_indices: tuple[int, ...], exclude_id: int | None
+) -> dict[int, list[tuple[str, float]]]:
+    """For each GPU index, the (deployment name, gpu_memory_utilization) of others that hold it."""
+    others = Deployment.objects.filter(host=host, state__in=ACTIVE_STATES).exclude(
+        desired_state=DesiredState.STOPPED, state=DeploymentState.STOPPED
+    )
+    if exclude_id is not None:
+        others = others.exclude(pk=exclude_id)
+    held: dict[int, list[tuple[str, float]]] = {i: [] for i in gpu_indices}
+    for other in others:
+        for index in other.gpu_indices or []:
+            if index in held:
+                held[index].append((other.name, other.gpu_memory_utilization))
+    return held
+
+
+def preflight(spec: DeploySpec, *, exclude_id: int | None = None, check_reachable: bool = True) -> Preflight:
+    """Every check that must pass before an engine starts. Nothing is started or written here.
+
+    Refuses: a version that failed verification or whose files do not suit the engine, an
+    unreachable or draining host, a port another deployment holds, GPUs that do not exist or
+    are already reserved, parameters vLLM would reject, and combinations the registry's fit
+    check says do not fit in GPU memory.
+    """
+    host = spec.host
+    result = Preflight()
+    try:
+        get_adapter(spec.engine)
+    except ValueError as exc:
+        result.add("engine", str(exc))
+        return result
+
+    # The version's files on this host: a failure on another host says nothing about this one.
+    if state_on_host(spec.model_version, host.name) == VersionState.FAILED:
+        result.add(
+            "model_version",
+            f"{spec.model_version} failed file verification on {host.name}; "
+            "re-verify it (or fix its files) before deploying there.",
+        )
+    if spec.engine == Engine.LLAMACPP and spec.model_version.source_kind != SourceKind.GGUF:
+        result.add("engine", "llama.cpp serves GGUF files only; this version is a directory.")
+    if spec.engine == Engine.VLLM and spec.model_version.source_kind == SourceKind.GGUF:
+        result.add(
+            "engine", "vLLM no longer loads GGUF in-tree (removed upstream); deploy GGUF with llama.cpp."
+        )
+    max_context = spec.model_version.max_context
+    if max_context is not None and spec.max_model_len > max_context:
+        result.add(
+            "max_model_len",
+            f"{spec.max_model_len:,} exceeds the model's maximum context of {max_context:,} tokens "
+            "(vLLM refuses to start with it).",
+        )
+
+    # The host.
+    if check_reachable and not host_is_reachable(host):
+        seen = host.last_heartbeat.isoformat() if host.last_heartbeat else "never"
+        result.add(
+            "host",
+            f"Host {host.name} is unreachable (last heartbeat: {seen}); start its agent "
+            f"(manage.py run_agent {host.name}) or pick another host.",
+        )
+    if host.state == HostState.DRAINING:
+        result.add("host", f"Host {host.name} is draining and accepts no new deployments.")
+    holders = Deployment.objects.filter(host=host, port=spec.port, state__in=ACTIVE_STATES)
+    if exclude_id is not None:
+        holders = holders.exclude(pk=exclude_id)
+    port_holder = holders.first()
+    if port_holder is not None:
+        result.add("port", f"Port {spec.port} on {host.name} is used by deployment '{port_holder.name}'.")
+
+    # Engine parameters vLLM validates at start-up.
+    if not 0 < spec.gpu_memory_utilization <= 1:
+        result.add("gpu_memory_utilization", "Must be greater than 0 and at most 1.")
+    if spec.block_size <= 0 or spec.block_size & (spec.block_size - 1):
+        result.add("block_size", "Must be a positive power of two (vLLM's attention kernels need it).")
+    if spec.max_num_seqs <= 0:
+        result.add("max_num_seqs", "Must be positive.")
+    if spec.max_num_batched_tokens is not None and spec.max_num_batched_tokens < spec.max_num_seqs:
+        result.add(
+            "max_num_batched_tokens",
+            f"vLLM requires max_num_batched_tokens ({spec.max_num_batched_tokens}) >= max_num_seqs "
+            f"({spec.max_num_seqs}).",
+        )
+    if not all(isinstance(a, str) for a in spec.extra_args):
+        result.add("extra_args", "Must be a list of strings.")
+    else:
+        reserved = reserved_flags_in(spec.extra_args)
+        if reserved:
+            result.add(
+                "extra_args",
+                f"{', '.join(sorted(set(reserved)))} are set by the console (key, port and name) and "
+                "cannot be overridden.",
+            )
+
+    quant_method = getattr(spec.quantization, "method", None)
+    if spec.engine in (Engine.VLLM, Engine.SIM) and spec.quantization is not None:
+        method = vllm_quantization_method(quant_method)
+        if quant_method and quant_method.startswith("gguf"):
+            result.add("quantization", "GGUF quantizations run on llama.cpp, not vLLM.")
+        elif method is not None and method not in vllm_adapter.QUANTIZATION_METHODS:
+            result.add("quantization", f"vLLM has no quantization method {method!r}.")
+        try:
+            vllm_kv_cache_dtype(getattr(spec.quantization, "kv_cache_dtype", None))
+        except ValueError as exc:
+            result.add("quantization", str(exc))
+
+    # GPUs: they must exist on the host, match the tensor-parallel size and have memory left.
+    if spec.engine == Engine.LLAMACPP:
+        if spec.gpu_indices:
+            result.add("gpu_indices", "llama.cpp engines run on CPU nodes; leave GPUs empty.")
+        return result
+    if not spec.gpu_indices:
+        result.add("gpu_indices", f"Pick at least one GPU of {host.name}.")
+        return result
+    if len(set(spec.gpu_indices)) != len(spec.gpu_indices):
+        result.add("gpu_indices", "A GPU is listed twice.")
+    if spec.tensor_parallel_size != len(spec.gpu_indices):
+        result.add(
+            "tensor_parallel_size",
+            f"Must equal the number of GPUs ({len(spec.gpu_indices)}); vLLM shards the model over exactly "
+            "tensor_parallel_size visible GPUs.",
+        )
+    gpus = {g.index: g for g in Gpu.objects.filter(host=host, index__in=spec.gpu_indices)}
+    missing = [i for i in spec.gpu_indices if i not in gpus]
+    if missing:
+        known = sorted(Gpu.objects.filter(host=host).values_list("index", flat=True))
+        result.add(
+            "gpu_indices",
+            f"{host.name} has no GPU {', '.join(map(str, missing))} (its agent reports {known or 'none'}).",
+        )
+        return result
+    for index, gpu_holders in _gpu_reservations(host, spec.gpu_indices, exclude_id).items():
+        taken = sum(util for _, util in gpu_holders)
+        if taken + spec.gpu_memory_utilization > 1.0 + 1e-9:
+            names = ", ".join(f"'{name}' ({util:.0%})" for name, util in gpu_holders)
+            left = max(0.0, 1.0 - taken)
+            result.add(
+                "gpu_indices",
+                f"GPU {index} on {host.name} is already taken: {names} reserve {taken:.0%} of its memory. "
+                f"Lower gpu_memory_utilization to at most {left:.2f} or pick another GPU.",
+            )
+    if result.errors:
+        return result
+
+    gpu_memory_bytes = sum(gpus[i].memory_total_bytes for i in spec.gpu_indices)
+    try:
+        fit = fit_check(
+            spec.model_version,
+            spec.quantization,
+            gpu_memory_bytes,
+            spec.gpu_memory_utilization,
+            spec.max_model_len,
+            spec.max_num_seqs,
+            other_reserved_bytes=0,
+            tensor_parallel_size=spec.tensor_parallel_size,
+        )
+    except ValueError as exc:
+        result.add("model_version", f"The fit check could not run: {exc}")
+        return result
+    result.fit = fit
+    if not fit.fits:
+        result.add("fit", fit.reason)
+    return result
+
+
+def preflight_deployment(deployment: Deployment, *, check_reachable: bool = True) -> Preflight:
+    """The checks again for a stored deployment (the agent runs them before each launch)."""
+    return preflight(
+        DeploySpec.from_deployment(deployment), exclude_id=deployment.pk, check_reachable=check_reachable
+    )
+
+
+def fit_to_dict(fit: FitResult | None) -> dict[str, Any] | None:
+    if fit is None:
+        return None
+    return {
+        "fits": fit.fits,
+        "reason": fit.reason,
+        "weight_bytes": fit.weight_bytes,
+        "kv_bytes_per_token": fit.kv_bytes_per_token,
+        "kv_tokens_available": fit.kv_tokens_available,
+        "max_context_that_fits": fit.max_context_that_fits,
+        "steps": [
+            {"label": s.label, "formula": s.formula, "value": s.value} for s in getattr(fit, "steps", [])
+        ],
+    }

@@ -1,0 +1,92 @@
+"""DeploySpec: what to run where, one typed object carried from the API through the checks to the adapter."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from django.db import models
+
+from models_registry.models import ModelVersion, QuantizationConfig
+from nodes.choices import Engine
+from nodes.models import Deployment, Host
+
+
+def default_tensor_parallel_size(engine: str, gpu_indices: tuple[int, ...] | list[int]) -> int:
+    """vLLM shards over every GPU it is given; llama.cpp engines run on CPU nodes, so 1."""
+    return 1 if engine == Engine.LLAMACPP else max(1, len(gpu_indices))
+
+
+def _field_default(name: str) -> Any:
+    field = Deployment._meta.get_field(name)
+    return field.get_default() if isinstance(field, models.Field) else None
+
+
+@dataclass(frozen=True)
+class DeploySpec:
+    """A deployment's engine parameters, as they are checked (preflight) and launched (EngineSpec).
+
+    `quantization` is the effective one: the deployment's own, else the version's (None: the
+    checkpoint as it is). Defaults are the Deployment model's, so a spec and a new row agree.
+    """
+
+    model_version: ModelVersion
+    quantization: QuantizationConfig | None
+    engine: str
+    host: Host
+    port: int
+    gpu_indices: tuple[int, ...]
+    gpu_memory_utilization: float
+    max_model_len: int
+    block_size: int
+    max_num_seqs: int
+    max_num_batched_tokens: int | None
+    tensor_parallel_size: int
+    enable_prefix_caching: bool
+    extra_args: tuple[str, ...]
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any], instance: Deployment | None = None) -> DeploySpec:
+        """A spec from API input: each parameter from `values`, else from `instance`, else the default.
+
+        A missing `tensor_parallel_size` means one per GPU (see default_tensor_parallel_size).
+        """
+
+        def value(name: str) -> Any:
+            if name in values:
+                return values[name]
+            if instance is not None:
+                return getattr(instance, name)
+            return _field_default(name)
+
+        version: ModelVersion = value("model_version")
+        engine = value("engine")
+        gpu_indices = tuple(value("gpu_indices") or ())
+        tp = value("tensor_parallel_size") if "tensor_parallel_size" in values or instance else None
+        if tp is None:
+            tp = default_tensor_parallel_size(engine, gpu_indices)
+        return cls(
+            model_version=version,
+            quantization=value("quantization") or version.quantization,
+            engine=engine,
+            host=value("host"),
+            port=value("port"),
+            gpu_indices=gpu_indices,
+            gpu_memory_utilization=value("gpu_memory_utilization"),
+            max_model_len=value("max_model_len"),
+            block_size=value("block_size"),
+            max_num_seqs=value("max_num_seqs"),
+            max_num_batched_tokens=value("max_num_batched_tokens"),
+            tensor_parallel_size=tp,
+            enable_prefix_caching=value("enable_prefix_caching"),
+            extra_args=tuple(value("extra_args") or ()),
+        )
+
+    @classmethod
+    def from_deployment(cls, deployment: Deployment) -> DeploySpec:
+        """The spec a stored deployment runs with."""
+        names = {f.name for f in fields(cls)} - {"quantization"}
+        values = {name: getattr(deployment, name) for name in names}
+        values["quantization"] = deployment.quantization
+        return cls.from_values(values)
