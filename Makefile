@@ -66,9 +66,11 @@ run: install frontend check-redis seed
 stop: install
 	$(PY) manage.py stop_engines
 
+# ruff, and the import contracts that keep the layers (docs/architecture.md).
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 typecheck: install
 	$(VENV)/bin/mypy .

@@ -78,11 +78,11 @@ def start_engine(tmp: Path) -> Any:
     from models_registry.models import Model
     from models_registry.services import register_version
     from nodes.agent import runtime
-    from nodes.agent.gpus import GpuSource
+    from nodes.agent.gpus import GpuSource, simulated_gpu_config
     from nodes.agent.services import report_gpus
     from nodes.agent.supervisor import Supervisor
     from nodes.choices import DeploymentState, Engine, HostState
-    from nodes.demo import LLAMA_31_8B_CONFIG, simulated_gpu_config, write_config_dir
+    from nodes.demo import LLAMA_31_8B_CONFIG, write_config_dir
     from nodes.models import Deployment, Host
 
     host = Host.objects.create(name="bench-a", state=HostState.ONLINE, last_heartbeat=timezone.now())

@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 from celery import Celery
+from django.db import transaction
 from kombu import Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "inferchain.settings")
@@ -24,6 +25,4 @@ def node_queue(host_name: str) -> str:
 
 def enqueue_on_commit(task: Any, *args: Any, queue: str = "control", **kwargs: Any) -> None:
     """Send `task` after the transaction commits, so a worker never sees a row that is not there."""
-    from django.db import transaction
-
     transaction.on_commit(lambda: task.apply_async(args=args, kwargs=kwargs, queue=queue))

@@ -8,6 +8,7 @@ from typing import Any
 
 import redis
 from django.conf import settings
+from django.db import transaction
 
 
 @functools.cache
@@ -41,8 +42,6 @@ def publish_config_change(kind: str, **payload: Any) -> None:
     Proxies drop their cached copy on this message, so a revoked key stops working everywhere
     within one round trip instead of after a TTL.
     """
-    from django.db import transaction
-
     message = json.dumps({"kind": kind, **payload})
 
     def send() -> None:

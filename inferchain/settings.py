@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 from pathlib import Path
 
@@ -18,8 +19,6 @@ if not SECRET_KEY:
     # A zero-setup demo still needs a key; make it stable per checkout so sessions survive restarts.
     _key_file = BASE_DIR / "var" / "secret_key"
     if not _key_file.exists():
-        import secrets
-
         _key_file.parent.mkdir(parents=True, exist_ok=True)
         _key_file.write_text(secrets.token_urlsafe(50))
     SECRET_KEY = _key_file.read_text().strip()

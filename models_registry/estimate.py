@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import gguf
+
 # Bytes per element of the dtypes a config or --kv-cache-dtype can name.
 DTYPE_BYTES: dict[str, float] = {
     "float32": 4,
@@ -240,8 +242,6 @@ def read_directory(root: Path) -> tuple[dict[str, Any], int | None, int | None, 
 
 def read_gguf(path: Path) -> tuple[dict[str, Any], int, int | None]:
     """(architecture, parameter count, max context) from a GGUF file's metadata and tensor table."""
-    import gguf
-
     try:
         reader = gguf.GGUFReader(path, "r")
     except Exception as exc:  # the reader raises ValueError, struct.error, IndexError... on a bad file

@@ -19,6 +19,8 @@ from pathlib import Path
 from django.conf import settings
 from django.utils import timezone
 
+from models_registry.models import HashCache
+
 # 4 MiB reads: large enough that per-call overhead vanishes and hashlib drops the GIL, small enough
 # that N threads stay within a few dozen MiB.
 BUFFER_SIZE = 4 * 1024 * 1024
@@ -235,8 +237,6 @@ def default_workers() -> int:
 
 def _cached(host_name: str, files: Sequence[FileEntry]) -> dict[str, str]:
     """Cached sha256 by absolute path, for the files whose stat facts still match the cache row."""
-    from models_registry.models import HashCache
-
     by_path = {f.abs_path: f for f in files}
     found: dict[str, str] = {}
     paths = list(by_path)
@@ -252,8 +252,6 @@ def _cached(host_name: str, files: Sequence[FileEntry]) -> dict[str, str]:
 
 
 def _remember(host_name: str, hashed: Sequence[tuple[FileEntry, str]]) -> None:
-    from models_registry.models import HashCache
-
     now = timezone.now()
     rows = [
         HashCache(

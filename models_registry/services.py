@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from core.audit import record_audit
 from core.choices import AuditAction
+from core.live import push_live_event
 from core.redis_client import publish_config_change
 from models_registry.choices import ProblemKind, SourceKind, VersionState
 from models_registry.estimate import (
@@ -496,8 +497,6 @@ def push_verification_event(version_id: int, event: dict[str, Any]) -> None:
 
     Best effort: the run is already stored, so a Redis hiccup must not fail the task that made it.
     """
-    from core.live import push_live_event
-
     try:
         push_live_event(version_group(version_id), event)
     except Exception:
@@ -553,14 +552,6 @@ def state_on_host(version: ModelVersion, host_name: str) -> str:
     if run is None:
         return VersionState.REGISTERED
     return VersionState.VERIFIED if run.ok else VersionState.FAILED
-
-
-def enqueue_verification(version: ModelVersion, host_name: str) -> None:
-    """Ask the node agent of `host_name` to verify the version, once the current transaction commits."""
-    from core.celery import enqueue_on_commit, node_queue
-    from models_registry.tasks import verify_version
-
-    enqueue_on_commit(verify_version, version.pk, host_name, queue=node_queue(host_name))
 
 
 # --------------------------------------------------------------------------- estimates

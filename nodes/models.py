@@ -72,7 +72,7 @@ class Deployment(models.Model):
     """A model version served by one engine process on one host, with its engine parameters.
 
     `desired_state` is what an admin asked for; `state` is what the agent observed. The engine's
-    API key is never stored: it is derived from `id` and `start_token` (see services.engine_api_key),
+    API key is never stored: it is derived from `id` and `start_token` (see lifecycle.engine_api_key),
     and `start_token` changes at every launch.
     """
 

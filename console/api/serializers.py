@@ -8,6 +8,7 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from console.models import ApiKey, Quota, Tenant, User
+from console.permissions import user_role
 from core.api.base import StrictModelSerializer, StrictSerializerMixin
 
 
@@ -187,6 +188,4 @@ class MeSerializer(serializers.ModelSerializer):
         fields = ["id", "username", "email", "role"]
 
     def get_role(self, obj: User) -> str:
-        from console.permissions import user_role
-
         return user_role(obj) or ""

@@ -6,7 +6,7 @@ from rest_framework.routers import DefaultRouter
 from models_registry.api import views
 
 router = DefaultRouter()
-router.register("models", views.ModelViewSet, basename="model")
+router.register("models", views.RegistryModelViewSet, basename="model")
 router.register("model-versions", views.ModelVersionViewSet, basename="modelversion")
 router.register("quantization-configs", views.QuantizationConfigViewSet, basename="quantizationconfig")
 router.register("model-aliases", views.ModelAliasViewSet, basename="modelalias")

@@ -15,6 +15,7 @@ from rest_framework.response import Response
 from core.api.base import AuditedModelViewSet
 from core.audit import record_audit
 from core.choices import AuditAction
+from core.redis_client import publish_config_change
 from models_registry.api.serializers import (
     FitCheckSerializer,
     FitResultSerializer,
@@ -35,13 +36,13 @@ from models_registry.services import (
     ManifestError,
     RegistrationError,
     SourcePathError,
-    enqueue_verification,
     fit_check,
     latest_runs,
     parse_manifest,
     register_version,
     switch_alias,
 )
+from models_registry.tasks import enqueue_verification
 
 
 def protected_error(exc: ProtectedError) -> ValidationError:
@@ -61,7 +62,7 @@ class ProtectedDeleteMixin:
             raise protected_error(exc) from None
 
 
-class ModelViewSet(ProtectedDeleteMixin, AuditedModelViewSet):
+class RegistryModelViewSet(ProtectedDeleteMixin, AuditedModelViewSet):
     """Model families."""
 
     serializer_class = ModelSerializer
@@ -228,14 +229,10 @@ class ModelAliasViewSet(ProtectedDeleteMixin, AuditedModelViewSet):
         return ModelAlias.objects.select_related("active_version__model")
 
     def perform_create(self, serializer: Any) -> None:
-        from core.redis_client import publish_config_change
-
         super().perform_create(serializer)
         publish_config_change("model_alias", name=serializer.instance.name)
 
     def perform_destroy(self, instance: Any) -> None:
-        from core.redis_client import publish_config_change
-
         name = instance.name
         super().perform_destroy(instance)
         publish_config_change("model_alias", name=name)

@@ -10,6 +10,7 @@ import django
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "inferchain.settings")
     django.setup()
+    # After setup: the agent's modules import models, which need the app registry ready.
     from nodes.agent.main import build_parser, run
 
     run(build_parser().parse_args())

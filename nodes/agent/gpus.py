@@ -12,6 +12,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import pynvml
+
+from nodes.sim.profiles import PROFILES
+
 
 @dataclass(frozen=True)
 class SimulatedGpuConfig:
@@ -34,13 +38,11 @@ class GpuSource:
         self._nvml: Any = None
         self._handles: list[Any] = []
         try:
-            import pynvml
-
             pynvml.nvmlInit()
             count = pynvml.nvmlDeviceGetCount()
             self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
             self._nvml = pynvml
-        except Exception as exc:  # pynvml raises its own NVMLError subclasses, or ImportError
+        except Exception as exc:  # pynvml raises its own NVMLError subclasses
             self.nvml_error = f"No NVIDIA GPU: NVML is unavailable ({type(exc).__name__}: {exc})."
 
     @property
@@ -138,3 +140,14 @@ class GpuSource:
 
 def name_str(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def simulated_gpu_config(profile_name: str, count: int) -> SimulatedGpuConfig:
+    """`count` simulated GPUs like the GPU of a simulator profile (name, memory, idle power)."""
+    gpu = PROFILES[profile_name].gpu
+    return SimulatedGpuConfig(
+        count=count,
+        name=gpu.name,
+        memory_bytes=gpu.memory_bytes,
+        idle_power_watts=gpu.power_idle_watts,
+    )

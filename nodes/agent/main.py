@@ -13,6 +13,11 @@ import logging
 import threading
 from typing import Any
 
+from core.celery import app, node_queue
+from nodes.agent.gpus import GpuSource, simulated_gpu_config
+from nodes.agent.supervisor import Supervisor
+from nodes.models import Host
+
 log = logging.getLogger("nodes.agent")
 
 
@@ -44,8 +49,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def ensure_host(name: str, address: str | None) -> None:
     """A host runs its agent before an admin has typed it in: register it on first start."""
-    from nodes.models import Host
-
     host, created = Host.objects.get_or_create(name=name, defaults={"address": address or "127.0.0.1"})
     if not created and address and host.address != address:
         host.address = address
@@ -53,11 +56,6 @@ def ensure_host(name: str, address: str | None) -> None:
 
 
 def run(options: Any) -> None:
-    from core.celery import app, node_queue
-    from nodes.agent.gpus import GpuSource
-    from nodes.agent.supervisor import Supervisor
-    from nodes.demo import simulated_gpu_config
-
     ensure_host(options.host, options.address)
     probe = GpuSource(options.host)
     if not probe.nvml_available:

@@ -18,6 +18,7 @@ from pathlib import Path
 from django.conf import settings
 from django.utils import timezone
 
+from models_registry import services as registry
 from nodes import process
 from nodes.agent.services import bind_host_for, engine_spec, new_start_token, redact_argv
 from nodes.choices import DeploymentState, DesiredState
@@ -74,8 +75,6 @@ def engine_running(deployment: Deployment) -> bool:
 
 def verify_files(deployment: Deployment) -> str | None:
     """Check the version's files on this host against its manifest; an error message, or None if fine."""
-    from models_registry import services as registry
-
     version = deployment.model_version
     host_name = deployment.host.name
     # Always re-verify: unchanged files cost one stat each (the hash cache), and files swapped since

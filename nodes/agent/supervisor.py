@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from core.live import FLEET_GROUP, deployment_group, host_group
@@ -392,8 +392,6 @@ class Supervisor:
 
 def _in_own_connection(func: Any, *args: Any) -> Any:
     """Run `func` in a pool thread and close that thread's database connection afterwards."""
-    from django.db import connection
-
     try:
         return func(*args)
     finally:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
+
+import uvloop
 
 from nodes.sim.cli import parse_args
 
@@ -15,12 +16,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(levelname)s %(asctime)s [sim] %(message)s", stream=sys.stderr
     )
+    # Imported after parsing: `--help` and argument errors answer without loading the server.
     from nodes.sim.server import serve
 
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a pinned dependency
-        return asyncio.run(serve(args))
     return uvloop.run(serve(args))
 
 

@@ -16,6 +16,7 @@ APP = "routing.proxy.asgi:app"
 
 
 def _max_body() -> int:
+    # Read in each worker after django.setup() (the server's import of the app does it).
     from django.conf import settings
 
     return int(settings.PROXY_MAX_BODY_BYTES)
@@ -32,6 +33,7 @@ def main() -> None:
     if args.workers < 1:
         parser.error("--workers must be at least 1")
     if args.server == "uvicorn":
+        # Only for --server uvicorn: the default server never loads it.
         import uvicorn
 
         uvicorn.run(
@@ -52,6 +54,7 @@ def main() -> None:
         level=args.log_level.upper(),
         format=f"%(asctime)s proxy[{os.getpid()}] %(levelname)s %(name)s: %(message)s",
     )
+    # After argument parsing, so `--help` and usage errors do not load the server and its loop.
     from routing.proxy.server import run
 
     run(APP, args.host, args.port, args.workers, _max_body)

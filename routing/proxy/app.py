@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import datetime as dt
 import gc
-import hashlib
 import hmac
 import logging
 import re
@@ -27,8 +26,10 @@ import orjson
 import redis.asyncio as aioredis
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.db import close_old_connections
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from console.services import hash_api_key
 from core.redis_client import CONFIG_CHANNEL, key_cache_generation, key_cache_record
 from core.redis_client import key as rkey
 from routing.choices import Priority, Scorer
@@ -378,8 +379,6 @@ class Proxy:
 
     async def _in_db(self, fn: Callable[..., Any], *args: Any) -> Any:
         def run() -> Any:
-            from django.db import close_old_connections
-
             close_old_connections()
             return fn(*args)
 
@@ -591,7 +590,7 @@ class Proxy:
         raw = _bearer(scope)
         if raw is None:
             raise unauthorized("Missing API key. Send 'Authorization: Bearer <key>'.")
-        digest = hmac.new(settings.API_KEY_HMAC_SECRET.encode(), raw.encode(), hashlib.sha256).hexdigest()
+        digest = hash_api_key(raw)
         now = time.monotonic()
         cached = self.keys.get(digest)
         # Without a live subscription a cached key is trusted for one second only, so revocation still

@@ -12,10 +12,15 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.apps import apps
 from django.conf import settings
 
+from console.models import ApiKey
+from models_registry.models import ModelAlias
+from nodes.choices import DeploymentState
+from nodes.lifecycle import engine_api_key
+from nodes.models import Deployment
 from routing.choices import Scorer
+from routing.models import RoutePolicy, RoutePool
 
 log = logging.getLogger(__name__)
 
@@ -232,8 +237,6 @@ def _has_related(obj: Any, name: str) -> bool:
 
 def load_key(digest: str) -> KeyInfo | None:
     """Look one key up by its HMAC digest (sync: call it in a thread). None when unknown."""
-    from console.models import ApiKey
-
     candidate = (
         ApiKey.objects.select_related("tenant", "tenant__quota", "quota_override")
         .filter(hashed_key=digest)
@@ -246,8 +249,6 @@ def load_key(digest: str) -> KeyInfo | None:
 
 def load_keys(ids: list[int]) -> dict[int, KeyInfo]:
     """Fresh copies of the given keys (the periodic safety-net revalidation)."""
-    from console.models import ApiKey
-
     rows = ApiKey.objects.select_related("tenant", "tenant__quota", "quota_override").filter(pk__in=ids)
     return {row.pk: key_info_from_model(row) for row in rows}
 
@@ -272,51 +273,39 @@ def _static_endpoints() -> list[Endpoint]:
 
 
 def _fleet_endpoints() -> list[Endpoint]:
-    """Ready deployments from nodes/ (absent until that app has its models)."""
-    try:
-        deployment_model = apps.get_model("nodes", "Deployment")
-    except LookupError:
-        return []
-    from nodes.lifecycle import engine_api_key
-
+    """Ready deployments of the fleet (nodes/)."""
     out: list[Endpoint] = []
-    for dep in deployment_model.objects.select_related("host").filter(state="ready"):
+    for dep in Deployment.objects.select_related("host").filter(state=DeploymentState.READY):
         out.append(
             Endpoint(
                 id=str(dep.pk),
                 deployment_id=dep.pk,
                 base_url=f"http://{dep.host.address}:{dep.port}",
-                api_key=engine_api_key(dep) or "",
+                api_key=engine_api_key(dep),
                 served_model_name=dep.served_model_name,
-                max_model_len=getattr(dep, "max_model_len", None),
-                block_size=getattr(dep, "block_size", None) or 16,
-                role=getattr(dep, "role", "") or "",
+                max_model_len=dep.max_model_len,
+                block_size=dep.block_size or 16,
+                role=dep.role,
             )
         )
     return out
 
 
 def _models() -> dict[str, ModelInfo]:
-    try:
-        alias_model = apps.get_model("models_registry", "ModelAlias")
-    except LookupError:
-        return {}
     out: dict[str, ModelInfo] = {}
-    for alias in alias_model.objects.select_related("active_version"):
+    for alias in ModelAlias.objects.select_related("active_version"):
         version = alias.active_version
         out[alias.name] = ModelInfo(
             alias=alias.name,
             version_id=version.pk if version else None,
-            tokenizer_path=(getattr(version, "tokenizer_path", None) or None) if version else None,
-            max_context=getattr(version, "max_context", None) if version else None,
+            tokenizer_path=(version.tokenizer_path or None) if version else None,
+            max_context=version.max_context if version else None,
         )
     return out
 
 
 def load_routing_snapshot() -> RoutingSnapshot:
     """Pools, policies, aliases and endpoints as one consistent snapshot (sync: call it in a thread)."""
-    from routing.models import RoutePolicy, RoutePool
-
     endpoints = _fleet_endpoints() + _static_endpoints()
     by_alias: dict[str, list[Endpoint]] = {}
     for ep in endpoints:

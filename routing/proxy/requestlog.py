@@ -22,7 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from django.db import connection, transaction
 
+from console.models import ApiKey
+from routing.models import RequestLog
 from routing.proxy.metrics import REQUEST_LOG_SPOOLED
 
 log = logging.getLogger(__name__)
@@ -90,11 +93,6 @@ def write_rows(rows: list[dict[str, Any]]) -> None:
     INSERT. Never bulk_create: building model instances cost about a third of the proxy's CPU at a
     thousand requests per second.
     """
-    from django.db import connection, transaction
-
-    from console.models import ApiKey
-    from routing.models import RequestLog
-
     ops = connection.ops
     table = ops.quote_name(RequestLog._meta.db_table)
     columns = ", ".join(ops.quote_name(c) for c in COLUMNS)
@@ -135,8 +133,6 @@ def write_rows(rows: list[dict[str, Any]]) -> None:
 
 def _close_connection() -> None:
     """The writer thread's own database connection, closed when the writer stops."""
-    from django.db import connection
-
     connection.close()
 
 
@@ -204,8 +200,6 @@ class RequestLogWriter:
             return False
 
     def _flush_sync(self, rows: list[dict[str, Any]]) -> None:
-        from django.db import connection
-
         # One connection for the life of this thread, not one per batch (close_old_connections would
         # reconnect on every flush with CONN_MAX_AGE=0): a cheap liveness check instead, and after a
         # failure it is closed below so that the next batch connects afresh.

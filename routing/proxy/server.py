@@ -36,6 +36,7 @@ from typing import Any, cast
 from urllib.parse import unquote
 
 import httptools
+import uvloop
 
 from routing.proxy.errors import ProxyError
 
@@ -491,8 +492,6 @@ async def serve_socket(sock: socket.socket, app: App, max_body: int, stop: async
 
 
 def _worker(sock: socket.socket, app_path: str, max_body_setting: Callable[[], int]) -> None:
-    import uvloop
-
     async def main() -> None:
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()

@@ -24,6 +24,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import gguf
+from jinja2.exceptions import TemplateError
+from jinja2.ext import loopcontrols
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
 from routing.proxy.scorers import PREFIX_TOKENS
@@ -85,8 +89,6 @@ class PromptTokenizer:
 
 
 def _raise_exception(message: str) -> None:
-    from jinja2.exceptions import TemplateError
-
     raise TemplateError(message)
 
 
@@ -104,9 +106,6 @@ def chat_renderer(template: str, bos_token: str = "", eos_token: str = "") -> Ca
     Sandboxed (a template is model-supplied code), `trim_blocks`/`lstrip_blocks`, `raise_exception`,
     `strftime_now`, bos/eos tokens and `add_generation_prompt=True`.
     """
-    from jinja2.ext import loopcontrols
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
@@ -191,8 +190,6 @@ def _field_int(reader: Any, name: str) -> int | None:
 
 
 def _gguf_tokenizer(path: str) -> PromptTokenizer | None:
-    import gguf
-
     reader = gguf.GGUFReader(path)
     model_field = reader.get_field("tokenizer.ggml.model")
     if model_field is None:

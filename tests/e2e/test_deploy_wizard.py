@@ -13,10 +13,10 @@ from playwright.sync_api import expect
 
 from models_registry.models import Model, ModelAlias
 from models_registry.services import register_version
-from nodes.agent.gpus import GpuSource
+from nodes.agent.gpus import GpuSource, simulated_gpu_config
 from nodes.agent.services import report_gpus
 from nodes.choices import HostState
-from nodes.demo import LLAMA_31_8B_CONFIG, simulated_gpu_config, write_config_dir
+from nodes.demo import LLAMA_31_8B_CONFIG, write_config_dir
 from nodes.models import Deployment, Host
 from tests.conftest import PASSWORD
 from tests.e2e.harness import login, screenshot

@@ -17,11 +17,11 @@ from django.utils import timezone
 
 from models_registry.models import ModelVersion, QuantizationConfig
 from nodes import process
-from nodes.agent.gpus import GpuSource
+from nodes.agent.gpus import GpuSource, simulated_gpu_config
 from nodes.agent.services import report_gpus
 from nodes.agent.supervisor import Supervisor
 from nodes.choices import DeploymentState, Engine, HostState
-from nodes.demo import LLAMA_31_8B_CONFIG, simulated_gpu_config, write_config_dir
+from nodes.demo import LLAMA_31_8B_CONFIG, write_config_dir
 from nodes.models import Deployment, Host
 
 
