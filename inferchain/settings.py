@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import sys
@@ -132,6 +133,10 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
+# WhiteNoise warns at every start when STATIC_ROOT is missing; the SPA is served from FRONTEND_DIST
+# through the finders, so an empty directory is all it needs until someone runs collectstatic.
+with contextlib.suppress(OSError):
+    STATIC_ROOT.mkdir(exist_ok=True)
 FRONTEND_DIST = BASE_DIR / "frontend" / "dist"
 STATICFILES_DIRS = [FRONTEND_DIST] if FRONTEND_DIST.exists() else []
 WHITENOISE_USE_FINDERS = True
@@ -197,7 +202,12 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "filters": {"routine_tasks": {"()": "core.logs.RoutineTaskFilter"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        name: {"filters": ["routine_tasks"]}
+        for name in ("celery.beat", "celery.worker.strategy", "celery.app.trace")
+    },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
 }
 

@@ -6,12 +6,12 @@ function names; the values and units (bytes, percent, milliwatts) are what NVML 
 
 from __future__ import annotations
 
-import sys
 import types
 from typing import Any
 
 import pytest
 
+from nodes.agent import gpus
 from nodes.agent.gpus import GpuSource, SimulatedGpuConfig
 
 
@@ -32,7 +32,7 @@ def fake_nvml() -> types.ModuleType:
 
 
 def test_nvml_samples_are_mapped_with_units(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml())
+    monkeypatch.setattr(gpus, "pynvml", fake_nvml())
     source = GpuSource("gpu-1")
     assert source.nvml_available and not source.simulated and source.nvml_error == ""
     assert source.inventory() == [
@@ -59,7 +59,7 @@ def test_without_nvidia_the_agent_says_so_and_models_simulated_gpus(monkeypatch:
         raise OSError("libnvidia-ml.so.1: cannot open shared object file")
 
     broken.nvmlInit = init
-    monkeypatch.setitem(sys.modules, "pynvml", broken)
+    monkeypatch.setattr(gpus, "pynvml", broken)
     source = GpuSource("cpu-1", SimulatedGpuConfig(count=2, memory_bytes=1000))
     assert source.simulated and source.nvml_error.startswith("No NVIDIA GPU")
     busy = {"memory_used_bytes": 400, "utilization_pct": 70, "temperature_c": 50, "power_watts": 200}

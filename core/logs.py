@@ -1,0 +1,23 @@
+"""Log filters that keep routine work out of INFO, so an idle install logs only what someone should read."""
+
+from __future__ import annotations
+
+import logging
+
+# Periodic tasks that run every few seconds: their "sending", "received" and "succeeded" lines would be
+# most of an idle install's log (three lines every two seconds for the heartbeat sweep alone).
+ROUTINE_TASKS = ("nodes.check_host_heartbeats", "nodes-host-heartbeat-sweep")
+
+
+class RoutineTaskFilter(logging.Filter):
+    """Drops Celery's per-run INFO lines about routine tasks unless the root logger is at DEBUG.
+
+    Attached to the loggers that write them (celery.beat, celery.worker.strategy, celery.app.trace).
+    A routine task that fails is still logged: only INFO records are dropped.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.INFO or logging.getLogger().isEnabledFor(logging.DEBUG):
+            return True
+        message = record.getMessage()
+        return not any(name in message for name in ROUTINE_TASKS)
