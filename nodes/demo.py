@@ -24,7 +24,7 @@ from models_registry.services import register_version
 from nodes import services
 from nodes.agent.gpus import GpuSource, simulated_gpu_config
 from nodes.agent.services import report_gpus
-from nodes.choices import DeploymentState, Engine
+from nodes.choices import DeploymentState, DesiredState, Engine
 from nodes.models import Deployment, Host
 
 # Llama-3.1-8B-Instruct's config.json (public), as the registry reads it.
@@ -87,6 +87,9 @@ DEMO_ENGINES = (
     ),
 )
 LLAMA_ENGINE_PORT = 8104
+# The reason `make stop` (manage.py stop_engines) leaves on the deployments it stops: the next
+# `make run` starts exactly those again, and leaves alone what someone stopped from the console.
+STOPPED_BY_MAKE_STOP = "Stopped by make stop; the next make run starts it again."
 
 
 def write_config_dir(directory: Path, config: dict[str, Any]) -> Path:
@@ -228,6 +231,9 @@ def seed_demo_fleet(*, time_scale: float = 1.0) -> list[str]:
         relaunched = relaunch_failed_demo_engines()
         if relaunched:
             created.append(f"{relaunched} failed demo engine(s) queued for relaunch")
+        resumed = start_what_make_stop_stopped()
+        if resumed:
+            created.append(f"{resumed} deployment(s) stopped by make stop queued for launch")
     return created
 
 
@@ -248,5 +254,16 @@ def relaunch_failed_demo_engines() -> int:
         host__name__in=[h.name for h in DEMO_HOSTS], state=DeploymentState.FAILED
     ).select_related("host"):
         services.request_start(deployment, "Demo fleet: relaunch after an earlier failure.")
+        count += 1
+    return count
+
+
+def start_what_make_stop_stopped() -> int:
+    """Queue a launch of every deployment `make stop` stopped (and nobody started since); returns how many."""
+    count = 0
+    for deployment in Deployment.objects.filter(
+        desired_state=DesiredState.STOPPED, state=DeploymentState.STOPPED, state_reason=STOPPED_BY_MAKE_STOP
+    ).select_related("host"):
+        services.request_start(deployment, "make run: launching again after make stop.")
         count += 1
     return count

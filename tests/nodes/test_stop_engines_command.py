@@ -11,9 +11,12 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
+import pytest
 from django.core.management import call_command
 
 from nodes import process
+
+pytestmark = pytest.mark.django_db
 
 
 def test_stops_recorded_engines_but_not_a_pid_without_the_token(node_settings: Any, tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """/metrics exposes vLLM's metric families with vLLM's names, types, HELP strings and label sets.
 
-The reference (data/vllm_metrics_reference.txt) is the exposition assembled from vLLM's
-vllm/v1/metrics/loggers.py at main 2f41c894 (see its header and /work/shared/reference/vllm/metrics.md).
+The reference (tests/data/vllm/metrics.txt) is the exposition assembled from vLLM's
+vllm/v1/metrics/loggers.py at main 2f41c894 (see its header and tests/data/vllm/README.md).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from nodes.sim.testing import SimHandle
 from tests.sim.conftest import MODEL
 from tests.sim.http import call
 
-REFERENCE = Path(__file__).parent / "data" / "vllm_metrics_reference.txt"
+REFERENCE = Path(__file__).parents[1] / "data" / "vllm" / "metrics.txt"
 
 
 def families(exposition: str) -> dict[str, tuple[str, str, set[frozenset[str]]]]:
