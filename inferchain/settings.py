@@ -177,6 +177,8 @@ MODEL_ROOTS = [Path(p) for p in env_list("MODEL_ROOTS", [str(BASE_DIR / "var" / 
 
 # Node agent identity: the host name this process acts for when it runs as an agent.
 NODE_NAME = env_str("NODE_NAME", "")
+# The demo fleet's engine ports start here (four engines: BASE to BASE+3).
+DEMO_ENGINE_PORT_BASE = env_int("DEMO_ENGINE_PORT_BASE", 8101)
 # Node agents and their supervision; docs/nodes.md explains each.
 NODE_HEARTBEAT_SECONDS = env_float("NODE_HEARTBEAT_SECONDS", 2.0)
 # Telemetry and supervision tick of the agent.

@@ -87,6 +87,11 @@ DEMO_ENGINES = (
     ),
 )
 LLAMA_ENGINE_PORT = 8104
+
+
+def demo_port(port: int) -> int:
+    """The demo's engine ports are 8101-8104 unless DEMO_ENGINE_PORT_BASE moves them (a second demo, tests)."""
+    return port - DEMO_ENGINES[0].port + settings.DEMO_ENGINE_PORT_BASE
 # The reason `make stop` (manage.py stop_engines) leaves on the deployments it stops: the next
 # `make run` starts exactly those again, and leaves alone what someone stopped from the console.
 STOPPED_BY_MAKE_STOP = "Stopped by make stop; the next make run starts it again."
@@ -201,7 +206,7 @@ def seed_demo_fleet(*, time_scale: float = 1.0) -> list[str]:
                 max_model_len=engine.max_model_len,
                 max_num_seqs=engine.max_num_seqs,
                 tensor_parallel_size=len(engine.gpu_indices),
-                port=engine.port,
+                port=demo_port(engine.port),
                 served_model_name=SERVED_NAME,
                 role=engine.role,
                 extra_args=["--sim-profile", engine.sim_profile, "--sim-time-scale", str(time_scale)],
@@ -221,7 +226,7 @@ def seed_demo_fleet(*, time_scale: float = 1.0) -> list[str]:
                     max_model_len=2048,
                     max_num_seqs=1,
                     tensor_parallel_size=1,
-                    port=LLAMA_ENGINE_PORT,
+                    port=demo_port(LLAMA_ENGINE_PORT),
                     served_model_name=CPU_SERVED_NAME,
                     role="cpu-postprocess",
                     extra_args=["--n_threads", "1"],
