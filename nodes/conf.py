@@ -28,6 +28,8 @@ DEFAULTS: dict[str, float | int] = {
     "NODE_STABLE_SECONDS": env_float("NODE_STABLE_SECONDS", 120.0),
     # Live values in Redis expire after this, so a dead agent's numbers never look current.
     "NODE_LIVE_TTL_SECONDS": env_float("NODE_LIVE_TTL_SECONDS", 5.0),
+    # GPU and engine samples kept in Redis for the console's charts (nodes/history.py).
+    "NODE_HISTORY_SECONDS": env_float("NODE_HISTORY_SECONDS", 3600.0),
     "ENGINE_LOG_MAX_BYTES": env_int("ENGINE_LOG_MAX_BYTES", 20 * 1024 * 1024),
     "ENGINE_LOG_KEEP": env_int("ENGINE_LOG_KEEP", 5),
 }

@@ -449,22 +449,6 @@ def preflight_deployment(deployment: Deployment, *, check_reachable: bool = True
     )
 
 
-def fit_to_dict(fit: Any) -> dict[str, Any] | None:
-    if fit is None:
-        return None
-    return {
-        "fits": fit.fits,
-        "reason": fit.reason,
-        "weight_bytes": fit.weight_bytes,
-        "kv_bytes_per_token": fit.kv_bytes_per_token,
-        "kv_tokens_available": fit.kv_tokens_available,
-        "max_context_that_fits": fit.max_context_that_fits,
-        "steps": [
-            {"label": s.label, "formula": s.formula, "value": s.value} for s in getattr(fit, "steps", [])
-        ],
-    }
-
-
 # --- command lines ------------------------------------------------------------------------------
 
 
