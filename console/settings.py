@@ -148,7 +148,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "console.api.schema.ResponseFieldsAutoSchema",
     "EXCEPTION_HANDLER": "console.api.errors.exception_handler",
 }
 
@@ -163,6 +163,12 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # One name per choice set, wherever a field of that set appears (the console's types use these).
+    "ENUM_NAME_OVERRIDES": {
+        "DeploymentStateEnum": "nodes.choices.DeploymentState",
+        "HostStateEnum": "nodes.choices.HostState",
+        "VersionStateEnum": "models_registry.choices.VersionState",
+    },
 }
 
 # Directories under which model files may be registered from a server-side path.
