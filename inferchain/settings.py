@@ -42,6 +42,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "channels",
     "core",
     "console",
@@ -160,7 +161,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "core.api.schema.ResponseFieldsAutoSchema",
     "EXCEPTION_HANDLER": "core.api.errors.exception_handler",
 }
 
@@ -170,6 +171,17 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # /api/docs/ serves Swagger UI from the pinned drf-spectacular-sidecar package, never from a CDN:
+    # the docs page works offline and shows the version that was installed.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    # One name per choice set, wherever a field of that set appears (the console's types use these).
+    "ENUM_NAME_OVERRIDES": {
+        "DeploymentStateEnum": "nodes.choices.DeploymentState",
+        "HostStateEnum": "nodes.choices.HostState",
+        "VersionStateEnum": "models_registry.choices.VersionState",
+    },
 }
 
 # Directories under which model files may be registered from a server-side path.
@@ -196,6 +208,8 @@ NODE_RESTART_BACKOFF_MAX_SECONDS = env_float("NODE_RESTART_BACKOFF_MAX_SECONDS",
 NODE_STABLE_SECONDS = env_float("NODE_STABLE_SECONDS", 120.0)
 # Live values in Redis expire after this, so a dead agent's numbers never look current.
 NODE_LIVE_TTL_SECONDS = env_float("NODE_LIVE_TTL_SECONDS", 5.0)
+# GPU and engine samples kept in Redis for the console's charts (nodes/history.py).
+NODE_HISTORY_SECONDS = env_float("NODE_HISTORY_SECONDS", 3600.0)
 ENGINE_LOG_DIR = Path(env_str("ENGINE_LOG_DIR", str(BASE_DIR / "var" / "engines")))
 ENGINE_LOG_MAX_BYTES = env_int("ENGINE_LOG_MAX_BYTES", 20 * 1024 * 1024)
 ENGINE_LOG_KEEP = env_int("ENGINE_LOG_KEEP", 5)

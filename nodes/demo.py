@@ -90,8 +90,10 @@ LLAMA_ENGINE_PORT = 8104
 
 
 def demo_port(port: int) -> int:
-    """The demo's engine ports are 8101-8104 unless DEMO_ENGINE_PORT_BASE moves them (a second demo, tests)."""
+    """Demo engines listen on 8101-8104 unless DEMO_ENGINE_PORT_BASE moves them (a second demo, tests)."""
     return port - DEMO_ENGINES[0].port + settings.DEMO_ENGINE_PORT_BASE
+
+
 # The reason `make stop` (manage.py stop_engines) leaves on the deployments it stops: the next
 # `make run` starts exactly those again, and leaves alone what someone stopped from the console.
 STOPPED_BY_MAKE_STOP = "Stopped by make stop; the next make run starts it again."

@@ -121,6 +121,8 @@ class Deployment(models.Model):
     ready_at = models.DateTimeField(null=True, blank=True)
     # Consecutive restarts that did not stay up; reset after the engine has been ready for a while.
     restart_count = models.PositiveIntegerField(default=0)
+    # Every restart after a crash in the deployment's life; never reset, so a flapping engine shows.
+    restarts_total = models.PositiveIntegerField(default=0)
     next_restart_at = models.DateTimeField(null=True, blank=True)
     last_log_lines = models.TextField(blank=True, default="")
     created_by = models.ForeignKey(

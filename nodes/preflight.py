@@ -6,7 +6,6 @@ The API runs it on create and in the deploy wizard; the agent runs it again befo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from models_registry.choices import SourceKind, VersionState
 from models_registry.estimate import FitResult
@@ -233,19 +232,3 @@ def preflight_deployment(deployment: Deployment, *, check_reachable: bool = True
     return preflight(
         DeploySpec.from_deployment(deployment), exclude_id=deployment.pk, check_reachable=check_reachable
     )
-
-
-def fit_to_dict(fit: FitResult | None) -> dict[str, Any] | None:
-    if fit is None:
-        return None
-    return {
-        "fits": fit.fits,
-        "reason": fit.reason,
-        "weight_bytes": fit.weight_bytes,
-        "kv_bytes_per_token": fit.kv_bytes_per_token,
-        "kv_tokens_available": fit.kv_tokens_available,
-        "max_context_that_fits": fit.max_context_that_fits,
-        "steps": [
-            {"label": s.label, "formula": s.formula, "value": s.value} for s in getattr(fit, "steps", [])
-        ],
-    }

@@ -5,8 +5,10 @@ from typing import Any
 from django.contrib.auth import password_validation
 from django.db import transaction
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from console.choices import Role
 from console.models import ApiKey, Quota, Tenant, User
 from console.permissions import user_role
 from core.api.base import StrictModelSerializer, StrictSerializerMixin
@@ -180,6 +182,10 @@ class LoginSerializer(StrictSerializerMixin, serializers.Serializer):
     password = serializers.CharField(style={"input_type": "password"})
 
 
+class CsrfSerializer(serializers.Serializer):
+    csrfToken = serializers.CharField(help_text="Also set as the csrftoken cookie.")
+
+
 class MeSerializer(serializers.ModelSerializer):
     role = serializers.SerializerMethodField()
 
@@ -187,5 +193,6 @@ class MeSerializer(serializers.ModelSerializer):
         model = User
         fields = ["id", "username", "email", "role"]
 
+    @extend_schema_field(serializers.ChoiceField(choices=Role.choices))
     def get_role(self, obj: User) -> str:
         return user_role(obj) or ""

@@ -17,6 +17,7 @@ from rest_framework.response import Response
 from console.api.serializers import (
     ApiKeyCreatedSerializer,
     ApiKeySerializer,
+    CsrfSerializer,
     LoginSerializer,
     MeSerializer,
     TenantSerializer,
@@ -123,12 +124,12 @@ class UserViewSet(AuditedModelViewSet):
     search_fields = ["username", "email"]
 
 
-@extend_schema(request=None, responses={200: None})
+@extend_schema(request=None, responses={200: CsrfSerializer})
 @api_view(["GET"])
 @permission_classes([AllowAny])
 def csrf(request: Request) -> Response:
     """Sets the CSRF cookie the SPA sends back on writes."""
-    return Response({"csrfToken": get_token(request._request)})
+    return Response(CsrfSerializer({"csrfToken": get_token(request._request)}).data)
 
 
 @extend_schema(request=LoginSerializer, responses={200: MeSerializer})

@@ -43,3 +43,44 @@ export function formatShortDateTime(value: string | null | undefined): string {
     hour12: false,
   });
 }
+
+/** Bytes in binary units with three significant digits: "512 B", "1.50 KiB", "14.9 GiB", "80.0 GiB". */
+export function formatBytes(bytes: number | null | undefined): string {
+  if (bytes === null || bytes === undefined) return "—";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+  let value = bytes;
+  let unit = 0;
+  while (Math.abs(value) >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  if (unit === 0) return `${value.toFixed(0)} B`;
+  const digits = Math.abs(value) >= 100 ? 0 : Math.abs(value) >= 10 ? 1 : 2;
+  return `${value.toFixed(digits)} ${units[unit]}`;
+}
+
+/** A parameter count: "8.03 B", "135.0 M". */
+export function formatParams(count: number | null | undefined): string {
+  if (!count) return "—";
+  if (count >= 1e9) return `${(count / 1e9).toFixed(2)} B`;
+  if (count >= 1e6) return `${(count / 1e6).toFixed(1)} M`;
+  return count.toLocaleString();
+}
+
+/** A duration in seconds: "85 ms" below one second, "1.25 s" above. */
+export function formatSeconds(value: number | null | undefined): string {
+  if (value === null || value === undefined) return "—";
+  return value < 1 ? `${(value * 1000).toFixed(0)} ms` : `${value.toFixed(2)} s`;
+}
+
+/** A 0..1 fraction as a whole percentage. */
+export function formatPct(fraction: number | null | undefined): string {
+  if (fraction === null || fraction === undefined) return "—";
+  return `${(fraction * 100).toFixed(0)}%`;
+}
+
+/** Seconds since an ISO time, for heartbeat ages. */
+export function ageSeconds(iso: string | null): number | null {
+  if (!iso) return null;
+  return Math.max(0, (Date.now() - new Date(iso).getTime()) / 1000);
+}

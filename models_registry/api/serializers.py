@@ -2,10 +2,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.helpers import lazy_serializer
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from core.api.base import StrictModelSerializer, StrictSerializerMixin
-from models_registry.choices import KVCacheDtype, QuantMethod, VersionState
+from models_registry.choices import KVCacheDtype, ProblemKind, QuantMethod, VersionState
 from models_registry.models import (
     ManifestFile,
     Model,
@@ -78,7 +81,29 @@ class ManifestFileSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class ProblemSerializer(serializers.Serializer):
+    """One file that did not match its manifest entry."""
+
+    path = serializers.CharField()
+    kind = serializers.ChoiceField(choices=ProblemKind.choices)
+    expected = serializers.CharField(allow_null=True, help_text="The manifest's sha256, if listed.")
+    actual = serializers.CharField(allow_null=True, help_text="The file's sha256, if readable.")
+    detail = serializers.CharField(allow_blank=True)
+
+
+@extend_schema_field(ProblemSerializer(many=True))
+class ProblemsField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field(OpenApiTypes.OBJECT)
+class ArchitectureField(serializers.JSONField):
+    """Normalised architecture facts (num_layers, hidden_size, ...): keys vary by model family."""
+
+
 class VerificationRunSerializer(serializers.ModelSerializer):
+    problems = ProblemsField(read_only=True)
+
     class Meta:
         model = VerificationRun
         fields = [
@@ -102,7 +127,10 @@ class ModelVersionSerializer(serializers.ModelSerializer):
     """A version as listed and shown. Versions are created through registration, never edited by hand."""
 
     model_name = serializers.CharField(source="model.name", read_only=True)
-    quantization_name = serializers.CharField(source="quantization.name", read_only=True, default=None)
+    quantization_name = serializers.CharField(
+        source="quantization.name", read_only=True, default=None, allow_null=True
+    )
+    architecture = ArchitectureField(read_only=True)
     parent_label = serializers.SerializerMethodField()
     aliases = serializers.SerializerMethodField()
 
@@ -183,6 +211,29 @@ class VerifyRequestSerializer(StrictSerializerMixin, serializers.Serializer):
     host_name = serializers.CharField(max_length=200)
 
 
+class VerifyQueuedSerializer(serializers.Serializer):
+    queued = serializers.BooleanField()
+    host_name = serializers.CharField()
+    queue = serializers.CharField(help_text="The Celery queue of that host's agent.")
+
+
+class LineageNodeSerializer(serializers.Serializer):
+    """A version in the lineage forest, with the versions quantized from it."""
+
+    id = serializers.IntegerField()
+    label = serializers.CharField()  # type: ignore[assignment]
+    model = serializers.IntegerField()
+    revision = serializers.CharField()
+    state = serializers.ChoiceField(choices=VersionState.choices)
+    quantization = serializers.CharField(allow_null=True, help_text="The quantization config's name.")
+    method = serializers.ChoiceField(choices=QuantMethod.choices, allow_null=True)
+    children = serializers.SerializerMethodField()
+
+    @extend_schema_field(lazy_serializer("models_registry.api.serializers.LineageNodeSerializer")(many=True))
+    def get_children(self, obj: dict[str, Any]) -> list[Any]:
+        return list(LineageNodeSerializer(obj["children"], many=True).data)
+
+
 class SwitchAliasSerializer(StrictSerializerMixin, serializers.Serializer):
     version = serializers.PrimaryKeyRelatedField(queryset=ModelVersion.objects.all())
 
@@ -192,7 +243,9 @@ class ModelAliasSerializer(StrictModelSerializer):
 
     task_tags = serializers.ListField(child=serializers.CharField(max_length=50), required=False)
     active_version_label = serializers.SerializerMethodField()
-    active_version_state = serializers.CharField(source="active_version.state", read_only=True)
+    active_version_state = serializers.ChoiceField(
+        choices=VersionState.choices, source="active_version.state", read_only=True
+    )
 
     class Meta:
         model = ModelAlias

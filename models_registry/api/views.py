@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import Count, ProtectedError, QuerySet
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action, api_view, permission_classes
 from rest_framework.exceptions import ValidationError
@@ -19,6 +19,7 @@ from core.redis_client import publish_config_change
 from models_registry.api.serializers import (
     FitCheckSerializer,
     FitResultSerializer,
+    LineageNodeSerializer,
     ManifestFileSerializer,
     ModelAliasSerializer,
     ModelSerializer,
@@ -27,6 +28,7 @@ from models_registry.api.serializers import (
     RegisterVersionSerializer,
     SwitchAliasSerializer,
     VerificationRunSerializer,
+    VerifyQueuedSerializer,
     VerifyRequestSerializer,
 )
 from models_registry.estimate import DEFAULT_OVERHEAD_BYTES
@@ -159,15 +161,18 @@ class ModelVersionViewSet(
             raise protected_error(exc) from None
 
     @extend_schema(responses={200: ManifestFileSerializer(many=True)})
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], filter_backends=[])
     def files(self, request: Request, pk: str | None = None) -> Response:
         """The manifest: path, size and sha256 of every pinned file (paginated)."""
         version = self.get_object()
         page = self.paginate_queryset(version.files.all())
         return self.get_paginated_response(ManifestFileSerializer(page, many=True).data)
 
-    @extend_schema(responses={200: VerificationRunSerializer(many=True)})
-    @action(detail=True, methods=["get"])
+    @extend_schema(
+        parameters=[OpenApiParameter("host_name", str, description="Only runs on this host.")],
+        responses={200: VerificationRunSerializer(many=True)},
+    )
+    @action(detail=True, methods=["get"], filter_backends=[])
     def verifications(self, request: Request, pk: str | None = None) -> Response:
         """Verification history, newest first; `?host_name=` narrows it to one host."""
         version = self.get_object()
@@ -179,14 +184,14 @@ class ModelVersionViewSet(
         return self.get_paginated_response(VerificationRunSerializer(page, many=True).data)
 
     @extend_schema(responses={200: VerificationRunSerializer(many=True)})
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def hosts(self, request: Request, pk: str | None = None) -> Response:
         """The latest verification run per host: where this version may be deployed."""
         version = self.get_object()
         latest = sorted(latest_runs(version).values(), key=lambda r: r.host_name)
         return Response(VerificationRunSerializer(latest, many=True).data)
 
-    @extend_schema(request=VerifyRequestSerializer, responses={202: None})
+    @extend_schema(request=VerifyRequestSerializer, responses={202: VerifyQueuedSerializer})
     @action(detail=True, methods=["post"])
     def verify(self, request: Request, pk: str | None = None) -> Response:
         """Queue a re-hash of the files on `host_name` (its node agent, queue node.<host>)."""
@@ -203,10 +208,11 @@ class ModelVersionViewSet(
             after={"verify_on": host},
         )
         enqueue_verification(version, host)
-        return Response({"queued": True, "host_name": host, "queue": f"node.{host}"}, status=202)
+        queued = {"queued": True, "host_name": host, "queue": f"node.{host}"}
+        return Response(VerifyQueuedSerializer(queued).data, status=202)
 
-    @extend_schema(responses={200: None})
-    @action(detail=False, methods=["get"])
+    @extend_schema(responses={200: LineageNodeSerializer(many=True)})
+    @action(detail=False, methods=["get"], pagination_class=None)
     def lineage(self, request: Request) -> Response:
         """Versions as a forest: each full-precision version with the quantized versions made from it."""
         versions = list(self.filter_queryset(self.get_queryset()).order_by("created_at"))
@@ -215,7 +221,8 @@ class ModelVersionViewSet(
         for v in versions:
             parent = v.parent_id if v.parent_id in ids else None
             children.setdefault(parent, []).append(v)
-        return Response([lineage_node(v, children) for v in children.get(None, [])])
+        roots = [lineage_node(v, children) for v in children.get(None, [])]
+        return Response(LineageNodeSerializer(roots, many=True).data)
 
 
 class ModelAliasViewSet(ProtectedDeleteMixin, AuditedModelViewSet):

@@ -293,6 +293,7 @@ def record_crash(deployment: Deployment, reason: str) -> None:
         pid=None,
         ready_at=None,
         restart_count=attempts,
+        restarts_total=deployment.restarts_total + 1,
         next_restart_at=timezone.now() + timedelta(seconds=delay),
     )
 

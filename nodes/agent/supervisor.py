@@ -27,7 +27,7 @@ from django.utils import timezone
 
 from core.live import FLEET_GROUP, deployment_group, host_group
 from core.redis_client import get_redis
-from nodes import process
+from nodes import history, process
 from nodes.agent import runtime
 from nodes.agent.gpus import GpuSource
 from nodes.agent.services import record_heartbeat, report_gpus
@@ -369,6 +369,8 @@ class Supervisor:
             pipe = get_redis().pipeline(transaction=False)
             for sample in samples:
                 pipe.set(live_gpu_key(self.host_name, sample["index"]), json.dumps(sample), ex=ttl)
+            # The same tick, kept for an hour: the console's charts start from this history.
+            history.record(pipe, self.host_name, samples, engines)
             pipe.execute()
         except Exception as exc:
             log.warning("could not write GPU samples of %s: %s", self.host_name, exc)

@@ -4,15 +4,90 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from core.api.base import StrictModelSerializer, StrictSerializerMixin
+from models_registry.api.serializers import FitResultSerializer
 from models_registry.models import ModelVersion, QuantizationConfig
-from nodes.choices import ACTIVE_STATES, Engine
+from nodes.choices import ACTIVE_STATES, DeploymentState, Engine
 from nodes.lifecycle import host_is_reachable, live_deployment_key, live_gpu_key, read_live
 from nodes.models import Deployment, DeploymentEvent, Gpu, Host
-from nodes.preflight import fit_to_dict, preflight
+from nodes.preflight import preflight
 from nodes.spec import DeploySpec
+
+# JSON columns, validated by hand below, described by their real shape in the OpenAPI schema.
+
+
+@extend_schema_field(serializers.ListField(child=serializers.IntegerField(min_value=0)))
+class GpuIndicesField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field(serializers.ListField(child=serializers.CharField()))
+class StringListField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field(serializers.DictField(child=serializers.CharField()))
+class LabelsField(serializers.JSONField):
+    pass
+
+
+class AgentInfoSerializer(serializers.Serializer):
+    """What a host's agent says about itself at each heartbeat (empty until its first one)."""
+
+    pid = serializers.IntegerField(required=False)
+    nvml = serializers.BooleanField(required=False, help_text="NVML (real NVIDIA GPUs) is available.")
+    gpu_note = serializers.CharField(required=False, help_text="Why there is no NVML, when there is none.")
+    simulated_gpus = serializers.BooleanField(required=False)
+    heartbeat_seconds = serializers.FloatField(required=False)
+
+
+@extend_schema_field(AgentInfoSerializer)
+class AgentInfoField(serializers.JSONField):
+    pass
+
+
+class GpuSampleSerializer(serializers.Serializer):
+    """One GPU sample as the agent publishes it each tick (live value and `host.telemetry` events)."""
+
+    index = serializers.IntegerField()
+    ts = serializers.FloatField(help_text="Sample time, unix seconds.")
+    simulated = serializers.BooleanField()
+    utilization_pct = serializers.FloatField()
+    memory_used_bytes = serializers.IntegerField()
+    memory_total_bytes = serializers.IntegerField()
+    temperature_c = serializers.FloatField()
+    power_watts = serializers.FloatField(allow_null=True)
+
+
+class EngineLiveSerializer(serializers.Serializer):
+    """One engine's live record as the agent publishes it each tick (see docs/nodes.md, Live data)."""
+
+    ts = serializers.FloatField(help_text="Sample time, unix seconds.")
+    deployment_id = serializers.IntegerField()
+    host = serializers.CharField()
+    name = serializers.CharField()
+    served_model_name = serializers.CharField()
+    engine = serializers.ChoiceField(choices=Engine.choices)
+    state = serializers.ChoiceField(choices=DeploymentState.choices)
+    alive = serializers.BooleanField()
+    ready = serializers.BooleanField()
+    num_requests_running = serializers.FloatField()
+    num_requests_waiting = serializers.FloatField()
+    kv_cache_usage_perc = serializers.FloatField(help_text="A 0..1 fraction, as vLLM reports it.")
+    num_gpu_blocks = serializers.IntegerField(allow_null=True)
+    block_size = serializers.IntegerField()
+    kv_cache_total_tokens = serializers.IntegerField(allow_null=True)
+    prompt_tokens_total = serializers.FloatField()
+    generation_tokens_total = serializers.FloatField()
+    prefix_cache_queries_total = serializers.FloatField()
+    prefix_cache_hits_total = serializers.FloatField()
+    tokens_per_s = serializers.FloatField(help_text="Generated tokens per second over the last 10 s.")
+    ttft_p50_s = serializers.FloatField(allow_null=True)
+    itl_p50_s = serializers.FloatField(allow_null=True)
+    has_metrics = serializers.BooleanField()
 
 
 class GpuSerializer(serializers.ModelSerializer):
@@ -23,6 +98,7 @@ class GpuSerializer(serializers.ModelSerializer):
         fields = ["id", "index", "uuid", "name", "memory_total_bytes", "simulated", "last_seen", "live"]
         read_only_fields = fields
 
+    @extend_schema_field(GpuSampleSerializer(allow_null=True))
     def get_live(self, obj: Gpu) -> dict[str, Any] | None:
         redis_key = live_gpu_key(obj.host.name, obj.index)
         prefetched = self.context.get("live")
@@ -33,6 +109,8 @@ class HostSerializer(StrictModelSerializer):
     """A host; GPUs, heartbeat and state come from its agent and are read-only here."""
 
     gpus = GpuSerializer(many=True, read_only=True)
+    labels = LabelsField(required=False)
+    agent_info = AgentInfoField(read_only=True)
     reachable = serializers.SerializerMethodField()
     agent_queue = serializers.CharField(read_only=True)
     deployment_count = serializers.SerializerMethodField()
@@ -97,6 +175,9 @@ class DeploymentSerializer(StrictModelSerializer):
     host_name = serializers.CharField(source="host.name", read_only=True)
     model_version_label = serializers.CharField(source="model_version.__str__", read_only=True)
     base_url = serializers.CharField(read_only=True)
+    gpu_indices = GpuIndicesField(required=False)
+    extra_args = StringListField(required=False)
+    launch_argv = StringListField(read_only=True)
     live = serializers.SerializerMethodField()
     fit = serializers.SerializerMethodField()
 
@@ -123,6 +204,7 @@ class DeploymentSerializer(StrictModelSerializer):
             "started_at",
             "ready_at",
             "restart_count",
+            "restarts_total",
             "next_restart_at",
             "last_log_lines",
             "base_url",
@@ -141,17 +223,20 @@ class DeploymentSerializer(StrictModelSerializer):
             "started_at",
             "ready_at",
             "restart_count",
+            "restarts_total",
             "next_restart_at",
             "last_log_lines",
             "created_at",
             "updated_at",
         ]
 
+    @extend_schema_field(EngineLiveSerializer(allow_null=True))
     def get_live(self, obj: Deployment) -> dict[str, Any] | None:
         redis_key = live_deployment_key(obj.pk)
         prefetched = self.context.get("live")
         return prefetched.get(redis_key) if prefetched is not None else read_live(redis_key)
 
+    @extend_schema_field(FitResultSerializer(allow_null=True, help_text="The fit check of the last save."))
     def get_fit(self, obj: Deployment) -> dict[str, Any] | None:
         return getattr(self, "_fit", None)
 
@@ -177,7 +262,7 @@ class DeploymentSerializer(StrictModelSerializer):
         # The row stores what was checked, the tensor-parallel default included.
         attrs["tensor_parallel_size"] = spec.tensor_parallel_size
         check = preflight(spec, exclude_id=instance.pk if instance is not None else None)
-        self._fit = fit_to_dict(check.fit)
+        self._fit = FitResultSerializer(check.fit).data if check.fit is not None else None
         if not check.ok:
             raise serializers.ValidationError(check.errors)
         return attrs
@@ -206,3 +291,65 @@ class PreflightSerializer(StrictSerializerMixin, serializers.Serializer):
 
 class StopSerializer(StrictSerializerMixin, serializers.Serializer):
     drain = serializers.BooleanField(default=False)
+
+
+class PreflightResultSerializer(serializers.Serializer):
+    """What create would say, without creating: field errors (empty when ok) and the fit check."""
+
+    ok = serializers.BooleanField()
+    # DRF's metaclass takes declared fields off the class, so `errors` does not shadow Serializer.errors.
+    errors = serializers.DictField(  # type: ignore[assignment]
+        child=serializers.ListField(child=serializers.CharField())
+    )
+    fit = FitResultSerializer(allow_null=True)
+
+
+class DeploymentLogSerializer(serializers.Serializer):
+    source = serializers.ChoiceField(  # type: ignore[assignment]
+        choices=[("file", "the engine's log file"), ("last_exit", "the lines kept at its last exit")]
+    )
+    path = serializers.CharField()
+    lines = serializers.ListField(child=serializers.CharField())
+
+
+class HistoryQuerySerializer(StrictSerializerMixin, serializers.Serializer):
+    minutes = serializers.IntegerField(min_value=1, max_value=60, default=60)
+    host = serializers.CharField(required=False, help_text="Only this host's GPUs and deployments.")
+    deployment = serializers.IntegerField(
+        required=False, help_text="Only this deployment and the GPUs it runs on."
+    )
+
+
+class GpuHistorySerializer(serializers.Serializer):
+    """One GPU's samples as columns: `t` and one value per sample in each list (null: no value)."""
+
+    host = serializers.CharField()
+    index = serializers.IntegerField()
+    memory_total_bytes = serializers.IntegerField()
+    simulated = serializers.BooleanField()
+    t = serializers.ListField(child=serializers.FloatField(), help_text="Sample times, unix seconds.")
+    utilization_pct = serializers.ListField(child=serializers.FloatField(allow_null=True))
+    memory_used_bytes = serializers.ListField(child=serializers.FloatField(allow_null=True))
+    temperature_c = serializers.ListField(child=serializers.FloatField(allow_null=True))
+    power_watts = serializers.ListField(child=serializers.FloatField(allow_null=True))
+
+
+class EngineHistorySerializer(serializers.Serializer):
+    """One deployment's samples as columns (see GpuHistory)."""
+
+    deployment_id = serializers.IntegerField()
+    name = serializers.CharField()
+    host = serializers.CharField()
+    t = serializers.ListField(child=serializers.FloatField(), help_text="Sample times, unix seconds.")
+    tokens_per_s = serializers.ListField(child=serializers.FloatField(allow_null=True))
+    kv_cache_usage_perc = serializers.ListField(child=serializers.FloatField(allow_null=True))
+    num_requests_running = serializers.ListField(child=serializers.FloatField(allow_null=True))
+    num_requests_waiting = serializers.ListField(child=serializers.FloatField(allow_null=True))
+    ttft_p50_s = serializers.ListField(child=serializers.FloatField(allow_null=True))
+    itl_p50_s = serializers.ListField(child=serializers.FloatField(allow_null=True))
+
+
+class TelemetryHistorySerializer(serializers.Serializer):
+    minutes = serializers.IntegerField()
+    gpus = GpuHistorySerializer(many=True)
+    engines = EngineHistorySerializer(many=True)

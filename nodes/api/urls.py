@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.urls import path
 from rest_framework.routers import DefaultRouter
 
 from nodes.api import views
@@ -8,4 +9,7 @@ router = DefaultRouter()
 router.register("hosts", views.HostViewSet, basename="host")
 router.register("deployments", views.DeploymentViewSet, basename="deployment")
 
-urlpatterns = [*router.urls]
+urlpatterns = [
+    path("telemetry/history/", views.telemetry_history, name="telemetry-history"),
+    *router.urls,
+]

@@ -8,7 +8,7 @@ from django.db import transaction
 from django.db.models import Prefetch
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
-from rest_framework.decorators import action
+from rest_framework.decorators import action, api_view
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -17,17 +17,22 @@ from core.api.base import AuditedModelViewSet
 from core.audit import record_audit
 from core.choices import AuditAction
 from core.redis_client import publish_config_change
-from nodes import lifecycle, process, services
+from models_registry.api.serializers import FitResultSerializer
+from nodes import history, lifecycle, process, services
 from nodes.api.serializers import (
     DeploymentEventSerializer,
+    DeploymentLogSerializer,
     DeploymentSerializer,
+    HistoryQuerySerializer,
     HostSerializer,
+    PreflightResultSerializer,
     PreflightSerializer,
     StopSerializer,
+    TelemetryHistorySerializer,
 )
 from nodes.choices import ACTIVE_STATES, DeploymentState
-from nodes.models import Deployment, Host
-from nodes.preflight import fit_to_dict, preflight
+from nodes.models import Deployment, Gpu, Host
+from nodes.preflight import preflight
 from nodes.spec import DeploySpec
 
 MAX_LOG_LINES = 1000
@@ -178,14 +183,14 @@ class DeploymentViewSet(LiveListMixin, AuditedModelViewSet):
         return self._act(request, "restart")
 
     @extend_schema(responses={200: DeploymentEventSerializer(many=True)})
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def events(self, request: Request, pk: str | None = None) -> Response:
         deployment = self.get_object()
         events = deployment.events.all()[:200]
         return Response(DeploymentEventSerializer(events, many=True).data)
 
-    @extend_schema(responses={200: dict})
-    @action(detail=True, methods=["get"])
+    @extend_schema(responses={200: DeploymentLogSerializer})
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def logs(self, request: Request, pk: str | None = None) -> Response:
         """The tail of the engine's log. Read from the file when this web process shares the host's
         disk (single-machine installs, the demo); otherwise the lines the agent attached last."""
@@ -198,13 +203,70 @@ class DeploymentViewSet(LiveListMixin, AuditedModelViewSet):
         source = "file" if text else "last_exit"
         if not text:
             text = deployment.last_log_lines
-        return Response({"source": source, "path": deployment.log_path, "lines": text.splitlines()})
+        body = {"source": source, "path": deployment.log_path, "lines": text.splitlines()}
+        return Response(DeploymentLogSerializer(body).data)
 
-    @extend_schema(request=PreflightSerializer, responses={200: dict})
-    @action(detail=False, methods=["post"])
+    @extend_schema(request=PreflightSerializer, responses={200: PreflightResultSerializer})
+    @action(detail=False, methods=["post"], pagination_class=None, filter_backends=[])
     def preflight(self, request: Request) -> Response:
         """Run every pre-launch check and the fit check without creating anything."""
         params = PreflightSerializer(data=request.data)
         params.is_valid(raise_exception=True)
         check = preflight(DeploySpec.from_values(params.validated_data))
-        return Response({"ok": check.ok, "errors": check.errors, "fit": fit_to_dict(check.fit)})
+        fit = FitResultSerializer(check.fit).data if check.fit is not None else None
+        return Response(PreflightResultSerializer({"ok": check.ok, "errors": check.errors, "fit": fit}).data)
+
+
+@extend_schema(parameters=[HistoryQuerySerializer], responses={200: TelemetryHistorySerializer})
+@api_view(["GET"])
+def telemetry_history(request: Request) -> Response:
+    """The last `minutes` (up to 60) of GPU and engine samples, as columns for charts.
+
+    Without filters: every GPU and every deployment. `host` narrows both to one host; `deployment` to
+    one deployment and the GPUs it runs on. Series that the agents never wrote come back empty.
+    """
+    query = HistoryQuerySerializer(data=request.query_params)
+    query.is_valid(raise_exception=True)
+    params = query.validated_data
+    gpus = Gpu.objects.select_related("host").order_by("host__name", "index")
+    deployments = Deployment.objects.select_related("host").order_by("host__name", "name")
+    if "host" in params:
+        gpus = gpus.filter(host__name=params["host"])
+        deployments = deployments.filter(host__name=params["host"])
+    if "deployment" in params:
+        deployment = Deployment.objects.filter(pk=params["deployment"]).first()
+        if deployment is None:
+            raise ValidationError({"deployment": [f"No deployment with id {params['deployment']}."]})
+        deployments = deployments.filter(pk=deployment.pk)
+        gpus = gpus.filter(host_id=deployment.host_id, index__in=deployment.gpu_indices or [])
+    gpu_rows = list(gpus)
+    deployment_rows = list(deployments)
+    gpu_series, engine_series = history.read(
+        [(g.host.name, g.index) for g in gpu_rows], [d.pk for d in deployment_rows], params["minutes"]
+    )
+    body = {
+        "minutes": params["minutes"],
+        "gpus": [
+            {
+                "host": g.host.name,
+                "index": g.index,
+                "memory_total_bytes": g.memory_total_bytes,
+                "simulated": g.simulated,
+                "t": gpu_series[(g.host.name, g.index)].t,
+                **gpu_series[(g.host.name, g.index)].values,
+            }
+            for g in gpu_rows
+        ],
+        "engines": [
+            {
+                "deployment_id": d.pk,
+                "name": d.name,
+                "host": d.host.name,
+                "t": engine_series[d.pk].t,
+                **engine_series[d.pk].values,
+            }
+            for d in deployment_rows
+        ],
+    }
+    # Already plain numbers: up to 3,600 points per column are not passed through DRF's fields one by one.
+    return Response(body)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from core.api.base import StrictModelSerializer
@@ -13,8 +14,44 @@ from routing.proxy.requestlog import COLUMNS as REQUEST_LOG_COLUMNS
 
 WEIGHT_NAMES = {"load", "kv", "prefix"}
 
+# One name or several: a rule's alias, task and tenant conditions take either.
+NAMES_SCHEMA = {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}
+
+
+@extend_schema_field(NAMES_SCHEMA)
+class NamesField(serializers.JSONField):
+    pass
+
+
+class RuleMatchSerializer(serializers.Serializer):
+    """A rule's conditions, all of which must hold; an absent key is no condition (see parse_rule)."""
+
+    alias = NamesField(required=False)
+    min_prompt_tokens = serializers.IntegerField(required=False, min_value=0)
+    max_prompt_tokens = serializers.IntegerField(required=False, min_value=0)
+    task = NamesField(required=False)
+    tenant = NamesField(required=False)
+    priority = serializers.ChoiceField(choices=["interactive", "batch"], required=False)
+
+
+class RouteRuleSerializer(serializers.Serializer):
+    match = RuleMatchSerializer(required=False)
+    pool = serializers.CharField(help_text="The name of the pool this rule sends to.")
+
+
+@extend_schema_field(RouteRuleSerializer(many=True))
+class RulesField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field(serializers.DictField(child=serializers.FloatField(min_value=0)))
+class ScorerWeightsField(serializers.JSONField):
+    pass
+
 
 class RoutePoolSerializer(StrictModelSerializer):
+    scorer_weights = ScorerWeightsField(required=False)
+
     class Meta:
         model = RoutePool
         fields = [
@@ -56,6 +93,7 @@ class RoutePoolSerializer(StrictModelSerializer):
 
 
 class RoutePolicySerializer(StrictModelSerializer):
+    rules = RulesField(required=False)
     default_pool = serializers.SlugRelatedField(
         slug_field="name", queryset=RoutePool.objects.all(), allow_null=True, required=False
     )
@@ -88,3 +126,37 @@ class RequestLogSerializer(serializers.ModelSerializer):
         # The columns the proxy writes, in its order: one list, so a new column cannot be missed here.
         fields = ["id", *REQUEST_LOG_COLUMNS]
         read_only_fields = fields
+
+
+class UsageBucketSerializer(serializers.Serializer):
+    hour = serializers.DateTimeField()
+    requests = serializers.IntegerField()
+    # DRF's metaclass takes declared fields off the class, so `errors` does not shadow Serializer.errors.
+    errors = serializers.IntegerField(help_text="Answers with status 400 or above.")  # type: ignore[assignment]
+    prompt_tokens = serializers.IntegerField()
+    completion_tokens = serializers.IntegerField()
+
+
+class RoutedTrafficSerializer(serializers.Serializer):
+    """Requests a policy sent to a pool, per deployment (none: the pool had no healthy endpoint)."""
+
+    route_pool = serializers.CharField()
+    deployment_id = serializers.IntegerField(allow_null=True)
+    upstream = serializers.CharField(allow_blank=True)
+    requests = serializers.IntegerField()
+    errors = serializers.IntegerField(help_text="Answers with status 500 or above.")  # type: ignore[assignment]
+    tokens = serializers.IntegerField(allow_null=True, help_text="Completion tokens.")
+
+
+class RefusedTrafficSerializer(serializers.Serializer):
+    """Requests refused before any pool was chosen (limits, bad requests, unknown models), per reason."""
+
+    status = serializers.IntegerField()
+    error_type = serializers.CharField(allow_blank=True)
+    requests = serializers.IntegerField()
+
+
+class TrafficSerializer(serializers.Serializer):
+    minutes = serializers.IntegerField()
+    routed = RoutedTrafficSerializer(many=True)
+    refused = RefusedTrafficSerializer(many=True)

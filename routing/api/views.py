@@ -9,6 +9,7 @@ import django_filters
 from django.db.models import Count, Q, Sum
 from django.db.models.functions import TruncHour
 from django.utils import timezone
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import viewsets
 from rest_framework.decorators import api_view
 from rest_framework.exceptions import ValidationError
@@ -18,7 +19,13 @@ from rest_framework.response import Response
 
 from core.api.base import AuditedModelViewSet
 from core.redis_client import publish_config_change
-from routing.api.serializers import RequestLogSerializer, RoutePolicySerializer, RoutePoolSerializer
+from routing.api.serializers import (
+    RequestLogSerializer,
+    RoutePolicySerializer,
+    RoutePoolSerializer,
+    TrafficSerializer,
+    UsageBucketSerializer,
+)
 from routing.models import RequestLog, RoutePolicy, RoutePool
 
 
@@ -97,6 +104,13 @@ def _window(request: Request, default_hours: int) -> dt.datetime:
     return timezone.now() - dt.timedelta(hours=hours)
 
 
+@extend_schema(
+    parameters=[
+        OpenApiParameter("hours", int, description="The window, 1 to 744 hours (default 24)."),
+        OpenApiParameter("tenant_id", int, description="Only this tenant's requests."),
+    ],
+    responses={200: UsageBucketSerializer(many=True)},
+)
 @api_view(["GET"])
 def usage(request: Request) -> Response:
     """Hourly requests, errors and tokens for one tenant (or all), over the last `hours` (default 24)."""
@@ -118,29 +132,34 @@ def usage(request: Request) -> Response:
         )
         .order_by("hour")
     )
-    return Response(
-        [
-            {
-                "hour": b["hour"],
-                "requests": b["requests"],
-                "errors": b["errors"],
-                "prompt_tokens": b["prompt_tokens"] or 0,
-                "completion_tokens": b["completion_tokens"] or 0,
-            }
-            for b in buckets
-        ]
-    )
+    hourly = [
+        {
+            "hour": b["hour"],
+            "requests": b["requests"],
+            "errors": b["errors"],
+            "prompt_tokens": b["prompt_tokens"] or 0,
+            "completion_tokens": b["completion_tokens"] or 0,
+        }
+        for b in buckets
+    ]
+    return Response(UsageBucketSerializer(hourly, many=True).data)
 
 
+@extend_schema(
+    parameters=[OpenApiParameter("minutes", int, description="The window, 1 to 1440 minutes (default 5).")],
+    responses={200: TrafficSerializer},
+)
 @api_view(["GET"])
 def traffic(request: Request) -> Response:
-    """Traffic split over the last `minutes` (default 5): requests per pool and deployment."""
+    """Traffic over the last `minutes` (default 5): routed requests per pool and deployment, and apart
+    from them the requests refused before routing (no pool chosen), per status and error type."""
     raw = request.query_params.get("minutes", "5")
     if not raw.isdigit() or not 1 <= int(raw) <= 1440:
         raise ValidationError({"minutes": ["Must be an integer from 1 to 1440."]})
     since = timezone.now() - dt.timedelta(minutes=int(raw))
-    split = (
-        RequestLog.objects.filter(created_at__gte=since)
+    recent = RequestLog.objects.filter(created_at__gte=since)
+    routed = (
+        recent.exclude(route_pool="")
         .values("route_pool", "deployment_id", "upstream")
         .annotate(
             requests=Count("id"),
@@ -149,4 +168,11 @@ def traffic(request: Request) -> Response:
         )
         .order_by("route_pool", "-requests")
     )
-    return Response(list(split))
+    refused = (
+        recent.filter(route_pool="")
+        .values("status", "error_type")
+        .annotate(requests=Count("id"))
+        .order_by("-requests", "status", "error_type")
+    )
+    body = {"minutes": int(raw), "routed": list(routed), "refused": list(refused)}
+    return Response(TrafficSerializer(body).data)

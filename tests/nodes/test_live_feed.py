@@ -15,6 +15,7 @@ from core.consumers import LiveConsumer
 from core.live import deployment_group
 from core.redis_client import get_redis
 from nodes.agent import runtime
+from nodes.api.serializers import EngineLiveSerializer, GpuSampleSerializer
 from nodes.lifecycle import live_deployment_key, live_gpu_key
 from tests.nodes.conftest import READY, supervisor_for, tick_until
 
@@ -73,6 +74,9 @@ async def test_gpu_and_engine_samples_are_pushed_and_stored(
     )
     for field in contract.split():
         assert field in live
+    # The API schema (and so the console's generated types) describes exactly what the agent writes.
+    assert set(live) == set(EngineLiveSerializer().fields)
+    assert set(gpu) == set(GpuSampleSerializer().fields)
     assert 0 < redis.ttl(live_deployment_key(deployment.pk)) <= 5
     gpu_live = json.loads(redis.get(live_gpu_key(host.name, 0)) or b"{}")
     assert gpu_live["simulated"] is True and gpu_live["memory_total_bytes"] == gpu["memory_total_bytes"]

@@ -41,7 +41,7 @@ def test_deploy_ready_crash_restart_stop(host: Any, make_deployment: Any) -> Non
     # Crash: the engine dies under the agent's feet.
     os.killpg(first_pid, signal.SIGKILL)
     deployment = tick_until(supervisor, deployment, in_state(DeploymentState.CRASHED))
-    assert deployment.restart_count == 1
+    assert deployment.restart_count == 1 and deployment.restarts_total == 1
     assert "exited" in deployment.state_reason
     # The proxy's live view forgets a crashed engine at once, not after the key's TTL.
     assert get_redis().get(live_deployment_key(deployment.pk)) is None

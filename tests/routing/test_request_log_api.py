@@ -58,5 +58,27 @@ def test_usage_and_traffic(viewer_client: APIClient) -> None:
     assert sum(b["requests"] for b in usage) == 15
     assert sum(b["prompt_tokens"] for b in usage) == 150
     split = viewer_client.get("/api/routing/traffic/", {"minutes": 60}).json()
-    assert sum(s["requests"] for s in split) == 30
+    assert split["minutes"] == 60
+    assert sum(s["requests"] for s in split["routed"]) == 30
+    assert split["refused"] == []
     assert viewer_client.get("/api/routing/usage/", {"hours": "x"}).status_code == 400
+
+
+def test_requests_refused_before_routing_are_counted_apart(viewer_client: APIClient) -> None:
+    _rows()
+    now = timezone.now()
+    RequestLog.objects.bulk_create(
+        [
+            RequestLog(created_at=now, status=429, error_type="rate_limit_exceeded", route_pool="")
+            for _ in range(4)
+        ]
+        + [RequestLog(created_at=now, status=400, error_type="context_length_exceeded", route_pool="")]
+    )
+    split = viewer_client.get("/api/routing/traffic/", {"minutes": 60}).json()
+    # Routed traffic is what the pools served; refusals never reached one and are not part of its split.
+    assert {row["route_pool"] for row in split["routed"]} == {"fast"}
+    assert sum(row["requests"] for row in split["routed"]) == 30
+    assert split["refused"] == [
+        {"status": 429, "error_type": "rate_limit_exceeded", "requests": 4},
+        {"status": 400, "error_type": "context_length_exceeded", "requests": 1},
+    ]

@@ -571,7 +571,7 @@ export interface paths {
             cookie?: never;
         };
         /** @description Versions as a forest: each full-precision version with the quantized versions made from it. */
-        get: operations["model_versions_lineage_retrieve"];
+        get: operations["model_versions_lineage_list"];
         put?: never;
         post?: never;
         delete?: never;
@@ -773,7 +773,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description Traffic split over the last `minutes` (default 5): requests per pool and deployment. */
+        /**
+         * @description Traffic over the last `minutes` (default 5): routed requests per pool and deployment, and apart
+         *     from them the requests refused before routing (no pool chosen), per status and error type.
+         */
         get: operations["routing_traffic_retrieve"];
         put?: never;
         post?: never;
@@ -791,7 +794,29 @@ export interface paths {
             cookie?: never;
         };
         /** @description Hourly requests, errors and tokens for one tenant (or all), over the last `hours` (default 24). */
-        get: operations["routing_usage_retrieve"];
+        get: operations["routing_usage_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/telemetry/history/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * @description The last `minutes` (up to 60) of GPU and engine samples, as columns for charts.
+         *
+         *     Without filters: every GPU and every deployment. `host` narrows both to one host; `deployment` to
+         *     one deployment and the GPUs it runs on. Series that the agents never wrote come back empty.
+         */
+        get: operations["telemetry_history_retrieve"];
         put?: never;
         post?: never;
         delete?: never;
@@ -890,6 +915,28 @@ export interface components {
          * @enum {string}
          */
         ActionEnum: "create" | "update" | "delete" | "revoke" | "switch" | "action";
+        /** @description What a host's agent says about itself at each heartbeat (empty until its first one). */
+        AgentInfo: {
+            pid?: number;
+            /** @description NVML (real NVIDIA GPUs) is available. */
+            nvml?: boolean;
+            /** @description Why there is no NVML, when there is none. */
+            gpu_note?: string;
+            simulated_gpus?: boolean;
+            /** Format: double */
+            heartbeat_seconds?: number;
+        };
+        /** @description What a host's agent says about itself at each heartbeat (empty until its first one). */
+        AgentInfoRequest: {
+            pid?: number;
+            /** @description NVML (real NVIDIA GPUs) is available. */
+            nvml?: boolean;
+            /** @description Why there is no NVML, when there is none. */
+            gpu_note?: string;
+            simulated_gpus?: boolean;
+            /** Format: double */
+            heartbeat_seconds?: number;
+        };
         /** @description A key as listed and edited: never the secret, never the hash. */
         ApiKey: {
             readonly id: number;
@@ -897,9 +944,9 @@ export interface components {
             readonly tenant_name: string;
             name: string;
             readonly prefix: string;
-            scopes?: string[];
+            scopes: string[];
             /** Format: date-time */
-            expires_at?: string | null;
+            expires_at: string | null;
             /** Format: date-time */
             readonly revoked_at: string | null;
             /** Format: date-time */
@@ -907,7 +954,7 @@ export interface components {
             /** Format: date-time */
             readonly created_at: string;
             readonly is_active: boolean;
-            quota_override?: components["schemas"]["Quota"] | null;
+            quota_override: components["schemas"]["Quota"] | null;
         };
         /** @description The one response that carries the raw key. */
         ApiKeyCreated: {
@@ -916,9 +963,9 @@ export interface components {
             readonly tenant_name: string;
             name: string;
             readonly prefix: string;
-            scopes?: string[];
+            scopes: string[];
             /** Format: date-time */
-            expires_at?: string | null;
+            expires_at: string | null;
             /** Format: date-time */
             readonly revoked_at: string | null;
             /** Format: date-time */
@@ -926,7 +973,7 @@ export interface components {
             /** Format: date-time */
             readonly created_at: string;
             readonly is_active: boolean;
-            quota_override?: components["schemas"]["Quota"] | null;
+            quota_override: components["schemas"]["Quota"] | null;
             /** @description The secret. Shown once; store it now. */
             readonly key: string;
         };
@@ -952,56 +999,53 @@ export interface components {
             /** Format: date-time */
             readonly created_at: string;
         };
+        Csrf: {
+            /** @description Also set as the csrftoken cookie. */
+            csrfToken: string;
+        };
         /** @description A deployment. Creating one runs every pre-launch check; refusals are field errors (400). */
         Deployment: {
             readonly id: number;
             name: string;
             model_version: number;
             readonly model_version_label: string;
-            quantization?: number | null;
-            engine?: components["schemas"]["EngineEnum"];
+            quantization: number | null;
+            engine: components["schemas"]["EngineEnum"];
             host: number;
             readonly host_name: string;
-            gpu_indices?: unknown;
+            gpu_indices: number[];
             /** Format: double */
-            gpu_memory_utilization?: number;
-            /** Format: int64 */
-            max_model_len?: number;
-            /** Format: int64 */
-            block_size?: number;
-            /** Format: int64 */
-            max_num_seqs?: number;
-            /** Format: int64 */
-            max_num_batched_tokens?: number | null;
-            /** Format: int64 */
-            tensor_parallel_size?: number;
-            enable_prefix_caching?: boolean;
-            extra_args?: unknown;
+            gpu_memory_utilization: number;
+            max_model_len: number;
+            block_size: number;
+            max_num_seqs: number;
+            max_num_batched_tokens: number | null;
+            tensor_parallel_size: number;
+            enable_prefix_caching: boolean;
+            extra_args: string[];
             port: number;
             served_model_name: string;
-            role?: string;
+            role: string;
             readonly desired_state: components["schemas"]["DesiredStateEnum"];
             readonly state: components["schemas"]["DeploymentStateEnum"];
             readonly state_reason: string;
             /** Format: date-time */
             readonly state_changed_at: string | null;
             readonly pid: number | null;
-            readonly launch_argv: unknown;
+            readonly launch_argv: string[];
             /** Format: date-time */
             readonly started_at: string | null;
             /** Format: date-time */
             readonly ready_at: string | null;
             readonly restart_count: number;
+            readonly restarts_total: number;
             /** Format: date-time */
             readonly next_restart_at: string | null;
             readonly last_log_lines: string;
             readonly base_url: string;
-            readonly live: {
-                [key: string]: unknown;
-            } | null;
-            readonly fit: {
-                [key: string]: unknown;
-            } | null;
+            readonly live: components["schemas"]["EngineLive"] | null;
+            /** @description The fit check of the last save. */
+            readonly fit: components["schemas"]["FitResult"] | null;
             /** Format: date-time */
             readonly created_at: string;
             /** Format: date-time */
@@ -1016,6 +1060,11 @@ export interface components {
             readonly message: string;
             readonly log_tail: string;
         };
+        DeploymentLog: {
+            source: components["schemas"]["SourceEnum"];
+            path: string;
+            lines: string[];
+        };
         /** @description A deployment. Creating one runs every pre-launch check; refusals are field errors (400). */
         DeploymentRequest: {
             name: string;
@@ -1023,21 +1072,16 @@ export interface components {
             quantization?: number | null;
             engine?: components["schemas"]["EngineEnum"];
             host: number;
-            gpu_indices?: unknown;
+            gpu_indices?: number[];
             /** Format: double */
             gpu_memory_utilization?: number;
-            /** Format: int64 */
             max_model_len?: number;
-            /** Format: int64 */
             block_size?: number;
-            /** Format: int64 */
             max_num_seqs?: number;
-            /** Format: int64 */
             max_num_batched_tokens?: number | null;
-            /** Format: int64 */
             tensor_parallel_size?: number;
             enable_prefix_caching?: boolean;
-            extra_args?: unknown;
+            extra_args?: string[];
             port: number;
             served_model_name: string;
             role?: string;
@@ -1068,6 +1112,66 @@ export interface components {
          * @enum {string}
          */
         EngineEnum: "vllm" | "llamacpp" | "sim";
+        /** @description One deployment's samples as columns (see GpuHistory). */
+        EngineHistory: {
+            deployment_id: number;
+            name: string;
+            host: string;
+            /** @description Sample times, unix seconds. */
+            t: number[];
+            tokens_per_s: (number | null)[];
+            kv_cache_usage_perc: (number | null)[];
+            num_requests_running: (number | null)[];
+            num_requests_waiting: (number | null)[];
+            ttft_p50_s: (number | null)[];
+            itl_p50_s: (number | null)[];
+        };
+        /** @description One engine's live record as the agent publishes it each tick (see docs/nodes.md, Live data). */
+        EngineLive: {
+            /**
+             * Format: double
+             * @description Sample time, unix seconds.
+             */
+            ts: number;
+            deployment_id: number;
+            host: string;
+            name: string;
+            served_model_name: string;
+            engine: components["schemas"]["EngineEnum"];
+            state: components["schemas"]["DeploymentStateEnum"];
+            alive: boolean;
+            ready: boolean;
+            /** Format: double */
+            num_requests_running: number;
+            /** Format: double */
+            num_requests_waiting: number;
+            /**
+             * Format: double
+             * @description A 0..1 fraction, as vLLM reports it.
+             */
+            kv_cache_usage_perc: number;
+            num_gpu_blocks: number | null;
+            block_size: number;
+            kv_cache_total_tokens: number | null;
+            /** Format: double */
+            prompt_tokens_total: number;
+            /** Format: double */
+            generation_tokens_total: number;
+            /** Format: double */
+            prefix_cache_queries_total: number;
+            /** Format: double */
+            prefix_cache_hits_total: number;
+            /**
+             * Format: double
+             * @description Generated tokens per second over the last 10 s.
+             */
+            tokens_per_s: number;
+            /** Format: double */
+            ttft_p50_s: number | null;
+            /** Format: double */
+            itl_p50_s: number | null;
+            has_metrics: boolean;
+        };
         /** @description Inputs of the fit calculator; memory in GiB or bytes (bytes win when both are given). */
         FitCheckRequest: {
             version: number;
@@ -1113,24 +1217,55 @@ export interface components {
             readonly simulated: boolean;
             /** Format: date-time */
             readonly last_seen: string | null;
-            readonly live: {
-                [key: string]: unknown;
-            } | null;
+            readonly live: components["schemas"]["GpuSample"] | null;
+        };
+        /** @description One GPU's samples as columns: `t` and one value per sample in each list (null: no value). */
+        GpuHistory: {
+            host: string;
+            index: number;
+            memory_total_bytes: number;
+            simulated: boolean;
+            /** @description Sample times, unix seconds. */
+            t: number[];
+            utilization_pct: (number | null)[];
+            memory_used_bytes: (number | null)[];
+            temperature_c: (number | null)[];
+            power_watts: (number | null)[];
+        };
+        /** @description One GPU sample as the agent publishes it each tick (live value and `host.telemetry` events). */
+        GpuSample: {
+            index: number;
+            /**
+             * Format: double
+             * @description Sample time, unix seconds.
+             */
+            ts: number;
+            simulated: boolean;
+            /** Format: double */
+            utilization_pct: number;
+            memory_used_bytes: number;
+            memory_total_bytes: number;
+            /** Format: double */
+            temperature_c: number;
+            /** Format: double */
+            power_watts: number | null;
         };
         /** @description A host; GPUs, heartbeat and state come from its agent and are read-only here. */
         Host: {
             readonly id: number;
             name: string;
-            address?: string;
-            role?: string;
-            labels?: unknown;
+            address: string;
+            role: string;
+            labels: {
+                [key: string]: string;
+            };
             /** Format: decimal */
-            cost_per_hour?: string;
+            cost_per_hour: string;
             readonly state: components["schemas"]["HostStateEnum"];
             readonly reachable: boolean;
             /** Format: date-time */
             readonly last_heartbeat: string | null;
-            readonly agent_info: unknown;
+            readonly agent_info: components["schemas"]["AgentInfo"];
             readonly agent_queue: string;
             readonly gpus: components["schemas"]["Gpu"][];
             readonly deployment_count: number;
@@ -1144,7 +1279,9 @@ export interface components {
             name: string;
             address?: string;
             role?: string;
-            labels?: unknown;
+            labels?: {
+                [key: string]: string;
+            };
             /** Format: decimal */
             cost_per_hour?: string;
         };
@@ -1157,6 +1294,14 @@ export interface components {
          */
         HostStateEnum: "unknown" | "online" | "unreachable" | "draining";
         /**
+         * @description * `mismatch` - Hash or size mismatch
+         *     * `missing` - Missing
+         *     * `extra` - Extra weight file
+         *     * `unreadable` - Unreadable
+         * @enum {string}
+         */
+        KindEnum: "mismatch" | "missing" | "extra" | "unreadable";
+        /**
          * @description * `auto` - auto (model dtype)
          *     * `fp16` - FP16
          *     * `bf16` - BF16
@@ -1167,6 +1312,18 @@ export interface components {
          * @enum {string}
          */
         KvCacheDtypeEnum: "auto" | "fp16" | "bf16" | "fp8" | "fp8_e4m3" | "fp8_e5m2" | "fp32";
+        /** @description A version in the lineage forest, with the versions quantized from it. */
+        LineageNode: {
+            id: number;
+            label: string;
+            model: number;
+            revision: string;
+            state: components["schemas"]["VersionStateEnum"];
+            /** @description The quantization config's name. */
+            quantization: string | null;
+            method: (components["schemas"]["MethodEnum"] | components["schemas"]["NullEnum"]) | null;
+            readonly children: components["schemas"]["LineageNode"][];
+        };
         /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         LoginRequest: {
             username: string;
@@ -1182,8 +1339,8 @@ export interface components {
             /** @description Required. 150 characters or fewer. Letters, digits and @/./+/-/_ only. */
             username: string;
             /** Email address */
-            email?: string;
-            readonly role: string;
+            email: string;
+            readonly role: components["schemas"]["RoleEnum"];
         };
         /**
          * @description * `none` - None (checkpoint dtype)
@@ -1210,9 +1367,9 @@ export interface components {
         Model: {
             readonly id: number;
             name: string;
-            architecture?: string;
-            task_tags?: string[];
-            description?: string;
+            architecture: string;
+            task_tags: string[];
+            description: string;
             readonly version_count: number;
             /** Format: date-time */
             readonly created_at: string;
@@ -1223,9 +1380,9 @@ export interface components {
             name: string;
             active_version: number;
             readonly active_version_label: string;
-            readonly active_version_state: string;
-            task_tags?: string[];
-            description?: string;
+            readonly active_version_state: components["schemas"]["VersionStateEnum"];
+            task_tags: string[];
+            description: string;
             /** Format: date-time */
             readonly created_at: string;
             /** Format: date-time */
@@ -1255,27 +1412,22 @@ export interface components {
             readonly source_path: string;
             readonly parameter_count: number | null;
             readonly max_context: number | null;
-            readonly architecture: unknown;
+            readonly architecture: {
+                [key: string]: unknown;
+            };
             readonly tokenizer_path: string | null;
-            readonly state: components["schemas"]["ModelVersionStateEnum"];
+            readonly state: components["schemas"]["VersionStateEnum"];
             readonly manifest_digest: string;
             readonly file_count: number;
             readonly total_bytes: number;
             readonly parent: number | null;
             readonly parent_label: string | null;
             readonly quantization: number | null;
-            readonly quantization_name: string;
+            readonly quantization_name: string | null;
             readonly aliases: string[];
             /** Format: date-time */
             readonly created_at: string;
         };
-        /**
-         * @description * `registered` - Registered
-         *     * `verified` - Verified
-         *     * `failed` - Failed
-         * @enum {string}
-         */
-        ModelVersionStateEnum: "registered" | "verified" | "failed";
         /** @enum {unknown} */
         NullEnum: null;
         PaginatedApiKeyList: {
@@ -1307,21 +1459,6 @@ export interface components {
              */
             previous?: string | null;
             results: components["schemas"]["AuditEvent"][];
-        };
-        PaginatedDeploymentEventList: {
-            /** @example 123 */
-            count: number;
-            /**
-             * Format: uri
-             * @example http://api.example.org/accounts/?offset=400&limit=100
-             */
-            next?: string | null;
-            /**
-             * Format: uri
-             * @example http://api.example.org/accounts/?offset=200&limit=100
-             */
-            previous?: string | null;
-            results: components["schemas"]["DeploymentEvent"][];
         };
         PaginatedDeploymentList: {
             /** @example 123 */
@@ -1532,21 +1669,16 @@ export interface components {
             quantization?: number | null;
             engine?: components["schemas"]["EngineEnum"];
             host?: number;
-            gpu_indices?: unknown;
+            gpu_indices?: number[];
             /** Format: double */
             gpu_memory_utilization?: number;
-            /** Format: int64 */
             max_model_len?: number;
-            /** Format: int64 */
             block_size?: number;
-            /** Format: int64 */
             max_num_seqs?: number;
-            /** Format: int64 */
             max_num_batched_tokens?: number | null;
-            /** Format: int64 */
             tensor_parallel_size?: number;
             enable_prefix_caching?: boolean;
-            extra_args?: unknown;
+            extra_args?: string[];
             port?: number;
             served_model_name?: string;
             role?: string;
@@ -1556,7 +1688,9 @@ export interface components {
             name?: string;
             address?: string;
             role?: string;
-            labels?: unknown;
+            labels?: {
+                [key: string]: string;
+            };
             /** Format: decimal */
             cost_per_hour?: string;
         };
@@ -1578,9 +1712,7 @@ export interface components {
         PatchedQuantizationConfigRequest: {
             name?: string;
             method?: components["schemas"]["MethodEnum"];
-            /** Format: int64 */
             bits?: number;
-            /** Format: int64 */
             group_size?: number | null;
             kv_cache_dtype?: components["schemas"]["KvCacheDtypeEnum"];
             description?: string;
@@ -1589,7 +1721,7 @@ export interface components {
         PatchedRoutePolicyRequest: {
             name?: string;
             alias?: string;
-            rules?: unknown;
+            rules?: components["schemas"]["RouteRuleRequest"][];
             default_pool?: string | null;
             fallback_pool?: string | null;
         };
@@ -1599,7 +1731,9 @@ export interface components {
             alias?: string;
             role?: string;
             scorer?: components["schemas"]["ScorerEnum"];
-            scorer_weights?: unknown;
+            scorer_weights?: {
+                [key: string]: number;
+            };
             session_header?: string;
             /** Format: double */
             connect_timeout_s?: number;
@@ -1607,9 +1741,7 @@ export interface components {
             first_byte_timeout_s?: number;
             /** Format: double */
             total_timeout_s?: number;
-            /** Format: int64 */
             max_retries?: number;
-            /** Format: int64 */
             max_inflight_per_endpoint?: number;
             /** Format: double */
             batch_max_fraction?: number;
@@ -1662,17 +1794,39 @@ export interface components {
             extra_args?: string[];
             port: number;
         };
+        /** @description What create would say, without creating: field errors (empty when ok) and the fit check. */
+        PreflightResult: {
+            ok: boolean;
+            errors: {
+                [key: string]: string[];
+            };
+            fit: components["schemas"]["FitResult"] | null;
+        };
+        /**
+         * @description * `interactive` - interactive
+         *     * `batch` - batch
+         * @enum {string}
+         */
+        PriorityEnum: "interactive" | "batch";
+        /** @description One file that did not match its manifest entry. */
+        Problem: {
+            path: string;
+            kind: components["schemas"]["KindEnum"];
+            /** @description The manifest's sha256, if listed. */
+            expected: string | null;
+            /** @description The file's sha256, if readable. */
+            actual: string | null;
+            detail: string;
+        };
         /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         QuantizationConfig: {
             readonly id: number;
             name: string;
-            method?: components["schemas"]["MethodEnum"];
-            /** Format: int64 */
-            bits?: number;
-            /** Format: int64 */
-            group_size?: number | null;
-            kv_cache_dtype?: components["schemas"]["KvCacheDtypeEnum"];
-            description?: string;
+            method: components["schemas"]["MethodEnum"];
+            bits: number;
+            group_size: number | null;
+            kv_cache_dtype: components["schemas"]["KvCacheDtypeEnum"];
+            description: string;
             /** Format: date-time */
             readonly created_at: string;
         };
@@ -1680,42 +1834,36 @@ export interface components {
         QuantizationConfigRequest: {
             name: string;
             method?: components["schemas"]["MethodEnum"];
-            /** Format: int64 */
             bits?: number;
-            /** Format: int64 */
             group_size?: number | null;
             kv_cache_dtype?: components["schemas"]["KvCacheDtypeEnum"];
             description?: string;
         };
         /** @description Limits; null means unlimited. Negative numbers are refused by the field types. */
         Quota: {
+            requests_per_minute: number | null;
+            tokens_per_minute: number | null;
+            max_concurrent_requests: number | null;
             /** Format: int64 */
-            requests_per_minute?: number | null;
-            /** Format: int64 */
-            tokens_per_minute?: number | null;
-            /** Format: int64 */
-            max_concurrent_requests?: number | null;
-            /** Format: int64 */
-            daily_token_budget?: number | null;
-            /** Format: int64 */
-            max_input_tokens?: number | null;
-            /** Format: int64 */
-            max_output_tokens?: number | null;
+            daily_token_budget: number | null;
+            max_input_tokens: number | null;
+            max_output_tokens: number | null;
         };
         /** @description Limits; null means unlimited. Negative numbers are refused by the field types. */
         QuotaRequest: {
-            /** Format: int64 */
             requests_per_minute?: number | null;
-            /** Format: int64 */
             tokens_per_minute?: number | null;
-            /** Format: int64 */
             max_concurrent_requests?: number | null;
             /** Format: int64 */
             daily_token_budget?: number | null;
-            /** Format: int64 */
             max_input_tokens?: number | null;
-            /** Format: int64 */
             max_output_tokens?: number | null;
+        };
+        /** @description Requests refused before any pool was chosen (limits, bad requests, unknown models), per reason. */
+        RefusedTraffic: {
+            status: number;
+            error_type: string;
+            requests: number;
         };
         /** @description Registration from a server-side path, optionally checked against an uploaded manifest. */
         RegisterVersionRequest: {
@@ -1775,9 +1923,9 @@ export interface components {
             readonly id: number;
             name: string;
             alias: string;
-            rules?: unknown;
-            default_pool?: string | null;
-            fallback_pool?: string | null;
+            rules: components["schemas"]["RouteRule"][];
+            default_pool: string | null;
+            fallback_pool: string | null;
             /** Format: date-time */
             readonly updated_at: string;
         };
@@ -1785,7 +1933,7 @@ export interface components {
         RoutePolicyRequest: {
             name: string;
             alias: string;
-            rules?: unknown;
+            rules?: components["schemas"]["RouteRuleRequest"][];
             default_pool?: string | null;
             fallback_pool?: string | null;
         };
@@ -1794,22 +1942,22 @@ export interface components {
             readonly id: number;
             name: string;
             alias: string;
-            role?: string;
-            scorer?: components["schemas"]["ScorerEnum"];
-            scorer_weights?: unknown;
-            session_header?: string;
+            role: string;
+            scorer: components["schemas"]["ScorerEnum"];
+            scorer_weights: {
+                [key: string]: number;
+            };
+            session_header: string;
             /** Format: double */
-            connect_timeout_s?: number;
+            connect_timeout_s: number;
             /** Format: double */
-            first_byte_timeout_s?: number;
+            first_byte_timeout_s: number;
             /** Format: double */
-            total_timeout_s?: number;
-            /** Format: int64 */
-            max_retries?: number;
-            /** Format: int64 */
-            max_inflight_per_endpoint?: number;
+            total_timeout_s: number;
+            max_retries: number;
+            max_inflight_per_endpoint: number;
             /** Format: double */
-            batch_max_fraction?: number;
+            batch_max_fraction: number;
             /** Format: date-time */
             readonly updated_at: string;
         };
@@ -1819,7 +1967,9 @@ export interface components {
             alias: string;
             role?: string;
             scorer?: components["schemas"]["ScorerEnum"];
-            scorer_weights?: unknown;
+            scorer_weights?: {
+                [key: string]: number;
+            };
             session_header?: string;
             /** Format: double */
             connect_timeout_s?: number;
@@ -1827,12 +1977,49 @@ export interface components {
             first_byte_timeout_s?: number;
             /** Format: double */
             total_timeout_s?: number;
-            /** Format: int64 */
             max_retries?: number;
-            /** Format: int64 */
             max_inflight_per_endpoint?: number;
             /** Format: double */
             batch_max_fraction?: number;
+        };
+        RouteRule: {
+            match?: components["schemas"]["RuleMatch"];
+            /** @description The name of the pool this rule sends to. */
+            pool: string;
+        };
+        RouteRuleRequest: {
+            match?: components["schemas"]["RuleMatchRequest"];
+            /** @description The name of the pool this rule sends to. */
+            pool: string;
+        };
+        /** @description Requests a policy sent to a pool, per deployment (none: the pool had no healthy endpoint). */
+        RoutedTraffic: {
+            route_pool: string;
+            deployment_id: number | null;
+            upstream: string;
+            requests: number;
+            /** @description Answers with status 500 or above. */
+            errors: number;
+            /** @description Completion tokens. */
+            tokens: number | null;
+        };
+        /** @description A rule's conditions, all of which must hold; an absent key is no condition (see parse_rule). */
+        RuleMatch: {
+            alias?: string | string[];
+            min_prompt_tokens?: number;
+            max_prompt_tokens?: number;
+            task?: string | string[];
+            tenant?: string | string[];
+            priority?: components["schemas"]["PriorityEnum"];
+        };
+        /** @description A rule's conditions, all of which must hold; an absent key is no condition (see parse_rule). */
+        RuleMatchRequest: {
+            alias?: string | string[];
+            min_prompt_tokens?: number;
+            max_prompt_tokens?: number;
+            task?: string | string[];
+            tenant?: string | string[];
+            priority?: components["schemas"]["PriorityEnum"];
         };
         /**
          * @description * `round_robin` - Round robin
@@ -1845,6 +2032,12 @@ export interface components {
          * @enum {string}
          */
         ScorerEnum: "round_robin" | "random" | "least_outstanding" | "best_fit" | "prefix_affinity" | "session_affinity" | "weighted";
+        /**
+         * @description * `file` - the engine's log file
+         *     * `last_exit` - the lines kept at its last exit
+         * @enum {string}
+         */
+        SourceEnum: "file" | "last_exit";
         /**
          * @description * `directory` - Directory
          *     * `gguf` - GGUF file
@@ -1866,14 +2059,19 @@ export interface components {
         SwitchAliasRequest: {
             version: number;
         };
+        TelemetryHistory: {
+            minutes: number;
+            gpus: components["schemas"]["GpuHistory"][];
+            engines: components["schemas"]["EngineHistory"][];
+        };
         /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         Tenant: {
             readonly id: number;
             name: string;
-            description?: string;
-            is_active?: boolean;
-            log_prompts?: boolean;
-            quota?: components["schemas"]["Quota"] | null;
+            description: string;
+            is_active: boolean;
+            log_prompts: boolean;
+            quota: components["schemas"]["Quota"] | null;
             readonly key_count: number;
             /** Format: date-time */
             readonly created_at: string;
@@ -1888,19 +2086,33 @@ export interface components {
             log_prompts?: boolean;
             quota?: components["schemas"]["QuotaRequest"] | null;
         };
+        Traffic: {
+            minutes: number;
+            routed: components["schemas"]["RoutedTraffic"][];
+            refused: components["schemas"]["RefusedTraffic"][];
+        };
+        UsageBucket: {
+            /** Format: date-time */
+            hour: string;
+            requests: number;
+            /** @description Answers with status 400 or above. */
+            errors: number;
+            prompt_tokens: number;
+            completion_tokens: number;
+        };
         /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         User: {
             readonly id: number;
             /** @description Required. 150 characters or fewer. Letters, digits and @/./+/-/_ only. */
             username: string;
             /** Email address */
-            email?: string;
-            role?: components["schemas"]["RoleEnum"];
+            email: string;
+            role: components["schemas"]["RoleEnum"];
             /**
              * Active
              * @description Designates whether this user should be treated as active. Unselect this instead of deleting accounts.
              */
-            is_active?: boolean;
+            is_active: boolean;
             /** Format: date-time */
             readonly last_login: string | null;
             /** Format: date-time */
@@ -1926,7 +2138,7 @@ export interface components {
             readonly host_name: string;
             readonly ok: boolean;
             readonly manifest_digest: string;
-            readonly problems: unknown;
+            readonly problems: components["schemas"]["Problem"][];
             readonly files_checked: number;
             readonly bytes_hashed: number;
             readonly cache_hits: number;
@@ -1936,10 +2148,23 @@ export interface components {
             /** Format: date-time */
             readonly finished_at: string | null;
         };
+        VerifyQueued: {
+            queued: boolean;
+            host_name: string;
+            /** @description The Celery queue of that host's agent. */
+            queue: string;
+        };
         /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         VerifyRequestRequest: {
             host_name: string;
         };
+        /**
+         * @description * `registered` - Registered
+         *     * `verified` - Verified
+         *     * `failed` - Failed
+         * @enum {string}
+         */
+        VersionStateEnum: "registered" | "verified" | "failed";
     };
     responses: never;
     parameters: never;
@@ -2023,12 +2248,13 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description No response body */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["Csrf"];
+                };
             };
         };
     };
@@ -2291,37 +2517,7 @@ export interface operations {
     };
     deployments_events_list: {
         parameters: {
-            query?: {
-                /**
-                 * @description * `vllm` - vLLM
-                 *     * `llamacpp` - llama.cpp
-                 *     * `sim` - vLLM simulator
-                 */
-                engine?: "llamacpp" | "sim" | "vllm";
-                host?: number;
-                /** @description Number of results to return per page. */
-                limit?: number;
-                /** @description The initial index from which to return the results. */
-                offset?: number;
-                /** @description Which field to use when ordering the results. */
-                ordering?: string;
-                role?: string;
-                /** @description A search term. */
-                search?: string;
-                served_model_name?: string;
-                /**
-                 * @description * `pending` - Pending
-                 *     * `verifying` - Verifying files
-                 *     * `starting` - Starting
-                 *     * `ready` - Ready
-                 *     * `degraded` - Degraded
-                 *     * `crashed` - Crashed
-                 *     * `failed` - Failed
-                 *     * `stopping` - Stopping
-                 *     * `stopped` - Stopped
-                 */
-                state?: "crashed" | "degraded" | "failed" | "pending" | "ready" | "starting" | "stopped" | "stopping" | "verifying";
-            };
+            query?: never;
             header?: never;
             path: {
                 /** @description A unique integer value identifying this deployment. */
@@ -2336,7 +2532,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["PaginatedDeploymentEventList"];
+                    "application/json": components["schemas"]["DeploymentEvent"][];
                 };
             };
         };
@@ -2358,9 +2554,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["DeploymentLog"];
                 };
             };
         };
@@ -2457,9 +2651,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["PreflightResult"];
                 };
             };
         };
@@ -3144,26 +3336,8 @@ export interface operations {
             query?: {
                 /** @description Number of results to return per page. */
                 limit?: number;
-                model?: number;
                 /** @description The initial index from which to return the results. */
                 offset?: number;
-                /** @description Which field to use when ordering the results. */
-                ordering?: string;
-                parent?: number;
-                quantization?: number;
-                /** @description A search term. */
-                search?: string;
-                /**
-                 * @description * `directory` - Directory
-                 *     * `gguf` - GGUF file
-                 */
-                source_kind?: "directory" | "gguf";
-                /**
-                 * @description * `registered` - Registered
-                 *     * `verified` - Verified
-                 *     * `failed` - Failed
-                 */
-                state?: "failed" | "registered" | "verified";
             };
             header?: never;
             path: {
@@ -3186,30 +3360,7 @@ export interface operations {
     };
     model_versions_hosts_list: {
         parameters: {
-            query?: {
-                /** @description Number of results to return per page. */
-                limit?: number;
-                model?: number;
-                /** @description The initial index from which to return the results. */
-                offset?: number;
-                /** @description Which field to use when ordering the results. */
-                ordering?: string;
-                parent?: number;
-                quantization?: number;
-                /** @description A search term. */
-                search?: string;
-                /**
-                 * @description * `directory` - Directory
-                 *     * `gguf` - GGUF file
-                 */
-                source_kind?: "directory" | "gguf";
-                /**
-                 * @description * `registered` - Registered
-                 *     * `verified` - Verified
-                 *     * `failed` - Failed
-                 */
-                state?: "failed" | "registered" | "verified";
-            };
+            query?: never;
             header?: never;
             path: {
                 /** @description A unique integer value identifying this model version. */
@@ -3224,7 +3375,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["PaginatedVerificationRunList"];
+                    "application/json": components["schemas"]["VerificationRun"][];
                 };
             };
         };
@@ -3232,28 +3383,12 @@ export interface operations {
     model_versions_verifications_list: {
         parameters: {
             query?: {
+                /** @description Only runs on this host. */
+                host_name?: string;
                 /** @description Number of results to return per page. */
                 limit?: number;
-                model?: number;
                 /** @description The initial index from which to return the results. */
                 offset?: number;
-                /** @description Which field to use when ordering the results. */
-                ordering?: string;
-                parent?: number;
-                quantization?: number;
-                /** @description A search term. */
-                search?: string;
-                /**
-                 * @description * `directory` - Directory
-                 *     * `gguf` - GGUF file
-                 */
-                source_kind?: "directory" | "gguf";
-                /**
-                 * @description * `registered` - Registered
-                 *     * `verified` - Verified
-                 *     * `failed` - Failed
-                 */
-                state?: "failed" | "registered" | "verified";
             };
             header?: never;
             path: {
@@ -3292,30 +3427,51 @@ export interface operations {
             };
         };
         responses: {
-            /** @description No response body */
             202: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["VerifyQueued"];
+                };
             };
         };
     };
-    model_versions_lineage_retrieve: {
+    model_versions_lineage_list: {
         parameters: {
-            query?: never;
+            query?: {
+                model?: number;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                parent?: number;
+                quantization?: number;
+                /** @description A search term. */
+                search?: string;
+                /**
+                 * @description * `directory` - Directory
+                 *     * `gguf` - GGUF file
+                 */
+                source_kind?: "directory" | "gguf";
+                /**
+                 * @description * `registered` - Registered
+                 *     * `verified` - Verified
+                 *     * `failed` - Failed
+                 */
+                state?: "failed" | "registered" | "verified";
+            };
             header?: never;
             path?: never;
             cookie?: never;
         };
         requestBody?: never;
         responses: {
-            /** @description No response body */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["LineageNode"][];
+                };
             };
         };
     };
@@ -4022,37 +4178,72 @@ export interface operations {
     };
     routing_traffic_retrieve: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The window, 1 to 1440 minutes (default 5). */
+                minutes?: number;
+            };
             header?: never;
             path?: never;
             cookie?: never;
         };
         requestBody?: never;
         responses: {
-            /** @description No response body */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["Traffic"];
+                };
             };
         };
     };
-    routing_usage_retrieve: {
+    routing_usage_list: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The window, 1 to 744 hours (default 24). */
+                hours?: number;
+                /** @description Only this tenant's requests. */
+                tenant_id?: number;
+            };
             header?: never;
             path?: never;
             cookie?: never;
         };
         requestBody?: never;
         responses: {
-            /** @description No response body */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["UsageBucket"][];
+                };
+            };
+        };
+    };
+    telemetry_history_retrieve: {
+        parameters: {
+            query?: {
+                /** @description Only this deployment and the GPUs it runs on. */
+                deployment?: number;
+                /** @description Only this host's GPUs and deployments. */
+                host?: string;
+                minutes?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TelemetryHistory"];
+                };
             };
         };
     };

@@ -1,7 +1,7 @@
 // The live feed: one WebSocket to /ws/live/ per hook user, subscribed to the given groups.
 // The server joins every socket to "live.fleet"; pass more groups such as "live.host.<name>" or
 // "live.deployment.<id>" (see console/consumers.py). Events are whatever producers push with
-// console.live.push_live_event(group, event).
+// core.live.push_live_event(group, event).
 import { useEffect, useRef, useState } from "react";
 
 export type LiveEvent = Record<string, unknown> & { type?: string };

@@ -2,9 +2,9 @@ import { Link } from "react-router-dom";
 import { Card, ErrorState, Page } from "../../components/Page";
 import { StatusBadge } from "../../components/StatusBadge";
 import { Table } from "../../components/Table";
+import { formatBytes, formatPct, formatSeconds } from "../../format";
+import { EngineThroughputChart, GpuMemoryChart, GpuUtilizationChart } from "../nodes/charts";
 import "../nodes/nodes.css";
-import { Sparkline } from "../nodes/Sparkline";
-import { formatBytes, formatPct, formatSeconds } from "../nodes/types";
 import { useFleet } from "../nodes/useFleet";
 import { gpuKey, median } from "../nodes/useFleetLive";
 
@@ -12,8 +12,8 @@ import { gpuKey, median } from "../nodes/useFleetLive";
 export function DashboardPage() {
   const { hosts, deployments, live } = useFleet();
   const latency = median(live.latenciesMs);
-  const telemetry = Object.values(live.hosts).sort((a, b) => a.host.localeCompare(b.host));
-  const anySimulated = telemetry.some((t) => t.simulated);
+  const gpus = (hosts.data?.results ?? []).flatMap((h) => h.gpus.map((gpu) => ({ host: h.name, gpu })));
+  const anySimulated = gpus.some(({ gpu }) => gpu.simulated);
   const ready = deployments.data?.results.filter((d) => (live.engines[d.id]?.state ?? d.state) === "ready").length ?? 0;
   const tokensPerS = Object.values(live.engines).reduce((sum, e) => sum + (e.tokens_per_s || 0), 0);
   const running = Object.values(live.engines).reduce((sum, e) => sum + (e.num_requests_running || 0), 0);
@@ -60,27 +60,28 @@ export function DashboardPage() {
       </div>
       <div style={{ height: 16 }} />
       <Card title="GPUs" testId="gpu-card">
-        {telemetry.length === 0 && <p className="muted">Waiting for the first samples from the node agents…</p>}
+        {gpus.length === 0 && <p className="muted">No GPUs reported yet: start a node agent.</p>}
         <div className="gpu-grid">
-          {telemetry.flatMap((t) =>
-            t.gpus.map((gpu) => {
-              const key = gpuKey(t.host, gpu);
-              return (
-                <div className="gpu-tile" key={key} data-testid={`gpu-${key}`}>
-                  <div>
-                    <strong>{t.host}</strong> · GPU {gpu.index}{" "}
-                    {gpu.simulated && <StatusBadge status="simulated" tone="info" />}
-                  </div>
-                  <div className="muted">
-                    {gpu.utilization_pct.toFixed(0)}% util · {formatBytes(gpu.memory_used_bytes)} / {formatBytes(gpu.memory_total_bytes)} ·{" "}
-                    {gpu.temperature_c.toFixed(0)} °C · {gpu.power_watts === null ? "—" : `${gpu.power_watts.toFixed(0)} W`}
-                  </div>
-                  <Sparkline points={live.gpuUtil[key] ?? []} max={100} label={`GPU ${key} utilization`} testId={`gpu-util-${key}`} />
-                  <Sparkline points={live.gpuMem[key] ?? []} max={gpu.memory_total_bytes} label={`GPU ${key} memory`} height={24} />
+          {gpus.map(({ host, gpu }) => {
+            const key = gpuKey(host, gpu);
+            // The latest live sample, else the one the page loaded with (the agent's last, if recent).
+            const sample = live.hosts[host]?.gpus.find((g) => g.index === gpu.index) ?? gpu.live;
+            return (
+              <div className="gpu-tile" key={key} data-testid={`gpu-${key}`}>
+                <div>
+                  <strong>{host}</strong> · GPU {gpu.index} <span className="muted">{gpu.name}</span>{" "}
+                  {gpu.simulated && <StatusBadge status="simulated" tone="info" />}
                 </div>
-              );
-            }),
-          )}
+                <div className="muted">
+                  {sample
+                    ? `${sample.utilization_pct.toFixed(0)}% util · ${formatBytes(sample.memory_used_bytes)} / ${formatBytes(gpu.memory_total_bytes)} · ${sample.temperature_c.toFixed(0)} °C · ${sample.power_watts === null ? "—" : `${sample.power_watts.toFixed(0)} W`}`
+                    : `${formatBytes(gpu.memory_total_bytes)} · no live sample`}
+                </div>
+                <GpuUtilizationChart series={live.series.gpus[key]} testId={`gpu-util-${key}`} />
+                <GpuMemoryChart series={live.series.gpus[key]} totalBytes={gpu.memory_total_bytes} testId={`gpu-mem-${key}`} />
+              </div>
+            );
+          })}
         </div>
       </Card>
       <div style={{ height: 16 }} />
@@ -106,17 +107,21 @@ export function DashboardPage() {
             { header: "KV cache", className: "num", cell: (d) => formatPct(live.engines[d.id]?.kv_cache_usage_perc) },
             {
               header: "Tokens/s",
-              cell: (d) => (
-                <span className="num-chart" data-testid={`tps-${d.id}`}>
-                  {live.engines[d.id]?.tokens_per_s.toFixed(0) ?? "—"}{" "}
-                  <Sparkline points={live.engineTps[d.id] ?? []} label={`${d.name} tokens per second`} width={100} height={20} />
-                </span>
-              ),
+              className: "num",
+              cell: (d) => <span data-testid={`tps-${d.id}`}>{live.engines[d.id]?.tokens_per_s.toFixed(0) ?? "—"}</span>,
             },
             { header: "TTFT p50", className: "num", cell: (d) => formatSeconds(live.engines[d.id]?.ttft_p50_s) },
             { header: "ITL p50", className: "num", cell: (d) => formatSeconds(live.engines[d.id]?.itl_p50_s) },
           ]}
         />
+      </Card>
+      <Card title="Engine throughput" testId="engine-charts">
+        {deployments.data?.results.length === 0 && <p className="muted">No deployments yet.</p>}
+        <div className="chart-grid">
+          {deployments.data?.results.map((d) => (
+            <EngineThroughputChart key={d.id} title={`${d.name} on ${d.host_name}`} series={live.series.engines[d.id]} testId={`engine-tps-${d.id}`} />
+          ))}
+        </div>
       </Card>
     </Page>
   );

@@ -12,7 +12,7 @@ import { formatDateTime } from "../../format";
 import { useApi } from "../../hooks/useApi";
 import { useFormState } from "../../hooks/useFormState";
 import { ModelsNav } from "./ModelsNav";
-import type { ModelAlias, ModelVersion } from "./types";
+import type { ModelAlias, ModelVersion } from "../../api/types";
 
 /** Aliases: the model names tenants send. Switching one to another version is audited. */
 export function AliasesPage() {

@@ -1,6 +1,6 @@
 import { useState, type FormEvent } from "react";
 import { api } from "../../api/client";
-import type { Page as ApiPage } from "../../api/types";
+import type { Page as ApiPage, FitResult, ModelVersion } from "../../api/types";
 import { FormErrors, InputField, SelectField } from "../../components/Field";
 import { Card, Page } from "../../components/Page";
 import { StatusBadge } from "../../components/StatusBadge";
@@ -9,7 +9,8 @@ import { useApi } from "../../hooks/useApi";
 import { useQueryParams } from "../../hooks/useQueryParams";
 import { useFormState } from "../../hooks/useFormState";
 import { ModelsNav } from "./ModelsNav";
-import { KV_DTYPES, QUANT_METHODS, formatBytes, type FitResult, type ModelVersion } from "./types";
+import { formatBytes } from "../../format";
+import { KV_DTYPES, QUANT_METHODS } from "./options";
 
 /** "Will it fit?": weights and KV cache against a GPU's memory, with every step of the arithmetic shown. */
 export function FitCalculatorPage() {

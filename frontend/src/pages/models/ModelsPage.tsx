@@ -1,20 +1,19 @@
 import { useState, type FormEvent } from "react";
 import { useNavigate } from "react-router-dom";
 import { api, ApiError } from "../../api/client";
-import type { Page as ApiPage } from "../../api/types";
+import type { Page as ApiPage, ModelFamily, ModelVersion, Problem, QuantizationConfig } from "../../api/types";
 import { useAuth } from "../../auth";
 import { Dialog } from "../../components/Dialog";
 import { DebouncedInputField, FormErrors, InputField, SelectField, TextareaField } from "../../components/Field";
 import { Card, ErrorState, Page } from "../../components/Page";
 import { StatusBadge } from "../../components/StatusBadge";
 import { Pagination, Table } from "../../components/Table";
-import { formatDateTime, formatNumber } from "../../format";
+import { formatBytes, formatDateTime, formatNumber, formatParams, formatShortDateTime } from "../../format";
 import { useApi } from "../../hooks/useApi";
 import { useQueryParams } from "../../hooks/useQueryParams";
 import { useFormState } from "../../hooks/useFormState";
 import { ModelsNav } from "./ModelsNav";
 import { ProblemsTable } from "./ProblemsTable";
-import { formatBytes, formatParams, type ModelFamily, type ModelVersion, type Problem, type QuantizationConfig } from "./types";
 
 const LIMIT = 25;
 const STATES = [
@@ -68,16 +67,34 @@ export function ModelsPage() {
         onRowClick={(v) => navigate(`/models/versions/${v.id}`)}
         empty={search || state ? "No version matches." : "No versions yet. Register one from a path under the model roots."}
         columns={[
-          { header: "Model", cell: (v) => <strong>{v.model_name}</strong> },
-          { header: "Revision", cell: (v) => <code>{v.revision}</code> },
+          // Ten facts per version in a 1440 px window: model and revision share a cell, the long lists
+          // (aliases) wrap, and dates are short (the full time is in the tooltip).
+          {
+            header: "Model · revision",
+            className: "wrap cell-version",
+            cell: (v) => (
+              <>
+                <strong>{v.model_name}</strong>
+                <br />
+                <code>{v.revision}</code>
+              </>
+            ),
+          },
           { header: "State", cell: (v) => <StatusBadge status={v.state} tone={v.state === "verified" ? "ok" : undefined} /> },
           { header: "Source", cell: (v) => v.source_kind },
           { header: "Params", className: "num", cell: (v) => formatParams(v.parameter_count) },
-          { header: "Max context", className: "num", cell: (v) => formatNumber(v.max_context, "—") },
+          { header: "Context", className: "num", cell: (v) => formatNumber(v.max_context, "—") },
           { header: "Files", className: "num", cell: (v) => `${v.file_count} · ${formatBytes(v.total_bytes)}` },
-          { header: "Quantization", cell: (v) => v.quantization_name ?? <span className="muted">—</span> },
-          { header: "Aliases", cell: (v) => (v.aliases.length ? v.aliases.join(", ") : <span className="muted">—</span>) },
-          { header: "Registered", cell: (v) => formatDateTime(v.created_at) },
+          { header: "Quantization", className: "wrap", cell: (v) => v.quantization_name ?? <span className="muted">—</span> },
+          {
+            header: "Aliases",
+            className: "wrap cell-aliases",
+            cell: (v) => (v.aliases.length ? v.aliases.join(", ") : <span className="muted">—</span>),
+          },
+          {
+            header: "Registered",
+            cell: (v) => <span title={formatDateTime(v.created_at)}>{formatShortDateTime(v.created_at)}</span>,
+          },
         ]}
         pagination={
           versions.data && versions.data.count > LIMIT ? (

@@ -1,5 +1,5 @@
 import { Table } from "../../components/Table";
-import type { Problem } from "./types";
+import type { Problem } from "../../api/types";
 
 /** Each bad file of a verification: what was wrong, the expected and the actual hash. */
 export function ProblemsTable({ problems, testId }: { problems: Problem[]; testId?: string }) {

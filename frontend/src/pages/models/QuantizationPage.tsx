@@ -1,7 +1,7 @@
 import { useState, type FormEvent } from "react";
 import { Link } from "react-router-dom";
 import { api } from "../../api/client";
-import type { Page as ApiPage } from "../../api/types";
+import type { Page as ApiPage, LineageNode, QuantizationConfig } from "../../api/types";
 import { useAuth } from "../../auth";
 import { Dialog } from "../../components/Dialog";
 import { FormErrors, InputField, SelectField, TextareaField } from "../../components/Field";
@@ -11,7 +11,7 @@ import { Table } from "../../components/Table";
 import { useApi } from "../../hooks/useApi";
 import { useFormState } from "../../hooks/useFormState";
 import { ModelsNav } from "./ModelsNav";
-import { KV_DTYPES, QUANT_METHODS, type LineageNode, type QuantizationConfig } from "./types";
+import { KV_DTYPES, QUANT_METHODS } from "./options";
 
 /** Quantization configs, and the lineage tree: which quantized version was made from which full-precision one. */
 export function QuantizationPage() {

@@ -1,18 +1,17 @@
 import { useEffect, useState, type FormEvent } from "react";
 import { Link, useNavigate, useParams } from "react-router-dom";
 import { api, ApiError, errorMessage } from "../../api/client";
-import type { Page as ApiPage } from "../../api/types";
+import type { Page as ApiPage, ManifestFile, ModelVersion, VerificationRun } from "../../api/types";
 import { useAuth } from "../../auth";
 import { ConfirmDialog } from "../../components/Dialog";
 import { FormErrors, InputField } from "../../components/Field";
 import { Card, ErrorState, Page } from "../../components/Page";
 import { StatusBadge } from "../../components/StatusBadge";
 import { Pagination, Table } from "../../components/Table";
-import { formatDateTime, formatNumber } from "../../format";
+import { formatBytes, formatDateTime, formatNumber, formatParams } from "../../format";
 import { useApi } from "../../hooks/useApi";
 import { useLive } from "../../hooks/useLive";
 import { ProblemsTable } from "./ProblemsTable";
-import { formatBytes, formatParams, type ManifestFile, type ModelVersion, type VerificationRun } from "./types";
 
 const FILES_LIMIT = 50;
 const HISTORY_LIMIT = 20;

@@ -1,22 +1,10 @@
 import { useState, type FormEvent } from "react";
 import { api, ApiError } from "../../api/client";
-import type { Page as ApiPage } from "../../api/types";
+import type { Page as ApiPage, Deployment, Host, ModelAlias, ModelVersion, Preflight, QuantizationConfig } from "../../api/types";
 import { Dialog } from "../../components/Dialog";
 import { CheckboxField, FormErrors, InputField, SelectField } from "../../components/Field";
 import { useApi } from "../../hooks/useApi";
-import type { ModelVersion, QuantizationConfig } from "../models/types";
-import { type Deployment, type FitResult, formatBytes, type Host } from "./types";
-
-interface Alias {
-  id: number;
-  name: string;
-}
-
-interface PreflightAnswer {
-  ok: boolean;
-  errors: Record<string, string[]>;
-  fit: FitResult | null;
-}
+import { formatBytes } from "../../format";
 
 const ENGINES = [
   { value: "vllm", label: "vLLM (GPU)" },
@@ -28,7 +16,7 @@ const ENGINES = [
 export function DeployWizard({ hosts, onClose, onCreated }: { hosts: Host[]; onClose: () => void; onCreated: (d: Deployment) => void }) {
   const versions = useApi<ApiPage<ModelVersion>>("/api/model-versions/", { limit: 200 });
   const quants = useApi<ApiPage<QuantizationConfig>>("/api/quantization-configs/", { limit: 200 });
-  const aliases = useApi<ApiPage<Alias>>("/api/model-aliases/", { limit: 200 });
+  const aliases = useApi<ApiPage<ModelAlias>>("/api/model-aliases/", { limit: 200 });
   const [form, setForm] = useState({
     name: "",
     model_version: "",
@@ -47,7 +35,7 @@ export function DeployWizard({ hosts, onClose, onCreated }: { hosts: Host[]; onC
     served_model_name: "",
     role: "",
   });
-  const [check, setCheck] = useState<PreflightAnswer | null>(null);
+  const [check, setCheck] = useState<Preflight | null>(null);
   const [error, setError] = useState<ApiError | Error | null>(null);
   const [busy, setBusy] = useState(false);
   const set = (name: string, value: string | boolean) => {
@@ -78,7 +66,7 @@ export function DeployWizard({ hosts, onClose, onCreated }: { hosts: Host[]; onC
     setBusy(true);
     setError(null);
     try {
-      setCheck(await api.post<PreflightAnswer>("/api/deployments/preflight/", body()));
+      setCheck(await api.post<Preflight>("/api/deployments/preflight/", body()));
     } catch (err) {
       setError(err as Error);
     } finally {

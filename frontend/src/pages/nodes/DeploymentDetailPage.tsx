@@ -1,26 +1,24 @@
 import { useCallback, useEffect, useState } from "react";
 import { Link, useParams } from "react-router-dom";
 import { api, errorMessage } from "../../api/client";
+import type { Deployment, DeploymentEvent, DeploymentLog, DeploymentState, EngineLive, HostTelemetry } from "../../api/types";
 import { useAuth } from "../../auth";
 import { ConfirmDialog } from "../../components/Dialog";
 import { Card, ErrorState, Page } from "../../components/Page";
 import { StatusBadge } from "../../components/StatusBadge";
-import { formatDateTime } from "../../format";
+import { formatDateTime, formatPct, formatSeconds } from "../../format";
 import { useApi } from "../../hooks/useApi";
 import type { LiveEvent } from "../../hooks/useLive";
 import { useLive } from "../../hooks/useLive";
+import { EngineKvCacheChart, EngineLatencyChart, EngineRequestsChart, EngineThroughputChart, GpuUtilizationChart } from "./charts";
 import "./nodes.css";
-import { pushPoint, Sparkline, type SeriesPoint } from "./Sparkline";
-import { type Deployment, type DeploymentEvent, type EngineLive, formatPct, formatSeconds } from "./types";
+import { gpuKey, useTelemetrySeries } from "./telemetry";
 
 type Action = "start" | "stop" | "restart" | "drain";
 
-interface Series {
-  tps: SeriesPoint[];
-  kv: SeriesPoint[];
-  running: SeriesPoint[];
-  waiting: SeriesPoint[];
-}
+// Start launches an engine that is not running; while one runs (or is on its way up or down), it is disabled.
+// A crashed engine waiting for its restart may be started at once.
+const STARTABLE: ReadonlySet<DeploymentState> = new Set(["stopped", "failed", "crashed"]);
 
 /** One deployment: state timeline, launch command, live metrics, log tail and actions. */
 export function DeploymentDetailPage() {
@@ -28,16 +26,16 @@ export function DeploymentDetailPage() {
   const { isAdmin } = useAuth();
   const deployment = useApi<Deployment>(`/api/deployments/${id}/`);
   const events = useApi<DeploymentEvent[]>(`/api/deployments/${id}/events/`);
-  const [logs, setLogs] = useState<{ source: string; lines: string[] } | null>(null);
+  const [logs, setLogs] = useState<DeploymentLog | null>(null);
   const [live, setLive] = useState<EngineLive | null>(null);
-  const [series, setSeries] = useState<Series>({ tps: [], kv: [], running: [], waiting: [] });
+  const telemetry = useTelemetrySeries({ deployment: id });
   const [confirm, setConfirm] = useState<Action | null>(null);
   const [actionError, setActionError] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
 
   const loadLogs = useCallback(() => {
     api
-      .get<{ source: string; lines: string[] }>(`/api/deployments/${id}/logs/`, { lines: 200 })
+      .get<DeploymentLog>(`/api/deployments/${id}/logs/`, { lines: 200 })
       .then(setLogs)
       .catch(() => undefined);
   }, [id]);
@@ -48,23 +46,19 @@ export function DeploymentDetailPage() {
     return () => clearInterval(timer);
   }, [loadLogs]);
 
+  const { add } = telemetry;
   const onEvent = useCallback(
     (event: LiveEvent) => {
-      if (event.type === "deployment.metrics" && String(event.deployment_id) === id) {
-        const m = event as unknown as EngineLive;
-        setLive(m);
-        setSeries((s) => ({
-          tps: pushPoint(s.tps, { t: m.ts, v: m.tokens_per_s }),
-          kv: pushPoint(s.kv, { t: m.ts, v: m.kv_cache_usage_perc }),
-          running: pushPoint(s.running, { t: m.ts, v: m.num_requests_running }),
-          waiting: pushPoint(s.waiting, { t: m.ts, v: m.num_requests_waiting }),
-        }));
+      if (event.type === "host.telemetry") {
+        add(event as unknown as HostTelemetry);
+      } else if (event.type === "deployment.metrics" && String(event.deployment_id) === id) {
+        setLive(event as unknown as EngineLive);
       } else if (event.type === "deployment.state" && String(event.deployment_id) === id) {
         deployment.reload();
         events.reload();
       }
     },
-    [id, deployment, events],
+    [id, deployment, events, add],
   );
   const { connected } = useLive([`live.deployment.${id}`], onEvent);
 
@@ -85,6 +79,8 @@ export function DeploymentDetailPage() {
 
   const d = deployment.data;
   const metrics = live ?? d?.live ?? null;
+  const engineSeries = d ? telemetry.series.engines[d.id] : undefined;
+  const startable = d ? STARTABLE.has(d.state) : false;
   return (
     <Page
       title={d ? d.name : "Deployment"}
@@ -94,7 +90,16 @@ export function DeploymentDetailPage() {
           <span className={connected ? "live live-on" : "live"}>{connected ? "live" : "connecting…"}</span>
           {isAdmin && d && (
             <>
-              <button type="button" className="btn" onClick={() => setConfirm("start")} data-testid="action-start">Start</button>
+              <button
+                type="button"
+                className="btn"
+                onClick={() => setConfirm("start")}
+                disabled={!startable}
+                title={startable ? "Launch the engine" : `Already ${d.state}: stop it first, or restart it.`}
+                data-testid="action-start"
+              >
+                Start
+              </button>
               <button type="button" className="btn" onClick={() => setConfirm("restart")} data-testid="action-restart">Restart</button>
               <button type="button" className="btn" onClick={() => setConfirm("drain")} data-testid="action-drain">Drain</button>
               <button type="button" className="btn btn-danger" onClick={() => setConfirm("stop")} data-testid="action-stop">Stop</button>
@@ -116,27 +121,46 @@ export function DeploymentDetailPage() {
                 <StatusBadge status={d.state} /> <span className="muted">desired: {d.desired_state}</span>
               </div>
               <p>{d.state_reason}</p>
-              <div className="muted">
-                pid {d.pid ?? "—"} · restarts {d.restart_count}
+              <div className="muted" data-testid="deployment-restarts">
+                pid {d.pid ?? "—"} ·{" "}
+                <span title="Restarts after a crash, over the deployment's life">
+                  restarts <strong data-testid="restarts-total">{d.restarts_total}</strong> in all
+                </span>{" "}
+                ·{" "}
+                <span title="Restarts in a row that did not stay up; reset after a stable run or a start">
+                  <strong data-testid="restart-streak">{d.restart_count}</strong> in a row
+                </span>
                 {d.next_restart_at && <> · next restart {formatDateTime(d.next_restart_at)}</>}
               </div>
             </Card>
             <Card title="Load">
-              <div>
-                running {metrics?.num_requests_running ?? "—"} · waiting {metrics?.num_requests_waiting ?? "—"}
+              <div data-testid="deployment-load">
+                running {metrics?.num_requests_running ?? "—"} · waiting {metrics?.num_requests_waiting ?? "—"} · KV cache{" "}
+                {formatPct(metrics?.kv_cache_usage_perc)}
               </div>
-              <Sparkline points={series.running} label="running requests" />
-              <div>KV cache {formatPct(metrics?.kv_cache_usage_perc)}</div>
-              <Sparkline points={series.kv} max={1} label="KV cache usage" />
             </Card>
             <Card title="Speed">
               <div data-testid="deployment-tps">{metrics ? `${metrics.tokens_per_s.toFixed(0)} tokens/s` : "—"}</div>
-              <Sparkline points={series.tps} label="tokens per second" testId="deployment-tps-chart" />
               <div>
                 TTFT p50 {formatSeconds(metrics?.ttft_p50_s)} · ITL p50 {formatSeconds(metrics?.itl_p50_s)}
               </div>
             </Card>
           </div>
+          <Card title="Metrics" testId="deployment-charts">
+            <div className="chart-grid">
+              <EngineThroughputChart series={engineSeries} testId="deployment-tps-chart" />
+              <EngineRequestsChart series={engineSeries} testId="deployment-requests-chart" />
+              <EngineKvCacheChart series={engineSeries} testId="deployment-kv-chart" />
+              <EngineLatencyChart series={engineSeries} testId="deployment-latency-chart" />
+              {d.gpu_indices.map((index) => (
+                <GpuUtilizationChart
+                  key={index}
+                  series={telemetry.series.gpus[gpuKey(d.host_name, { index })]}
+                  testId={`deployment-gpu-${index}-chart`}
+                />
+              ))}
+            </div>
+          </Card>
           <div style={{ height: 16 }} />
           <Card title="Launch command">
             <pre className="argv" data-testid="launch-argv">{d.launch_argv.length ? d.launch_argv.join(" ") : "Not launched yet."}</pre>

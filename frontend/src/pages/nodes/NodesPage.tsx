@@ -7,8 +7,8 @@ import { StatusBadge } from "../../components/StatusBadge";
 import { Table } from "../../components/Table";
 import { DeployWizard } from "./DeployWizard";
 import "./nodes.css";
-import { Sparkline } from "./Sparkline";
-import { ageSeconds, formatBytes, formatPct } from "./types";
+import { GpuUtilizationChart } from "./charts";
+import { ageSeconds, formatBytes, formatPct } from "../../format";
 import { useFleet } from "./useFleet";
 import { gpuKey } from "./useFleetLive";
 
@@ -83,7 +83,7 @@ export function NodesPage() {
                         ? `${sample.utilization_pct.toFixed(0)}% · ${formatBytes(sample.memory_used_bytes)} / ${formatBytes(gpu.memory_total_bytes)} · ${sample.temperature_c.toFixed(0)} °C`
                         : `${formatBytes(gpu.memory_total_bytes)} · no live sample`}
                     </div>
-                    <Sparkline points={live.gpuUtil[sample ? gpuKey(host.name, sample) : key] ?? []} max={100} label={`GPU ${key} utilization`} />
+                    <GpuUtilizationChart series={live.series.gpus[gpuKey(host.name, gpu)]} testId={`host-gpu-util-${key}`} />
                   </div>
                 );
               })}
@@ -108,7 +108,16 @@ export function NodesPage() {
             { header: "Host", cell: (d) => `${d.host_name}${d.gpu_indices.length ? ` · GPU ${d.gpu_indices.join(",")}` : " · CPU"}` },
             { header: "Port", className: "num", cell: (d) => d.port },
             { header: "State", cell: (d) => <StatusBadge status={live.engines[d.id]?.state ?? d.state} /> },
-            { header: "Restarts", className: "num", cell: (d) => d.restart_count },
+            {
+              header: <span title="Restarts after a crash over the deployment's life (in a row now)">Restarts</span>,
+              className: "num",
+              cell: (d) => (
+                <span data-testid={`restarts-${d.id}`}>
+                  {d.restarts_total}
+                  {d.restart_count > 0 && <span className="muted"> ({d.restart_count} in a row)</span>}
+                </span>
+              ),
+            },
             { header: "KV cache", className: "num", cell: (d) => formatPct(live.engines[d.id]?.kv_cache_usage_perc) },
             { header: "Tokens/s", className: "num", cell: (d) => live.engines[d.id]?.tokens_per_s.toFixed(0) ?? "—" },
           ]}

@@ -2,9 +2,8 @@
 // host or deployment changes state, and whenever the socket (re)connects (what changed while it was
 // away is in the database). Metrics come live in `live`.
 import { useEffect } from "react";
-import type { Page as ApiPage } from "../../api/types";
 import { useApi } from "../../hooks/useApi";
-import type { Deployment, Host } from "./types";
+import type { Page as ApiPage, Deployment, Host } from "../../api/types";
 import { useFleetLive } from "./useFleetLive";
 
 export function useFleet() {

@@ -1,6 +1,5 @@
 import { useCallback, useState } from "react";
 import { useSearchParams } from "react-router-dom";
-import type { Page as ApiPage, Tenant } from "../../api/types";
 import { Dialog } from "../../components/Dialog";
 import { DebouncedInputField, InputField, SelectField } from "../../components/Field";
 import { Card, ErrorState, Page } from "../../components/Page";
@@ -9,7 +8,7 @@ import { Table } from "../../components/Table";
 import { formatDateTime, formatNumber, isoToLocalInput, localInputToIso } from "../../format";
 import { useApi, type ApiResource } from "../../hooks/useApi";
 import "../routing/routing.css";
-import type { CursorPage, RequestLogRow, UsageBucket } from "../routing/types";
+import type { Page as ApiPage, RequestLogPage, RequestLogRow, Tenant, UsageBucket } from "../../api/types";
 
 const PAGE_SIZE = 50;
 // Tenants offered by the picker (by name); a tenant beyond these still filters when its id is in the URL.
@@ -109,7 +108,7 @@ export function RequestLogPage() {
   const { get, update, clear } = useFilters();
   const query: Record<string, string | number> = { page_size: PAGE_SIZE };
   for (const name of FILTERS) query[name] = get(name);
-  const rows = useApi<CursorPage<RequestLogRow>>("/api/request-log/", query);
+  const rows = useApi<RequestLogPage>("/api/request-log/", query);
   const tenants = useApi<ApiPage<Tenant>>("/api/tenants/", { limit: TENANT_OPTIONS, ordering: "name" });
   const tenantName = tenantLabel(get("tenant_id"), tenants.data?.results);
   const [open, setOpen] = useState<RequestLogRow | null>(null);

@@ -1,6 +1,6 @@
 import { useEffect, useState } from "react";
 import { ApiError, api } from "../../api/client";
-import type { Page as ApiPage } from "../../api/types";
+import type { Page as ApiPage, RefusedTraffic, RoutedTraffic, RoutePolicy, RoutePool, Scorer, Traffic } from "../../api/types";
 import { useAuth } from "../../auth";
 import { Dialog } from "../../components/Dialog";
 import { InputField, SelectField } from "../../components/Field";
@@ -9,7 +9,7 @@ import { Table } from "../../components/Table";
 import { formatNumber } from "../../format";
 import { useApi } from "../../hooks/useApi";
 import "./routing.css";
-import { SCORERS, describeMatch, type RoutePolicy, type RoutePool, type Scorer, type TrafficRow } from "./types";
+import { SCORERS, describeMatch } from "./rules";
 
 const TRAFFIC_REFRESH_MS = 5000;
 const BATCH_SHARE_HELP =
@@ -106,38 +106,41 @@ export function RoutingPage() {
   );
 }
 
-/** Requests per pool and deployment over the last five minutes, from the request log, refreshed every 5 s. */
+/** Where routed requests went over the last five minutes (per pool, each deployment's share of its pool),
+ * and apart from that, the requests refused before any pool was chosen: they are not traffic of a pool. */
 function TrafficCard() {
   const [tick, setTick] = useState(0);
   useEffect(() => {
     const timer = window.setInterval(() => setTick((n) => n + 1), TRAFFIC_REFRESH_MS);
     return () => window.clearInterval(timer);
   }, []);
-  const traffic = useApi<TrafficRow[]>("/api/routing/traffic/", { minutes: 5, tick });
-  const byPool = new Map<string, TrafficRow[]>();
-  for (const row of traffic.data ?? []) {
+  const traffic = useApi<Traffic>("/api/routing/traffic/", { minutes: 5, tick });
+  const byPool = new Map<string, RoutedTraffic[]>();
+  for (const row of traffic.data?.routed ?? []) {
     const list = byPool.get(row.route_pool) ?? [];
     list.push(row);
     byPool.set(row.route_pool, list);
   }
+  const refused = traffic.data?.refused ?? [];
+  const idle = traffic.data !== undefined && byPool.size === 0 && refused.length === 0;
   return (
     <Card title="Live traffic split (last 5 minutes)" testId="traffic-card">
       <ErrorState error={traffic.error} onRetry={traffic.reload} />
-      {traffic.data && byPool.size === 0 && <p className="muted">No requests in the last five minutes.</p>}
+      {idle && <p className="muted">No requests in the last five minutes.</p>}
+      {traffic.data && byPool.size === 0 && !idle && <p className="muted">No request was routed in the last five minutes.</p>}
       {[...byPool.entries()].map(([pool, rows]) => {
         const total = rows.reduce((sum, r) => sum + r.requests, 0);
         return (
-          <div key={pool || "none"} className="traffic-pool">
+          <div key={pool} className="traffic-pool" data-testid={`traffic-pool-${pool}`}>
             <h3>
-              {pool || <span className="muted">(refused before routing)</span>}{" "}
-              <span className="muted">{formatNumber(total)} requests</span>
+              {pool} <span className="muted">{formatNumber(total)} requests</span>
             </h3>
             {rows.map((row) => {
               const share = total ? (row.requests / total) * 100 : 0;
               return (
                 <div key={`${row.deployment_id}-${row.upstream}`} className="traffic-row" data-testid="traffic-row">
                   <span className="traffic-label">
-                    {row.deployment_id !== null ? `deployment #${row.deployment_id}` : row.upstream || "no endpoint"}
+                    {row.deployment_id !== null ? `deployment #${row.deployment_id}` : row.upstream || "no healthy endpoint"}
                   </span>
                   <span className="traffic-bar" aria-hidden="true">
                     <span style={{ width: `${share}%` }} />
@@ -152,7 +155,28 @@ function TrafficCard() {
           </div>
         );
       })}
+      {refused.length > 0 && <RefusedBeforeRouting rows={refused} />}
     </Card>
+  );
+}
+
+/** Refusals (limits, bad requests, unknown models) never reached a pool: counted by reason, with no bar. */
+function RefusedBeforeRouting({ rows }: { rows: RefusedTraffic[] }) {
+  const total = rows.reduce((sum, r) => sum + r.requests, 0);
+  return (
+    <div className="traffic-refused" data-testid="traffic-refused">
+      <h3>
+        Refused before routing <span className="muted">{formatNumber(total)} requests, not part of any pool's split</span>
+      </h3>
+      <ul>
+        {rows.map((row) => (
+          <li key={`${row.status}-${row.error_type}`} data-testid="refused-row">
+            <span className="routing-bad">{row.status}</span> {row.error_type || <span className="muted">no error type</span>} ·{" "}
+            {formatNumber(row.requests)} req
+          </li>
+        ))}
+      </ul>
+    </div>
   );
 }
 
