@@ -53,6 +53,7 @@ migrate: install
 seed: migrate
 	$(PY) manage.py seed_demo
 
+# honcho gives every process its own PORT; WEB_PORT tells the agents' demo traffic where the proxy is.
 run: install frontend check-redis seed
 	@echo
 	@echo "  inferchain console: http://$(HOST):$(PORT)/   (API docs: http://$(HOST):$(PORT)/api/docs/)"
@@ -60,7 +61,7 @@ run: install frontend check-redis seed
 	@echo
 	@echo "  engines keep running after Ctrl-C (a restarted agent re-adopts them); 'make stop' ends them"
 	@echo
-	HOST=$(HOST) PORT=$(PORT) $(VENV)/bin/honcho start -f Procfile
+	HOST=$(HOST) PORT=$(PORT) WEB_PORT=$(PORT) $(VENV)/bin/honcho start -f Procfile
 
 # Stop the engine processes the demo agents started (they outlive their agent on purpose).
 stop: install

@@ -82,6 +82,11 @@ DEMO_ENGINES = (
 LLAMA_ENGINE_PORT = 8104
 
 
+def demo_traffic_key_file() -> Path:
+    """Where `seed_demo` leaves the demo-traffic API key for the agents' traffic generator (mode 0600)."""
+    return Path(settings.BASE_DIR) / "var" / "demo-traffic.key"
+
+
 def write_config_dir(directory: Path, config: dict[str, Any]) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "config.json"

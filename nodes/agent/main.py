@@ -36,7 +36,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--demo-traffic",
         type=float,
         default=0.0,
-        help="Demo only: send this many small completions per second to each simulated engine here.",
+        help="Demo only: send this many chat requests a second per simulated engine here, through the proxy.",
+    )
+    parser.add_argument(
+        "--demo-traffic-url",
+        default="http://127.0.0.1:8000/v1",
+        help="The proxy's /v1 base URL the demo traffic goes to (its key comes from var/demo-traffic.key).",
     )
     parser.add_argument("--loglevel", default="info")
     return parser
@@ -56,7 +61,7 @@ def run(options: Any) -> None:
     from console.celery import app, node_queue
     from nodes.agent.gpus import GpuSource
     from nodes.agent.supervisor import Supervisor
-    from nodes.demo import simulated_gpu_config
+    from nodes.demo import demo_traffic_key_file, simulated_gpu_config
 
     ensure_host(options.host, options.address)
     probe = GpuSource(options.host)
@@ -73,7 +78,13 @@ def run(options: Any) -> None:
 
         threading.Thread(
             target=run_demo_traffic,
-            args=(options.host, options.demo_traffic, supervisor.stop_event),
+            args=(
+                options.host,
+                options.demo_traffic,
+                supervisor.stop_event,
+                options.demo_traffic_url,
+                demo_traffic_key_file(),
+            ),
             name="demo-traffic",
             daemon=True,
         ).start()

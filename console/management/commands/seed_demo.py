@@ -8,8 +8,9 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from console.choices import Role
-from console.models import ApiKey, Quota, Tenant, User
+from console.models import ApiKey, Tenant, User
 from console.services import issue_api_key, revoke_api_key
+from routing.demo import seed_demo_quota
 
 DEMO_PASSWORD = "inferchain-demo"
 DEMO_USERS = (("admin", Role.ADMIN), ("evaluator", Role.EVALUATOR), ("viewer", Role.VIEWER))
@@ -30,17 +31,7 @@ class Command(BaseCommand):
             tenant, _ = Tenant.objects.get_or_create(
                 name="demo", defaults={"description": "Demo tenant created by make run"}
             )
-            Quota.objects.get_or_create(
-                tenant=tenant,
-                defaults={
-                    "requests_per_minute": 600,
-                    "tokens_per_minute": 200_000,
-                    "max_concurrent_requests": 32,
-                    "daily_token_budget": 5_000_000,
-                    "max_input_tokens": 8192,
-                    "max_output_tokens": 2048,
-                },
-            )
+            seed_demo_quota(tenant)
             # A raw key is never stored, so each run rotates the demo key and shows the new one once.
             for old in ApiKey.objects.filter(tenant=tenant, name=DEMO_KEY_NAME, revoked_at__isnull=True):
                 revoke_api_key(old, actor=None)
@@ -59,7 +50,7 @@ class Command(BaseCommand):
 
         for line in seed_demo_fleet():
             self.stdout.write(line)
-        from routing.demo import seed_demo_routing
+        from routing.demo import seed_demo_routing, seed_demo_traffic
 
-        for line in seed_demo_routing():
+        for line in [*seed_demo_routing(), *seed_demo_traffic()]:
             self.stdout.write(line)
