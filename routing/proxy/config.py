@@ -97,6 +97,8 @@ class Endpoint:
     # Whether it answers /v1/embeddings: False when its engine cannot, None when unknown (vLLM decides
     # by the model it loads; static endpoints are whatever they are).
     embeddings: bool | None = None
+    # A simulator counting with its built-in tokenizer (no --tokenizer of its own).
+    sim_builtin_tokenizer: bool = False
 
 
 @dataclass(slots=True)
@@ -303,9 +305,15 @@ def _fleet_endpoints() -> list[Endpoint]:
                 role=getattr(dep, "role", "") or "",
                 engine=dep.engine,
                 embeddings=_serves_embeddings(dep.engine, dep.extra_args or []),
+                sim_builtin_tokenizer=dep.engine == "sim"
+                and not _has_flag(dep.extra_args or [], "--tokenizer"),
             )
         )
     return out
+
+
+def _has_flag(args: list[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in args)
 
 
 def _serves_embeddings(engine: str, extra_args: list[str]) -> bool | None:
@@ -313,7 +321,7 @@ def _serves_embeddings(engine: str, extra_args: list[str]) -> bool | None:
         return False  # the simulator generates text only, as vLLM does for a generative model
     if engine == "llamacpp":
         # llama-cpp-python's server computes embeddings only for a model loaded with --embedding.
-        return any(a == "--embedding" or a.startswith("--embedding=") for a in extra_args)
+        return _has_flag(extra_args, "--embedding")
     return None
 
 
@@ -337,7 +345,7 @@ def _models() -> dict[str, ModelInfo]:
 def _with_counting_rules(models: dict[str, ModelInfo], by_alias: dict[str, list[Endpoint]]) -> None:
     """Mark the aliases served only by simulated engines without a tokenizer file (see ModelInfo)."""
     for alias, members in by_alias.items():
-        if not members or any(ep.engine != "sim" for ep in members):
+        if not members or not all(ep.sim_builtin_tokenizer for ep in members):
             continue
         info = models.get(alias)
         if info is None or info.tokenizer_path is None:
