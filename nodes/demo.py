@@ -99,6 +99,11 @@ def demo_port(port: int) -> int:
 STOPPED_BY_MAKE_STOP = "Stopped by make stop; the next make run starts it again."
 
 
+def demo_traffic_key_file() -> Path:
+    """Where `seed_demo` leaves the demo-traffic API key for the agents' traffic generator (mode 0600)."""
+    return Path(settings.BASE_DIR) / "var" / "demo-traffic.key"
+
+
 def write_config_dir(directory: Path, config: dict[str, Any]) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "config.json"

@@ -156,7 +156,10 @@ def run(host: str, port: int, command: list[str]) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    child = subprocess.Popen(command, env={**os.environ, "HOST": host, "PORT": str(port)})
+    # honcho gives every process its own PORT; WEB_PORT tells the demo traffic where the proxy is.
+    child = subprocess.Popen(
+        command, env={**os.environ, "HOST": host, "PORT": str(port), "WEB_PORT": str(port)}
+    )
     children.append(child)
     if "SIGTERM" in reason:  # it came before the child existed
         child.send_signal(signal.SIGTERM)

@@ -1,4 +1,4 @@
-"""A minute of the idle demo (make run's processes, from the Procfile) logs no traceback and fewer than
+"""A minute of the demo at rest (make run's processes, from the Procfile, its background traffic on) logs no traceback and fewer than
 10 lines per minute per process at INFO, and a clean stop prints nothing alarming.
 
 Runs the real processes (web, worker, beat, both node agents and their engines) on a scratch SQLite
@@ -24,7 +24,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 WINDOW_SECONDS = 60.0
-PROCESSES = ("web", "worker", "beat", "agent-a", "agent-b")
+PROCESSES = ("web", "worker", "beat", "agent-a", "agent-b", "traffic")
 ALARMING = ("Traceback", "ERROR", "CRITICAL", "never awaited", "cannot schedule new futures")
 
 pytestmark = pytest.mark.slow
@@ -63,6 +63,7 @@ def manage(env: dict[str, str], *args: str) -> None:
 
 def test_idle_demo_is_quiet(tmp_path: Path) -> None:
     bin_dir = Path(sys.executable).parent
+    web_port = free_port()
     env = {
         **os.environ,
         "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
@@ -71,7 +72,8 @@ def test_idle_demo_is_quiet(tmp_path: Path) -> None:
         "MODEL_ROOTS": str(tmp_path / "models"),
         "DEMO_ENGINE_PORT_BASE": str(free_port_block(4)),
         "HOST": "127.0.0.1",
-        "PORT": str(free_port()),
+        "PORT": str(web_port),
+        "WEB_PORT": str(web_port),
         "LOG_LEVEL": "INFO",
         "PYTHONUNBUFFERED": "1",
     }

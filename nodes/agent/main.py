@@ -37,12 +37,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="Simulator profile whose GPU (name, memory, idle power) the simulated GPUs copy.",
     )
     parser.add_argument("--concurrency", type=int, default=4, help="Celery worker threads.")
-    parser.add_argument(
-        "--demo-traffic",
-        type=float,
-        default=0.0,
-        help="Demo only: send this many small completions per second to each simulated engine here.",
-    )
     parser.add_argument("--loglevel", default="info")
     return parser
 
@@ -66,15 +60,6 @@ def run(options: Any) -> None:
     supervisor.start()
     loop = threading.Thread(target=supervisor.run, name=f"supervisor-{options.host}", daemon=True)
     loop.start()
-    if options.demo_traffic > 0:
-        from nodes.agent.demo_traffic import run_demo_traffic
-
-        threading.Thread(
-            target=run_demo_traffic,
-            args=(options.host, options.demo_traffic, supervisor.stop_event),
-            name="demo-traffic",
-            daemon=True,
-        ).start()
     try:
         app.worker_main(
             [

@@ -186,6 +186,12 @@ def check_model(body: dict[str, Any], limits: ServingLimits) -> str:
     return limits.served_names[0]
 
 
+# Roles whose message may have `"content": null` (ChatCompletionAssistantMessageParam and the function
+# message param type it Optional; every other message type, vLLM's custom one included, needs a string
+# or a list of parts when the key is present).
+NULL_CONTENT_ROLES = ("assistant", "function")
+
+
 def messages_text(body: dict[str, Any]) -> tuple[list[dict[str, str]], bool]:
     if "messages" not in body:
         raise body_error("missing", "messages", "Field required", body)
@@ -198,17 +204,22 @@ def messages_text(body: dict[str, Any]) -> tuple[list[dict[str, str]], bool]:
             raise body_error("missing", f"messages.{i}.role", "Field required", m)
         content = m.get("content")
         if content is None:
+            # vLLM's message types (OpenAI's plus a custom one with any role and an optional content)
+            # let only an assistant (or function) message carry an explicit null; any role may leave
+            # `content` out, which renders as empty.
+            if "content" in m and m["role"] not in NULL_CONTENT_ROLES:
+                raise body_error(
+                    "string_type", f"messages.{i}.content", "Input should be a valid string", None
+                )
             content = ""
         elif isinstance(content, list):
-            parts = []
             for part in content:
                 if not isinstance(part, dict) or part.get("type") != "text":
                     kind = part.get("type") if isinstance(part, dict) else type(part).__name__
                     raise validation_error(
                         None, f"Unsupported content part type {kind!r}: this model accepts text only."
                     )
-                parts.append(str(part.get("text", "")))
-            content = "\n".join(parts)
+            content = text.content_text(content)
         elif not isinstance(content, str):
             raise body_error(
                 "string_type", f"messages.{i}.content", "Input should be a valid string", content

@@ -53,6 +53,24 @@ def _error(err: ApiError) -> web.Response:
     return _json(err.body(), err.status)
 
 
+JSON_ONLY = "Unsupported Media Type: Only 'application/json' is allowed"
+
+
+def _json_subtype(content_type: str) -> bool:
+    main, _, sub = content_type.split(";", maxsplit=1)[0].strip().lower().partition("/")
+    return main == "application" and (sub == "json" or sub.endswith("+json"))
+
+
+def _parse_json(raw: bytes) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        # FastAPI reports the position of the decode error in `loc`.
+        raise body_error(
+            "json_invalid", str(exc.pos), "JSON decode error", {}, ctx={"error": exc.msg}
+        ) from None
+
+
 def build_shape(args: argparse.Namespace) -> EngineShape:
     """The engine shape from the CLI; max_model_len -1/auto fits the model into the KV cache."""
     profile = PROFILES[args.sim_profile]
@@ -230,13 +248,14 @@ class SimServer:
 
     async def _body(self, request: web.Request) -> Any:
         raw = await request.read()
-        try:
-            return orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            # FastAPI reports the position of the decode error in `loc`.
-            raise body_error(
-                "json_invalid", str(exc.pos), "JSON decode error", {}, ctx={"error": exc.msg}
-            ) from None
+        content_type = request.headers.get("Content-Type", "")
+        if content_type.lower().split(";", maxsplit=1)[0] != "application/json":
+            # vLLM's validate_json_request dependency refuses every other media type (no Content-Type
+            # too), after FastAPI has decoded bodies it reads as JSON: none, or application/*+json.
+            if not content_type or _json_subtype(content_type):
+                _parse_json(raw)
+            raise ApiError(400, "Bad Request", f"1 validation error:\n  {JSON_ONLY}")
+        return _parse_json(raw)
 
     async def tokenize(self, request: web.Request) -> web.Response:
         body = await self._body(request)

@@ -6,6 +6,18 @@ digit groups of up to three, single punctuation marks and whitespace runs, which
 BPE tokenizer's count on English text. It is used everywhere a length matters (usage, /tokenize,
 max_model_len checks, KV blocks), so all of them agree with each other.
 
+It is also the documented counting rule for simulated models that have no tokenizer file: the proxy
+counts their prompts with `chat_prompt_tokens` / `completion_prompt_tokens` below (routing imports this
+module; this module imports nothing of the console), so the count it routes by is the count the
+simulator reports as `usage.prompt_tokens`:
+
+- a completion prompt is `<|begin_of_text|>` + the prompt;
+- a chat prompt is `render_chat(messages)`: `<|begin_of_text|>`, then per message
+  `<|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>`, then the assistant header
+  (unless `add_generation_prompt` is false); a content given as parts is their texts joined by "\n",
+  a null content is empty;
+- the five Llama-3 special tokens count one each; the rest is split by `_PIECE_RE`, one token a piece.
+
 Output tokens are drawn from a small English vocabulary by hashing (request key, position): the same
 prompt with the same seed (or with temperature 0) always yields the same text.
 """
@@ -17,6 +29,7 @@ import logging
 import os
 import re
 import zlib
+from collections.abc import Mapping, Sequence
 
 from tokenizers import Tokenizer
 
@@ -100,6 +113,42 @@ def token_strs(text: str) -> list[str]:
 def detokenize(ids: list[int]) -> str:
     """Text of token ids this process has produced or seen; unseen ids become empty strings."""
     return "".join(_ID_TO_PIECE.get(i, "") for i in ids)
+
+
+def count_tokens(text: str) -> int:
+    """len(tokenize(text)) without building the ids: what the proxy needs to route by."""
+    total = 0
+    for part in _SPECIAL_RE.split(text):
+        if part in SPECIAL_TOKENS:
+            total += 1
+        elif part:
+            total += len(_PIECE_RE.findall(part))
+    return total
+
+
+def content_text(content: object) -> str:
+    """The text of one message's content: a string, text parts joined by newlines, or "" for null."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text"
+        )
+    return ""
+
+
+def chat_prompt_tokens(messages: Sequence[Mapping[str, object]], add_generation_prompt: bool = True) -> int:
+    """Prompt tokens of a chat request under the built-in rule (what the simulator reports as usage)."""
+    rendered = render_chat(
+        [{"role": str(m.get("role")), "content": content_text(m.get("content"))} for m in messages],
+        add_generation_prompt,
+    )
+    return count_tokens(rendered)
+
+
+def completion_prompt_tokens(prompt: str) -> int:
+    """Prompt tokens of one completion prompt under the built-in rule (BOS + prompt)."""
+    return count_tokens(BOS + prompt)
 
 
 def render_chat(messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:

@@ -60,7 +60,13 @@ from routing.proxy.health import EndpointState
 from routing.proxy.limits import LEASE_MS, Admission, Limiter
 from routing.proxy.requestlog import RequestLogWriter
 from routing.proxy.scorers import EndpointLoad, ScoreRequest, choose, prefix_key, token_prefix_key
-from routing.proxy.tokens import chat_roles, count_prompt_tokens, load_tokenizer, prompt_text_parts
+from routing.proxy.tokens import (
+    chat_roles,
+    count_prompt_tokens,
+    count_sim_rule,
+    load_tokenizer,
+    prompt_text_parts,
+)
 from routing.proxy.upstream import ClientGone, UpstreamPool, UpstreamResponse, UpstreamTimeout, split_base_url
 from routing.services import maintain_request_log
 
@@ -86,6 +92,14 @@ KINDS = {
     "/v1/completions": "completion",
     "/v1/embeddings": "embedding",
 }
+SUPPORTED_ENDPOINTS = (
+    "POST /v1/chat/completions, POST /v1/completions, POST /v1/embeddings (embedding models only), "
+    "GET /v1/models and GET /v1/models/{model}"
+)
+# vLLM's server accepts only this media type on its JSON endpoints (validate_json_request).
+JSON_MEDIA_TYPE = "application/json"
+# Message roles that may carry `"content": null`, as in vLLM's (and OpenAI's) message types.
+NULL_CONTENT_ROLES = ("assistant", "function")
 
 
 class RetryableUpstreamError(Exception):
@@ -277,6 +291,12 @@ def _validate_common(body: dict[str, Any], kind: str) -> None:
             if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
                 raise bad_request(f"messages[{i}] must be an object with a string 'role'.", param="messages")
             content = msg.get("content")
+            if content is None and "content" in msg and msg["role"] not in NULL_CONTENT_ROLES:
+                raise bad_request(
+                    f"messages[{i}].content is null; only assistant messages may have a null content. "
+                    "Send a string or a list of content parts (or leave 'content' out).",
+                    param="messages",
+                )
             if content is not None and not isinstance(content, str | list):
                 raise bad_request(f"messages[{i}].content must be a string or a list.", param="messages")
     elif kind == "completion":
@@ -287,6 +307,74 @@ def _validate_common(body: dict[str, Any], kind: str) -> None:
         value = body.get("input")
         if not (isinstance(value, str) or (isinstance(value, list) and value)):
             raise bad_request("'input' must be a string or a non-empty list.", param="input")
+
+
+def _check_json_media_type(content_type: str | None) -> None:
+    """Refuse a body that is not sent as JSON, as vLLM's server does (a 400, whatever the body holds)."""
+    if content_type is not None and content_type.split(";", 1)[0].strip().lower() == JSON_MEDIA_TYPE:
+        return
+    sent = f"'{content_type}'" if content_type else "no Content-Type"
+    raise bad_request(
+        f"Unsupported Media Type: Only 'application/json' is allowed (this request has {sent}). "
+        "Send the JSON body with the header 'Content-Type: application/json'.",
+        code="unsupported_media_type",
+    )
+
+
+def unsupported_endpoint(method: str, path: str, alias: str | None = None) -> ProxyError:
+    """404 for a /v1/ path nobody here serves, or that the model's engines do not serve."""
+    if alias is None:
+        what = f"{method} {path} is not served here."
+    else:
+        what = f"The model '{alias}' does not serve {path}: its engines do not offer that endpoint."
+    return ProxyError(404, f"{what} Supported endpoints: {SUPPORTED_ENDPOINTS}.", code="unsupported_endpoint")
+
+
+def context_length_error(
+    max_model_len: int, tokens: int, out: int | None, out_field: str, token_prompt: bool
+) -> ProxyError | None:
+    """vLLM's refusal (message, status, param) when prompt + output does not fit, else None.
+
+    vLLM checks the output cap first, then the prompt against `max_model_len - max_tokens`; it truncates
+    text prompts one token past that and so reports "at least" that many (token-id prompts exactly).
+    With no output cap, a prompt that fills the context leaves no room for one token.
+    """
+    if out is not None and out > max_model_len:
+        return bad_request(
+            f"{out_field}={out} cannot be greater than max_model_len=max_total_tokens={max_model_len}. "
+            f"Please request fewer output tokens. (parameter={out_field}, value={out})",
+            param=out_field,
+            code="context_length_exceeded",
+        )
+    max_out = out or 0
+    max_in = max_model_len - max_out
+    if tokens > max_in:
+        count = tokens if token_prompt else max_in + 1
+        at_least = "" if token_prompt else "at least "
+        return bad_request(
+            f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+            f"{max_out} output tokens and your prompt contains {at_least}{count} input tokens, for a total "
+            f"of {at_least}{count + max_out} tokens. Please reduce the length of the input prompt or the "
+            f"number of requested output tokens. (parameter=input_tokens, value={count})",
+            param="input_tokens",
+            code="context_length_exceeded",
+        )
+    if out is None and tokens >= max_model_len:
+        return bad_request(
+            f"The decoder prompt (length {tokens}) plus the number of requested output tokens (at least 1) "
+            f"is longer than the maximum model length of {max_model_len}. Make sure that `max_model_len` "
+            "is no smaller than the number of text tokens plus the number of requested output tokens.",
+            code="context_length_exceeded",
+        )
+    return None
+
+
+def _is_openai_error(data: bytes) -> bool:
+    try:
+        parsed = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(parsed, dict) and isinstance(parsed.get("error"), dict)
 
 
 def _rule_matches(rule: Any, alias: str, tokens: int, task: str | None, tenant: str, priority: str) -> bool:
@@ -549,7 +637,7 @@ class Proxy:
             body = b'{"status":"ok","config_subscribed":%s}' % (b"true" if self.pubsub_healthy else b"false")
             await self._send_raw(send, 200, body, JSON_HEADERS)
         else:
-            await self._send_error(send, not_found(f"No route for {path}.", code="not_found"))
+            await self._send_error(send, unsupported_endpoint(scope["method"], path))
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -770,6 +858,9 @@ class Proxy:
         ctx.receive = receive
         info = await self.authenticate(scope)
         ctx.key = info
+        content_type = _header(scope, b"content-type")
+        if content_type != JSON_MEDIA_TYPE:
+            _check_json_media_type(content_type)
         raw = await self._read_body(scope, receive)
         try:
             body = orjson.loads(raw)
@@ -814,16 +905,23 @@ class Proxy:
             body["max_tokens"] = cap
             requested_out = cap
 
+        if ctx.kind == "embedding" and alias in self.snapshot.no_embeddings:
+            raise unsupported_endpoint("POST", "/v1/embeddings", alias)
         parts = prompt_text_parts(body, ctx.kind)
         model_info = self.snapshot.models.get(alias)
-        tokenizer = None
-        if model_info is not None and model_info.tokenizer_path:
-            tokenizer = await self._tokenizer(model_info.tokenizer_path)
-        counted = count_prompt_tokens(parts, tokenizer, chat_roles(body) if ctx.kind == "chat" else None)
+        if model_info is not None and model_info.sim_tokens:
+            counted = count_sim_rule(body, ctx.kind)
+        else:
+            tokenizer = None
+            if model_info is not None and model_info.tokenizer_path:
+                tokenizer = await self._tokenizer(model_info.tokenizer_path)
+            counted = count_prompt_tokens(parts, tokenizer, chat_roles(body) if ctx.kind == "chat" else None)
         prompt = body.get("prompt")
+        token_prompt = False
         if ctx.kind == "completion" and isinstance(prompt, list) and all(_is_int(t) for t in prompt):
             # A token-id prompt counts itself exactly.
             counted = type(counted)(tokens=len(prompt), estimated=False, leading_ids=prompt)
+            token_prompt = True
         ctx.prompt_tokens = counted.tokens
         ctx.prompt_estimated = counted.estimated
         if info.log_prompts:
@@ -839,14 +937,16 @@ class Proxy:
         t0 = time.perf_counter()
         policy = self.snapshot.policies.get(alias)
         pool, reason = self._pick_pool(policy, alias, ctx, _header(scope, b"x-task"))
-        candidates, fallback_used = self._candidates(pool, policy, counted.tokens, requested_out)
+        # Embeddings generate nothing: the whole context is the input.
+        out = 0 if ctx.kind == "embedding" else requested_out
+        candidates, fallback_used = self._candidates(pool, policy, counted.tokens, out)
         if fallback_used is not None:
             pool = fallback_used
             reason += f"; fallback {pool.name}"
         route_time = time.perf_counter() - t0
         ctx.pool = pool.name
         if not candidates:
-            self._raise_no_endpoint(pool, counted.tokens)
+            self._raise_no_endpoint(pool, counted.tokens, out, max_out_field, token_prompt)
         # Interactive first: batch may fill only `batch_max_fraction` of the pool's capacity, and the
         # headroom above that is left to interactive requests, which the proxy never sheds.
         if priority == Priority.BATCH and sum(self.states[ep.id].inflight for ep in candidates) >= (
@@ -919,7 +1019,8 @@ class Proxy:
         return pool, "alias pool"
 
     def _fits(self, ep: Endpoint, tokens: int, out: int | None) -> bool:
-        return ep.max_model_len is None or tokens + 1 <= ep.max_model_len
+        # As vLLM checks: the prompt plus the requested output (at least one token) within max_model_len.
+        return ep.max_model_len is None or tokens + (1 if out is None else out) <= ep.max_model_len
 
     def _candidates(
         self, pool: Pool, policy: Policy | None, tokens: int, out: int | None
@@ -942,15 +1043,14 @@ class Proxy:
             state = self.states[ep.id] = EndpointState(ep.id)
         return state
 
-    def _raise_no_endpoint(self, pool: Pool, tokens: int) -> None:
+    def _raise_no_endpoint(
+        self, pool: Pool, tokens: int, out: int | None, out_field: str, token_prompt: bool
+    ) -> None:
         lens = [ep.max_model_len for ep in pool.endpoints if ep.max_model_len is not None]
-        if pool.endpoints and lens and len(lens) == len(pool.endpoints) and tokens + 1 > max(lens):
-            raise bad_request(
-                f"This model's maximum context length is {max(lens)} tokens. However, your prompt has "
-                f"{tokens} tokens. Please reduce the length of the prompt.",
-                param="messages",
-                code="context_length_exceeded",
-            )
+        if pool.endpoints and lens and len(lens) == len(pool.endpoints):
+            context_error = context_length_error(max(lens), tokens, out, out_field, token_prompt)
+            if context_error is not None:
+                raise context_error
         raise unavailable(
             f"No healthy endpoint serves '{pool.alias}' right now; retry shortly.", code="no_healthy_endpoint"
         )
@@ -1111,6 +1211,9 @@ class Proxy:
                 if resp.status == 200:
                     self._usage_from(ctx, data)
                 elif resp.status >= 400:
+                    if resp.status in (404, 405) and not _is_openai_error(data):
+                        # The engine has no such route (FastAPI's {"detail": "Not Found"}).
+                        raise unsupported_endpoint("POST", path, ctx.alias)
                     ctx.error_type = f"upstream_{resp.status}"
                 await self._send_raw(send, resp.status, data, self._response_headers(ctx, JSON_HEADERS))
                 return

@@ -97,6 +97,13 @@ class Endpoint:
     max_model_len: int | None
     block_size: int
     role: str = ""
+    # The deployment's engine ("vllm", "llamacpp", "sim"); empty for a static endpoint.
+    engine: str = ""
+    # Whether it answers /v1/embeddings: False when its engine cannot, None when unknown (vLLM decides
+    # by the model it loads; static endpoints are whatever they are).
+    embeddings: bool | None = None
+    # A simulator counting with its built-in tokenizer (no --tokenizer of its own).
+    sim_builtin_tokenizer: bool = False
 
 
 @dataclass(slots=True)
@@ -147,6 +154,9 @@ class ModelInfo:
     version_id: int | None
     tokenizer_path: str | None
     max_context: int | None
+    # No tokenizer file and only simulated engines serve it: they count with the simulator's built-in
+    # rule (nodes.sim.text), so the proxy counts with it too and gets their usage.prompt_tokens exactly.
+    sim_tokens: bool = False
 
 
 @dataclass(slots=True)
@@ -157,6 +167,8 @@ class RoutingSnapshot:
     # Every alias some endpoint serves: what /v1/models lists (filtered by key scopes).
     aliases: tuple[str, ...] = ()
     endpoints: dict[str, Endpoint] = field(default_factory=dict)
+    # Aliases none of whose endpoints serve /v1/embeddings (the proxy answers that itself).
+    no_embeddings: frozenset[str] = frozenset()
 
 
 def parse_rule(raw: dict[str, Any]) -> Rule:
@@ -286,9 +298,26 @@ def _fleet_endpoints() -> list[Endpoint]:
                 max_model_len=dep.max_model_len,
                 block_size=dep.block_size or 16,
                 role=dep.role,
+                engine=dep.engine,
+                embeddings=_serves_embeddings(dep.engine, dep.extra_args or []),
+                sim_builtin_tokenizer=dep.engine == "sim"
+                and not _has_flag(dep.extra_args or [], "--tokenizer"),
             )
         )
     return out
+
+
+def _has_flag(args: list[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in args)
+
+
+def _serves_embeddings(engine: str, extra_args: list[str]) -> bool | None:
+    if engine == "sim":
+        return False  # the simulator generates text only, as vLLM does for a generative model
+    if engine == "llamacpp":
+        # llama-cpp-python's server computes embeddings only for a model loaded with --embedding.
+        return _has_flag(extra_args, "--embedding")
+    return None
 
 
 def _models() -> dict[str, ModelInfo]:
@@ -302,6 +331,22 @@ def _models() -> dict[str, ModelInfo]:
             max_context=version.max_context if version else None,
         )
     return out
+
+
+def _with_counting_rules(models: dict[str, ModelInfo], by_alias: dict[str, list[Endpoint]]) -> None:
+    """Mark the aliases served only by simulated engines without a tokenizer file (see ModelInfo)."""
+    for alias, members in by_alias.items():
+        if not members or not all(ep.sim_builtin_tokenizer for ep in members):
+            continue
+        info = models.get(alias)
+        if info is None or info.tokenizer_path is None:
+            models[alias] = ModelInfo(
+                alias=alias,
+                version_id=info.version_id if info else None,
+                tokenizer_path=None,
+                max_context=info.max_context if info else None,
+                sim_tokens=True,
+            )
 
 
 def load_routing_snapshot() -> RoutingSnapshot:
@@ -349,12 +394,17 @@ def load_routing_snapshot() -> RoutingSnapshot:
             fallback_pool=prow.fallback_pool.name if prow.fallback_pool else None,
         )
     aliases = sorted(set(by_alias) | set(policies))
+    models = _models()
+    _with_counting_rules(models, by_alias)
     return RoutingSnapshot(
         pools=pools,
         policies=policies,
-        models=_models(),
+        models=models,
         aliases=tuple(aliases),
         endpoints={ep.id: ep for ep in endpoints},
+        no_embeddings=frozenset(
+            alias for alias, members in by_alias.items() if all(ep.embeddings is False for ep in members)
+        ),
     )
 
 

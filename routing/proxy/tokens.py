@@ -11,6 +11,9 @@ few probe conversations, and the tokens it adds are reduced to a fixed part and 
 (`ChatOverhead`). A request then costs its contents' tokens plus a lookup per message. A template that
 cannot be rendered, or whose additions are not a fixed part plus a part per role, leaves chat counts at
 the contents plus `PER_MESSAGE_OVERHEAD` per message, marked as an estimate.
+
+Simulated models without a tokenizer file are counted with the simulator's own documented rule
+(`nodes.sim.text`), which is what their engines report as `usage.prompt_tokens`: exact, not estimated.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
+from nodes.sim import text as sim_text
 from routing.proxy.scorers import PREFIX_TOKENS
 
 log = logging.getLogger(__name__)
@@ -335,3 +339,29 @@ def count_prompt_tokens(
     return TokenCount(
         tokens=sum(len(e) for e in encodings) + overhead, estimated=not exact, leading_ids=leading
     )
+
+
+def count_sim_rule(body: dict[str, Any], kind: str) -> TokenCount:
+    """Prompt tokens of a (validated) request under the simulator's built-in rule, as its engine counts.
+
+    Chat: the Llama-3 style rendering the simulator applies, with `add_generation_prompt`; completion:
+    BOS plus each prompt. Exact; no token ids (prefix affinity falls back to the text).
+    """
+    if kind == "chat":
+        tokens = sim_text.chat_prompt_tokens(body["messages"], _lax_bool(body.get("add_generation_prompt")))
+    else:
+        prompt = body.get("prompt") if kind == "completion" else body.get("input")
+        prompts = [prompt] if isinstance(prompt, str) else prompt if isinstance(prompt, list) else []
+        tokens = sum(sim_text.completion_prompt_tokens(p) for p in prompts if isinstance(p, str))
+    return TokenCount(tokens=max(1, tokens), estimated=False)
+
+
+def _lax_bool(value: Any, default: bool = True) -> bool:
+    """A boolean field as pydantic's lax mode (and so the engine) reads it; anything else is the default."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+        return value.lower() in ("true", "1", "yes", "on")
+    return default

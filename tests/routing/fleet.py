@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import random
 import secrets
 from dataclasses import dataclass
 
+from inferchain.demo_traffic import WORDS
 from models_registry.models import Model, ModelAlias, ModelVersion
 from nodes.lifecycle import engine_api_key
 from nodes.models import Deployment, Host
+from nodes.sim import text
 from nodes.sim.testing import SimHandle, free_port, start_sim
 
 SIM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -65,3 +68,17 @@ def start_member(
         time_scale=time_scale,
     )
     return FleetMember(deployment=dep, sim=sim)
+
+
+def sim_conversation(tokens: int) -> list[dict[str, str]]:
+    """A one-message chat the simulator counts at exactly `tokens` prompt tokens."""
+    rng = random.Random(tokens)
+    words: list[str] = []
+    messages = [{"role": "user", "content": ""}]
+    while text.chat_prompt_tokens(messages) < tokens - 50:
+        words.extend(rng.choice(WORDS) for _ in range(25))
+        messages = [{"role": "user", "content": " ".join(words)}]
+    while text.chat_prompt_tokens(messages) < tokens:
+        messages = [{"role": "user", "content": messages[0]["content"] + " a"}]  # " a" is one token
+    assert text.chat_prompt_tokens(messages) == tokens
+    return messages

@@ -8,11 +8,11 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from console.choices import Role
-from console.models import ApiKey, Quota, Tenant, User
+from console.models import ApiKey, Tenant, User
 from console.services import issue_api_key, revoke_api_key
 from models_registry.demo import seed_registry
 from nodes.demo import seed_demo_fleet
-from routing.demo import seed_demo_routing
+from routing.demo import seed_demo_quota, seed_demo_routing, seed_demo_traffic
 
 DEMO_PASSWORD = "inferchain-demo"
 DEMO_USERS = (("admin", Role.ADMIN), ("evaluator", Role.EVALUATOR), ("viewer", Role.VIEWER))
@@ -33,17 +33,7 @@ class Command(BaseCommand):
             tenant, _ = Tenant.objects.get_or_create(
                 name="demo", defaults={"description": "Demo tenant created by make run"}
             )
-            Quota.objects.get_or_create(
-                tenant=tenant,
-                defaults={
-                    "requests_per_minute": 600,
-                    "tokens_per_minute": 200_000,
-                    "max_concurrent_requests": 32,
-                    "daily_token_budget": 5_000_000,
-                    "max_input_tokens": 8192,
-                    "max_output_tokens": 2048,
-                },
-            )
+            seed_demo_quota(tenant)
             # A raw key is never stored, so each run rotates the demo key and shows the new one once.
             for old in ApiKey.objects.filter(tenant=tenant, name=DEMO_KEY_NAME, revoked_at__isnull=True):
                 revoke_api_key(old, actor=None)
@@ -53,7 +43,8 @@ class Command(BaseCommand):
         self.stdout.write(f"demo API key for tenant 'demo' (shown once): {issued.raw_key}")
 
     def extra_seed(self) -> None:
-        """Each app's demo data: models, then the fleet that serves them, then the routing over it."""
-        for seed in (seed_registry, seed_demo_fleet, seed_demo_routing):
+        """Each app's demo data: models, then the fleet that serves them, then the routing over it and the
+        demo-traffic tenant whose key the demo_traffic process reads."""
+        for seed in (seed_registry, seed_demo_fleet, seed_demo_routing, seed_demo_traffic):
             for line in seed():
                 self.stdout.write(line)
