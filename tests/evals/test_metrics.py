@@ -10,8 +10,6 @@ from models_registry.evaluation.metrics import (
     FlipTable,
     KLMode,
     SideOutput,
-    answer_matches,
-    check_expected,
     chrf,
     compare_distributions,
     exact_match,
@@ -19,14 +17,18 @@ from models_registry.evaluation.metrics import (
     flip_table,
     kl_divergence,
     length_difference,
-    normalize_answer,
     paired_difference_ci,
-    parse_choice,
-    parse_number,
     score_sample,
     summarize,
     token_agreement,
     wilson_interval,
+)
+from models_registry.evaluation.rules import (
+    answer_matches,
+    check_expected,
+    normalize_answer,
+    parse_choice,
+    parse_number,
 )
 
 ln = math.log
