@@ -245,6 +245,25 @@ def top1(listed: TopK) -> Token | None:
     return best
 
 
+def listing_from_chat(item: Mapping[str, Any]) -> dict[str, float]:
+    """One position of a chat response's `logprobs.content`: its top_logprobs plus the token itself,
+    keyed by token text."""
+    out = {str(t["token"]): float(t["logprob"]) for t in item.get("top_logprobs") or []}
+    out.setdefault(str(item["token"]), float(item["logprob"]))
+    return out
+
+
+def listing_from_completion(top: Mapping[str, float]) -> dict[str, float]:
+    """One position of a completion response's `logprobs.top_logprobs` (already token text -> logprob)."""
+    return {str(tok): float(lp) for tok, lp in top.items()}
+
+
+def listing_from_prompt_logprobs(entry: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+    """One position of vLLM's `prompt_logprobs` ({token id: {logprob, rank, decoded_token}}), re-keyed by
+    token text so it compares with the generation listings above."""
+    return {str(v["decoded_token"]): float(v["logprob"]) for v in entry.values()}
+
+
 class KLMode(StrEnum):
     """Where the two sides' distributions come from (docs/evaluations.md, "Distributions")."""
 

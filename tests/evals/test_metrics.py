@@ -17,6 +17,9 @@ from models_registry.evaluation.metrics import (
     flip_table,
     kl_divergence,
     length_difference,
+    listing_from_chat,
+    listing_from_completion,
+    listing_from_prompt_logprobs,
     paired_difference_ci,
     score_sample,
     summarize,
@@ -263,3 +266,19 @@ def test_score_sample_and_summary() -> None:
     assert summary["flips"]["right_to_wrong"] == 1 and summary["flips"]["both_right"] == 1
     assert set(summary["distributions"]) == {"teacher_forced", "free_running_topk"}
     assert summary["distributions"]["teacher_forced"]["positions"] == 2
+
+
+def test_listings_from_the_three_response_shapes() -> None:
+    chat_item = {
+        "token": " the",
+        "logprob": -0.5,
+        "bytes": [32, 116, 104, 101],
+        "top_logprobs": [{"token": " a", "logprob": -0.2, "bytes": [32, 97]}],
+    }
+    assert listing_from_chat(chat_item) == {" a": -0.2, " the": -0.5}
+    assert listing_from_completion({" the": -0.5, " a": -0.2}) == {" the": -0.5, " a": -0.2}
+    entry = {
+        "123": {"logprob": -0.5, "rank": 2, "decoded_token": " the"},
+        "101": {"logprob": -0.2, "rank": 1, "decoded_token": " a"},
+    }
+    assert listing_from_prompt_logprobs(entry) == {" the": -0.5, " a": -0.2}

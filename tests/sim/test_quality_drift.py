@@ -10,7 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from models_registry.evaluation.metrics import KLMode, compare_distributions, first_divergence
+from models_registry.evaluation.metrics import (
+    KLMode,
+    compare_distributions,
+    first_divergence,
+    listing_from_prompt_logprobs,
+)
 from nodes.sim.testing import SimHandle
 from tests.sim.conftest import MODEL, SimFactory
 from tests.sim.http import call_json
@@ -23,10 +28,6 @@ def complete(sim: SimHandle, prompt: str | list[int], **params: Any) -> dict[str
     status, resp = call_json(sim.base_url + "/v1/completions", body)
     assert status == 200, resp
     return dict(resp["choices"][0])
-
-
-def as_listing(entry: dict[str, dict[str, Any]]) -> dict[str, float]:
-    return {v["decoded_token"]: v["logprob"] for v in entry.values()}
 
 
 def test_teacher_forced_agreement_and_kl(sim: SimHandle, sim_factory: SimFactory) -> None:
@@ -48,8 +49,8 @@ def test_teacher_forced_agreement_and_kl(sim: SimHandle, sim_factory: SimFactory
         cand = complete(candidate, text_ids, max_tokens=1, prompt_logprobs=5)["prompt_logprobs"][start:]
         own = complete(sim, text_ids, max_tokens=1, prompt_logprobs=5)["prompt_logprobs"][start:]
         ref_lists += gen["logprobs"]["top_logprobs"]
-        cand_lists += [as_listing(e) for e in cand]
-        self_lists += [as_listing(e) for e in own]
+        cand_lists += [listing_from_prompt_logprobs(e) for e in cand]
+        self_lists += [listing_from_prompt_logprobs(e) for e in own]
     assert len(ref_lists) == 1200
     drifted = compare_distributions(ref_lists, cand_lists, KLMode.TEACHER_FORCED)
     itself = compare_distributions(ref_lists, self_lists, KLMode.TEACHER_FORCED)
