@@ -16,6 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from models_registry.evaluation.suites import seed_builtin_suites
 from models_registry.models import Model, ModelAlias, ModelVersion, QuantizationConfig
 from models_registry.services import register_version
 
@@ -145,4 +146,6 @@ def seed_registry(host_name: str | None = None) -> list[str]:
             lines.append(f"model {smol} (alias {SMOLLM2_ALIAS}), manifest {smol.manifest_digest[:12]}…")
         for version in seed_config_only(host_name):
             lines.append(f"model {version} (config only)")
+        for suite_version in seed_builtin_suites():
+            lines.append(f"evaluation suite {suite_version} ({suite_version.cases.count()} cases)")
     return lines

@@ -8,6 +8,9 @@ from django.utils import timezone
 
 from models_registry.choices import KVCacheDtype, QuantMethod, SourceKind, VersionState
 
+# Evaluation suites live in their own module; importing them here registers them with this app.
+from models_registry.evaluation.models import EvalCase, EvalSuite, EvalSuiteVersion  # noqa: F401
+
 
 class Model(models.Model):
     """A model family (e.g. Llama 3 8B Instruct): what its versions have in common."""

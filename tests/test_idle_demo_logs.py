@@ -1,5 +1,5 @@
-"""A minute of the demo at rest (make run's processes, from the Procfile, its background traffic on) logs no traceback and fewer than
-10 lines per minute per process at INFO, and a clean stop prints nothing alarming.
+"""A minute of the demo at rest (make run's processes from the Procfile, background traffic on) logs no
+traceback and fewer than 10 lines per minute per process at INFO, and a clean stop prints nothing alarming.
 
 Runs the real processes (web, worker, beat, both node agents and their engines) on a scratch SQLite
 database, a Redis key prefix of its own, free ports and temporary directories, so a developer's demo is

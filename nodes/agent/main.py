@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import threading
 from typing import Any
 
 from core.celery import app, node_queue
@@ -58,8 +57,7 @@ def run(options: Any) -> None:
         log.warning("%s Reporting %d simulated GPU(s), marked simulated.", probe.nvml_error, count)
     supervisor = Supervisor(options.host, probe)
     supervisor.start()
-    loop = threading.Thread(target=supervisor.run, name=f"supervisor-{options.host}", daemon=True)
-    loop.start()
+    supervisor.start_loop()
     try:
         app.worker_main(
             [

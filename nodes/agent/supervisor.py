@@ -120,6 +120,7 @@ class Supervisor:
         self.last_heartbeat = 0.0
         self.stop_event = threading.Event()
         self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"probe-{host_name}")
+        self.loop: threading.Thread | None = None
         self.last_gpu_samples: list[dict[str, Any]] = []
 
     # --- lifecycle ---
@@ -387,8 +388,22 @@ class Supervisor:
         }
         push_event([FLEET_GROUP, host_group(self.host_name)], event)
 
+    def start_loop(self) -> threading.Thread:
+        """Run the supervision loop in a thread of its own; `close` ends it."""
+        self.loop = threading.Thread(target=self.run, name=f"supervisor-{self.host_name}", daemon=True)
+        self.loop.start()
+        return self.loop
+
     def close(self) -> None:
+        """Stop the loop and wait for its tick to finish before the probe pool goes.
+
+        Without the wait, a tick still running while the process exits pushes to the browser after
+        Python has shut down its executors ("cannot schedule new futures after interpreter shutdown",
+        then "coroutine ... was never awaited" warnings at every Ctrl-C).
+        """
         self.stop_event.set()
+        if self.loop is not None and self.loop is not threading.current_thread():
+            self.loop.join(timeout=max(10.0, 3 * settings.NODE_TELEMETRY_SECONDS))
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 

@@ -208,7 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--sim-quality-drift",
         type=probability,
         default=0.0,
-        help="Fraction of output tokens replaced, as a quantized twin would differ.",
+        help="Make a quantized twin: at this fraction of contexts its top-1 token swaps with rank 2, "
+        "and its other probabilities move a little (docs/simulator.md).",
     )
     sim.add_argument(
         "--sim-mean-output-tokens",

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from nodes.sim import text
+from nodes.sim import model, text
 from nodes.sim.metrics import EngineMetrics
 from nodes.sim.profiles import EngineShape, step_time_s
 
@@ -34,9 +34,11 @@ class Sequence:
 
     prompt_ids: list[int]
     max_tokens: int
-    key: int
-    natural_len: int
+    key: int  # (prompt, seed) of the request: the sampler's randomness
+    mean_len: int  # the model ends a sequence after a token with probability 1/mean_len (model.ends_here)
     drift: float
+    greedy: bool = False  # temperature 0: always the most likely token
+    keep_contexts: bool = False  # record out_contexts (the request asked for logprobs)
     ignore_eos: bool = False
     min_tokens: int = 0
     stop: tuple[str, ...] = ()
@@ -47,10 +49,12 @@ class Sequence:
     num_computed: int = 0
     num_cached_prompt_tokens: int = 0  # prefix-cache hit of the first admission (usage details)
     recomputed_last: bool = False  # the whole prompt was cached; its last token was computed again
+    context: int = 0  # model context hash of prompt + output so far (model.extend_context)
     blocks: list[int] = field(default_factory=list)
     hashes_registered: int = 0
     block_hashes: list[int] = field(default_factory=list)
     out: list[int] = field(default_factory=list)  # VOCAB indices of the generated tokens
+    out_contexts: list[int] = field(default_factory=list)  # context hash before each token (keep_contexts)
     finish_reason: str | None = None
     stop_reason: str | None = None
     tail: str = ""
@@ -63,6 +67,7 @@ class Sequence:
 
     def __post_init__(self) -> None:
         self.num_tokens = len(self.prompt_ids)
+        self.context = model.context_hash(self.prompt_ids)
 
     @property
     def prompt_len(self) -> int:
@@ -374,9 +379,15 @@ class SimEngine:
                 seq.hashes_registered = max(seq.hashes_registered, full)
             if seq.num_computed < seq.num_tokens:
                 continue
-            pos = len(seq.out)
-            tok = text.output_token(seq.key, pos, seq.drift)
+            h = seq.context
+            if seq.greedy:
+                tok = model.greedy_token(h, seq.drift)
+            else:
+                tok = model.sample_token(h, seq.drift, model.sampling_uniform(seq.key, len(seq.out)))
+            seq.context = model.extend_context(h, model.token_id(tok))
             seq.out.append(tok)
+            if seq.keep_contexts:
+                seq.out_contexts.append(h)
             seq.num_tokens += 1
             gen_tokens += 1
             if seq.first_token_at is None:
@@ -416,7 +427,7 @@ class SimEngine:
             return "stop"
         if n >= seq.max_tokens:
             return "length"
-        if not seq.ignore_eos and n >= seq.natural_len:
+        if not seq.ignore_eos and model.ends_here(seq.context, seq.mean_len):
             return "stop"
         return None
 

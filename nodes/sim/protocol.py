@@ -164,6 +164,8 @@ class SamplingRequest:
     logprobs: int | None  # number of top alternatives; None when no logprobs were asked for
     echo: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    prompt_logprobs: int | None = None  # top-k per prompt token (vLLM extra parameter); None: not asked
+    return_token_ids: bool = False  # vLLM extra parameter: token ids beside the text (non-streaming)
 
 
 @dataclass
@@ -393,12 +395,21 @@ def parse_chat(body: Any, limits: ServingLimits) -> SamplingRequest:
             f"{limits.max_logprobs}",
             n_logprobs,
         )
+    prompt_lp = _prompt_logprobs(body, limits)
+    return_ids = bool(_get(body, "return_token_ids", (bool,), False))
     prompt = text.render_chat(messages, add_gen)
     ids = limits.tokenizer.encode_rendered(prompt)
     prompts = [(ids, prompt)]
     _check_lengths(prompts, c["max_tokens"], limits, token_input=False)
     verify_sampling(c["sampling"], n_logprobs)
-    return SamplingRequest(model=model, prompts=prompts, logprobs=n_logprobs, **_strip(c))
+    return SamplingRequest(
+        model=model,
+        prompts=prompts,
+        logprobs=n_logprobs,
+        prompt_logprobs=prompt_lp,
+        return_token_ids=return_ids,
+        **_strip(c),
+    )
 
 
 def parse_completion(body: Any, limits: ServingLimits) -> SamplingRequest:
@@ -440,10 +451,44 @@ def parse_completion(body: Any, limits: ServingLimits) -> SamplingRequest:
             f"Requested sample logprobs of {lp}, which is greater than max allowed: {limits.max_logprobs}",
             lp,
         )
+    prompt_lp = _prompt_logprobs(body, limits)
+    return_ids = bool(_get(body, "return_token_ids", (bool,), False))
     echo = bool(_get(body, "echo", (bool,), False))
     _check_lengths(prompts, c["max_tokens"], limits, token_input=token_input)
     verify_sampling(c["sampling"], lp)
-    return SamplingRequest(model=model, prompts=prompts, logprobs=lp, echo=echo, **_strip(c))
+    return SamplingRequest(
+        model=model,
+        prompts=prompts,
+        logprobs=lp,
+        echo=echo,
+        prompt_logprobs=prompt_lp,
+        return_token_ids=return_ids,
+        **_strip(c),
+    )
+
+
+def _prompt_logprobs(body: dict[str, Any], limits: ServingLimits) -> int | None:
+    """vLLM's check_logprobs model validator for `prompt_logprobs`, then the processor's max_logprobs
+    check (an extra parameter of both endpoints; never returned in a stream)."""
+    value = _get(body, "prompt_logprobs", (int,), None)
+    if value is None:
+        return None
+    if body.get("stream") and (value > 0 or value == -1):
+        raise validator_error(
+            "`prompt_logprobs` are not available when `stream=True`.", "prompt_logprobs", body
+        )
+    if value < 0 and value != -1:
+        raise validator_error(
+            "`prompt_logprobs` must be a positive value or -1.", "prompt_logprobs", body, value
+        )
+    if value and limits.max_logprobs != -1 and _all_vocab(value) > limits.max_logprobs:
+        raise validation_error(
+            "prompt_logprobs",
+            f"Requested prompt logprobs of {_all_vocab(value)}, which is greater than max allowed: "
+            f"{limits.max_logprobs}",
+            _all_vocab(value),
+        )
+    return value
 
 
 def _all_vocab(n: int) -> int:

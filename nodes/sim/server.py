@@ -23,7 +23,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from nodes.sim import text
+from nodes.sim import logprobs, text
 from nodes.sim.engine import Sequence, SimEngine
 from nodes.sim.gpu import gpu_snapshot
 from nodes.sim.metrics import EngineMetrics
@@ -338,8 +338,10 @@ class SimServer:
                         prompt_ids=ids,
                         max_tokens=max_tokens,
                         key=key,
-                        natural_len=text.natural_length(key, mean),
+                        mean_len=mean,
                         drift=self.args.sim_quality_drift,
+                        greedy=req.temperature == 0.0,
+                        keep_contexts=req.logprobs is not None,
                         ignore_eos=req.ignore_eos,
                         min_tokens=req.min_tokens,
                         stop=req.stop,
@@ -404,38 +406,23 @@ class SimServer:
         return out
 
     def _chat_logprobs(self, seq: Sequence, start: int, end: int, k: int) -> dict[str, Any]:
-        content = []
-        vocab = text.VOCAB
-        for pos in range(start, end):
-            tok = seq.out[pos]
-            piece = vocab[tok]
-            tops = text.top_logprobs(seq.key, pos, tok, k)
-            content.append(
-                {
-                    "token": piece,
-                    "logprob": text.token_logprob(seq.key, pos),
-                    "bytes": list(piece.encode()),
-                    "top_logprobs": [
-                        {"token": vocab[a], "logprob": lp, "bytes": list(vocab[a].encode())} for a, lp in tops
-                    ],
-                }
-            )
-        return {"content": content}
+        return logprobs.chat_logprobs(seq, start, end, k)
 
     def _completion_logprobs(
         self, seq: Sequence, start: int, end: int, k: int, offset: int
     ) -> dict[str, Any]:
-        vocab = text.VOCAB
-        tokens, lps, tops, offsets = [], [], [], []
-        for pos in range(start, end):
-            tok = seq.out[pos]
-            tokens.append(vocab[tok])
-            lps.append(text.token_logprob(seq.key, pos))
-            top = {vocab[a]: lp for a, lp in text.top_logprobs(seq.key, pos, tok, max(k, 1))}
-            tops.append(top)
-            offsets.append(offset)
-            offset += len(vocab[tok])
-        return {"text_offset": offsets, "token_logprobs": lps, "tokens": tokens, "top_logprobs": tops}
+        return logprobs.completion_logprobs(seq, start, end, k, offset)
+
+    def _prompt_logprobs(self, req: SamplingRequest, ids: list[int]) -> list[Any] | None:
+        if req.prompt_logprobs is None:
+            return None
+        return logprobs.prompt_logprobs(
+            ids, req.prompt_logprobs, self.args.sim_quality_drift, self.limits.tokenizer
+        )
+
+    @staticmethod
+    def _token_ids(seq: Sequence) -> list[int]:
+        return [text.VOCAB_IDS[text.VOCAB[t]] for t in seq.out]
 
     def _full_response(
         self, req: SamplingRequest, seqs: list[Sequence], rid: str, chat: bool
@@ -463,7 +450,7 @@ class SimServer:
                         else None,
                         "finish_reason": s.finish_reason,
                         "stop_reason": s.stop_reason,
-                        "token_ids": None,
+                        "token_ids": self._token_ids(s) if req.return_token_ids else None,
                     }
                 )
             else:
@@ -478,9 +465,9 @@ class SimServer:
                         else None,
                         "finish_reason": s.finish_reason,
                         "stop_reason": s.stop_reason,
-                        "token_ids": None,
-                        "prompt_logprobs": None,
-                        "prompt_token_ids": None,
+                        "token_ids": self._token_ids(s) if req.return_token_ids else None,
+                        "prompt_logprobs": self._prompt_logprobs(req, s.prompt_ids),
+                        "prompt_token_ids": list(s.prompt_ids) if req.return_token_ids else None,
                     }
                 )
         body: dict[str, Any] = {
@@ -496,8 +483,8 @@ class SimServer:
         body["system_fingerprint"] = None
         body["usage"] = self._usage(req, seqs)
         if chat:
-            body["prompt_logprobs"] = None
-            body["prompt_token_ids"] = None
+            body["prompt_logprobs"] = self._prompt_logprobs(req, seqs[0].prompt_ids)
+            body["prompt_token_ids"] = list(seqs[0].prompt_ids) if req.return_token_ids else None
         body["kv_transfer_params"] = None
         return body
 

@@ -18,8 +18,9 @@ simulator reports as `usage.prompt_tokens`:
   a null content is empty;
 - the five Llama-3 special tokens count one each; the rest is split by `_PIECE_RE`, one token a piece.
 
-Output tokens are drawn from a small English vocabulary by hashing (request key, position): the same
-prompt with the same seed (or with temperature 0) always yields the same text.
+Output tokens come from a small English vocabulary (VOCAB); which ones is the simulated model's business
+(nodes/sim/model.py): the same prompt with the same seed (or with temperature 0) always yields the same
+text.
 """
 
 from __future__ import annotations
@@ -177,50 +178,6 @@ def request_key(prompt_ids: list[int], seed: object) -> int:
     h.update(b"\0")
     h.update(",".join(map(str, prompt_ids)).encode())
     return int.from_bytes(h.digest(), "little")
-
-
-_DRIFT_SALT = 0x5DEECE66D
-_LEN_SALT = 0x2545F4914F6CDD1D
-_V = len(VOCAB)
-
-
-def output_token(key: int, position: int, drift: float) -> int:
-    """Index in VOCAB of the output token at position; drift replaces that fraction of tokens.
-
-    The replacement is itself deterministic, so a drifted ("quantized") twin differs from its full
-    twin at the same ~drift fraction of positions on every run.
-    """
-    h = mix64(key + position)
-    idx = h % _V
-    if drift > 0.0:
-        d = mix64((key ^ _DRIFT_SALT) + position)
-        if (d & 0xFFFFFFFF) < drift * 4294967296.0:
-            idx = (idx + 1 + (d >> 32) % (_V - 1)) % _V
-    return idx
-
-
-def natural_length(key: int, mean: int) -> int:
-    """Number of tokens after which the simulated model would emit end-of-sequence (1 .. 2*mean)."""
-    return 1 + mix64(key ^ _LEN_SALT) % max(1, 2 * mean)
-
-
-def token_logprob(key: int, position: int) -> float:
-    """A deterministic log-probability for the chosen token (between -2.0 and 0.0)."""
-    return -((mix64(key * 31 + position) >> 40) % 2000) / 1000.0
-
-
-def top_logprobs(key: int, position: int, chosen: int, k: int) -> list[tuple[int, float]]:
-    """k (vocab index, logprob) alternatives, best first; the chosen token is the most likely one."""
-    lp = token_logprob(key, position)
-    out = [(chosen, lp)] if k > 0 else []
-    h = mix64(key ^ (position * 7919))
-    i = 1
-    while len(out) < k:
-        alt = (chosen + 1 + (h >> (i % 48)) % (_V - 1) + i) % _V
-        if all(alt != a for a, _ in out):
-            out.append((alt, lp - 0.35 * i - ((h >> i) % 100) / 1000.0))
-        i += 1
-    return out
 
 
 class PromptTokenizer:

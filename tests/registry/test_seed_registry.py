@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from models_registry.demo import SMOLLM2_ALIAS, packaged_gguf, seed_registry
+from models_registry.evaluation.models import EvalSuiteVersion
 from models_registry.models import ManifestFile, ModelAlias, ModelVersion
 from models_registry.services import estimate_memory
 
@@ -35,3 +36,13 @@ def test_seed_registers_the_packaged_gguf(model_root: Path) -> None:
     placed = Path(version.source_path)
     assert placed.is_relative_to(model_root) and not placed.is_symlink()
     assert version.files.get().size == placed.stat().st_size
+
+
+def test_seed_loads_the_builtin_evaluation_suites_once(model_root: Path) -> None:
+    lines = seed_registry()
+    suites = {v.suite.name: v.cases.count() for v in EvalSuiteVersion.objects.select_related("suite")}
+    assert suites == {"arithmetic": 40, "basic-facts": 40}
+    assert "evaluation suite arithmetic v1 (40 cases)" in lines
+    again = seed_registry()
+    assert EvalSuiteVersion.objects.count() == 2
+    assert not any(line.startswith("evaluation suite") for line in again)

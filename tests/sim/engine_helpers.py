@@ -34,7 +34,7 @@ def make_seq(prompt_tokens: int, max_tokens: int, salt: int = 0, prefix: list[in
     ids = list(prefix or []) + [1000 + (salt * 131 + i) % 50000 for i in range(prompt_tokens)]
     key = text.request_key(ids, salt)
     return Sequence(
-        prompt_ids=ids, max_tokens=max_tokens, key=key, natural_len=10**9, drift=0.0, ignore_eos=True
+        prompt_ids=ids, max_tokens=max_tokens, key=key, mean_len=10**9, drift=0.0, ignore_eos=True
     )
 
 

@@ -1,4 +1,4 @@
-"""Output text is a function of (prompt, seed); --sim-quality-drift perturbs a measurable share of tokens."""
+"""Output text is a function of (prompt, seed), the same in every process."""
 
 from __future__ import annotations
 
@@ -50,22 +50,7 @@ def test_n_choices_differ_under_sampling(sim: SimHandle) -> None:
     assert resp["usage"]["completion_tokens"] == 3 * 64
 
 
-def test_quality_drift_changes_about_that_share_of_tokens(sim: SimHandle, sim_factory: SimFactory) -> None:
+def test_a_drifted_engine_is_itself_deterministic(sim_factory: SimFactory) -> None:
+    # How far a drifted twin departs from the reference is tested in test_quality_drift.py.
     drifted = sim_factory("--max-model-len", "4096", "--sim-quality-drift", "0.2")
-    same = differ = 0
-    for i in range(10):
-        prompt = f"Evaluation prompt number {i}"
-        full = complete(sim, prompt, temperature=0, max_tokens=200, logprobs=0)["choices"][0]["logprobs"][
-            "tokens"
-        ]
-        quant = complete(drifted, prompt, temperature=0, max_tokens=200, logprobs=0)["choices"][0][
-            "logprobs"
-        ]["tokens"]
-        assert len(full) == len(quant) == 200
-        for a, b in zip(full, quant, strict=True):
-            same += a == b
-            differ += a != b
-    share = differ / (same + differ)
-    assert 0.15 < share < 0.25
-    # And a drifted engine is itself deterministic.
     assert texts(drifted, "again", temperature=0) == texts(drifted, "again", temperature=0)

@@ -118,7 +118,9 @@ def test_chat_logprobs_and_top_logprobs(sim: SimHandle) -> None:
     for tok in lp.content:
         assert tok.logprob <= 0.0
         assert len(tok.top_logprobs) == 3
-        assert tok.top_logprobs[0].logprob >= tok.top_logprobs[1].logprob >= tok.top_logprobs[2].logprob
+        # As in vLLM: the sampled token comes first, then the most likely ones by rank.
+        assert (tok.top_logprobs[0].token, tok.top_logprobs[0].logprob) == (tok.token, tok.logprob)
+        assert tok.top_logprobs[1].logprob >= tok.top_logprobs[2].logprob
 
 
 def test_completion_logprobs(sim: SimHandle) -> None:
@@ -127,7 +129,11 @@ def test_completion_logprobs(sim: SimHandle) -> None:
     )
     lp = r.choices[0].logprobs
     assert lp is not None and lp.tokens is not None and len(lp.tokens) == 3
-    assert lp.top_logprobs is not None and all(len(t) == 2 for t in lp.top_logprobs)
+    assert lp.top_logprobs is not None and lp.token_logprobs is not None
+    # The sampled token first, then the top 2 (one fewer when the sampled token is one of them).
+    for token, logprob, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, strict=True):
+        assert next(iter(top.items())) == (token, logprob)
+        assert len(top) in (2, 3)
 
 
 def test_api_key_enforced_for_openai_client(keyed_sim: SimHandle) -> None:

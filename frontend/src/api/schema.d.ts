@@ -261,6 +261,168 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/eval-cases/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Cases of suite versions; writable while their version is a draft. Filter with ?version=. */
+        get: operations["eval_cases_list"];
+        put?: never;
+        /** @description Cases of suite versions; writable while their version is a draft. Filter with ?version=. */
+        post: operations["eval_cases_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/eval-cases/{id}/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Cases of suite versions; writable while their version is a draft. Filter with ?version=. */
+        get: operations["eval_cases_retrieve"];
+        /** @description Cases of suite versions; writable while their version is a draft. Filter with ?version=. */
+        put: operations["eval_cases_update"];
+        post?: never;
+        /** @description Cases of suite versions; writable while their version is a draft. Filter with ?version=. */
+        delete: operations["eval_cases_destroy"];
+        options?: never;
+        head?: never;
+        /** @description Cases of suite versions; writable while their version is a draft. Filter with ?version=. */
+        patch: operations["eval_cases_partial_update"];
+        trace?: never;
+    };
+    "/api/eval-suite-versions/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Suite versions: made by upload or copy, deleted only while no run has used them. */
+        get: operations["eval_suite_versions_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/eval-suite-versions/{id}/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Suite versions: made by upload or copy, deleted only while no run has used them. */
+        get: operations["eval_suite_versions_retrieve"];
+        put?: never;
+        post?: never;
+        /** @description Suite versions: made by upload or copy, deleted only while no run has used them. */
+        delete: operations["eval_suite_versions_destroy"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/eval-suite-versions/{id}/copy/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description A new draft version with the same cases: how a frozen (used) version gets changed. */
+        post: operations["eval_suite_versions_copy_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/eval-suite-versions/{id}/export/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The version's cases as a JSONL download (uploading it again gives the same digest). */
+        get: operations["eval_suite_versions_export_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/eval-suites/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Evaluation suites. POST .../upload/ adds a version from JSONL (refused whole on any bad line). */
+        get: operations["eval_suites_list"];
+        put?: never;
+        /** @description Evaluation suites. POST .../upload/ adds a version from JSONL (refused whole on any bad line). */
+        post: operations["eval_suites_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/eval-suites/{id}/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Evaluation suites. POST .../upload/ adds a version from JSONL (refused whole on any bad line). */
+        get: operations["eval_suites_retrieve"];
+        /** @description Evaluation suites. POST .../upload/ adds a version from JSONL (refused whole on any bad line). */
+        put: operations["eval_suites_update"];
+        post?: never;
+        /** @description Evaluation suites. POST .../upload/ adds a version from JSONL (refused whole on any bad line). */
+        delete: operations["eval_suites_destroy"];
+        options?: never;
+        head?: never;
+        /** @description Evaluation suites. POST .../upload/ adds a version from JSONL (refused whole on any bad line). */
+        patch: operations["eval_suites_partial_update"];
+        trace?: never;
+    };
+    "/api/eval-suites/{id}/upload/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description A JSONL file (or text) becomes the suite's next version; any bad line refuses the whole file. */
+        post: operations["eval_suites_upload_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/fit-check/": {
         parameters: {
             query?: never;
@@ -999,6 +1161,11 @@ export interface components {
             /** Format: date-time */
             readonly created_at: string;
         };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        CopyRequest: {
+            /** @default  */
+            note: string;
+        };
         Csrf: {
             /** @description Also set as the csrftoken cookie. */
             csrfToken: string;
@@ -1171,6 +1338,64 @@ export interface components {
             /** Format: double */
             itl_p50_s: number | null;
             has_metrics: boolean;
+        };
+        /** @description A case; validated by the same rules as a JSONL line (suites.validate_case), errors per field. */
+        EvalCase: {
+            readonly id: number;
+            version: number;
+            case_id: string;
+            position: number;
+            prompt: string;
+            messages: unknown;
+            expected: unknown;
+            match_rule: unknown;
+            tags: unknown;
+        };
+        /** @description A case; validated by the same rules as a JSONL line (suites.validate_case), errors per field. */
+        EvalCaseRequest: {
+            version: number;
+            case_id: string;
+            position?: number;
+            prompt?: string;
+            messages?: unknown;
+            expected?: unknown;
+            match_rule?: unknown;
+            tags?: unknown;
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        EvalSuite: {
+            readonly id: number;
+            name: string;
+            description: string;
+            readonly builtin: boolean;
+            readonly version_count: number;
+            readonly latest_version: {
+                [key: string]: unknown;
+            } | null;
+            /** Format: date-time */
+            readonly created_at: string;
+            /** Format: date-time */
+            readonly updated_at: string;
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        EvalSuiteRequest: {
+            name: string;
+            description?: string;
+        };
+        EvalSuiteVersion: {
+            readonly id: number;
+            readonly suite: number;
+            readonly suite_name: string;
+            readonly number: number;
+            readonly note: string;
+            readonly source: string;
+            readonly case_count: number;
+            readonly digest: string;
+            readonly locked: boolean;
+            /** Format: date-time */
+            readonly locked_at: string | null;
+            /** Format: date-time */
+            readonly created_at: string;
         };
         /** @description Inputs of the fit calculator; memory in GiB or bytes (bytes win when both are given). */
         FitCheckRequest: {
@@ -1475,6 +1700,51 @@ export interface components {
             previous?: string | null;
             results: components["schemas"]["Deployment"][];
         };
+        PaginatedEvalCaseList: {
+            /** @example 123 */
+            count: number;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=400&limit=100
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=200&limit=100
+             */
+            previous?: string | null;
+            results: components["schemas"]["EvalCase"][];
+        };
+        PaginatedEvalSuiteList: {
+            /** @example 123 */
+            count: number;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=400&limit=100
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=200&limit=100
+             */
+            previous?: string | null;
+            results: components["schemas"]["EvalSuite"][];
+        };
+        PaginatedEvalSuiteVersionList: {
+            /** @example 123 */
+            count: number;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=400&limit=100
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=200&limit=100
+             */
+            previous?: string | null;
+            results: components["schemas"]["EvalSuiteVersion"][];
+        };
         PaginatedHostList: {
             /** @example 123 */
             count: number;
@@ -1682,6 +1952,22 @@ export interface components {
             port?: number;
             served_model_name?: string;
             role?: string;
+        };
+        /** @description A case; validated by the same rules as a JSONL line (suites.validate_case), errors per field. */
+        PatchedEvalCaseRequest: {
+            version?: number;
+            case_id?: string;
+            position?: number;
+            prompt?: string;
+            messages?: unknown;
+            expected?: unknown;
+            match_rule?: unknown;
+            tags?: unknown;
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        PatchedEvalSuiteRequest: {
+            name?: string;
+            description?: string;
         };
         /** @description A host; GPUs, heartbeat and state come from its agent and are read-only here. */
         PatchedHostRequest: {
@@ -2090,6 +2376,14 @@ export interface components {
             minutes: number;
             routed: components["schemas"]["RoutedTraffic"][];
             refused: components["schemas"]["RefusedTraffic"][];
+        };
+        /** @description A JSONL upload: a multipart `file`, or the text itself as `jsonl`; an optional note. */
+        UploadRequest: {
+            /** Format: binary */
+            file?: string;
+            jsonl?: string;
+            /** @default  */
+            note: string;
         };
         UsageBucket: {
             /** Format: date-time */
@@ -2652,6 +2946,470 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["PreflightResult"];
+                };
+            };
+        };
+    };
+    eval_cases_list: {
+        parameters: {
+            query?: {
+                /** @description Number of results to return per page. */
+                limit?: number;
+                /**
+                 * @description * `exact` - exact
+                 *     * `normalized` - normalized
+                 *     * `regex` - regex
+                 *     * `numeric` - numeric
+                 *     * `choice` - choice
+                 */
+                match_rule?: "choice" | "exact" | "normalized" | "numeric" | "regex";
+                /** @description The initial index from which to return the results. */
+                offset?: number;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                /** @description A search term. */
+                search?: string;
+                version?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedEvalCaseList"];
+                };
+            };
+        };
+    };
+    eval_cases_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["EvalCaseRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["EvalCaseRequest"];
+                "multipart/form-data": components["schemas"]["EvalCaseRequest"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EvalCase"];
+                };
+            };
+        };
+    };
+    eval_cases_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this eval case. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EvalCase"];
+                };
+            };
+        };
+    };
+    eval_cases_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this eval case. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["EvalCaseRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["EvalCaseRequest"];
+                "multipart/form-data": components["schemas"]["EvalCaseRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EvalCase"];
+                };
+            };
+        };
+    };
+    eval_cases_destroy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this eval case. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No response body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    eval_cases_partial_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this eval case. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["PatchedEvalCaseRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["PatchedEvalCaseRequest"];
+                "multipart/form-data": components["schemas"]["PatchedEvalCaseRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EvalCase"];
+                };
+            };
+        };
+    };
+    eval_suite_versions_list: {
+        parameters: {
+            query?: {
+                /** @description Number of results to return per page. */
+                limit?: number;
+                /** @description The initial index from which to return the results. */
+                offset?: number;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                /** @description A search term. */
+                search?: string;
+                suite?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedEvalSuiteVersionList"];
+                };
+            };
+        };
+    };
+    eval_suite_versions_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this eval suite version. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EvalSuiteVersion"];
+                };
+            };
+        };
+    };
+    eval_suite_versions_destroy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this eval suite version. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No response body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    eval_suite_versions_copy_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this eval suite version. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["CopyRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["CopyRequest"];
+                "multipart/form-data": components["schemas"]["CopyRequest"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EvalSuiteVersion"];
+                };
+            };
+        };
+    };
+    eval_suite_versions_export_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this eval suite version. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-ndjson": string;
+                };
+            };
+        };
+    };
+    eval_suites_list: {
+        parameters: {
+            query?: {
+                builtin?: boolean;
+                /** @description Number of results to return per page. */
+                limit?: number;
+                /** @description The initial index from which to return the results. */
+                offset?: number;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                /** @description A search term. */
+                search?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedEvalSuiteList"];
+                };
+            };
+        };
+    };
+    eval_suites_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["EvalSuiteRequest"];
+                "multipart/form-data": components["schemas"]["EvalSuiteRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["EvalSuiteRequest"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EvalSuite"];
+                };
+            };
+        };
+    };
+    eval_suites_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this eval suite. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EvalSuite"];
+                };
+            };
+        };
+    };
+    eval_suites_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this eval suite. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["EvalSuiteRequest"];
+                "multipart/form-data": components["schemas"]["EvalSuiteRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["EvalSuiteRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EvalSuite"];
+                };
+            };
+        };
+    };
+    eval_suites_destroy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this eval suite. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No response body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    eval_suites_partial_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this eval suite. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["PatchedEvalSuiteRequest"];
+                "multipart/form-data": components["schemas"]["PatchedEvalSuiteRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["PatchedEvalSuiteRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EvalSuite"];
+                };
+            };
+        };
+    };
+    eval_suites_upload_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this eval suite. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["UploadRequest"];
+                "multipart/form-data": components["schemas"]["UploadRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["UploadRequest"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EvalSuiteVersion"];
                 };
             };
         };

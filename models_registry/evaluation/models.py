@@ -1,0 +1,159 @@
+"""Evaluation suites: named sets of cases, in numbered versions that freeze once a run has used them.
+
+A suite (EvalSuite) has versions (EvalSuiteVersion, numbered 1, 2, ... per suite); a version holds
+its cases (EvalCase). A JSONL upload always makes a new version. A version is a draft, whose cases may
+still be added, edited or removed, until the first evaluation run uses it: the run sets `locked_at`
+(EvalSuiteVersion.lock(), in the run's transaction) and from then on the version and its cases refuse
+every change (save/delete raise SuiteVersionLocked; the API answers 409). Runs will point at the
+version with on_delete=PROTECT, so a used version cannot be deleted either; to change a used suite,
+copy its version into a new draft. docs/evaluations.md, "Suites", says the same for users.
+
+These models are registered through models_registry.models, which imports them; they import nothing of
+the registry's other models.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from models_registry.evaluation.rules import MatchRule
+
+
+class SuiteVersionLocked(Exception):
+    """A change to a suite version (or its cases) that a run has already used."""
+
+    def __init__(self, version: EvalSuiteVersion) -> None:
+        super().__init__(
+            f"{version} is used by an evaluation run and can no longer change; copy it into a new version."
+        )
+        self.version = version
+
+
+class EvalSuite(models.Model):
+    """A named set of evaluation cases, e.g. "basic-facts"; its content lives in numbered versions."""
+
+    name = models.CharField(max_length=200, unique=True)
+    description = models.TextField(blank=True, default="")
+    # Shipped with inferchain (loaded by seed_builtin_suites) rather than made by a user.
+    builtin = models.BooleanField(default=False)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class EvalSuiteVersion(models.Model):
+    """One numbered version of a suite's cases; frozen once a run has used it (locked_at is set)."""
+
+    suite = models.ForeignKey(EvalSuite, on_delete=models.CASCADE, related_name="versions")
+    number = models.PositiveIntegerField()
+    note = models.TextField(blank=True, default="")
+    # "upload", "copy", "builtin" or "api": how the version was made.
+    source = models.CharField(max_length=16, default="upload")
+    case_count = models.PositiveIntegerField(default=0)
+    # sha256 over the canonical JSONL of the cases (see suites.cases_digest): same cases, same digest.
+    digest = models.CharField(max_length=64, blank=True, default="")
+    # Set by the first evaluation run that uses this version; never cleared.
+    locked_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["suite__name", "-number"]
+        constraints = [
+            models.UniqueConstraint(fields=["suite", "number"], name="eval_suite_version_number_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.suite.name} v{self.number}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        self.assert_unlocked()
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> Any:
+        self.assert_unlocked()
+        return super().delete(*args, **kwargs)
+
+    @property
+    def locked(self) -> bool:
+        return self.locked_at is not None
+
+    def lock(self) -> None:
+        """Freeze this version (an evaluation run is about to use it). Idempotent."""
+        if self.locked_at is None:
+            now = timezone.now()
+            EvalSuiteVersion.objects.filter(pk=self.pk, locked_at__isnull=True).update(locked_at=now)
+            self.refresh_from_db(fields=["locked_at"])
+
+    def assert_unlocked(self) -> None:
+        """Raise SuiteVersionLocked if a run has used this version (read from the database, not memory)."""
+        if (
+            self.pk is not None
+            and EvalSuiteVersion.objects.filter(pk=self.pk, locked_at__isnull=False).exists()
+        ):
+            raise SuiteVersionLocked(self)
+
+
+class EvalCase(models.Model):
+    """One case: a prompt (or a chat message list), optionally an expected answer with its match rule."""
+
+    version = models.ForeignKey(EvalSuiteVersion, on_delete=models.CASCADE, related_name="cases")
+    # The case's id inside its suite ("capital-france"); stable across versions so runs can be compared.
+    case_id = models.CharField(max_length=200)
+    # Order in the suite (the JSONL line order).
+    position = models.PositiveIntegerField(default=0)
+    # Exactly one of prompt (a completion-style user prompt, sent as one user message) or messages.
+    prompt = models.TextField(blank=True, default="")
+    messages = models.JSONField(null=True, blank=True)
+    expected = models.TextField(null=True, blank=True)
+    match_rule = models.CharField(
+        max_length=16, choices=[(rule.value, rule.value) for rule in MatchRule], blank=True, default=""
+    )
+    tags = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["version", "position", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["version", "case_id"], name="eval_case_id_unique_per_version"),
+            models.CheckConstraint(
+                condition=(models.Q(messages__isnull=True) & ~models.Q(prompt=""))
+                | (models.Q(messages__isnull=False) & models.Q(prompt="")),
+                name="eval_case_prompt_xor_messages",
+            ),
+            models.CheckConstraint(
+                condition=(models.Q(expected__isnull=True) & models.Q(match_rule=""))
+                | (models.Q(expected__isnull=False) & ~models.Q(match_rule="")),
+                name="eval_case_expected_has_rule",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.case_id
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        self.version.assert_unlocked()
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> Any:
+        self.version.assert_unlocked()
+        return super().delete(*args, **kwargs)
+
+    def chat_messages(self) -> list[dict[str, str]]:
+        """What the case sends to a chat endpoint: its messages, or its prompt as one user message."""
+        if self.messages:
+            return [dict(m) for m in self.messages]
+        return [{"role": "user", "content": self.prompt}]
