@@ -88,6 +88,9 @@ class RequestLog(models.Model):
     endpoint_kind = models.CharField(max_length=32, blank=True, default="")
     alias = models.CharField(max_length=100, blank=True, default="")
     deployment_id = models.BigIntegerField(null=True, blank=True)
+    # The model version that answered (the deployment's at the time; empty for static endpoints and
+    # for requests no engine saw). A plain id like deployment_id: the log outlives the rows it names.
+    model_version_id = models.BigIntegerField(null=True, blank=True)
     upstream = models.CharField(max_length=200, blank=True, default="")
     status = models.PositiveSmallIntegerField()
     error_type = models.CharField(max_length=64, blank=True, default="")

@@ -1046,6 +1046,8 @@ class Proxy:
     def _raise_no_endpoint(
         self, pool: Pool, tokens: int, out: int | None, out_field: str, token_prompt: bool
     ) -> None:
+        if not pool.endpoints and pool.version_id is not None:
+            self._raise_if_version_not_ready(pool)
         lens = [ep.max_model_len for ep in pool.endpoints if ep.max_model_len is not None]
         if pool.endpoints and lens and len(lens) == len(pool.endpoints):
             context_error = context_length_error(max(lens), tokens, out, out_field, token_prompt)
@@ -1053,6 +1055,42 @@ class Proxy:
                 raise context_error
         raise unavailable(
             f"No healthy endpoint serves '{pool.alias}' right now; retry shortly.", code="no_healthy_endpoint"
+        )
+
+    def _raise_if_version_not_ready(self, pool: Pool) -> None:
+        """503 naming the version when no ready deployment anywhere runs the alias's active version.
+
+        Deployments of the alias's other versions never stand in for it: the client is told which
+        version is meant, which ones are ready, and what an operator can do.
+        """
+        snap = self.snapshot
+        version = pool.version_id
+        if any(
+            ep.version_id == version for ep in snap.endpoints.values() if ep.served_model_name == pool.alias
+        ):
+            return  # some pool does have it: the usual "no healthy endpoint" answer applies
+        info = snap.models.get(pool.alias)
+        label = info.version_label if info is not None and info.version_label else f"version {version}"
+        others = sorted(
+            {
+                f"{snap.version_labels.get(ep.version_id, ep.version_id)} (id {ep.version_id})"
+                for ep in snap.endpoints.values()
+                if ep.served_model_name == pool.alias and ep.version_id is not None
+            }
+        )
+        ready = (
+            f" Ready deployments of other versions ({', '.join(others)}) do not take its traffic."
+            if others
+            else ""
+        )
+        raise ProxyError(
+            503,
+            f"The model '{pool.alias}' is served by its active version {label} (id {version}), which has no "
+            f"ready deployment.{ready} Deploy {label} (or wait for its deployment to become ready), or "
+            f"switch the alias '{pool.alias}' to a version that has a ready deployment.",
+            type="service_unavailable_error",
+            param="model",
+            code="model_version_not_ready",
         )
 
     def _default_out(self, candidates: list[Endpoint], tokens: int) -> int:
@@ -1451,6 +1489,7 @@ class Proxy:
                 "endpoint_kind": ctx.kind,
                 "alias": ctx.alias[:100],
                 "deployment_id": ctx.endpoint.deployment_id if ctx.endpoint else None,
+                "model_version_id": ctx.endpoint.version_id if ctx.endpoint else None,
                 "upstream": ctx.endpoint.base_url if ctx.endpoint else "",
                 "status": ctx.status,
                 "error_type": ctx.error_type[:64],

@@ -97,6 +97,8 @@ class Endpoint:
     max_model_len: int | None
     block_size: int
     role: str = ""
+    # The model version the deployment runs (None for a static endpoint, which serves whatever it serves).
+    version_id: int | None = None
     # The deployment's engine ("vllm", "llamacpp", "sim"); empty for a static endpoint.
     engine: str = ""
     # Whether it answers /v1/embeddings: False when its engine cannot, None when unknown (vLLM decides
@@ -121,7 +123,16 @@ class Pool:
     max_retries: int = 2
     max_inflight_per_endpoint: int = 64
     batch_max_fraction: float = 0.8
+    # What requests go to: the pool's ready endpoints that run the alias's active version (every one
+    # when the served name is no registry alias; static endpoints always). Filtered when the snapshot
+    # is built, so version selection costs the hot path nothing.
     endpoints: list[Endpoint] = field(default_factory=list)
+    # The version `endpoints` run (None: the served name is no registry alias).
+    version_id: int | None = None
+    # The pool's ready endpoints of its alias's other versions, by version id. They receive nothing
+    # today; a rollout that names one of them (the canary draw of issue 12 item 3, or shadow traffic)
+    # picks from here without another snapshot rebuild.
+    staged: dict[int, list[Endpoint]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +168,8 @@ class ModelInfo:
     # No tokenizer file and only simulated engines serve it: they count with the simulator's built-in
     # rule (nodes.sim.text), so the proxy counts with it too and gets their usage.prompt_tokens exactly.
     sim_tokens: bool = False
+    # "model@revision" of the active version, for errors that name it.
+    version_label: str = ""
 
 
 @dataclass(slots=True)
@@ -169,6 +182,8 @@ class RoutingSnapshot:
     endpoints: dict[str, Endpoint] = field(default_factory=dict)
     # Aliases none of whose endpoints serve /v1/embeddings (the proxy answers that itself).
     no_embeddings: frozenset[str] = frozenset()
+    # "model@revision" of every version some ready deployment runs (for errors that name versions).
+    version_labels: dict[int, str] = field(default_factory=dict)
 
 
 def parse_rule(raw: dict[str, Any]) -> Rule:
@@ -284,10 +299,15 @@ def _static_endpoints() -> list[Endpoint]:
     return out
 
 
-def _fleet_endpoints() -> list[Endpoint]:
-    """Ready deployments of the fleet (nodes/)."""
+def _fleet_endpoints(version_labels: dict[int, str] | None = None) -> list[Endpoint]:
+    """Ready deployments of the fleet (nodes/); `version_labels` collects "model@revision" by version id."""
     out: list[Endpoint] = []
-    for dep in Deployment.objects.select_related("host").filter(state=DeploymentState.READY):
+    ready = Deployment.objects.select_related("host", "model_version__model").filter(
+        state=DeploymentState.READY
+    )
+    for dep in ready:
+        if version_labels is not None:
+            version_labels[dep.model_version_id] = str(dep.model_version)
         out.append(
             Endpoint(
                 id=str(dep.pk),
@@ -298,6 +318,7 @@ def _fleet_endpoints() -> list[Endpoint]:
                 max_model_len=dep.max_model_len,
                 block_size=dep.block_size or 16,
                 role=dep.role,
+                version_id=dep.model_version_id,
                 engine=dep.engine,
                 embeddings=_serves_embeddings(dep.engine, dep.extra_args or []),
                 sim_builtin_tokenizer=dep.engine == "sim"
@@ -322,13 +343,14 @@ def _serves_embeddings(engine: str, extra_args: list[str]) -> bool | None:
 
 def _models() -> dict[str, ModelInfo]:
     out: dict[str, ModelInfo] = {}
-    for alias in ModelAlias.objects.select_related("active_version"):
+    for alias in ModelAlias.objects.select_related("active_version__model"):
         version = alias.active_version
         out[alias.name] = ModelInfo(
             alias=alias.name,
             version_id=version.pk if version else None,
             tokenizer_path=(version.tokenizer_path or None) if version else None,
             max_context=version.max_context if version else None,
+            version_label=str(version) if version else "",
         )
     return out
 
@@ -346,19 +368,51 @@ def _with_counting_rules(models: dict[str, ModelInfo], by_alias: dict[str, list[
                 tokenizer_path=None,
                 max_context=info.max_context if info else None,
                 sim_tokens=True,
+                version_label=info.version_label if info else "",
             )
+
+
+def _split_by_version(
+    endpoints: list[Endpoint], models: dict[str, ModelInfo]
+) -> tuple[dict[str, list[Endpoint]], dict[str, dict[int, list[Endpoint]]]]:
+    """Each served name's endpoints that run its alias's active version, and the others by version.
+
+    An endpoint serves its alias when it runs the active version, when its served name is no registry
+    alias (nothing says which version is meant), or when it is static (no version known).
+    """
+    serving: dict[str, list[Endpoint]] = {}
+    staged: dict[str, dict[int, list[Endpoint]]] = {}
+    for ep in endpoints:
+        info = models.get(ep.served_model_name)
+        if ep.version_id is None or info is None or info.version_id in (None, ep.version_id):
+            serving.setdefault(ep.served_model_name, []).append(ep)
+        else:
+            staged.setdefault(ep.served_model_name, {}).setdefault(ep.version_id, []).append(ep)
+    return serving, staged
+
+
+def _staged_for(staged: dict[int, list[Endpoint]] | None, role: str) -> dict[int, list[Endpoint]]:
+    if not staged:
+        return {}
+    out = {v: [ep for ep in eps if not role or ep.role == role] for v, eps in staged.items()}
+    return {v: eps for v, eps in out.items() if eps}
 
 
 def load_routing_snapshot() -> RoutingSnapshot:
     """Pools, policies, aliases and endpoints as one consistent snapshot (sync: call it in a thread)."""
-    endpoints = _fleet_endpoints() + _static_endpoints()
+    models = _models()
+    version_labels: dict[int, str] = {}
+    endpoints = _fleet_endpoints(version_labels) + _static_endpoints()
     by_alias: dict[str, list[Endpoint]] = {}
     for ep in endpoints:
         by_alias.setdefault(ep.served_model_name, []).append(ep)
+    # Version selection happens here, once per reload: pools hold only the active version's endpoints.
+    serving, staged = _split_by_version(endpoints, models)
 
     pools: dict[str, Pool] = {}
     for row in RoutePool.objects.all():
-        members = [ep for ep in by_alias.get(row.alias, []) if not row.role or ep.role == row.role]
+        members = [ep for ep in serving.get(row.alias, []) if not row.role or ep.role == row.role]
+        info = models.get(row.alias)
         pools[row.name] = Pool(
             name=row.name,
             alias=row.alias,
@@ -372,11 +426,21 @@ def load_routing_snapshot() -> RoutingSnapshot:
             max_inflight_per_endpoint=row.max_inflight_per_endpoint,
             batch_max_fraction=row.batch_max_fraction,
             endpoints=members,
+            version_id=info.version_id if info else None,
+            staged=_staged_for(staged.get(row.alias), row.role),
         )
-    # Every alias served by some endpoint gets an implicit pool so a fresh fleet routes with no setup.
-    for alias, members in by_alias.items():
+    # Every alias served by some endpoint gets an implicit pool so a fresh fleet routes with no setup;
+    # one whose active version has no ready endpoint too (empty), so its requests are told why.
+    for alias in by_alias:
         if alias not in pools:
-            pools[alias] = Pool(name=alias, alias=alias, endpoints=list(members))
+            info = models.get(alias)
+            pools[alias] = Pool(
+                name=alias,
+                alias=alias,
+                endpoints=list(serving.get(alias, [])),
+                version_id=info.version_id if info else None,
+                staged=_staged_for(staged.get(alias), ""),
+            )
 
     policies: dict[str, Policy] = {}
     for prow in RoutePolicy.objects.select_related("default_pool", "fallback_pool"):
@@ -394,8 +458,7 @@ def load_routing_snapshot() -> RoutingSnapshot:
             fallback_pool=prow.fallback_pool.name if prow.fallback_pool else None,
         )
     aliases = sorted(set(by_alias) | set(policies))
-    models = _models()
-    _with_counting_rules(models, by_alias)
+    _with_counting_rules(models, serving)
     return RoutingSnapshot(
         pools=pools,
         policies=policies,
@@ -403,8 +466,9 @@ def load_routing_snapshot() -> RoutingSnapshot:
         aliases=tuple(aliases),
         endpoints={ep.id: ep for ep in endpoints},
         no_embeddings=frozenset(
-            alias for alias, members in by_alias.items() if all(ep.embeddings is False for ep in members)
+            alias for alias, members in serving.items() if all(ep.embeddings is False for ep in members)
         ),
+        version_labels=version_labels,
     )
 
 

@@ -40,6 +40,7 @@ COLUMNS = (
     "endpoint_kind",
     "alias",
     "deployment_id",
+    "model_version_id",
     "upstream",
     "status",
     "error_type",

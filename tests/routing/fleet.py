@@ -39,14 +39,17 @@ def start_member(
     role: str = "",
     max_model_len: int = 4096,
     time_scale: float = 50.0,
+    version: ModelVersion | None = None,
 ) -> FleetMember:
-    """A ready Deployment row plus a simulator that accepts exactly its derived engine key."""
+    """A ready Deployment row plus a simulator that accepts exactly its derived engine key.
+
+    It runs `version`, by default the alias's active version."""
     ensure_alias(alias)
     host, _ = Host.objects.get_or_create(name="sim-host", defaults={"address": "127.0.0.1"})
     port = free_port()
     dep = Deployment.objects.create(
         name=f"{alias}-{port}",
-        model_version=ModelAlias.objects.get(name=alias).active_version,
+        model_version=version or ModelAlias.objects.get(name=alias).active_version,
         host=host,
         port=port,
         served_model_name=alias,

@@ -2179,6 +2179,7 @@ export interface components {
             readonly endpoint_kind: string;
             readonly alias: string;
             readonly deployment_id: number | null;
+            readonly model_version_id: number | null;
             readonly upstream: string;
             readonly status: number;
             readonly error_type: string;

@@ -260,6 +260,8 @@ function RequestDialog({ row, onClose }: { row: RequestLogRow | null; onClose: (
             <dd>{row.tenant_name} / <code>{row.key_prefix}…</code></dd>
             <dt>Upstream</dt>
             <dd>{row.deployment_id !== null ? `deployment #${row.deployment_id} ` : ""}{row.upstream || "—"}</dd>
+            <dt>Model version</dt>
+            <dd>{row.model_version_id !== null ? `#${row.model_version_id}` : "—"}</dd>
             <dt>Route</dt>
             <dd>{row.route_pool} — {row.route_reason || "—"}</dd>
             <dt>Retries</dt>
