@@ -10,11 +10,17 @@ as `inferchain_proxy_route_decision_seconds`.
 Then the prefix key that `prefix_affinity` and `weighted` are given, built once per request at
 admission: one hash of the first 16 full blocks of 16 token ids (`token_prefix_key`, when the
 version's tokenizer is known) or of 64-character blocks (`prefix_key`, without one).
+
+Last, the proxy's own part of the decision before the scorer (`Proxy._pick_pool` and
+`Proxy._candidates`: policy rules, the pool's endpoints that fit and are available) for an alias
+whose pool has `--endpoints` endpoints of its active version and, where the snapshot knows about
+versions, as many staged endpoints of another version (which the decision must not look at).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import sys
@@ -79,6 +85,67 @@ def main() -> None:
                 build(inputs[n % 100])
             reps.append((time.perf_counter() - t0) / args.decisions * 1e6)
         print(f"| {label} | {statistics.median(reps):.2f} |")
+    print()
+    proxy_decision(args.endpoints, args.decisions)
+
+
+def proxy_decision(endpoints: int, decisions: int) -> None:
+    import django  # late: the scorer timings above need no Django settings
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "inferchain.settings")
+    django.setup()
+    from routing.proxy.app import Proxy, RequestContext
+    from routing.proxy.config import Endpoint, KeyInfo, Limits, Policy, Pool, RoutingSnapshot, Rule
+
+    has_versions = "version_id" in Endpoint.__dataclass_fields__
+
+    def endpoint(i: int, version: int) -> Endpoint:
+        extra: dict[str, Any] = {"version_id": version} if has_versions else {}
+        return Endpoint(
+            **extra,
+            id=str(i),
+            deployment_id=i,
+            base_url=f"http://127.0.0.1:{9000 + i}",
+            api_key="",
+            served_model_name="m",
+            max_model_len=8192,
+            block_size=16,
+        )
+
+    active = [endpoint(i, 1) for i in range(endpoints)]
+    pool = Pool(name="m", alias="m", endpoints=active)
+    versioned = "staged" in Pool.__dataclass_fields__
+    if versioned:
+        pool = Pool(
+            name="m",
+            alias="m",
+            endpoints=active,
+            version_id=1,
+            staged={2: [endpoint(endpoints + i, 2) for i in range(endpoints)]},
+        )
+    policy = Policy(
+        name="p",
+        alias="m",
+        rules=(Rule(pool="m", tasks=frozenset({"summarize"})), Rule(pool="m", max_prompt_tokens=6000)),
+        default_pool="m",
+        fallback_pool=None,
+    )
+    proxy = Proxy()
+    proxy.snapshot = RoutingSnapshot(pools={"m": pool}, policies={"m": policy}, aliases=("m",))
+    key = KeyInfo(1, "k", "h", 1, "t", True, False, frozenset(), None, False, Limits(), Limits())
+    ctx = RequestContext(request_id="r", kind="chat", started=0.0, key=key, prompt_tokens=900)
+    reps = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(decisions):
+            chosen, _reason = proxy._pick_pool(policy, "m", ctx, None)
+            proxy._candidates(chosen, policy, 900, 256)
+        reps.append((time.perf_counter() - t0) / decisions * 1e6)
+    staged = f" + {endpoints} staged of another version" if versioned else " (no version data)"
+    print("| proxy decision before the scorer | us per request (median of 5) |")
+    print("|---|---:|")
+    label = f"policy (2 rules) + candidates, {endpoints} active endpoints{staged}"
+    print(f"| {label} | {statistics.median(reps):.2f} |")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,10 @@ the demo tenants' quotas that let both pools work, and the key of the demo's bac
 
 Short prompts go to the high-throughput pool (least outstanding); long prompts, `x-task: summarize`
 and anything the fast pool cannot take go to the long-context pool (best fit on free KV cache).
+
+The fast engines run the AWQ quantization, a version other than the alias's active one (fp16), so
+the fast pool names that version (`RoutePool.model_version`): a pool that names none serves only the
+active version's deployments.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from django.db import transaction
 from console.models import ApiKey, Quota, Tenant
 from console.services import issue_api_key, revoke_api_key
 from core.redis_client import publish_config_change
+from models_registry.models import ModelAlias, ModelVersion
 from nodes.demo import DEMO_ENGINES, demo_traffic_key_file
+from nodes.models import Deployment
 from routing.choices import Scorer
 from routing.models import RoutePolicy, RoutePool
 
@@ -62,17 +68,37 @@ DEMO_TRAFFIC_QUOTA: dict[str, int | None] = {
 }
 
 
+def _fast_version() -> ModelVersion | None:
+    """The version the demo's high-throughput engines run when it is not the alias's active one."""
+    alias = ModelAlias.objects.filter(name=DEMO_ALIAS).first()
+    versions = set(
+        Deployment.objects.filter(served_model_name=DEMO_ALIAS, role="high-throughput").values_list(
+            "model_version_id", flat=True
+        )
+    )
+    if alias is None or len(versions) != 1 or alias.active_version_id in versions:
+        return None
+    return ModelVersion.objects.get(pk=versions.pop())
+
+
 def seed_demo_routing() -> list[str]:
     """Create the demo pools and policy if absent (idempotent); returns lines for the seed output."""
-    fast, _ = RoutePool.objects.get_or_create(
+    fast_version = _fast_version()
+    fast, created = RoutePool.objects.get_or_create(
         name="llama-fast",
         defaults={
             "alias": DEMO_ALIAS,
             "role": "high-throughput",
+            "model_version": fast_version,
             "scorer": Scorer.LEAST_OUTSTANDING,
             "first_byte_timeout_s": 30.0,
         },
     )
+    if not created and fast.model_version_id is None and fast_version is not None:
+        # Seeded before pools named versions: without it the fast pool would serve nothing.
+        fast.model_version = fast_version
+        fast.save(update_fields=["model_version", "updated_at"])
+        publish_config_change("route_pool", id=fast.pk)
     long, _ = RoutePool.objects.get_or_create(
         name="llama-long",
         defaults={"alias": DEMO_ALIAS, "role": "long-context", "scorer": Scorer.BEST_FIT},

@@ -19,6 +19,16 @@ class RoutePool(models.Model):
     # The served model name (ModelAlias.name) whose ready deployments make up the pool.
     alias = models.CharField(max_length=100)
     role = models.CharField(max_length=32, blank=True, default="")
+    # Empty: the pool serves the alias's active version (and follows a switch). Set: the pool serves
+    # this version's deployments whatever the active version is (a tier on purpose, such as the
+    # demo's quantized fast pool); only an operator's explicit choice, never a fallback.
+    model_version = models.ForeignKey(
+        "models_registry.ModelVersion",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="route_pools",
+    )
     scorer = models.CharField(max_length=32, choices=Scorer.choices, default=Scorer.LEAST_OUTSTANDING)
     # For the weighted scorer: {"load": 1.0, "kv": 1.0, "prefix": 0.5}; ignored by the others.
     scorer_weights = models.JSONField(default=dict, blank=True)

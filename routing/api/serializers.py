@@ -8,6 +8,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from core.api.base import StrictModelSerializer
+from models_registry.models import ModelAlias
 from routing.models import RequestLog, RoutePolicy, RoutePool
 from routing.proxy.config import parse_rule
 from routing.proxy.requestlog import COLUMNS as REQUEST_LOG_COLUMNS
@@ -59,6 +60,7 @@ class RoutePoolSerializer(StrictModelSerializer):
             "name",
             "alias",
             "role",
+            "model_version",
             "scorer",
             "scorer_weights",
             "session_header",
@@ -89,6 +91,18 @@ class RoutePoolSerializer(StrictModelSerializer):
             value = attrs.get(name)
             if value is not None and value <= 0:
                 raise serializers.ValidationError({name: ["Must be greater than 0 seconds."]})
+        version = attrs.get("model_version", getattr(self.instance, "model_version", None))
+        alias_name = attrs.get("alias", getattr(self.instance, "alias", None))
+        alias = ModelAlias.objects.select_related("active_version").filter(name=alias_name).first()
+        if version is not None and alias is not None and version.model_id != alias.active_version.model_id:
+            raise serializers.ValidationError(
+                {
+                    "model_version": [
+                        f"Version {version} is not a version of the model behind '{alias.name}' "
+                        f"({alias.active_version}); a pool serves one model."
+                    ]
+                }
+            )
         return attrs
 
 

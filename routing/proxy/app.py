@@ -1058,24 +1058,22 @@ class Proxy:
         )
 
     def _raise_if_version_not_ready(self, pool: Pool) -> None:
-        """503 naming the version when no ready deployment anywhere runs the alias's active version.
+        """503 naming the version when no ready deployment anywhere runs the version the pool serves.
 
         Deployments of the alias's other versions never stand in for it: the client is told which
         version is meant, which ones are ready, and what an operator can do.
         """
         snap = self.snapshot
         version = pool.version_id
-        if any(
-            ep.version_id == version for ep in snap.endpoints.values() if ep.served_model_name == pool.alias
-        ):
+        mine = [ep for ep in snap.endpoints.values() if ep.served_model_name == pool.alias]
+        if any(ep.version_id == version for ep in mine):
             return  # some pool does have it: the usual "no healthy endpoint" answer applies
-        info = snap.models.get(pool.alias)
-        label = info.version_label if info is not None and info.version_label else f"version {version}"
+        label = f"{pool.version_label or 'version'} (id {version})"
         others = sorted(
             {
-                f"{snap.version_labels.get(ep.version_id, ep.version_id)} (id {ep.version_id})"
-                for ep in snap.endpoints.values()
-                if ep.served_model_name == pool.alias and ep.version_id is not None
+                f"{snap.version_labels.get(v, 'version')} (id {v})"
+                for ep in mine
+                if (v := ep.version_id) is not None
             }
         )
         ready = (
@@ -1083,11 +1081,16 @@ class Proxy:
             if others
             else ""
         )
+        if pool.pinned:
+            what = f"The pool '{pool.name}' serves the model '{pool.alias}' with version {label}"
+            remedy = "or set the pool's model_version to a version that has one (or clear it)."
+        else:
+            what = f"The model '{pool.alias}' is served by its active version {label}"
+            remedy = f"or switch the alias '{pool.alias}' to a version that has a ready deployment."
         raise ProxyError(
             503,
-            f"The model '{pool.alias}' is served by its active version {label} (id {version}), which has no "
-            f"ready deployment.{ready} Deploy {label} (or wait for its deployment to become ready), or "
-            f"switch the alias '{pool.alias}' to a version that has a ready deployment.",
+            f"{what}, which has no ready deployment.{ready} Deploy {label} (or wait for its deployment "
+            f"to become ready), {remedy}",
             type="service_unavailable_error",
             param="model",
             code="model_version_not_ready",

@@ -123,12 +123,16 @@ class Pool:
     max_retries: int = 2
     max_inflight_per_endpoint: int = 64
     batch_max_fraction: float = 0.8
-    # What requests go to: the pool's ready endpoints that run the alias's active version (every one
-    # when the served name is no registry alias; static endpoints always). Filtered when the snapshot
+    # What requests go to: the pool's ready endpoints that run the alias's active version, or the
+    # version the pool names (every one when the served name is no registry alias; static endpoints
+    # always). Filtered when the snapshot
     # is built, so version selection costs the hot path nothing.
     endpoints: list[Endpoint] = field(default_factory=list)
-    # The version `endpoints` run (None: the served name is no registry alias).
+    # The version `endpoints` run (None: the served name is no registry alias): the alias's active
+    # version, or the one the pool names (`pinned`: RoutePool.model_version).
     version_id: int | None = None
+    pinned: bool = False
+    version_label: str = ""  # "model@revision" of that version, for errors that name it
     # The pool's ready endpoints of its alias's other versions, by version id. They receive nothing
     # today; a rollout that names one of them (the canary draw of issue 12 item 3, or shadow traffic)
     # picks from here without another snapshot rebuild.
@@ -373,29 +377,24 @@ def _with_counting_rules(models: dict[str, ModelInfo], by_alias: dict[str, list[
 
 
 def _split_by_version(
-    endpoints: list[Endpoint], models: dict[str, ModelInfo]
-) -> tuple[dict[str, list[Endpoint]], dict[str, dict[int, list[Endpoint]]]]:
-    """Each served name's endpoints that run its alias's active version, and the others by version.
+    endpoints: list[Endpoint], version: int | None, role: str = ""
+) -> tuple[list[Endpoint], dict[int, list[Endpoint]]]:
+    """The endpoints (of one served name, with `role` if given) that serve `version`, and the others
+    by version.
 
-    An endpoint serves its alias when it runs the active version, when its served name is no registry
-    alias (nothing says which version is meant), or when it is static (no version known).
+    An endpoint serves when it runs that version, when no version is meant (the served name is no
+    registry alias), or when it is static (no version known).
     """
-    serving: dict[str, list[Endpoint]] = {}
-    staged: dict[str, dict[int, list[Endpoint]]] = {}
+    serving: list[Endpoint] = []
+    staged: dict[int, list[Endpoint]] = {}
     for ep in endpoints:
-        info = models.get(ep.served_model_name)
-        if ep.version_id is None or info is None or info.version_id in (None, ep.version_id):
-            serving.setdefault(ep.served_model_name, []).append(ep)
+        if role and ep.role != role:
+            continue
+        if ep.version_id is None or version is None or ep.version_id == version:
+            serving.append(ep)
         else:
-            staged.setdefault(ep.served_model_name, {}).setdefault(ep.version_id, []).append(ep)
+            staged.setdefault(ep.version_id, []).append(ep)
     return serving, staged
-
-
-def _staged_for(staged: dict[int, list[Endpoint]] | None, role: str) -> dict[int, list[Endpoint]]:
-    if not staged:
-        return {}
-    out = {v: [ep for ep in eps if not role or ep.role == role] for v, eps in staged.items()}
-    return {v: eps for v, eps in out.items() if eps}
 
 
 def load_routing_snapshot() -> RoutingSnapshot:
@@ -406,13 +405,20 @@ def load_routing_snapshot() -> RoutingSnapshot:
     by_alias: dict[str, list[Endpoint]] = {}
     for ep in endpoints:
         by_alias.setdefault(ep.served_model_name, []).append(ep)
-    # Version selection happens here, once per reload: pools hold only the active version's endpoints.
-    serving, staged = _split_by_version(endpoints, models)
+    # Version selection happens here, once per reload: pools hold only the endpoints of the version they
+    # serve (the alias's active one unless the pool names its own), so the hot path does not change.
+    active = {alias: info.version_id for alias, info in models.items()}
+    serving: dict[str, list[Endpoint]] = {}
+    for alias, members in by_alias.items():
+        mine, _ = _split_by_version(members, active.get(alias))
+        if mine:
+            serving[alias] = mine
 
     pools: dict[str, Pool] = {}
-    for row in RoutePool.objects.all():
-        members = [ep for ep in serving.get(row.alias, []) if not row.role or ep.role == row.role]
+    for row in RoutePool.objects.select_related("model_version__model"):
         info = models.get(row.alias)
+        version = row.model_version_id or active.get(row.alias)
+        members, staged = _split_by_version(by_alias.get(row.alias, []), version, row.role)
         pools[row.name] = Pool(
             name=row.name,
             alias=row.alias,
@@ -426,20 +432,26 @@ def load_routing_snapshot() -> RoutingSnapshot:
             max_inflight_per_endpoint=row.max_inflight_per_endpoint,
             batch_max_fraction=row.batch_max_fraction,
             endpoints=members,
-            version_id=info.version_id if info else None,
-            staged=_staged_for(staged.get(row.alias), row.role),
+            version_id=version,
+            pinned=row.model_version_id is not None,
+            version_label=str(row.model_version)
+            if row.model_version
+            else (info.version_label if info else ""),
+            staged=staged,
         )
     # Every alias served by some endpoint gets an implicit pool so a fresh fleet routes with no setup;
     # one whose active version has no ready endpoint too (empty), so its requests are told why.
-    for alias in by_alias:
+    for alias, all_members in by_alias.items():
         if alias not in pools:
+            members, staged = _split_by_version(all_members, active.get(alias))
             info = models.get(alias)
             pools[alias] = Pool(
                 name=alias,
                 alias=alias,
-                endpoints=list(serving.get(alias, [])),
-                version_id=info.version_id if info else None,
-                staged=_staged_for(staged.get(alias), ""),
+                endpoints=members,
+                version_id=active.get(alias),
+                version_label=info.version_label if info else "",
+                staged=staged,
             )
 
     policies: dict[str, Policy] = {}

@@ -8,21 +8,29 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from models_registry.models import ModelVersion
 from routing.demo import DEMO_ALIAS, DEMO_TENANT_QUOTA, FAST_POOL_MAX_PROMPT_TOKENS, seed_demo_routing
-from routing.models import RequestLog
+from routing.models import RequestLog, RoutePool
 from tests.routing.conftest import Proc, make_tenant_key, post
-from tests.routing.fleet import FleetMember, sim_conversation, start_member
+from tests.routing.fleet import FleetMember, ensure_alias, sim_conversation, start_member
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
 def demo_fleet(transactional_db: None, redis_clean: None) -> Iterator[dict[str, FleetMember]]:
+    # As in the demo: the fast engines run a quantization, not the alias's active version, so the seeded
+    # fast pool names that version.
+    active = ensure_alias(DEMO_ALIAS).active_version
+    awq = ModelVersion.objects.create(
+        model=active.model, revision="awq", source_kind="directory", source_path="/models/llama-awq"
+    )
     members = {
-        "fast": start_member(DEMO_ALIAS, role="high-throughput", max_model_len=8192),
+        "fast": start_member(DEMO_ALIAS, role="high-throughput", max_model_len=8192, version=awq),
         "long": start_member(DEMO_ALIAS, role="long-context", max_model_len=16384),
     }
     seed_demo_routing()
+    assert RoutePool.objects.get(name="llama-fast").model_version == awq
     yield members
     for member in members.values():
         member.sim.stop()
@@ -57,6 +65,8 @@ def test_the_fast_pools_limit_is_the_engines_count(
     assert [r.route_pool for r in rows] == ["llama-fast", "llama-fast", "llama-long"]
     fast, long = demo_fleet["fast"].deployment.pk, demo_fleet["long"].deployment.pk
     assert [r.deployment_id for r in rows] == [fast, fast, long]
+    versions = [demo_fleet[name].deployment.model_version_id for name in ("fast", "fast", "long")]
+    assert [r.model_version_id for r in rows] == versions
     assert [r.prompt_tokens for r in rows] == list(sizes)
     assert not any(r.prompt_tokens_estimated for r in rows)
 

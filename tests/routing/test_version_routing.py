@@ -17,7 +17,7 @@ import openai
 import pytest
 from rest_framework.test import APIClient
 
-from models_registry.models import ModelAlias, ModelVersion
+from models_registry.models import Model, ModelAlias, ModelVersion
 from routing.models import RequestLog
 from routing.proxy.config import load_routing_snapshot
 from tests.routing.conftest import Proc, make_tenant_key
@@ -99,6 +99,41 @@ def test_snapshot_pools_hold_only_the_active_version(two_versions: TwoVersions) 
     assert {v: [ep.deployment_id for ep in eps] for v, eps in pool.staged.items()} == {
         two_versions.v2.pk: [two_versions.on_v2.deployment.pk]
     }
+
+
+def test_a_pool_that_names_a_version_serves_it_whatever_the_active_one(
+    two_versions: TwoVersions, admin_client: APIClient
+) -> None:
+    created = admin_client.post(
+        "/api/route-pools/",
+        {"name": "pinned", "alias": ALIAS, "model_version": two_versions.v2.pk},
+        format="json",
+    )
+    assert created.status_code == 201, created.json()
+    pools = load_routing_snapshot().pools
+    assert [ep.deployment_id for ep in pools["pinned"].endpoints] == [two_versions.on_v2.deployment.pk]
+    assert [ep.deployment_id for ep in pools[ALIAS].endpoints] == [two_versions.on_v1.deployment.pk]
+    _switch(admin_client, two_versions.alias, two_versions.v2)
+    _switch(admin_client, two_versions.alias, two_versions.v1)
+    assert [ep.deployment_id for ep in load_routing_snapshot().pools["pinned"].endpoints] == [
+        two_versions.on_v2.deployment.pk
+    ]
+
+
+def test_a_pool_cannot_name_a_version_of_another_model(
+    two_versions: TwoVersions, admin_client: APIClient
+) -> None:
+    other = ModelVersion.objects.create(
+        model=Model.objects.create(name="other-model"),
+        revision="r1",
+        source_kind="directory",
+        source_path="/m",
+    )
+    reply = admin_client.post(
+        "/api/route-pools/", {"name": "wrong", "alias": ALIAS, "model_version": other.pk}, format="json"
+    )
+    assert reply.status_code == 400
+    assert "not a version of the model behind 'llama-vr'" in reply.json()["model_version"][0]
 
 
 def test_switch_moves_new_traffic_on_every_proxy_and_in_flight_finishes_on_the_old_version(

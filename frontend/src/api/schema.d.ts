@@ -2016,6 +2016,7 @@ export interface components {
             name?: string;
             alias?: string;
             role?: string;
+            model_version?: number | null;
             scorer?: components["schemas"]["ScorerEnum"];
             scorer_weights?: {
                 [key: string]: number;
@@ -2230,6 +2231,7 @@ export interface components {
             name: string;
             alias: string;
             role: string;
+            model_version: number | null;
             scorer: components["schemas"]["ScorerEnum"];
             scorer_weights: {
                 [key: string]: number;
@@ -2253,6 +2255,7 @@ export interface components {
             name: string;
             alias: string;
             role?: string;
+            model_version?: number | null;
             scorer?: components["schemas"]["ScorerEnum"];
             scorer_weights?: {
                 [key: string]: number;
