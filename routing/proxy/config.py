@@ -125,8 +125,7 @@ class Pool:
     batch_max_fraction: float = 0.8
     # What requests go to: the pool's ready endpoints that run the alias's active version, or the
     # version the pool names (every one when the served name is no registry alias; static endpoints
-    # always). Filtered when the snapshot
-    # is built, so version selection costs the hot path nothing.
+    # always). Filtered when the snapshot is built, so version selection costs the hot path nothing.
     endpoints: list[Endpoint] = field(default_factory=list)
     # The version `endpoints` run (None: the served name is no registry alias): the alias's active
     # version, or the one the pool names (`pinned`: RoutePool.model_version).
@@ -134,8 +133,8 @@ class Pool:
     pinned: bool = False
     version_label: str = ""  # "model@revision" of that version, for errors that name it
     # The pool's ready endpoints of its alias's other versions, by version id. They receive nothing
-    # today; a rollout that names one of them (the canary draw of issue 12 item 3, or shadow traffic)
-    # picks from here without another snapshot rebuild.
+    # today; a rollout that names one of them (a canary draw or shadow traffic, not built yet) is
+    # meant to pick from here without another snapshot rebuild.
     staged: dict[int, list[Endpoint]] = field(default_factory=dict)
 
 
