@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from core.celery import app, enqueue_on_commit, node_queue
+from models_registry.evaluation.runner import execute_run
 from models_registry.models import ModelVersion
 from models_registry.services import verify_version_on_host
 
@@ -19,3 +20,19 @@ def verify_version(version_id: int, host_name: str) -> int:
 def enqueue_verification(version: ModelVersion, host_name: str) -> None:
     """Ask the node agent of `host_name` to verify the version, once the current transaction commits."""
     enqueue_on_commit(verify_version, version.pk, host_name, queue=node_queue(host_name))
+
+
+@app.task(name="models_registry.run_evaluation", acks_late=True, reject_on_worker_lost=True)
+def run_evaluation(run_id: int) -> str | None:
+    """Run or resume an evaluation run (models_registry.evaluation.runner.execute_run); returns its state.
+
+    Idempotent: a finished run is left alone, a resumed one runs only the cases without a sample, and a
+    second delivery while a worker holds the run returns None at once.
+    """
+    run = execute_run(run_id)
+    return run.state if run is not None else None
+
+
+def enqueue_evaluation(run_id: int) -> None:
+    """Start (or resume) a run once the current transaction commits."""
+    enqueue_on_commit(run_evaluation, run_id)
