@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Q, QuerySet
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
@@ -327,7 +327,11 @@ class EvalRunViewSet(
         elif flipped:
             rows = rows.filter(flip=flipped)
         if q.get("tag"):
-            rows = rows.filter(tags__contains=[q["tag"]])
+            if connection.vendor == "postgresql":
+                rows = rows.filter(tags__contains=[q["tag"]])
+            else:  # SQLite (the zero-setup demo) has no JSON containment: filter the few tags here
+                tagged = [pk for pk, tags in rows.values_list("pk", "tags") if q["tag"] in (tags or [])]
+                rows = rows.filter(pk__in=tagged)
         if q.get("errors") is not None:
             rows = rows.exclude(error="") if q["errors"] else rows.filter(error="")
         order = q["order"]

@@ -6,15 +6,21 @@ The database is the real PostgreSQL and the lock and live pushes use the real Re
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from typing import Any
 
+import aiohttp
 import pytest
+from aiohttp import web
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 
 from core.redis_client import get_redis, key
 from models_registry.evaluation.models import EvalRun, EvalSample, RunState
-from models_registry.evaluation.runner import execute_run
+from models_registry.evaluation.runner import execute_run, run_group
 from models_registry.tasks import run_evaluation
-from nodes.sim.testing import SimHandle
+from nodes.sim.testing import SimHandle, free_port
 from tests.evals.run_helpers import answer_suite, make_run
 
 pytestmark = [pytest.mark.django_db(transaction=False), pytest.mark.usefixtures("redis_clean")]
@@ -159,3 +165,94 @@ def test_an_unreachable_side_is_stored_as_errors_not_lost(reference_sim: SimHand
     run.refresh_from_db()
     assert run.error_count == 3 == run.summary["errors"] and run.summary["samples"] == 0
     assert all("ClientConnectorError" in s.error for s in run.samples.all())
+
+
+def test_progress_is_pushed_to_the_run_group(reference_sim: SimHandle) -> None:
+    version = answer_suite(reference_sim, 6)
+    run = make_run(version, reference_sim, reference_sim)
+    layer = get_channel_layer()
+    assert layer is not None
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(run_group(run.pk), channel)
+    execute_run(run.pk)
+    events = []
+    while True:
+        try:
+            message = async_to_sync(asyncio.wait_for)(layer.receive(channel), 2)
+        except TimeoutError:
+            break
+        events.append(message["event"])
+        if events[-1]["state"] == RunState.COMPLETED:
+            break
+    assert events and all(e["type"] == "eval_run.progress" and e["run"] == run.pk for e in events)
+    assert events[0]["state"] == RunState.RUNNING and events[0]["total"] == 6
+    last = events[-1]
+    assert last["state"] == RunState.COMPLETED and last["done"] == 6
+    assert last["summary"]["samples"] == 6 and last["summary"]["exact_match_rate"] == 1.0
+
+
+class RefusePromptLogprobs:
+    """A loopback front for an engine that cannot score a given text: prompt_logprobs answer 400."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        self.port = free_port()
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        if "prompt_logprobs" in body:
+            return web.json_response(
+                {"error": {"message": "prompt_logprobs is not supported", "type": "BadRequestError"}},
+                status=400,
+            )
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(self.upstream + request.path, json=body) as resp,
+        ):
+            return web.json_response(await resp.json(), status=resp.status)
+
+    def serve(self, ready: threading.Event, stop: threading.Event) -> None:
+        async def main() -> None:
+            app = web.Application()
+            app.router.add_post("/v1/{tail:.*}", self.handle)
+            runner = web.AppRunner(app)
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", self.port).start()
+            ready.set()
+            while not stop.is_set():
+                await asyncio.sleep(0.05)
+            await runner.cleanup()
+
+        asyncio.run(main())
+
+
+def test_without_teacher_forcing_the_kl_is_free_running_and_labelled(
+    reference_sim: SimHandle, drifted_sim: SimHandle
+) -> None:
+    front = RefusePromptLogprobs(drifted_sim.base_url)
+    ready, stop = threading.Event(), threading.Event()
+    thread = threading.Thread(target=front.serve, args=(ready, stop), daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    try:
+        version = answer_suite(reference_sim, 12)
+        run = make_run(version, reference_sim, drifted_sim)
+        EvalRun.objects.filter(pk=run.pk).update(candidate_base_url=f"http://127.0.0.1:{front.port}")
+        assert run_evaluation(run.pk) == RunState.COMPLETED
+    finally:
+        stop.set()
+        thread.join(10)
+    run.refresh_from_db()
+    assert "refused prompt_logprobs (HTTP 400: prompt_logprobs is not supported)" in run.teacher_forcing_note
+    assert set(run.summary["distributions"]) == {"free_running_topk"}
+    free = run.summary["distributions"]["free_running_topk"]
+    assert free["samples"] == 12 and free["mean_kl"] > 0
+    for sample in run.samples.all():
+        assert sample.kl_mode == "free_running_topk" and sample.error == ""
+        # Only the positions up to the first divergence count, where both sides saw the same text.
+        limit = (
+            len(sample.reference_tokens) if sample.first_divergence is None else sample.first_divergence + 1
+        )
+        assert len(sample.position_kl) == min(
+            limit, len(sample.reference_tokens), len(sample.candidate_tokens)
+        )
