@@ -287,14 +287,25 @@ class EvalRunViewSet(
     @extend_schema(request=None, responses={202: EvalRunSerializer})
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, pk: str | None = None) -> Response:
-        """Send the task again for a run left unfinished (a worker died): only cases without a sample run."""
+        """Run again what a run lacks: cases without a sample (a worker died, or it was cancelled or
+        failed) and cases whose requests failed (their samples are removed first)."""
         run = self.get_object()
-        if run.finished and run.state != RunState.FAILED:
-            return Response({"detail": f"The run is already {run.state}."}, status=status.HTTP_409_CONFLICT)
+        if run.state == RunState.COMPLETED and run.error_count == 0:
+            return Response(
+                {"detail": "The run is complete: every case has a sample."}, status=status.HTTP_409_CONFLICT
+            )
         with transaction.atomic():
-            if run.state == RunState.FAILED:
-                EvalRun.objects.filter(pk=run.pk).update(state=RunState.RUNNING, error="", finished_at=None)
-            record_audit(actor=request.user, action=AuditAction.UPDATE, obj=run, after={"resumed": True})
+            retried = run.samples.exclude(error="").delete()[0]
+            changes: dict[str, Any] = {"cancel_requested": False, "error": ""}
+            if run.finished:
+                changes.update(state=RunState.PENDING, finished_at=None)
+            EvalRun.objects.filter(pk=run.pk).update(**changes)
+            record_audit(
+                actor=request.user,
+                action=AuditAction.UPDATE,
+                obj=run,
+                after={"resumed": True, "retried_errors": retried},
+            )
             enqueue_evaluation(run.pk)
         run.refresh_from_db()
         return Response(self.get_serializer(run).data, status=status.HTTP_202_ACCEPTED)

@@ -500,6 +500,7 @@ def _execute(run_id: int, lock: Any, after_sample: Callable[[EvalSample], None] 
         if c.pk not in done
     ]
     run.done_count = len(done)
+    run.error_count = run.samples.exclude(error="").count()
     _push(run)
     params = RunParams(
         seed=run.seed,

@@ -220,3 +220,33 @@ def test_a_candidate_deployment_is_compared_with_its_deployed_lineage_parent(
     done = execute_run(run["id"])
     assert done is not None and done.state == RunState.COMPLETED and done.error_count == 0
     assert done.summary["distributions"]["teacher_forced"]["samples"] == 2
+
+
+def test_resume_retries_failed_requests_and_finishes_a_cancelled_run(
+    evaluator_client: APIClient, enqueued: list[int], reference_sim: SimHandle
+) -> None:
+    version = answer_suite(reference_sim, 6)
+    run = make_run(version, reference_sim, reference_sim, request_timeout=2)
+    EvalRun.objects.filter(pk=run.pk).update(candidate_base_url="http://127.0.0.1:9")
+    execute_run(run.pk)
+    run.refresh_from_db()
+    assert run.state == RunState.COMPLETED and run.error_count == 6
+    # The candidate comes back: resuming removes the failed samples and runs those cases again.
+    EvalRun.objects.filter(pk=run.pk).update(candidate_base_url=reference_sim.base_url)
+    resp = evaluator_client.post(f"/api/eval-runs/{run.pk}/resume/")
+    assert resp.status_code == 202 and resp.json()["state"] == "pending" and enqueued == [run.pk]
+    assert run.samples.count() == 0
+    execute_run(run.pk)
+    run.refresh_from_db()
+    assert (run.state, run.done_count, run.error_count, run.attempts) == (RunState.COMPLETED, 6, 0, 2)
+    assert run.summary["exact_match_rate"] == 1.0
+    assert evaluator_client.post(f"/api/eval-runs/{run.pk}/resume/").status_code == 409
+
+    cancelled = make_run(version, reference_sim, reference_sim, cancel_requested=True)
+    execute_run(cancelled.pk)
+    assert EvalRun.objects.get(pk=cancelled.pk).state == RunState.CANCELLED
+    assert evaluator_client.post(f"/api/eval-runs/{cancelled.pk}/resume/").status_code == 202
+    execute_run(cancelled.pk)
+    cancelled.refresh_from_db()
+    assert cancelled.state == RunState.COMPLETED and cancelled.done_count == 6
+    assert not cancelled.cancel_requested

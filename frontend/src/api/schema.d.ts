@@ -360,7 +360,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** @description Send the task again for a run left unfinished (a worker died): only cases without a sample run. */
+        /**
+         * @description Run again what a run lacks: cases without a sample (a worker died, or it was cancelled or
+         *     failed) and cases whose requests failed (their samples are removed first).
+         */
         post: operations["eval_runs_resume_create"];
         delete?: never;
         options?: never;
