@@ -14,7 +14,7 @@ The HTTP side runs on an asyncio loop in a helper thread (aiohttp, bounded concu
 calling thread keeps every database write and the live progress pushes. Per case:
 
 1. both sides generate from the case's messages on `/v1/chat/completions`: temperature 0, the run's
-   seed and max_tokens, `logprobs` + `top_logprobs`, `return_token_ids`;
+   seed and max_tokens, `logprobs` + `top_logprobs`, `return_token_ids`, streamed (for the TTFT);
 2. teacher forcing: the candidate scores the reference's own tokens on `/v1/completions` with
    `prompt = prompt_token_ids + token_ids`, `max_tokens: 1`, `prompt_logprobs: k`
    (docs/evaluations.md). If the engine refuses that (no prompt_logprobs, no token ids), the run notes
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import queue
 import statistics
@@ -85,6 +86,7 @@ class Generation:
     prompt_token_ids: list[int] | None
     token_ids: list[int] | None
     latency_ms: float
+    ttft_ms: float | None
     completion_tokens: int
 
     def output(self) -> SideOutput:
@@ -134,6 +136,11 @@ def _error_message(data: Any) -> str:
 async def generate(
     session: aiohttp.ClientSession, ep: Endpoint, run: RunParams, messages: list[dict[str, str]]
 ) -> Generation:
+    """One greedy generation on /v1/chat/completions, streamed so the time to the first token shows.
+
+    The stream carries each token's logprobs and (vLLM's `return_token_ids`) its id, the first chunk the
+    prompt's token ids; the final chunk the usage.
+    """
     body: dict[str, Any] = {
         "model": ep.model,
         "messages": messages,
@@ -141,43 +148,96 @@ async def generate(
         "seed": run.seed,
         "max_tokens": run.max_tokens,
         "return_token_ids": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
     }
     if run.top_logprobs > 0:
         body["logprobs"] = True
         body["top_logprobs"] = run.top_logprobs
-    started = time.perf_counter()
-    status, data = await _post(session, ep, "/v1/chat/completions", body, run.timeout)
+    headers = {"Authorization": f"Bearer {ep.api_key}"} if ep.api_key else {}
+    text_parts: list[str] = []
+    content: list[dict[str, Any]] = []
+    token_ids: list[int] | None = None
+    prompt_ids: list[int] | None = None
+    usage: dict[str, Any] = {}
+    ttft_ms: float | None = None
+    last: Exception | None = None
+    for attempt in range(RETRIES + 1):
+        text_parts, content, token_ids, prompt_ids, usage, ttft_ms = [], [], None, None, {}, None
+        started = time.perf_counter()
+        try:
+            async with session.post(
+                ep.base_url.rstrip("/") + "/v1/chat/completions",
+                json=body,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=run.timeout),
+            ) as resp:
+                if resp.status != 200:
+                    try:
+                        data = await resp.json(content_type=None)
+                    except ValueError:
+                        data = {"error": {"message": (await resp.text())[:500]}}
+                    if resp.status >= 500 and attempt < RETRIES:
+                        last = SideError(f"HTTP {resp.status}: {_error_message(data)}")
+                        await asyncio.sleep(0.2 * (attempt + 1))
+                        continue
+                    raise SideError(f"HTTP {resp.status}: {_error_message(data)}")
+                async for raw in resp.content:
+                    line = raw.strip()
+                    if not line.startswith(b"data:"):
+                        continue
+                    payload = line[5:].strip()
+                    if payload == b"[DONE]":
+                        break
+                    chunk = json.loads(payload)
+                    if isinstance(chunk.get("prompt_token_ids"), list):
+                        prompt_ids = list(chunk["prompt_token_ids"])
+                    if chunk.get("usage"):
+                        usage = chunk["usage"]
+                    for choice in chunk.get("choices") or []:
+                        piece = (choice.get("delta") or {}).get("content") or ""
+                        items = (choice.get("logprobs") or {}).get("content") or []
+                        ids = choice.get("token_ids")
+                        if ttft_ms is None and (piece or items or ids):
+                            ttft_ms = (time.perf_counter() - started) * 1000
+                        text_parts.append(piece)
+                        content.extend(items)
+                        if isinstance(ids, list):
+                            token_ids = (token_ids or []) + list(ids)
+            break
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            last = exc
+            if attempt < RETRIES:
+                await asyncio.sleep(0.2 * (attempt + 1))
+                continue
+            raise SideError(f"/v1/chat/completions: {type(exc).__name__}: {exc}") from exc
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise SideError(f"unreadable chat completion stream: {type(exc).__name__}: {exc}") from exc
+    else:
+        raise SideError(f"/v1/chat/completions: {last}")
     latency_ms = (time.perf_counter() - started) * 1000
-    if status != 200:
-        raise SideError(f"HTTP {status}: {_error_message(data)}")
+    text = "".join(text_parts)
     try:
-        choice = data["choices"][0]
-        text = choice["message"].get("content") or ""
-        content = (choice.get("logprobs") or {}).get("content") or None
-        if content is not None:
-            tokens = [str(item["token"]) for item in content]
-            token_logprobs = [float(item["logprob"]) for item in content]
-            listings: list[dict[str, float]] | None = [listing_from_chat(item) for item in content]
-        else:
-            tokens, token_logprobs, listings = [], [], None
-        usage = data.get("usage") or {}
-        completion_tokens = int(usage.get("completion_tokens") or len(tokens))
-    except (KeyError, IndexError, TypeError, ValueError) as exc:
-        raise SideError(f"unreadable chat completion: {type(exc).__name__}: {exc}") from exc
+        tokens = [str(item["token"]) for item in content]
+        token_logprobs = [float(item["logprob"]) for item in content]
+        listings: list[dict[str, float]] | None = [listing_from_chat(item) for item in content] or None
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SideError(f"unreadable logprobs: {type(exc).__name__}: {exc}") from exc
     if not tokens:
         # No logprobs from this engine: compare whitespace-separated words instead of tokens.
         tokens = text.split()
-    prompt_ids = data.get("prompt_token_ids")
-    token_ids = choice.get("token_ids")
+    if token_ids is not None and len(token_ids) != len(content):
+        token_ids = None  # ids that do not line up with the tokens cannot be scored
     return Generation(
         text=text,
         tokens=tokens,
         token_logprobs=token_logprobs,
         listings=listings,
-        prompt_token_ids=list(prompt_ids) if isinstance(prompt_ids, list) else None,
-        token_ids=list(token_ids) if isinstance(token_ids, list) else None,
+        prompt_token_ids=prompt_ids,
+        token_ids=token_ids,
         latency_ms=latency_ms,
-        completion_tokens=completion_tokens,
+        ttft_ms=ttft_ms,
+        completion_tokens=int(usage.get("completion_tokens") or len(tokens)),
     )
 
 
@@ -363,6 +423,8 @@ def sample_from_result(run: EvalRun, result: CaseResult) -> EvalSample:
     sample.scores = score
     sample.reference_latency_ms = ref.latency_ms
     sample.candidate_latency_ms = cand.latency_ms
+    sample.reference_ttft_ms = ref.ttft_ms
+    sample.candidate_ttft_ms = cand.ttft_ms
     sample.reference_tokens_per_s = ref.tokens_per_s
     sample.candidate_tokens_per_s = cand.tokens_per_s
     return sample

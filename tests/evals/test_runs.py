@@ -47,10 +47,12 @@ def test_reference_against_itself_agrees_everywhere(reference_sim: SimHandle) ->
     assert run.teacher_forcing_note == ""
     for side in ("reference", "candidate"):
         assert s[side]["latency_ms"]["p50"] > 0 and s[side]["tokens_per_s"]["mean"] > 0
+        assert 0 < s[side]["ttft_ms"]["p50"] <= s[side]["latency_ms"]["p50"]
     samples = list(run.samples.all())
     assert len(samples) == CASES
     assert all(x.first_divergence is None and x.flip == "" and x.kl_mode == "teacher_forced" for x in samples)
     assert all(len(x.reference_tokens) == len(x.reference_token_logprobs) > 0 for x in samples)
+    assert all(0 < (x.candidate_ttft_ms or 0) <= (x.candidate_latency_ms or 0) for x in samples)
 
 
 def test_drifted_candidate_flips_and_diverges(reference_sim: SimHandle, drifted_sim: SimHandle) -> None:
@@ -198,7 +200,7 @@ class RefusePromptLogprobs:
         self.upstream = upstream
         self.port = free_port()
 
-    async def handle(self, request: web.Request) -> web.Response:
+    async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         if "prompt_logprobs" in body:
             return web.json_response(
@@ -207,9 +209,14 @@ class RefusePromptLogprobs:
             )
         async with (
             aiohttp.ClientSession() as session,
-            session.post(self.upstream + request.path, json=body) as resp,
+            session.post(self.upstream + request.path, json=body) as upstream,
         ):
-            return web.json_response(await resp.json(), status=resp.status)
+            out = web.StreamResponse(status=upstream.status, headers={"Content-Type": upstream.content_type})
+            await out.prepare(request)
+            async for chunk in upstream.content.iter_any():
+                await out.write(chunk)
+            await out.write_eof()
+            return out
 
     def serve(self, ready: threading.Event, stop: threading.Event) -> None:
         async def main() -> None:
