@@ -56,7 +56,7 @@ from models_registry.evaluation.models import EvalCase, EvalRun, EvalSample, Run
 
 log = logging.getLogger(__name__)
 
-LOCK_SECONDS = 60  # a dead worker's lock lapses after this; a live one renews it
+LOCK_SECONDS = 15  # a dead worker's lock lapses after this; a live one renews it every quarter
 PROGRESS_INTERVAL = 0.25  # at most this often a progress event per run (plus the last one)
 RETRIES = 2  # more tries of a side's request after a connection error or a 5xx
 
