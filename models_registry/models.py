@@ -9,7 +9,13 @@ from django.utils import timezone
 from models_registry.choices import KVCacheDtype, QuantMethod, SourceKind, VersionState
 
 # Evaluation suites live in their own module; importing them here registers them with this app.
-from models_registry.evaluation.models import EvalCase, EvalSuite, EvalSuiteVersion  # noqa: F401
+from models_registry.evaluation.models import (  # noqa: F401
+    EvalCase,
+    EvalRun,
+    EvalSample,
+    EvalSuite,
+    EvalSuiteVersion,
+)
 
 
 class Model(models.Model):

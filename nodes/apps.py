@@ -6,3 +6,10 @@ from django.apps import AppConfig
 class NodesConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "nodes"
+
+    def ready(self) -> None:
+        # Evaluation runs name deployments by id; the registry below cannot look them up itself.
+        from models_registry.evaluation.endpoints import register_resolver  # apps are loaded only now
+        from nodes.evaluation import FleetResolver  # imports nodes.models: only once apps are ready
+
+        register_resolver(FleetResolver())

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from models_registry.api import evaluations, views
+from models_registry.api import eval_runs, evaluations, views
 
 router = DefaultRouter()
 router.register("models", views.RegistryModelViewSet, basename="model")
@@ -13,6 +13,7 @@ router.register("model-aliases", views.ModelAliasViewSet, basename="modelalias")
 router.register("eval-suites", evaluations.EvalSuiteViewSet, basename="evalsuite")
 router.register("eval-suite-versions", evaluations.EvalSuiteVersionViewSet, basename="evalsuiteversion")
 router.register("eval-cases", evaluations.EvalCaseViewSet, basename="evalcase")
+router.register("eval-runs", eval_runs.EvalRunViewSet, basename="evalrun")
 
 urlpatterns = [
     path("fit-check/", views.fit_check_view, name="fit-check"),

@@ -157,3 +157,136 @@ class EvalCase(models.Model):
         if self.messages:
             return [dict(m) for m in self.messages]
         return [{"role": "user", "content": self.prompt}]
+
+
+# -- runs -------------------------------------------------------------------------------------------------
+
+
+class RunState(models.TextChoices):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+FINISHED_STATES = (RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED)
+
+
+class EvalRun(models.Model):
+    """One suite version run through a reference and a candidate engine, case by case.
+
+    Each side is an OpenAI-compatible endpoint: a fleet deployment (`*_deployment_id`, resolved to a base
+    URL and its engine key at every start through evaluation.endpoints; the key is never stored) or a
+    plain base URL of a keyless engine. `*_info` snapshots what was behind the side when the run was
+    created (deployment name, model version, engine, launch arguments), and the sampling fields fix the
+    decoding, so the run records everything needed to repeat it. docs/evaluations.md, "Runs".
+    """
+
+    name = models.CharField(max_length=200, blank=True, default="")
+    suite_version = models.ForeignKey(EvalSuiteVersion, on_delete=models.PROTECT, related_name="runs")
+    reference_deployment_id = models.PositiveIntegerField(null=True, blank=True)
+    reference_base_url = models.CharField(max_length=500)
+    reference_model = models.CharField(max_length=200)
+    reference_info = models.JSONField(default=dict, blank=True)
+    candidate_deployment_id = models.PositiveIntegerField(null=True, blank=True)
+    candidate_base_url = models.CharField(max_length=500)
+    candidate_model = models.CharField(max_length=200)
+    candidate_info = models.JSONField(default=dict, blank=True)
+    # Sampling: greedy (temperature 0) always; these fix the rest.
+    max_tokens = models.PositiveIntegerField(default=256)
+    seed = models.BigIntegerField(default=0)
+    top_logprobs = models.PositiveSmallIntegerField(default=5)
+    # Requests in flight per side, and the timeout of one request, seconds.
+    concurrency = models.PositiveSmallIntegerField(default=8)
+    request_timeout = models.FloatField(default=120.0)
+    state = models.CharField(max_length=16, choices=RunState.choices, default=RunState.PENDING)
+    cancel_requested = models.BooleanField(default=False)
+    case_count = models.PositiveIntegerField(default=0)
+    done_count = models.PositiveIntegerField(default=0)
+    error_count = models.PositiveIntegerField(default=0)
+    # How many times the task started on this run (above 1: it resumed).
+    attempts = models.PositiveIntegerField(default=0)
+    # summarize()'s figures plus latency per side (see runner.run_summary).
+    summary = models.JSONField(default=dict, blank=True)
+    # Why the candidate could not score the reference's text (teacher forcing), when it could not.
+    teacher_forcing_note = models.TextField(blank=True, default="")
+    error = models.TextField(blank=True, default="")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return self.name or f"run {self.pk}"
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED_STATES
+
+    def sampling(self) -> dict[str, Any]:
+        return {
+            "temperature": 0,
+            "seed": self.seed,
+            "max_tokens": self.max_tokens,
+            "top_logprobs": self.top_logprobs,
+        }
+
+
+class EvalSample(models.Model):
+    """One case of a run: both outputs, their timings and every per-sample metric.
+
+    Stored once per (run, case), the moment both sides are scored; the unique constraint keeps a resumed
+    run from storing a case twice.
+    """
+
+    run = models.ForeignKey(EvalRun, on_delete=models.CASCADE, related_name="samples")
+    case = models.ForeignKey(EvalCase, on_delete=models.PROTECT, related_name="samples")
+    case_key = models.CharField(max_length=200)  # the case's id in its suite
+    position = models.PositiveIntegerField(default=0)
+    tags = models.JSONField(default=list, blank=True)
+    reference_output = models.TextField(blank=True, default="")
+    candidate_output = models.TextField(blank=True, default="")
+    reference_tokens = models.JSONField(default=list, blank=True)
+    candidate_tokens = models.JSONField(default=list, blank=True)
+    # Log-probability of each output token as its own side generated it (for shading).
+    reference_token_logprobs = models.JSONField(default=list, blank=True)
+    candidate_token_logprobs = models.JSONField(default=list, blank=True)
+    # KL(reference || candidate) per scored position.
+    position_kl = models.JSONField(default=list, blank=True)
+    # Denormalised metrics for filtering and ordering; `scores` holds score_sample's whole dict.
+    exact_match = models.BooleanField(null=True)
+    first_divergence = models.IntegerField(null=True, blank=True)
+    token_agreement = models.FloatField(null=True, blank=True)
+    chrf = models.FloatField(null=True, blank=True)
+    reference_correct = models.BooleanField(null=True)
+    candidate_correct = models.BooleanField(null=True)
+    flip = models.CharField(max_length=16, blank=True, default="")
+    kl_mode = models.CharField(max_length=24, blank=True, default="")
+    mean_kl = models.FloatField(null=True, blank=True)
+    max_kl = models.FloatField(null=True, blank=True)
+    top1_agreement = models.FloatField(null=True, blank=True)
+    scores = models.JSONField(default=dict, blank=True)
+    # Timings per side: whole request, and tokens per second over it. TTFT is null for non-streamed calls.
+    reference_latency_ms = models.FloatField(null=True, blank=True)
+    candidate_latency_ms = models.FloatField(null=True, blank=True)
+    reference_ttft_ms = models.FloatField(null=True, blank=True)
+    candidate_ttft_ms = models.FloatField(null=True, blank=True)
+    reference_tokens_per_s = models.FloatField(null=True, blank=True)
+    candidate_tokens_per_s = models.FloatField(null=True, blank=True)
+    # Set when a side's request failed (the metrics are then null).
+    error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "position", "id"]
+        constraints = [models.UniqueConstraint(fields=["run", "case"], name="eval_sample_once_per_case")]
+        indexes = [models.Index(fields=["run", "mean_kl"]), models.Index(fields=["run", "flip"])]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}:{self.case_key}"

@@ -165,7 +165,7 @@ class SamplingRequest:
     echo: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
     prompt_logprobs: int | None = None  # top-k per prompt token (vLLM extra parameter); None: not asked
-    return_token_ids: bool = False  # vLLM extra parameter: token ids beside the text (non-streaming)
+    return_token_ids: bool = False  # vLLM extra parameter: token ids beside the text (streamed too)
 
 
 @dataclass

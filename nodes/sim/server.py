@@ -508,25 +508,29 @@ class SimServer:
         offsets = [0] * len(seqs)
         hold = [max((len(x) for x in s.stop), default=1) - 1 for s in seqs]
         chars_sent = [0] * len(seqs)
+        first_ids_sent = [False] * len(seqs)
         parts: list[bytes] = []
         if chat:
             for i in range(len(seqs)):
-                first = {
+                first_choice = {
+                    "index": i,
+                    "delta": {"role": "assistant", "content": ""},
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
+                first: dict[str, Any] = {
                     "id": rid,
                     "object": obj,
                     "created": created,
                     "model": model,
-                    "choices": [
-                        {
-                            "index": i,
-                            "delta": {"role": "assistant", "content": ""},
-                            "logprobs": None,
-                            "finish_reason": None,
-                        }
-                    ],
+                    "choices": [first_choice],
                 }
                 if req.include_usage and req.continuous_usage:
                     first["usage"] = self._usage(req, seqs, streaming=True)
+                if req.return_token_ids:
+                    # vLLM: the prompt's token ids on the first chunk, each chunk's own in its choice.
+                    first["prompt_token_ids"] = list(seqs[i].prompt_ids)
+                    first["choices"] = [{**first_choice, "token_ids": []}]
                 parts.append(b"data: " + dumps(first) + b"\n\n")
         elif req.echo:
             for i in range(len(seqs)):
@@ -571,6 +575,11 @@ class SimServer:
                     chars_sent[i] = limit
                 else:
                     piece = self._text(s, sent[i], end)
+                new_ids = (
+                    [text.VOCAB_IDS[text.VOCAB[t]] for t in s.out[sent[i] : end]]
+                    if req.return_token_ids
+                    else None
+                )
                 lp: dict[str, Any] | None = None
                 if req.logprobs is not None:
                     if chat:
@@ -598,6 +607,11 @@ class SimServer:
                         "finish_reason": s.finish_reason if finished else None,
                         "stop_reason": s.stop_reason if finished else None,
                     }
+                    if new_ids is not None and not first_ids_sent[i]:
+                        choice["prompt_token_ids"] = list(s.prompt_ids)
+                        first_ids_sent[i] = True
+                if new_ids is not None:
+                    choice["token_ids"] = new_ids
                 chunk: dict[str, Any] = {
                     "id": rid,
                     "object": obj,

@@ -3,6 +3,8 @@ a prompt gets exactly the log-probabilities that generating it reported."""
 
 from __future__ import annotations
 
+import json
+import urllib.request
 from typing import Any
 
 from nodes.sim.testing import SimHandle
@@ -142,3 +144,37 @@ def test_prompt_logprobs_validation(sim: SimHandle) -> None:
     # 0 with a stream is accepted, as in vLLM (nothing would be returned).
     status, _, raw = call(sim.base_url + COMPLETIONS, {**base, "prompt_logprobs": 0, "stream": True})
     assert status == 200 and raw.endswith(b"data: [DONE]\n\n")
+
+
+def test_streamed_token_ids_match_the_whole_response(sim: SimHandle) -> None:
+    """return_token_ids with stream: the prompt's ids on the first chunk, each chunk's new ids in its
+    choice (vLLM's shape), adding up to what the non-streamed response lists."""
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Stream me some ids"}],
+        "temperature": 0,
+        "max_tokens": 20,
+        "return_token_ids": True,
+        "logprobs": True,
+        "top_logprobs": 2,
+    }
+    status, whole = call_json(sim.base_url + "/v1/chat/completions", body)
+    assert status == 200
+    req = urllib.request.Request(
+        sim.base_url + "/v1/chat/completions",
+        data=json.dumps({**body, "stream": True}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    chunks = []
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        for raw in resp:
+            line = raw.decode().strip()
+            if line.startswith("data: ") and line != "data: [DONE]":
+                chunks.append(json.loads(line[6:]))
+    assert chunks[0]["prompt_token_ids"] == whole["prompt_token_ids"]
+    streamed = [i for c in chunks for ch in c["choices"] for i in ch.get("token_ids") or []]
+    assert streamed == whole["choices"][0]["token_ids"]
+    tokens = [
+        t["token"] for c in chunks for ch in c["choices"] for t in (ch["logprobs"] or {}).get("content", [])
+    ]
+    assert len(tokens) == len(streamed)

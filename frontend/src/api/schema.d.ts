@@ -299,6 +299,95 @@ export interface paths {
         patch: operations["eval_cases_partial_update"];
         trace?: never;
     };
+    "/api/eval-runs/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Evaluation runs: POST starts one (a Celery task runs it); GET lists them with their summaries. */
+        get: operations["eval_runs_list"];
+        put?: never;
+        /** @description Evaluation runs: POST starts one (a Celery task runs it); GET lists them with their summaries. */
+        post: operations["eval_runs_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/eval-runs/{id}/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Evaluation runs: POST starts one (a Celery task runs it); GET lists them with their summaries. */
+        get: operations["eval_runs_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/eval-runs/{id}/cancel/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Ask the run to stop: no case starts after this; a run not yet started ends at once. */
+        post: operations["eval_runs_cancel_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/eval-runs/{id}/resume/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * @description Run again what a run lacks: cases without a sample (a worker died, or it was cancelled or
+         *     failed) and cases whose requests failed (their samples are removed first).
+         */
+        post: operations["eval_runs_resume_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/eval-runs/{id}/samples/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The run's samples, filtered (differs, flipped, tag, errors) and ordered (worst KL first ...). */
+        get: operations["eval_runs_samples_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/eval-suite-versions/": {
         parameters: {
             query?: never;
@@ -1362,6 +1451,102 @@ export interface components {
             match_rule?: unknown;
             tags?: unknown;
         };
+        EvalRun: {
+            readonly id: number;
+            readonly name: string;
+            readonly suite_version: number;
+            readonly suite_name: string;
+            readonly suite_version_number: number;
+            readonly reference_deployment_id: number | null;
+            readonly reference_base_url: string;
+            readonly reference_model: string;
+            readonly reference_info: unknown;
+            readonly candidate_deployment_id: number | null;
+            readonly candidate_base_url: string;
+            readonly candidate_model: string;
+            readonly candidate_info: unknown;
+            readonly sampling: {
+                [key: string]: unknown;
+            };
+            readonly max_tokens: number;
+            readonly seed: number;
+            readonly top_logprobs: number;
+            readonly concurrency: number;
+            /** Format: double */
+            readonly request_timeout: number;
+            readonly state: components["schemas"]["EvalRunStateEnum"];
+            readonly cancel_requested: boolean;
+            readonly case_count: number;
+            readonly done_count: number;
+            readonly error_count: number;
+            readonly attempts: number;
+            readonly summary: unknown;
+            readonly teacher_forcing_note: string;
+            readonly error: string;
+            readonly live_group: string;
+            /** Format: date-time */
+            readonly created_at: string;
+            /** Format: date-time */
+            readonly started_at: string | null;
+            /** Format: date-time */
+            readonly finished_at: string | null;
+        };
+        /**
+         * @description * `pending` - Pending
+         *     * `running` - Running
+         *     * `completed` - Completed
+         *     * `failed` - Failed
+         *     * `cancelled` - Cancelled
+         * @enum {string}
+         */
+        EvalRunStateEnum: "pending" | "running" | "completed" | "failed" | "cancelled";
+        EvalSample: {
+            readonly id: number;
+            readonly run: number;
+            readonly case: number;
+            readonly case_key: string;
+            readonly position: number;
+            readonly tags: unknown;
+            readonly reference_output: string;
+            readonly candidate_output: string;
+            readonly reference_tokens: unknown;
+            readonly candidate_tokens: unknown;
+            readonly reference_token_logprobs: unknown;
+            readonly candidate_token_logprobs: unknown;
+            readonly position_kl: unknown;
+            readonly exact_match: boolean | null;
+            readonly first_divergence: number | null;
+            /** Format: double */
+            readonly token_agreement: number | null;
+            /** Format: double */
+            readonly chrf: number | null;
+            readonly reference_correct: boolean | null;
+            readonly candidate_correct: boolean | null;
+            readonly flip: string;
+            readonly kl_mode: string;
+            /** Format: double */
+            readonly mean_kl: number | null;
+            /** Format: double */
+            readonly max_kl: number | null;
+            /** Format: double */
+            readonly top1_agreement: number | null;
+            readonly scores: unknown;
+            /** Format: double */
+            readonly reference_latency_ms: number | null;
+            /** Format: double */
+            readonly candidate_latency_ms: number | null;
+            /** Format: double */
+            readonly reference_ttft_ms: number | null;
+            /** Format: double */
+            readonly candidate_ttft_ms: number | null;
+            /** Format: double */
+            readonly reference_tokens_per_s: number | null;
+            /** Format: double */
+            readonly candidate_tokens_per_s: number | null;
+            readonly error: string;
+            /** Format: date-time */
+            readonly created_at: string;
+        };
         /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         EvalSuite: {
             readonly id: number;
@@ -1714,6 +1899,36 @@ export interface components {
              */
             previous?: string | null;
             results: components["schemas"]["EvalCase"][];
+        };
+        PaginatedEvalRunList: {
+            /** @example 123 */
+            count: number;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=400&limit=100
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=200&limit=100
+             */
+            previous?: string | null;
+            results: components["schemas"]["EvalRun"][];
+        };
+        PaginatedEvalSampleList: {
+            /** @example 123 */
+            count: number;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=400&limit=100
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=200&limit=100
+             */
+            previous?: string | null;
+            results: components["schemas"]["EvalSample"][];
         };
         PaginatedEvalSuiteList: {
             /** @example 123 */
@@ -2310,6 +2525,34 @@ export interface components {
             task?: string | string[];
             tenant?: string | string[];
             priority?: components["schemas"]["PriorityEnum"];
+        };
+        /** @description A new run. Each side: `*_deployment` (a fleet deployment id) or `*_base_url` + `*_model`. */
+        RunCreateRequest: {
+            /** @default  */
+            name: string;
+            suite_version: number;
+            reference_deployment?: number | null;
+            reference_base_url?: string;
+            reference_model?: string;
+            candidate_deployment?: number | null;
+            candidate_base_url?: string;
+            candidate_model?: string;
+            /** @default 256 */
+            max_tokens: number;
+            /**
+             * Format: int64
+             * @default 0
+             */
+            seed: number;
+            /** @default 5 */
+            top_logprobs: number;
+            /** @default 8 */
+            concurrency: number;
+            /**
+             * Format: double
+             * @default 120
+             */
+            request_timeout: number;
         };
         /**
          * @description * `round_robin` - Round robin
@@ -3111,6 +3354,171 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["EvalCase"];
+                };
+            };
+        };
+    };
+    eval_runs_list: {
+        parameters: {
+            query?: {
+                candidate_deployment_id?: number;
+                /** @description Number of results to return per page. */
+                limit?: number;
+                /** @description The initial index from which to return the results. */
+                offset?: number;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                reference_deployment_id?: number;
+                /** @description A search term. */
+                search?: string;
+                /**
+                 * @description * `pending` - Pending
+                 *     * `running` - Running
+                 *     * `completed` - Completed
+                 *     * `failed` - Failed
+                 *     * `cancelled` - Cancelled
+                 */
+                state?: "cancelled" | "completed" | "failed" | "pending" | "running";
+                suite_version?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedEvalRunList"];
+                };
+            };
+        };
+    };
+    eval_runs_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RunCreateRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["RunCreateRequest"];
+                "multipart/form-data": components["schemas"]["RunCreateRequest"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EvalRun"];
+                };
+            };
+        };
+    };
+    eval_runs_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this eval run. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EvalRun"];
+                };
+            };
+        };
+    };
+    eval_runs_cancel_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this eval run. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EvalRun"];
+                };
+            };
+        };
+    };
+    eval_runs_resume_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this eval run. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EvalRun"];
+                };
+            };
+        };
+    };
+    eval_runs_samples_list: {
+        parameters: {
+            query?: {
+                /** @description only samples whose two outputs differ (or not) */
+                differs?: boolean;
+                /** @description only samples whose requests failed (or not) */
+                errors?: boolean;
+                flipped?: "any" | "right_to_wrong" | "wrong_to_right";
+                /** @description Number of results to return per page. */
+                limit?: number;
+                /** @description The initial index from which to return the results. */
+                offset?: number;
+                order?: "longest_divergence" | "lowest_chrf" | "position" | "worst_kl";
+                /** @description only cases with this tag */
+                tag?: string;
+            };
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this eval run. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedEvalSampleList"];
                 };
             };
         };

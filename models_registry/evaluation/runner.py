@@ -1,0 +1,641 @@
+"""Running an evaluation: every case of a suite version through both sides, scored and stored one by one.
+
+`execute_run(run_id)` is what the Celery task `models_registry.run_evaluation` calls. It is idempotent and
+resumable:
+
+- a Redis lock per run lets only one worker execute it at a time (another delivery returns at once);
+  the lock expires by itself when its worker dies, so a redelivered or re-sent task takes over;
+- the cases to do are those without a sample, so a resumed run repeats only what was lost; a sample is
+  written the moment its case is scored, and the (run, case) unique constraint refuses a second one;
+- between cases the run's `cancel_requested` flag is read; once it is set no case starts, the ones in
+  flight are abandoned, and the run ends `cancelled` with the samples it has.
+
+The HTTP side runs on an asyncio loop in a helper thread (aiohttp, bounded concurrency per side); the
+calling thread keeps every database write and the live progress pushes. Per case:
+
+1. both sides generate from the case's messages on `/v1/chat/completions`: temperature 0, the run's
+   seed and max_tokens, `logprobs` + `top_logprobs`, `return_token_ids`, streamed (for the TTFT);
+2. teacher forcing: the candidate scores the reference's own tokens on `/v1/completions` with
+   `prompt = prompt_token_ids + token_ids`, `max_tokens: 1`, `prompt_logprobs: k`
+   (docs/evaluations.md). If the engine refuses that (no prompt_logprobs, no token ids), the run notes
+   why once and the KL falls back to the free-running top-k comparison, labelled so in every sample;
+3. score_sample() and the timings make the sample row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import queue
+import statistics
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from core.live import push_live_event
+from core.redis_client import get_redis, key
+from models_registry.evaluation.endpoints import Endpoint, EndpointUnavailable, deployment_endpoint
+from models_registry.evaluation.metrics import (
+    KLMode,
+    SideOutput,
+    compare_distributions,
+    listing_from_chat,
+    listing_from_prompt_logprobs,
+    score_sample,
+    summarize,
+)
+from models_registry.evaluation.models import EvalCase, EvalRun, EvalSample, RunState
+
+log = logging.getLogger(__name__)
+
+LOCK_SECONDS = 15  # a dead worker's lock lapses after this; a live one renews it every quarter
+PROGRESS_INTERVAL = 0.25  # at most this often a progress event per run (plus the last one)
+RETRIES = 2  # more tries of a side's request after a connection error or a 5xx
+
+
+def run_group(run_id: int) -> str:
+    """The live group a run's progress is pushed to (browsers subscribe to it)."""
+    return f"live.evalrun.{run_id}"
+
+
+# -- one side's HTTP calls --------------------------------------------------------------------------------
+
+
+class SideError(Exception):
+    """A side's request failed for good (after retries), or answered something unreadable."""
+
+
+class TeacherForcingUnavailable(Exception):
+    """The candidate engine cannot score a given text (no prompt_logprobs or no token ids)."""
+
+
+@dataclass
+class Generation:
+    text: str
+    tokens: list[str]
+    token_logprobs: list[float]
+    listings: list[dict[str, float]] | None
+    prompt_token_ids: list[int] | None
+    token_ids: list[int] | None
+    latency_ms: float
+    ttft_ms: float | None
+    completion_tokens: int
+
+    def output(self) -> SideOutput:
+        return SideOutput(text=self.text, tokens=self.tokens, top_logprobs=self.listings)
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self.completion_tokens / (self.latency_ms / 1000) if self.latency_ms > 0 else None
+
+
+async def _post(
+    session: aiohttp.ClientSession, ep: Endpoint, path: str, body: dict[str, Any], timeout: float
+) -> tuple[int, Any]:
+    headers = {"Authorization": f"Bearer {ep.api_key}"} if ep.api_key else {}
+    last: Exception | None = None
+    for attempt in range(RETRIES + 1):
+        try:
+            async with session.post(
+                ep.base_url.rstrip("/") + path,
+                json=body,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=timeout),
+            ) as resp:
+                status = resp.status
+                try:
+                    data = await resp.json(content_type=None)
+                except ValueError:
+                    data = {"error": {"message": (await resp.text())[:500]}}
+                if status >= 500 and attempt < RETRIES:
+                    last = SideError(f"{path}: HTTP {status}")
+                    await asyncio.sleep(0.2 * (attempt + 1))
+                    continue
+                return status, data
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            last = exc
+            if attempt < RETRIES:
+                await asyncio.sleep(0.2 * (attempt + 1))
+    raise SideError(f"{path}: {type(last).__name__}: {last}")
+
+
+def _error_message(data: Any) -> str:
+    if isinstance(data, dict) and isinstance(data.get("error"), dict):
+        return str(data["error"].get("message", ""))[:500]
+    return str(data)[:500]
+
+
+async def generate(
+    session: aiohttp.ClientSession, ep: Endpoint, run: RunParams, messages: list[dict[str, str]]
+) -> Generation:
+    """One greedy generation on /v1/chat/completions, streamed so the time to the first token shows.
+
+    The stream carries each token's logprobs and (vLLM's `return_token_ids`) its id, the first chunk the
+    prompt's token ids; the final chunk the usage.
+    """
+    body: dict[str, Any] = {
+        "model": ep.model,
+        "messages": messages,
+        "temperature": 0,
+        "seed": run.seed,
+        "max_tokens": run.max_tokens,
+        "return_token_ids": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if run.top_logprobs > 0:
+        body["logprobs"] = True
+        body["top_logprobs"] = run.top_logprobs
+    headers = {"Authorization": f"Bearer {ep.api_key}"} if ep.api_key else {}
+    text_parts: list[str] = []
+    content: list[dict[str, Any]] = []
+    token_ids: list[int] | None = None
+    prompt_ids: list[int] | None = None
+    usage: dict[str, Any] = {}
+    ttft_ms: float | None = None
+    last: Exception | None = None
+    for attempt in range(RETRIES + 1):
+        text_parts, content, token_ids, prompt_ids, usage, ttft_ms = [], [], None, None, {}, None
+        started = time.perf_counter()
+        try:
+            async with session.post(
+                ep.base_url.rstrip("/") + "/v1/chat/completions",
+                json=body,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=run.timeout),
+            ) as resp:
+                if resp.status != 200:
+                    try:
+                        data = await resp.json(content_type=None)
+                    except ValueError:
+                        data = {"error": {"message": (await resp.text())[:500]}}
+                    if resp.status >= 500 and attempt < RETRIES:
+                        last = SideError(f"HTTP {resp.status}: {_error_message(data)}")
+                        await asyncio.sleep(0.2 * (attempt + 1))
+                        continue
+                    raise SideError(f"HTTP {resp.status}: {_error_message(data)}")
+                async for raw in resp.content:
+                    line = raw.strip()
+                    if not line.startswith(b"data:"):
+                        continue
+                    payload = line[5:].strip()
+                    if payload == b"[DONE]":
+                        break
+                    chunk = json.loads(payload)
+                    if isinstance(chunk.get("prompt_token_ids"), list):
+                        prompt_ids = list(chunk["prompt_token_ids"])
+                    if chunk.get("usage"):
+                        usage = chunk["usage"]
+                    for choice in chunk.get("choices") or []:
+                        piece = (choice.get("delta") or {}).get("content") or ""
+                        items = (choice.get("logprobs") or {}).get("content") or []
+                        ids = choice.get("token_ids")
+                        if ttft_ms is None and (piece or items or ids):
+                            ttft_ms = (time.perf_counter() - started) * 1000
+                        text_parts.append(piece)
+                        content.extend(items)
+                        if isinstance(ids, list):
+                            token_ids = (token_ids or []) + list(ids)
+            break
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            last = exc
+            if attempt < RETRIES:
+                await asyncio.sleep(0.2 * (attempt + 1))
+                continue
+            raise SideError(f"/v1/chat/completions: {type(exc).__name__}: {exc}") from exc
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise SideError(f"unreadable chat completion stream: {type(exc).__name__}: {exc}") from exc
+    else:
+        raise SideError(f"/v1/chat/completions: {last}")
+    latency_ms = (time.perf_counter() - started) * 1000
+    text = "".join(text_parts)
+    try:
+        tokens = [str(item["token"]) for item in content]
+        token_logprobs = [float(item["logprob"]) for item in content]
+        listings: list[dict[str, float]] | None = [listing_from_chat(item) for item in content] or None
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SideError(f"unreadable logprobs: {type(exc).__name__}: {exc}") from exc
+    if not tokens:
+        # No logprobs from this engine: compare whitespace-separated words instead of tokens.
+        tokens = text.split()
+    if token_ids is not None and len(token_ids) != len(content):
+        token_ids = None  # ids that do not line up with the tokens cannot be scored
+    return Generation(
+        text=text,
+        tokens=tokens,
+        token_logprobs=token_logprobs,
+        listings=listings,
+        prompt_token_ids=prompt_ids,
+        token_ids=token_ids,
+        latency_ms=latency_ms,
+        ttft_ms=ttft_ms,
+        completion_tokens=int(usage.get("completion_tokens") or len(tokens)),
+    )
+
+
+async def score_reference_text(
+    session: aiohttp.ClientSession, ep: Endpoint, run: RunParams, reference: Generation
+) -> list[dict[str, float]]:
+    """The candidate's distribution at each position of the reference's output (teacher forcing)."""
+    if reference.prompt_token_ids is None or reference.token_ids is None:
+        raise TeacherForcingUnavailable("the reference engine returns no token ids (return_token_ids)")
+    if not reference.token_ids:
+        return []
+    start = len(reference.prompt_token_ids)
+    body = {
+        "model": ep.model,
+        "prompt": reference.prompt_token_ids + reference.token_ids,
+        "max_tokens": 1,
+        "temperature": 0,
+        "prompt_logprobs": run.top_logprobs,
+    }
+    status, data = await _post(session, ep, "/v1/completions", body, run.timeout)
+    if 400 <= status < 500:
+        raise TeacherForcingUnavailable(
+            f"the candidate engine refused prompt_logprobs (HTTP {status}: {_error_message(data)})"
+        )
+    if status != 200:
+        raise SideError(f"teacher forcing: HTTP {status}: {_error_message(data)}")
+    try:
+        entries = data["choices"][0].get("prompt_logprobs")
+    except (KeyError, IndexError, TypeError) as exc:
+        raise SideError(f"unreadable completion: {exc}") from exc
+    if not isinstance(entries, list):
+        raise TeacherForcingUnavailable("the candidate engine returns no prompt_logprobs")
+    forced = entries[start:]
+    if len(forced) != len(reference.token_ids) or any(not isinstance(e, dict) for e in forced):
+        raise TeacherForcingUnavailable(
+            "the candidate's prompt_logprobs do not line up with the reference's tokens"
+        )
+    return [listing_from_prompt_logprobs(e) for e in forced]
+
+
+# -- the async producer -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunParams:
+    seed: int
+    max_tokens: int
+    top_logprobs: int
+    concurrency: int
+    timeout: float
+
+
+@dataclass(frozen=True)
+class CaseJob:
+    pk: int
+    case_key: str
+    position: int
+    tags: list[str]
+    messages: list[dict[str, str]]
+    expected: str | None
+    match_rule: str | None
+
+
+@dataclass
+class CaseResult:
+    job: CaseJob
+    reference: Generation | None = None
+    candidate: Generation | None = None
+    forced: list[dict[str, float]] | None = None
+    forcing_note: str = ""
+    error: str = ""
+
+
+@dataclass
+class _Shared:
+    forcing_note: str = ""
+    forcing_off: bool = False
+    results: queue.Queue[CaseResult | None] = field(default_factory=queue.Queue)
+
+
+async def _produce(
+    jobs: Sequence[CaseJob],
+    reference: Endpoint,
+    candidate: Endpoint,
+    params: RunParams,
+    stop: threading.Event,
+    shared: _Shared,
+) -> None:
+    ref_sem = asyncio.Semaphore(params.concurrency)
+    cand_sem = asyncio.Semaphore(params.concurrency)
+    # The next case starts only when a slot of each side is free, so cases run in suite order and
+    # a cancel leaves no case half-started.
+    gate = asyncio.Semaphore(params.concurrency)
+    connector = aiohttp.TCPConnector(limit=0)
+
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def side(sem: asyncio.Semaphore, ep: Endpoint, job: CaseJob) -> Generation:
+            async with sem:
+                return await generate(session, ep, params, job.messages)
+
+        async def one(job: CaseJob) -> None:
+            result = CaseResult(job)
+            try:
+                ref_gen, cand_gen = await asyncio.gather(
+                    side(ref_sem, reference, job), side(cand_sem, candidate, job)
+                )
+                result.reference, result.candidate = ref_gen, cand_gen
+                if params.top_logprobs > 0 and ref_gen.listings is not None and not shared.forcing_off:
+                    try:
+                        async with cand_sem:
+                            result.forced = await score_reference_text(session, candidate, params, ref_gen)
+                    except TeacherForcingUnavailable as exc:
+                        shared.forcing_off = True
+                        shared.forcing_note = str(exc)
+                        result.forcing_note = str(exc)
+            except SideError as exc:
+                result.error = str(exc)
+            finally:
+                gate.release()
+            if not stop.is_set():
+                shared.results.put(result)
+
+        tasks: list[asyncio.Task[None]] = []
+        for job in jobs:
+            await gate.acquire()
+            if stop.is_set():
+                gate.release()
+                break
+            tasks.append(asyncio.create_task(one(job)))
+        while tasks and not stop.is_set():
+            _done, pending = await asyncio.wait(tasks, timeout=0.05)
+            tasks = list(pending)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+# -- storing and summarising ------------------------------------------------------------------------------
+
+
+def sample_from_result(run: EvalRun, result: CaseResult) -> EvalSample:
+    job = result.job
+    sample = EvalSample(run=run, case_id=job.pk, case_key=job.case_key, position=job.position, tags=job.tags)
+    ref, cand = result.reference, result.candidate
+    if result.error or ref is None or cand is None:
+        sample.error = result.error or "no output"
+        return sample
+    score = score_sample(
+        ref.output(),
+        cand.output(),
+        expected=job.expected,
+        match_rule=job.match_rule,
+        candidate_scored_reference=result.forced,
+    )
+    per_position: list[float] = []
+    if score["kl_positions"]:
+        # score_sample keeps only the sums; the per-position KL is kept for the side-by-side view.
+        if result.forced is not None and ref.listings is not None:
+            per_position = compare_distributions(ref.listings, result.forced, KLMode.TEACHER_FORCED).kl
+        elif ref.listings is not None and cand.listings is not None:
+            per_position = compare_distributions(
+                ref.listings, cand.listings, KLMode.FREE_RUNNING_TOPK, divergence=score["first_divergence"]
+            ).kl
+    sample.reference_output = ref.text
+    sample.candidate_output = cand.text
+    sample.reference_tokens = ref.tokens
+    sample.candidate_tokens = cand.tokens
+    sample.reference_token_logprobs = ref.token_logprobs
+    sample.candidate_token_logprobs = cand.token_logprobs
+    sample.position_kl = per_position
+    sample.exact_match = score["exact_match"]
+    sample.first_divergence = score["first_divergence"]
+    sample.token_agreement = score["token_agreement"]
+    sample.chrf = score["chrf"]
+    sample.reference_correct = score["reference_correct"]
+    sample.candidate_correct = score["candidate_correct"]
+    sample.flip = score["flip"] or ""
+    sample.kl_mode = score["kl_mode"] or ""
+    sample.mean_kl = score["mean_kl"]
+    sample.max_kl = score["max_kl"]
+    sample.top1_agreement = score["top1_agreement"]
+    sample.scores = score
+    sample.reference_latency_ms = ref.latency_ms
+    sample.candidate_latency_ms = cand.latency_ms
+    sample.reference_ttft_ms = ref.ttft_ms
+    sample.candidate_ttft_ms = cand.ttft_ms
+    sample.reference_tokens_per_s = ref.tokens_per_s
+    sample.candidate_tokens_per_s = cand.tokens_per_s
+    return sample
+
+
+def _stats(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"mean": None, "p50": None, "p95": None}
+    ordered = sorted(values)
+    return {
+        "mean": statistics.fmean(ordered),
+        "p50": statistics.median(ordered),
+        "p95": ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))],
+    }
+
+
+def run_summary(run: EvalRun) -> dict[str, Any]:
+    """summarize() over the run's scored samples, plus latency and tokens/s per side and the error count."""
+    rows: list[dict[str, Any]] = [
+        dict(r)
+        for r in run.samples.filter(error="").values(
+            "scores",
+            "reference_latency_ms",
+            "candidate_latency_ms",
+            "reference_tokens_per_s",
+            "candidate_tokens_per_s",
+            "reference_ttft_ms",
+            "candidate_ttft_ms",
+        )
+    ]
+    out = summarize([r["scores"] for r in rows])
+    for side in ("reference", "candidate"):
+        out[side] = {
+            name: _stats([r[f"{side}_{name}"] for r in rows if r[f"{side}_{name}"] is not None])
+            for name in ("latency_ms", "tokens_per_s", "ttft_ms")
+        }
+    out["errors"] = run.samples.exclude(error="").count()
+    return out
+
+
+# -- the run ----------------------------------------------------------------------------------------------
+
+
+def side_endpoint(run: EvalRun, side: str) -> Endpoint:
+    """Where a side is reached now: its deployment resolved afresh (a new key per launch), or its URL."""
+    deployment_id = getattr(run, f"{side}_deployment_id")
+    if deployment_id is not None:
+        return deployment_endpoint(deployment_id)
+    return Endpoint(base_url=getattr(run, f"{side}_base_url"), model=getattr(run, f"{side}_model"))
+
+
+def _push(run: EvalRun, **extra: Any) -> None:
+    try:
+        push_live_event(
+            run_group(run.pk),
+            {
+                "type": "eval_run.progress",
+                "run": run.pk,
+                "state": run.state,
+                "done": run.done_count,
+                "errors": run.error_count,
+                "total": run.case_count,
+                **extra,
+            },
+        )
+    except Exception:  # a live push must never fail the run (Redis down: the page polls)
+        log.warning("eval run %s: live push failed", run.pk, exc_info=True)
+
+
+def _finish(run: EvalRun, state: str, error: str = "") -> EvalRun:
+    run.done_count = run.samples.count()
+    run.error_count = run.samples.exclude(error="").count()
+    run.summary = run_summary(run)
+    run.state = state
+    run.error = error
+    run.finished_at = timezone.now()
+    run.save(
+        update_fields=[
+            *("done_count", "error_count", "summary", "state", "error", "finished_at"),
+            "teacher_forcing_note",
+        ]
+    )
+    _push(run, summary=run.summary)
+    return run
+
+
+def execute_run(run_id: int, *, after_sample: Callable[[EvalSample], None] | None = None) -> EvalRun | None:
+    """Run (or resume) an evaluation run to its end; returns the run, or None when another worker holds it.
+
+    `after_sample` is called after each stored sample (tests use it to stop a worker midway).
+    """
+    lock = get_redis().lock(key("eval", "run", str(run_id)), timeout=LOCK_SECONDS, blocking=False)
+    if not lock.acquire():
+        log.info("eval run %s is being executed by another worker", run_id)
+        return None
+    try:
+        return _execute(run_id, lock, after_sample)
+    finally:
+        with contextlib.suppress(Exception):
+            lock.release()
+
+
+# A placeholder result: the queue had nothing within its wait, but the producer is still working.
+_NOTHING_YET = CaseResult(job=CaseJob(0, "", 0, [], [], None, None))
+
+
+def _execute(run_id: int, lock: Any, after_sample: Callable[[EvalSample], None] | None) -> EvalRun | None:
+    with transaction.atomic():
+        run = EvalRun.objects.select_for_update().filter(pk=run_id).first()
+        if run is None or run.finished:
+            return run
+        run.state = RunState.RUNNING
+        run.attempts += 1
+        run.started_at = run.started_at or timezone.now()
+        run.save(update_fields=["state", "attempts", "started_at"])
+    if run.cancel_requested:
+        return _finish(run, RunState.CANCELLED)
+    try:
+        reference, candidate = side_endpoint(run, "reference"), side_endpoint(run, "candidate")
+    except EndpointUnavailable as exc:
+        return _finish(run, RunState.FAILED, str(exc))
+    done = set(run.samples.values_list("case_id", flat=True))
+    cases = EvalCase.objects.filter(version_id=run.suite_version_id).order_by("position", "id")
+    jobs = [
+        CaseJob(
+            pk=c.pk,
+            case_key=c.case_id,
+            position=c.position,
+            tags=list(c.tags or []),
+            messages=c.chat_messages(),
+            expected=c.expected,
+            match_rule=c.match_rule or None,
+        )
+        for c in cases
+        if c.pk not in done
+    ]
+    run.done_count = len(done)
+    run.error_count = run.samples.exclude(error="").count()
+    _push(run)
+    params = RunParams(
+        seed=run.seed,
+        max_tokens=run.max_tokens,
+        top_logprobs=run.top_logprobs,
+        concurrency=max(1, run.concurrency),
+        timeout=run.request_timeout,
+    )
+    stop = threading.Event()
+    shared = _Shared()
+    failure: list[BaseException] = []
+
+    def produce() -> None:
+        try:
+            asyncio.run(_produce(jobs, reference, candidate, params, stop, shared))
+        except BaseException as exc:  # reported by the calling thread
+            failure.append(exc)
+        finally:
+            shared.results.put(None)
+
+    thread = threading.Thread(target=produce, name=f"eval-run-{run_id}", daemon=True)
+    thread.start()
+    cancelled = False
+    last_push = last_renew = time.monotonic()
+    try:
+        while True:
+            try:
+                item: CaseResult | None = shared.results.get(timeout=0.5)
+            except queue.Empty:
+                if not thread.is_alive():
+                    break
+                item = _NOTHING_YET
+            if item is None:
+                break
+            now = time.monotonic()
+            if now - last_renew > LOCK_SECONDS / 4:
+                lock.reacquire()
+                last_renew = now
+            if item is not _NOTHING_YET:
+                if shared.forcing_note and not run.teacher_forcing_note:
+                    run.teacher_forcing_note = shared.forcing_note
+                    run.save(update_fields=["teacher_forcing_note"])
+                sample = sample_from_result(run, item)
+                try:
+                    with transaction.atomic():
+                        sample.save()
+                except IntegrityError:
+                    log.info("eval run %s: case %s already stored", run_id, item.job.case_key)
+                else:
+                    run.done_count += 1
+                    if sample.error:
+                        run.error_count += 1
+                    if after_sample is not None:
+                        after_sample(sample)
+            # Between cases: has someone asked to cancel?
+            if EvalRun.objects.filter(pk=run_id, cancel_requested=True).exists():
+                cancelled = True
+                stop.set()
+                break
+            if now - last_push >= PROGRESS_INTERVAL:
+                EvalRun.objects.filter(pk=run_id).update(
+                    done_count=run.done_count, error_count=run.error_count
+                )
+                _push(run)
+                last_push = now
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    if failure:
+        return _finish(run, RunState.FAILED, f"{type(failure[0]).__name__}: {failure[0]}")
+    if cancelled:
+        return _finish(run, RunState.CANCELLED)
+    remaining = EvalCase.objects.filter(version_id=run.suite_version_id).exclude(samples__run=run).count()
+    if remaining:
+        return _finish(run, RunState.FAILED, f"{remaining} case(s) have no sample.")
+    return _finish(run, RunState.COMPLETED)
