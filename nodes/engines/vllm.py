@@ -1,6 +1,6 @@
 """vLLM: the exact `vllm serve` command line and its /metrics.
 
-Flag spellings follow current vLLM (see /work/shared/reference/vllm/serve-flags.md): the model is the
+Flag spellings follow current vLLM (see tests/data/vllm/serve-flags.md): the model is the
 positional argument of `serve` (`--model` is deprecated there), booleans are BooleanOptionalAction
 pairs, and `--api-key` guards /v1 while /health and /metrics stay open for the agent's probes.
 """

@@ -1,7 +1,7 @@
 """Command line of the simulator: `python -m nodes.sim serve MODEL [vLLM flags] [--sim-* knobs]`.
 
 The parser accepts the `vllm serve` flags a deployment would pass (names and types per
-/work/shared/reference/vllm/serve-flags.md), with vLLM's parser habits: `_` and `-` are interchangeable
+tests/data/vllm/serve-flags.md), with vLLM's parser habits: `_` and `-` are interchangeable
 in flag names, `--model X` is rewritten to the positional, unknown flags are an argparse error (exit 2).
 Flags the simulator does not model are accepted and ignored (IGNORED_VALUE_FLAGS, IGNORED_BOOL_FLAGS).
 """

@@ -1,7 +1,7 @@
 """The vLLM Prometheus metrics, with vLLM's names, HELP strings, labels and buckets.
 
 Source: vllm/v1/metrics/loggers.py (PrometheusStatLogger) at vLLM main 2f41c894, as recorded in
-/work/shared/reference/vllm/metrics.md. Durations are observed in modelled time (wall time multiplied by
+tests/data/vllm/metrics.md. Durations are observed in modelled time (wall time multiplied by
 --sim-time-scale), so a sped-up simulator still reports the latencies of the hardware it models.
 """
 

@@ -3,7 +3,7 @@
 vLLM validates the body with pydantic (400, type "Bad Request", "N validation error(s): ...") and then
 the sampling parameters and lengths (400, type "BadRequestError", message with a
 "(parameter=..., value=...)" suffix, `param` set); an unknown model is a 404 NotFoundError.
-See /work/shared/reference/vllm/endpoints.md, "Error JSON shape".
+See tests/data/vllm/endpoints.md, "Error JSON shape".
 """
 
 from __future__ import annotations
