@@ -27,6 +27,7 @@ from models_registry.evaluation.suites import (
     MAX_BYTES,
     MAX_ERRORS_SHOWN,
     SuiteImportError,
+    case_fields,
     copy_version,
     export_jsonl,
     import_jsonl,
@@ -196,14 +197,7 @@ class EvalCaseSerializer(StrictModelSerializer):
             raise serializers.ValidationError(
                 {"case_id": [f"Id {case.case_id!r} is already used in {version}."]}
             )
-        out: dict[str, Any] = {
-            "case_id": case.case_id,
-            "prompt": case.prompt,
-            "messages": case.messages,
-            "expected": case.expected,
-            "match_rule": case.match_rule,
-            "tags": case.tags,
-        }
+        out: dict[str, Any] = dict(case_fields(case))
         if "version" in attrs:
             out["version"] = attrs["version"]
         if "position" in attrs:
