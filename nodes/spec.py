@@ -63,7 +63,8 @@ class DeploySpec:
         version: ModelVersion = value("model_version")
         engine = value("engine")
         gpu_indices = tuple(value("gpu_indices") or ())
-        tp = value("tensor_parallel_size") if "tensor_parallel_size" in values or instance else None
+        given = "tensor_parallel_size" in values or instance is not None
+        tp = value("tensor_parallel_size") if given else None
         if tp is None:
             tp = default_tensor_parallel_size(engine, gpu_indices)
         return cls(
