@@ -29,6 +29,10 @@ class Tenant(models.Model):
     is_active = models.BooleanField(default=True)
     # Prompts and outputs are kept in the request log only when the tenant opts in.
     log_prompts = models.BooleanField(default=False)
+    # Whether this tenant's requests may be mirrored to a shadow candidate (its prompts and the
+    # candidate's answers are then stored for comparison). Off by default: mirroring is a data-use
+    # decision the tenant's owner makes, not the rollout's.
+    shadow_consent = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

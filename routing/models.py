@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
@@ -128,3 +129,179 @@ class RequestLog(models.Model):
 
     def __str__(self) -> str:
         return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.alias} {self.status}"
+
+
+# -- rollouts: canaries and shadow traffic -----------------------------------------------------------------
+
+
+class RolloutState(models.TextChoices):
+    RUNNING = "running"  # the gate task advances the share step by step
+    PAUSED = "paused"  # a person paused it; the share stays where it is
+    HOLDING = "holding"  # the gate task could not decide (too little data, or sign-off missing)
+    PROMOTED = "promoted"  # the candidate became the alias's active version
+    ROLLED_BACK = "rolled_back"  # share set to 0 by a failed gate, a dead candidate or a person
+    CANCELLED = "cancelled"
+
+
+ACTIVE_ROLLOUT_STATES = (RolloutState.RUNNING, RolloutState.PAUSED, RolloutState.HOLDING)
+
+
+class StickyBy(models.TextChoices):
+    SESSION = "session"  # the pool's session header, else the tenant
+    TENANT = "tenant"
+
+
+class Rollout(models.Model):
+    """A canary: `candidate_version` takes `share` percent of `alias`'s traffic, raised step by step.
+
+    `steps` are rising percentages ending at 100 (e.g. [1, 5, 25, 50, 100]); `step_index` is the step
+    now serving and `share` its percentage (0 after a rollback). A step lasts at least
+    `min_step_seconds` and `min_step_requests` candidate requests before the gate task
+    (routing.rollouts) may advance it. `gates` holds the thresholds, each optional:
+    `max_error_rate_delta` (candidate minus baseline), `max_p95_latency_ratio` and
+    `max_ttft_p95_ratio` (candidate over baseline in the same window), `max_flip_rate`, `min_chrf`,
+    `max_kl` (from shadow pairs or the signed-off offline run). Reaching 100% switches the alias's
+    active version; with `require_signoff` only when an accepted offline evaluation of the candidate
+    exists. At most one active rollout per alias (database constraint).
+    """
+
+    alias = models.ForeignKey("models_registry.ModelAlias", on_delete=models.CASCADE, related_name="rollouts")
+    # The alias's active version when the rollout started: what the candidate is compared with.
+    baseline_version = models.ForeignKey(
+        "models_registry.ModelVersion", on_delete=models.PROTECT, related_name="+"
+    )
+    candidate_version = models.ForeignKey(
+        "models_registry.ModelVersion", on_delete=models.PROTECT, related_name="canary_rollouts"
+    )
+    steps = models.JSONField(default=list)
+    step_index = models.PositiveSmallIntegerField(default=0)
+    share = models.FloatField(default=0.0, validators=[MinValueValidator(0.0), MaxValueValidator(100.0)])
+    state = models.CharField(max_length=16, choices=RolloutState.choices, default=RolloutState.RUNNING)
+    sticky_by = models.CharField(max_length=16, choices=StickyBy.choices, default=StickyBy.SESSION)
+    min_step_seconds = models.PositiveIntegerField(default=300)
+    min_step_requests = models.PositiveIntegerField(default=100)
+    gates = models.JSONField(default=dict, blank=True)
+    require_signoff = models.BooleanField(default=False)
+    step_started_at = models.DateTimeField(default=timezone.now)
+    # The latest decision's reason, shown on the page without reading the history.
+    reason = models.TextField(blank=True, default="")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["alias"],
+                condition=models.Q(state__in=[s.value for s in ACTIVE_ROLLOUT_STATES]),
+                name="one_active_rollout_per_alias",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.alias} -> {self.candidate_version} at {self.share:g}%"
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_ROLLOUT_STATES
+
+
+class RolloutDecision(models.Model):
+    """One entry of a rollout's history: what was decided, by whom (null: the gate task), and the numbers."""
+
+    class Action(models.TextChoices):
+        START = "start"
+        ADVANCE = "advance"
+        HOLD = "hold"
+        ROLLBACK = "rollback"
+        PROMOTE = "promote"
+        PAUSE = "pause"
+        RESUME = "resume"
+        CANCEL = "cancel"
+
+    rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="decisions")
+    created_at = models.DateTimeField(default=timezone.now)
+    action = models.CharField(max_length=16, choices=Action.choices)
+    from_share = models.FloatField()
+    to_share = models.FloatField()
+    # The window's figures per side and each gate's value, threshold and verdict.
+    numbers = models.JSONField(default=dict, blank=True)
+    reason = models.TextField(blank=True, default="")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["rollout", "created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.rollout_id}: {self.action} {self.from_share:g}% -> {self.to_share:g}%"
+
+
+class ShadowConfig(models.Model):
+    """Mirror `percent` of an alias's live requests (from consenting tenants) to `candidate_version`.
+
+    The mirror is sent after the primary has answered, never billed to the tenant's quota, skipped
+    (and counted) when the candidate is saturated or `max_inflight` mirrors are already out, and
+    never seen by the client. Each mirrored pair is stored as a ShadowPair and scored.
+    """
+
+    alias = models.OneToOneField(
+        "models_registry.ModelAlias", on_delete=models.CASCADE, related_name="shadow"
+    )
+    candidate_version = models.ForeignKey(
+        "models_registry.ModelVersion", on_delete=models.PROTECT, related_name="shadow_configs"
+    )
+    percent = models.FloatField(validators=[MinValueValidator(0.0), MaxValueValidator(100.0)])
+    enabled = models.BooleanField(default=True)
+    max_inflight = models.PositiveIntegerField(default=4)
+    timeout_s = models.FloatField(default=60.0)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"shadow {self.alias} -> {self.candidate_version} at {self.percent:g}%"
+
+
+class ShadowPair(models.Model):
+    """One mirrored request: the primary's answer, the candidate's, and their scores.
+
+    Scored with the evaluation metrics (models_registry.evaluation.metrics): exact match, first
+    divergence, chrF. Reviewed in the same side-by-side view as offline runs (`mark`, `comment`).
+    """
+
+    created_at = models.DateTimeField(default=timezone.now)
+    request_id = models.CharField(max_length=40, blank=True, default="")
+    alias = models.CharField(max_length=100)
+    tenant_id = models.BigIntegerField(null=True, blank=True)
+    endpoint_kind = models.CharField(max_length=32, blank=True, default="")
+    primary_version_id = models.BigIntegerField(null=True, blank=True)
+    candidate_version_id = models.BigIntegerField(null=True, blank=True)
+    # The request as the client sent it (messages or prompt, sampling parameters).
+    request = models.JSONField(default=dict, blank=True)
+    primary_output = models.TextField(blank=True, default="")
+    candidate_output = models.TextField(blank=True, default="")
+    primary_latency_ms = models.FloatField(null=True, blank=True)
+    candidate_latency_ms = models.FloatField(null=True, blank=True)
+    candidate_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    candidate_error = models.TextField(blank=True, default="")
+    exact_match = models.BooleanField(null=True)
+    first_divergence = models.IntegerField(null=True, blank=True)
+    chrf = models.FloatField(null=True, blank=True)
+    scores = models.JSONField(default=dict, blank=True)
+    mark = models.CharField(max_length=16, blank=True, default="")
+    comment = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["alias", "created_at"], name="shadowpair_alias_created")]
+
+    def __str__(self) -> str:
+        return f"{self.alias} {self.request_id}"
