@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Count, QuerySet
 from django.http import HttpResponse
 from drf_spectacular.utils import extend_schema
@@ -31,6 +31,7 @@ from models_registry.evaluation.suites import (
     copy_version,
     export_jsonl,
     import_jsonl,
+    import_new_suite,
     refresh_version,
     validate_case,
 )
@@ -99,10 +100,14 @@ class EvalSuiteSerializer(StrictModelSerializer):
         return dict(EvalSuiteVersionSerializer(latest).data) if latest is not None else None
 
     def validate_name(self, value: str) -> str:
-        name = value.strip()
-        if not name or any(ch in name for ch in "/\\\n\t"):
-            raise serializers.ValidationError("A suite name is one line without slashes.")
-        return name
+        return clean_suite_name(value)
+
+
+def clean_suite_name(value: str) -> str:
+    name = value.strip()
+    if not name or any(ch in name for ch in "/\\\n\t"):
+        raise serializers.ValidationError("A suite name is one line without slashes.")
+    return name
 
 
 class UploadSerializer(StrictSerializerMixin, serializers.Serializer):
@@ -123,6 +128,34 @@ class UploadSerializer(StrictSerializerMixin, serializers.Serializer):
                 {"file": [f"The file is larger than {MAX_BYTES // 1024**2} MiB."]}
             )
         return attrs
+
+
+class SuiteImportSerializer(UploadSerializer):
+    """A new suite and its first version in one request: the upload's fields plus the suite's own."""
+
+    name = serializers.CharField(max_length=200)
+    description = serializers.CharField(required=False, allow_blank=True, default="")
+
+    def validate_name(self, value: str) -> str:
+        name = clean_suite_name(value)
+        if EvalSuite.objects.filter(name=name).exists():
+            raise serializers.ValidationError(
+                f"A suite named {name!r} exists; upload the file as a new version of it instead."
+            )
+        return name
+
+
+class LineErrorSerializer(serializers.Serializer):
+    line = serializers.IntegerField(help_text="1-based line of the file; 0 for the file as a whole.")
+    message = serializers.CharField()
+
+
+class UploadRefusedSerializer(serializers.Serializer):
+    """A refused upload: the summary under the field that carried the file, and every line's problem."""
+
+    file = serializers.ListField(child=serializers.CharField(), required=False)
+    jsonl = serializers.ListField(child=serializers.CharField(), required=False)
+    errors = LineErrorSerializer(many=True)  # type: ignore[assignment]
 
 
 class CopySerializer(StrictSerializerMixin, serializers.Serializer):
@@ -234,7 +267,10 @@ class EvalSuiteViewSet(LockedAs409Mixin, AuditedModelViewSet):
             raise SuiteVersionLocked(locked)
         super().perform_destroy(instance)
 
-    @extend_schema(request=UploadSerializer, responses={201: EvalSuiteVersionSerializer})
+    @extend_schema(
+        request=UploadSerializer,
+        responses={201: EvalSuiteVersionSerializer, 400: UploadRefusedSerializer},
+    )
     @action(detail=True, methods=["post"])
     def upload(self, request: Request, pk: str | None = None) -> Response:
         """A JSONL file (or text) becomes the suite's next version; any bad line refuses the whole file."""
@@ -242,17 +278,48 @@ class EvalSuiteViewSet(LockedAs409Mixin, AuditedModelViewSet):
         body = UploadSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        raw: str | bytes = data["file"].read() if "file" in data else data["jsonl"]
-        field = "file" if "file" in data else "jsonl"
         try:
-            version = import_jsonl(suite, raw, note=data["note"], actor=request.user)
+            version = import_jsonl(suite, upload_text(data), note=data["note"], actor=request.user)
         except SuiteImportError as exc:
-            # A plain 400 body (ValidationError would turn the line numbers into strings).
-            return Response(
-                {field: [str(exc)], "errors": [e.as_dict() for e in exc.errors[:MAX_ERRORS_SHOWN]]},
-                status=status.HTTP_400_BAD_REQUEST,
-            )
+            return upload_refused(data, exc)
         return Response(EvalSuiteVersionSerializer(version).data, status=201)
+
+    @extend_schema(
+        request=SuiteImportSerializer,
+        responses={201: EvalSuiteSerializer, 400: UploadRefusedSerializer},
+    )
+    @action(detail=False, methods=["post"], url_path="import")
+    def import_suite(self, request: Request) -> Response:
+        """A new suite with its first version from JSONL; a bad line refuses both (no empty suite left)."""
+        body = SuiteImportSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        try:
+            suite = import_new_suite(
+                data["name"],
+                upload_text(data),
+                description=data["description"],
+                note=data["note"],
+                actor=request.user,
+            )
+        except SuiteImportError as exc:
+            return upload_refused(data, exc)
+        except IntegrityError:  # the same name, created by another request since validation
+            return Response({"name": ["A suite with this name exists."]}, status=status.HTTP_400_BAD_REQUEST)
+        return Response(self.get_serializer(self.get_queryset().get(pk=suite.pk)).data, status=201)
+
+
+def upload_text(data: dict[str, Any]) -> str | bytes:
+    return data["file"].read() if "file" in data else data["jsonl"]
+
+
+def upload_refused(data: dict[str, Any], exc: SuiteImportError) -> Response:
+    # A plain 400 body (ValidationError would turn the line numbers into strings).
+    field = "file" if "file" in data else "jsonl"
+    return Response(
+        {field: [str(exc)], "errors": [e.as_dict() for e in exc.errors[:MAX_ERRORS_SHOWN]]},
+        status=status.HTTP_400_BAD_REQUEST,
+    )
 
 
 class EvalSuiteVersionViewSet(

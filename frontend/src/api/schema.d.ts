@@ -388,6 +388,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/eval-runs/default-reference/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * @description The reference a new run would get for this candidate deployment (its lineage parent's ready
+         *     deployment), or 400 on `reference_deployment` saying why there is none.
+         */
+        get: operations["eval_runs_default_reference_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/eval-suite-versions/": {
         parameters: {
             query?: never;
@@ -506,6 +526,23 @@ export interface paths {
         put?: never;
         /** @description A JSONL file (or text) becomes the suite's next version; any bad line refuses the whole file. */
         post: operations["eval_suites_upload_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/eval-suites/import/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description A new suite with its first version from JSONL; a bad line refuses both (no empty suite left). */
+        post: operations["eval_suites_import_create"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1259,6 +1296,12 @@ export interface components {
             /** @description Also set as the csrftoken cookie. */
             csrfToken: string;
         };
+        /** @description The reference a run gets when none is given, for a given candidate deployment. */
+        DefaultReference: {
+            deployment_id: number;
+            label: string;
+            model_version_id: number | null;
+        };
         /** @description A deployment. Creating one runs every pre-launch check; refusals are field errors (400). */
         Deployment: {
             readonly id: number;
@@ -1361,6 +1404,14 @@ export interface components {
          * @enum {string}
          */
         DesiredStateEnum: "running" | "stopped";
+        DistributionSummary: {
+            samples: number;
+            positions: number;
+            /** Format: double */
+            top1_agreement: number;
+            /** Format: double */
+            mean_kl: number;
+        };
         /**
          * @description * `vllm` - vLLM
          *     * `llamacpp` - llama.cpp
@@ -1480,10 +1531,13 @@ export interface components {
             readonly done_count: number;
             readonly error_count: number;
             readonly attempts: number;
-            readonly summary: unknown;
+            readonly summary: components["schemas"]["RunSummary"];
             readonly teacher_forcing_note: string;
             readonly error: string;
             readonly live_group: string;
+            readonly reference_label: string;
+            readonly candidate_label: string;
+            readonly created_by_name: string | null;
             /** Format: date-time */
             readonly created_at: string;
             /** Format: date-time */
@@ -1618,6 +1672,26 @@ export interface components {
             kv_cache_bytes: number;
             steps: components["schemas"]["Step"][];
         };
+        FlipTable: {
+            both_right: number;
+            right_to_wrong: number;
+            wrong_to_right: number;
+            both_wrong: number;
+            /** Format: double */
+            confidence: number;
+            n: number;
+            /** Format: double */
+            reference_accuracy: number | null;
+            /** Format: double */
+            candidate_accuracy: number | null;
+            flips: number;
+            /** Format: double */
+            flip_rate: number | null;
+            /** Format: double */
+            accuracy_difference: number | null;
+            /** @description [low, high] of the accuracy difference. */
+            difference_ci: number[] | null;
+        };
         Gpu: {
             readonly id: number;
             readonly index: number;
@@ -1722,6 +1796,11 @@ export interface components {
          * @enum {string}
          */
         KvCacheDtypeEnum: "auto" | "fp16" | "bf16" | "fp8" | "fp8_e4m3" | "fp8_e5m2" | "fp32";
+        LineError: {
+            /** @description 1-based line of the file; 0 for the file as a whole. */
+            line: number;
+            message: string;
+        };
         /** @description A version in the lineage forest, with the versions quantized from it. */
         LineageNode: {
             id: number;
@@ -2554,6 +2633,26 @@ export interface components {
              */
             request_timeout: number;
         };
+        /** @description A finished run's figures (docs/evaluations.md, "Runs"); empty ({}) until the run ends. */
+        RunSummary: {
+            samples?: number;
+            /** Format: double */
+            exact_match_rate?: number | null;
+            /** Format: double */
+            token_agreement?: number | null;
+            /** Format: double */
+            chrf?: number | null;
+            /** Format: double */
+            length_difference?: number | null;
+            flips?: components["schemas"]["FlipTable"] | null;
+            /** @description Per KL mode: teacher_forced, free_running_topk. */
+            distributions?: {
+                [key: string]: components["schemas"]["DistributionSummary"];
+            };
+            reference?: components["schemas"]["SideTimings"];
+            candidate?: components["schemas"]["SideTimings"];
+            errors?: number;
+        };
         /**
          * @description * `round_robin` - Round robin
          *     * `random` - Random
@@ -2565,6 +2664,11 @@ export interface components {
          * @enum {string}
          */
         ScorerEnum: "round_robin" | "random" | "least_outstanding" | "best_fit" | "prefix_affinity" | "session_affinity" | "weighted";
+        SideTimings: {
+            latency_ms: components["schemas"]["Stats"];
+            tokens_per_s: components["schemas"]["Stats"];
+            ttft_ms: components["schemas"]["Stats"];
+        };
         /**
          * @description * `file` - the engine's log file
          *     * `last_exit` - the lines kept at its last exit
@@ -2577,6 +2681,14 @@ export interface components {
          * @enum {string}
          */
         SourceKindEnum: "directory" | "gguf";
+        Stats: {
+            /** Format: double */
+            mean: number | null;
+            /** Format: double */
+            p50: number | null;
+            /** Format: double */
+            p95: number | null;
+        };
         Step: {
             label: string;
             formula: string;
@@ -2587,6 +2699,17 @@ export interface components {
         StopRequest: {
             /** @default false */
             drain: boolean;
+        };
+        /** @description A new suite and its first version in one request: the upload's fields plus the suite's own. */
+        SuiteImportRequest: {
+            /** Format: binary */
+            file?: string;
+            jsonl?: string;
+            /** @default  */
+            note: string;
+            name: string;
+            /** @default  */
+            description: string;
         };
         /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         SwitchAliasRequest: {
@@ -2623,6 +2746,12 @@ export interface components {
             minutes: number;
             routed: components["schemas"]["RoutedTraffic"][];
             refused: components["schemas"]["RefusedTraffic"][];
+        };
+        /** @description A refused upload: the summary under the field that carried the file, and every line's problem. */
+        UploadRefused: {
+            file?: string[];
+            jsonl?: string[];
+            errors: components["schemas"]["LineError"][];
         };
         /** @description A JSONL upload: a multipart `file`, or the text itself as `jsonl`; an optional note. */
         UploadRequest: {
@@ -3523,6 +3652,27 @@ export interface operations {
             };
         };
     };
+    eval_runs_default_reference_retrieve: {
+        parameters: {
+            query: {
+                candidate_deployment: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DefaultReference"];
+                };
+            };
+        };
+    };
     eval_suite_versions_list: {
         parameters: {
             query?: {
@@ -3822,6 +3972,47 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["EvalSuiteVersion"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UploadRefused"];
+                };
+            };
+        };
+    };
+    eval_suites_import_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SuiteImportRequest"];
+                "multipart/form-data": components["schemas"]["SuiteImportRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["SuiteImportRequest"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EvalSuite"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UploadRefused"];
                 };
             };
         };
