@@ -11,7 +11,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models import Count, QuerySet
 from django.http import HttpResponse
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException
@@ -23,9 +23,11 @@ from core.api.base import AuditedModelViewSet, StrictModelSerializer, StrictSeri
 from core.audit import record_audit
 from core.choices import AuditAction
 from models_registry.evaluation.models import EvalCase, EvalSuite, EvalSuiteVersion, SuiteVersionLocked
+from models_registry.evaluation.rules import MATCH_RULES
 from models_registry.evaluation.suites import (
     MAX_BYTES,
     MAX_ERRORS_SHOWN,
+    ROLES,
     SuiteImportError,
     case_fields,
     copy_version,
@@ -167,15 +169,48 @@ API_TO_JSONL = {"case_id": "id"}
 JSONL_TO_API = {"id": "case_id"}
 
 
+# The case's JSON fields take anything so that validate_case can say per field what is wrong; their schema
+# says what they hold once valid.
+@extend_schema_field(
+    {
+        "type": "array",
+        "nullable": True,
+        "items": {
+            "type": "object",
+            "properties": {"role": {"type": "string", "enum": list(ROLES)}, "content": {"type": "string"}},
+            "required": ["role", "content"],
+        },
+    }
+)
+class MessagesField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field({"type": "string", "nullable": True, "description": "A number is stored as text."})
+class ExpectedField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field({"type": "string", "nullable": True, "enum": [*MATCH_RULES, None]})
+class MatchRuleField(serializers.JSONField):
+    def to_representation(self, value: Any) -> Any:
+        return value or None  # stored as "" when the case has no expected answer
+
+
+@extend_schema_field({"type": "array", "items": {"type": "string"}})
+class TagsField(serializers.JSONField):
+    pass
+
+
 class EvalCaseSerializer(StrictModelSerializer):
     """A case; validated by the same rules as a JSONL line (suites.validate_case), errors per field."""
 
     version = serializers.PrimaryKeyRelatedField(queryset=EvalSuiteVersion.objects.all())
     prompt = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
-    messages = serializers.JSONField(required=False, allow_null=True)
-    expected = serializers.JSONField(required=False, allow_null=True)
-    match_rule = serializers.JSONField(required=False, allow_null=True)
-    tags = serializers.JSONField(required=False)
+    messages = MessagesField(required=False, allow_null=True)
+    expected = ExpectedField(required=False, allow_null=True)
+    match_rule = MatchRuleField(required=False, allow_null=True)
+    tags = TagsField(required=False)
 
     class Meta:
         model = EvalCase

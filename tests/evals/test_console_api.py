@@ -55,6 +55,12 @@ def test_import_makes_a_suite_and_its_first_version(evaluator_client: APIClient)
         "add",
         "hi",
     ]
+    cases = evaluator_client.get("/api/eval-cases/", {"version": latest["id"]}).json()["results"]
+    # A case without an expected answer has no rule: null, as the schema says, not "".
+    assert [(c["expected"], c["match_rule"], c["tags"]) for c in cases] == [
+        ("4", "numeric", []),
+        (None, None, []),
+    ]
     assert AuditEvent.objects.filter(object_type__endswith="evalsuite", object_id=str(suite["id"])).exists()
 
 

@@ -1486,10 +1486,15 @@ export interface components {
             case_id: string;
             position: number;
             prompt: string;
-            messages: unknown;
-            expected: unknown;
-            match_rule: unknown;
-            tags: unknown;
+            messages: {
+                /** @enum {string} */
+                role: "system" | "user" | "assistant";
+                content: string;
+            }[] | null;
+            /** @description A number is stored as text. */
+            expected: string | null;
+            match_rule: (components["schemas"]["MatchRuleEnum"] | components["schemas"]["NullEnum"]) | null;
+            tags: string[];
         };
         /** @description A case; validated by the same rules as a JSONL line (suites.validate_case), errors per field. */
         EvalCaseRequest: {
@@ -1497,10 +1502,15 @@ export interface components {
             case_id: string;
             position?: number;
             prompt?: string;
-            messages?: unknown;
-            expected?: unknown;
-            match_rule?: unknown;
-            tags?: unknown;
+            messages?: {
+                /** @enum {string} */
+                role: "system" | "user" | "assistant";
+                content: string;
+            }[] | null;
+            /** @description A number is stored as text. */
+            expected?: string | null;
+            match_rule?: (components["schemas"]["MatchRuleEnum"] | components["schemas"]["NullEnum"]) | null;
+            tags?: string[];
         };
         EvalRun: {
             readonly id: number;
@@ -1823,6 +1833,8 @@ export interface components {
             readonly size: number;
             readonly sha256: string;
         };
+        /** @enum {string} */
+        MatchRuleEnum: "exact" | "normalized" | "regex" | "numeric" | "choice";
         Me: {
             readonly id: number;
             /** @description Required. 150 characters or fewer. Letters, digits and @/./+/-/_ only. */
@@ -2253,10 +2265,15 @@ export interface components {
             case_id?: string;
             position?: number;
             prompt?: string;
-            messages?: unknown;
-            expected?: unknown;
-            match_rule?: unknown;
-            tags?: unknown;
+            messages?: {
+                /** @enum {string} */
+                role: "system" | "user" | "assistant";
+                content: string;
+            }[] | null;
+            /** @description A number is stored as text. */
+            expected?: string | null;
+            match_rule?: (components["schemas"]["MatchRuleEnum"] | components["schemas"]["NullEnum"]) | null;
+            tags?: string[];
         };
         /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         PatchedEvalSuiteRequest: {
