@@ -98,6 +98,7 @@ def side_label(info: dict[str, Any], base_url: str, model: str) -> str:
 
 
 class EvalRunSerializer(serializers.ModelSerializer):
+    suite = serializers.IntegerField(source="suite_version.suite_id", read_only=True)
     suite_name = serializers.CharField(source="suite_version.suite.name", read_only=True)
     suite_version_number = serializers.IntegerField(source="suite_version.number", read_only=True)
     reference_label = serializers.SerializerMethodField()
@@ -115,6 +116,7 @@ class EvalRunSerializer(serializers.ModelSerializer):
             "id",
             "name",
             "suite_version",
+            "suite",
             "suite_name",
             "suite_version_number",
             "reference_deployment_id",

@@ -97,6 +97,7 @@ class EvalSuiteSerializer(StrictModelSerializer):
         ]
         read_only_fields = ["id", "builtin", "version_count", "latest_version", "created_at", "updated_at"]
 
+    @extend_schema_field(EvalSuiteVersionSerializer(allow_null=True))
     def get_latest_version(self, suite: EvalSuite) -> dict[str, Any] | None:
         latest = max(suite.versions.all(), key=lambda v: v.number, default=None)
         return dict(EvalSuiteVersionSerializer(latest).data) if latest is not None else None

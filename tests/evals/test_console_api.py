@@ -162,6 +162,7 @@ def test_runs_carry_side_labels_and_their_creator(
     assert run["reference_label"] == "ref at http://127.0.0.1:8001"
     assert run["candidate_label"] == "cand at http://127.0.0.1:8002"
     assert run["created_by_name"] == evaluator_user.username
+    assert (run["suite"], run["suite_version"]) == (suite.pk, version.pk)
     assert run["summary"] == {}
 
 

@@ -1516,6 +1516,7 @@ export interface components {
             readonly id: number;
             readonly name: string;
             readonly suite_version: number;
+            readonly suite: number;
             readonly suite_name: string;
             readonly suite_version_number: number;
             readonly reference_deployment_id: number | null;
@@ -1618,9 +1619,7 @@ export interface components {
             description: string;
             readonly builtin: boolean;
             readonly version_count: number;
-            readonly latest_version: {
-                [key: string]: unknown;
-            } | null;
+            readonly latest_version: components["schemas"]["EvalSuiteVersion"] | null;
             /** Format: date-time */
             readonly created_at: string;
             /** Format: date-time */
