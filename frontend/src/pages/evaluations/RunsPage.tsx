@@ -135,24 +135,26 @@ export function RunsPage() {
           {
             header: "Run",
             cell: (r) => (
-              <Link to={`/evaluations/runs/${r.id}`} onClick={(e) => e.stopPropagation()} data-testid={`run-link-${r.id}`}>
-                <strong>{r.name || `Run #${r.id}`}</strong>
-              </Link>
+              <span onClick={(e) => e.stopPropagation()}>
+                <Link to={`/evaluations/runs/${r.id}`} data-testid={`run-link-${r.id}`}>
+                  <strong>{r.name || `Run #${r.id}`}</strong>
+                </Link>
+                <div>
+                  <Link to={`/evaluations/suites/${r.suite}?version=${r.suite_version}`} className="muted nowrap">
+                    {r.suite_name} v{r.suite_version_number}
+                  </Link>
+                </div>
+              </span>
             ),
           },
           {
-            header: "Suite",
+            header: "Candidate vs reference",
             cell: (r) => (
-              <Link to={`/evaluations/suites/${r.suite}?version=${r.suite_version}`} onClick={(e) => e.stopPropagation()} className="nowrap">
-                {r.suite_name} v{r.suite_version_number}
-              </Link>
-            ),
-          },
-          {
-            header: "Reference → candidate",
-            cell: (r) => (
-              <span>
-                <span title="reference">{r.reference_label}</span> <span className="muted">→</span> <strong title="candidate">{r.candidate_label}</strong>
+              <span className="run-sides">
+                <strong title="candidate">{r.candidate_label}</strong>
+                <div className="muted" title="reference">
+                  vs {r.reference_label}
+                </div>
               </span>
             ),
           },
@@ -248,7 +250,9 @@ function RunFigures({ run }: { run: EvalRun }) {
     <span className="run-figures" data-testid={`run-figures-${run.id}`}>
       {flips ? (
         <>
-          {formatPct(flips.reference_accuracy)} → {formatPct(flips.candidate_accuracy)}
+          <span title="accuracy of the reference, then of the candidate">
+            ref {formatPct(flips.reference_accuracy)} → cand {formatPct(flips.candidate_accuracy)}
+          </span>
           <div>
             <span className="flip-bad" title="right → wrong">
               {flips.right_to_wrong} ↓

@@ -81,6 +81,8 @@ export function UploadDialog({ open, suite, onClose, onSuite, onVersion }: Uploa
   };
 
   const lineFields = Object.keys(errors ?? {}).filter((key) => key.startsWith("errors."));
+  // A refused file's summary ("4 problem(s): line 2 …") repeats the list below: show the list alone.
+  const fieldErrors = lines.length ? Object.fromEntries(Object.entries(errors ?? {}).filter(([key]) => key !== "file" && key !== "jsonl")) : errors;
   return (
     <Dialog title={suite ? `Upload a new version of ${suite.name}` : "Upload a suite"} open={open} onClose={close} testId="upload-suite-dialog" wide>
       <form onSubmit={submit} noValidate>
@@ -94,7 +96,7 @@ export function UploadDialog({ open, suite, onClose, onSuite, onVersion }: Uploa
             <TextareaField label="Description" name="description" value={description} onChange={(e) => setDescription(e.target.value)} errors={errors} rows={2} />
           </>
         )}
-        <Field label="JSONL file" name="file" errors={errors} hint="UTF-8, up to 10 MiB and 10,000 cases.">
+        <Field label="JSONL file" name="file" errors={fieldErrors} hint="UTF-8, up to 10 MiB and 10,000 cases.">
           {(props) => (
             <input
               {...props}
