@@ -213,7 +213,15 @@ def start_rollout(
             0.0,
             actor=actor,
             reason=rollout.reason,
-            numbers={"steps": plan, "gates": thresholds},
+            numbers={
+                "plan": {
+                    "steps": plan,
+                    "gates": thresholds,
+                    "min_step_seconds": min_step_seconds,
+                    "min_step_requests": min_step_requests,
+                    "require_signoff": require_signoff,
+                }
+            },
             audit_action=AuditAction.CREATE,
         )
     return rollout

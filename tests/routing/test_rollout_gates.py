@@ -74,7 +74,7 @@ def test_start_records_the_plan_the_decision_and_the_audit(c: Canary) -> None:
     assert rollout.baseline_version == c.v1 and rollout.candidate_version == c.v2
     [decision] = RolloutDecision.objects.filter(rollout=rollout)
     assert (decision.action, decision.from_share, decision.to_share) == ("start", 0.0, 5.0)
-    assert decision.numbers["steps"] == [5.0, 25.0, 100.0]
+    assert decision.numbers["plan"]["steps"] == [5.0, 25.0, 100.0]
     event = AuditEvent.objects.get(object_type="routing.rollout", object_id=str(rollout.pk))
     assert event.action == "create" and (event.after or {})["decision"] == "start"
 
