@@ -12,6 +12,7 @@ import { DeploymentDetailPage } from "./pages/nodes/DeploymentDetailPage";
 import { NodesPage } from "./pages/nodes/NodesPage";
 import { ComingSoon } from "./pages/placeholder/ComingSoon";
 import { RequestLogPage } from "./pages/requests/RequestLogPage";
+import { RolloutsPage } from "./pages/rollouts/RolloutsPage";
 import { RoutingPage } from "./pages/routing/RoutingPage";
 import { TenantDetailPage } from "./pages/tenants/TenantDetailPage";
 import { TenantsPage } from "./pages/tenants/TenantsPage";
@@ -34,6 +35,7 @@ export const routes: ConsoleRoute[] = [
   { path: "models/quantization", element: <QuantizationPage /> },
   { path: "models/fit", element: <FitCalculatorPage /> },
   { path: "routing", element: <RoutingPage />, nav: { label: "Routing", section: "Fleet" } },
+  { path: "rollouts", element: <RolloutsPage />, nav: { label: "Rollouts", section: "Fleet" } },
   { path: "tenants", element: <TenantsPage />, nav: { label: "Tenants", section: "Access" } },
   { path: "tenants/:id", element: <TenantDetailPage /> },
   {

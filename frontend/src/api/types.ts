@@ -62,6 +62,20 @@ export type RequestLogRow = Schemas["RequestLog"];
 export type RequestLogPage = Schemas["PaginatedRequestLogList"];
 export type UsageBucket = Schemas["UsageBucket"];
 
+// Rollouts: canaries and shadow traffic
+export type Rollout = Schemas["Rollout"];
+export type RolloutDetail = Schemas["RolloutDetail"];
+export type RolloutDecision = Schemas["RolloutDecision"];
+export type RolloutState = Schemas["RolloutStateEnum"];
+export type RolloutCreateRequest = Schemas["RolloutCreateRequest"];
+export type GateSeries = Schemas["GateSeries"];
+export type GateInfo = Schemas["GateInfo"];
+export type GatePoint = Schemas["GatePoint"];
+export type VersionShare = Schemas["VersionShare"];
+export type AliasServing = Schemas["AliasServing"];
+export type ShadowConfig = Schemas["ShadowConfig"];
+export type ShadowConfigRequest = Schemas["ShadowConfigRequest"];
+
 /** DRF's LimitOffsetPagination envelope (the generated `Paginated…List` types), for any list endpoint. */
 export type Page<T> = Omit<Schemas["PaginatedTenantList"], "results"> & { results: T[] };
 
