@@ -15,6 +15,10 @@ def _ms(value: Any) -> str:
     return "-" if value is None else f"{value:.0f} ms"
 
 
+def _share(value: float) -> str:
+    return f"{value:g}%"
+
+
 def _side(numbers: dict[str, Any], name: str) -> str:
     side = numbers.get(name) or {}
     if not side:
@@ -41,7 +45,7 @@ def format_history(rollout: Rollout) -> str:
         who = d.actor.get_username() if d.actor else "gate task"
         lines.append(
             f"{d.created_at:%Y-%m-%d %H:%M:%S}  {d.action.upper():<8} "
-            f"{d.from_share:>5g}% -> {d.to_share:<5g}%  by {who}"
+            f"{_share(d.from_share):>5} -> {_share(d.to_share):<5}  by {who}"
         )
         lines.append(f"    {d.reason}")
         numbers = d.numbers or {}

@@ -40,9 +40,9 @@ def test_history_lists_each_decision_with_its_numbers(redis_clean: None, admin_u
     assert "now promoted at 100%" in text
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if "START" in line)
-    assert "0% -> 10" in lines[start] and "by alice-admin" in lines[start]
+    assert "0% -> 10%" in lines[start] and "by alice-admin" in lines[start]
     promote = next(i for i, line in enumerate(lines) if "PROMOTE" in line)
-    assert promote > start and "10% -> 100" in lines[promote] and "by gate task" in lines[promote]
+    assert promote > start and "10% -> 100%" in lines[promote] and "by gate task" in lines[promote]
     assert "candidate 8 req, 0.00% err, p95 120 ms" in text
     assert "baseline 40 req, 0.00% err, p95 100 ms" in text
     assert "gate max_error_rate_delta: 0 vs 0.02 -> pass" in text
