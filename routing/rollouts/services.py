@@ -399,13 +399,14 @@ def evaluate(rollout: Rollout, now: dt.datetime | None = None) -> tuple[str, Rol
 
 
 def _hold(rollout: Rollout, reason: str, numbers: dict[str, Any], step: int) -> tuple[str, Rollout]:
-    """Enter HOLDING, recorded once: further ticks with still too little data add no history entry."""
-    if rollout.state == HOLDING:
+    """Enter HOLDING, recorded once per cause: further ticks that hold for the same cause (the text before
+    the first colon: "Not enough data", "Gates passed; promotion waits") add no history entry."""
+    if rollout.state == HOLDING and rollout.reason.split(":")[0] == reason.split(":")[0]:
         return Verdict.HOLD, rollout
     return Verdict.HOLD, transition(
         rollout,
         Action.HOLD,
-        allowed_from=(RUNNING,),
+        allowed_from=(RUNNING, HOLDING),
         to_state=HOLDING,
         reason=reason,
         numbers=numbers,

@@ -295,6 +295,19 @@ def test_promotion_waits_for_the_signoff_when_the_plan_requires_it(c: Canary) ->
     assert c.alias.active_version == c.v2
 
 
+def test_a_hold_for_a_new_cause_is_recorded_once_more(c: Canary) -> None:
+    rollout = aged(start(c, steps=[5, 100], require_signoff=True), 120)
+    healthy_traffic(c, rollout, candidate=5)
+    assert services.evaluate(rollout, NOW)[0] == Verdict.HOLD
+    log_requests(c.alias, c.v2, 20, latency_ms=100, ttft_ms=20, at=in_window(rollout))
+    rollout.refresh_from_db()
+    for n in range(3):
+        verdict, rollout = services.evaluate(rollout, NOW + dt.timedelta(seconds=n))
+        assert verdict == Verdict.HOLD
+    assert history(rollout) == ["start", "hold", "hold"]
+    assert rollout.reason.startswith("Gates passed; promotion waits")
+
+
 def test_quality_gates_from_shadow_pairs(c: Canary) -> None:
     rollout = aged(start(c, gates={"min_chrf": 80}), 120)
     healthy_traffic(c, rollout)
