@@ -109,6 +109,12 @@ CHANNEL_LAYERS = {
     }
 }
 
+# How often the beat task evaluates every running canary's gates, seconds.
+ROLLOUT_GATE_INTERVAL_SECONDS = env_float("ROLLOUT_GATE_INTERVAL_SECONDS", 10.0)
+# Gate values kept per rollout for the console's chart (one per evaluation), and for how long.
+ROLLOUT_GATE_SAMPLES = env_int("ROLLOUT_GATE_SAMPLES", 2000)
+ROLLOUT_GATE_SAMPLES_TTL_SECONDS = env_float("ROLLOUT_GATE_SAMPLES_TTL_SECONDS", 14 * 86400.0)
+
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
 CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", "") or None
 CELERY_TASK_DEFAULT_QUEUE = "control"
@@ -122,6 +128,8 @@ CELERY_BEAT_SCHEDULE = {
     # (docs/nodes.md); the sweep is one indexed query.
     "nodes-host-heartbeat-sweep": {"task": "nodes.check_host_heartbeats", "schedule": 2.0},
     "routing-request-log-partitions-and-retention": {"task": "routing.prune_request_log", "schedule": 3600.0},
+    # Canary gates (routing.rollouts): each running rollout advanced, held, promoted or rolled back.
+    "routing-rollout-gates": {"task": "routing.evaluate_rollouts", "schedule": ROLLOUT_GATE_INTERVAL_SECONDS},
 }
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -183,6 +191,11 @@ SPECTACULAR_SETTINGS = {
         "DeploymentStateEnum": "nodes.choices.DeploymentState",
         "HostStateEnum": "nodes.choices.HostState",
         "VersionStateEnum": "models_registry.choices.VersionState",
+        # Names the console's types already use, kept when another serializer has a field of the same name.
+        "ActionEnum": "core.choices.AuditAction",
+        "KindEnum": "models_registry.choices.ProblemKind",
+        "RoleEnum": "console.choices.Role",
+        "RolloutStateEnum": "routing.models.RolloutState",
     },
 }
 

@@ -14,6 +14,7 @@ import { VersionDetailPage } from "./pages/models/VersionDetailPage";
 import { DeploymentDetailPage } from "./pages/nodes/DeploymentDetailPage";
 import { NodesPage } from "./pages/nodes/NodesPage";
 import { RequestLogPage } from "./pages/requests/RequestLogPage";
+import { RolloutsPage } from "./pages/rollouts/RolloutsPage";
 import { RoutingPage } from "./pages/routing/RoutingPage";
 import { TenantDetailPage } from "./pages/tenants/TenantDetailPage";
 import { TenantsPage } from "./pages/tenants/TenantsPage";
@@ -36,6 +37,7 @@ export const routes: ConsoleRoute[] = [
   { path: "models/quantization", element: <QuantizationPage /> },
   { path: "models/fit", element: <FitCalculatorPage /> },
   { path: "routing", element: <RoutingPage />, nav: { label: "Routing", section: "Fleet" } },
+  { path: "rollouts", element: <RolloutsPage />, nav: { label: "Rollouts", section: "Fleet" } },
   { path: "tenants", element: <TenantsPage />, nav: { label: "Tenants", section: "Access" } },
   { path: "tenants/:id", element: <TenantDetailPage /> },
   { path: "evaluations", element: <RunsPage />, nav: { label: "Evaluations", section: "Quality" } },

@@ -3,15 +3,18 @@ from __future__ import annotations
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from routing.api import views
+from routing.api import rollouts, views
 
 router = DefaultRouter()
 router.register("route-pools", views.RoutePoolViewSet, basename="routepool")
 router.register("route-policies", views.RoutePolicyViewSet, basename="routepolicy")
 router.register("request-log", views.RequestLogViewSet, basename="requestlog")
+router.register("rollouts", rollouts.RolloutViewSet, basename="rollout")
+router.register("shadow-configs", rollouts.ShadowConfigViewSet, basename="shadowconfig")
 
 urlpatterns = [
     path("routing/usage/", views.usage, name="routing-usage"),
     path("routing/traffic/", views.traffic, name="routing-traffic"),
+    path("routing/serving/", rollouts.serving, name="routing-serving"),
     *router.urls,
 ]

@@ -978,6 +978,126 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/rollouts/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Canaries: list, start, and per rollout its decisions, split, gate values and actions. */
+        get: operations["rollouts_list"];
+        put?: never;
+        /** @description Start a canary at its first step; refused with a field error (steps, gates, candidate, alias). */
+        post: operations["rollouts_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/rollouts/{id}/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Canaries: list, start, and per rollout its decisions, split, gate values and actions. */
+        get: operations["rollouts_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/rollouts/{id}/gates/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Gate values over time (each gate-task evaluation, and each decision) with their thresholds. */
+        get: operations["rollouts_gates_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/rollouts/{id}/pause/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Hold the share where it is; the gate task leaves it alone (unless its candidate dies). */
+        post: operations["rollouts_pause_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/rollouts/{id}/promote/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Make the candidate the alias's active version now (needs the sign-off when the plan says so). */
+        post: operations["rollouts_promote_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/rollouts/{id}/resume/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Hand a paused (or holding) rollout back to the gate task. */
+        post: operations["rollouts_resume_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/rollouts/{id}/rollback/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Send the candidate's share to 0 at once. */
+        post: operations["rollouts_rollback_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/route-policies/": {
         parameters: {
             query?: never;
@@ -1054,6 +1174,26 @@ export interface paths {
         patch: operations["route_pools_partial_update"];
         trace?: never;
     };
+    "/api/routing/serving/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * @description Per alias, which versions serve and at what share now: the active version, a canary's candidate,
+         *     a shadow's candidate (its mirrored percentage), each with its ready deployments.
+         */
+        get: operations["routing_serving_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/routing/traffic/": {
         parameters: {
             query?: never;
@@ -1089,6 +1229,44 @@ export interface paths {
         options?: never;
         head?: never;
         patch?: never;
+        trace?: never;
+    };
+    "/api/shadow-configs/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Shadow traffic per alias: a percentage of live requests mirrored to a candidate version. */
+        get: operations["shadow_configs_list"];
+        put?: never;
+        /** @description Shadow traffic per alias: a percentage of live requests mirrored to a candidate version. */
+        post: operations["shadow_configs_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/shadow-configs/{id}/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Shadow traffic per alias: a percentage of live requests mirrored to a candidate version. */
+        get: operations["shadow_configs_retrieve"];
+        /** @description Shadow traffic per alias: a percentage of live requests mirrored to a candidate version. */
+        put: operations["shadow_configs_update"];
+        post?: never;
+        /** @description Shadow traffic per alias: a percentage of live requests mirrored to a candidate version. */
+        delete: operations["shadow_configs_destroy"];
+        options?: never;
+        head?: never;
+        /** @description Shadow traffic per alias: a percentage of live requests mirrored to a candidate version. */
+        patch: operations["shadow_configs_partial_update"];
         trace?: never;
     };
     "/api/telemetry/history/": {
@@ -1225,6 +1403,14 @@ export interface components {
             /** Format: double */
             heartbeat_seconds?: number;
         };
+        AliasServing: {
+            alias: number;
+            alias_name: string;
+            /** @description The active rollout, if any. */
+            rollout: number | null;
+            rollout_state: string;
+            versions: components["schemas"]["VersionShare"][];
+        };
         /** @description A key as listed and edited: never the secret, never the hash. */
         ApiKey: {
             readonly id: number;
@@ -1287,6 +1473,12 @@ export interface components {
             /** Format: date-time */
             readonly created_at: string;
         };
+        /**
+         * @description * `max` - max
+         *     * `min` - min
+         * @enum {string}
+         */
+        BoundEnum: "max" | "min";
         /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         CopyRequest: {
             /** @default  */
@@ -1700,6 +1892,44 @@ export interface components {
             accuracy_difference: number | null;
             /** @description [low, high] of the accuracy difference. */
             difference_ci: number[] | null;
+        };
+        GateInfo: {
+            key: string;
+            title: string;
+            bound: components["schemas"]["BoundEnum"];
+            unit: string;
+            /** Format: double */
+            threshold: number;
+        };
+        GatePoint: {
+            /** Format: date-time */
+            t: string;
+            /**
+             * @description An evaluation, or a decision.
+             *
+             *     * `tick` - tick
+             *     * `decision` - decision
+             */
+            kind: components["schemas"]["GatePointKindEnum"];
+            step: number;
+            /** Format: double */
+            share: number;
+            verdict: string;
+            values: {
+                [key: string]: number | null;
+            };
+            candidate_requests: number | null;
+            baseline_requests: number | null;
+        };
+        /**
+         * @description * `tick` - tick
+         *     * `decision` - decision
+         * @enum {string}
+         */
+        GatePointKindEnum: "tick" | "decision";
+        GateSeries: {
+            gates: components["schemas"]["GateInfo"][];
+            points: components["schemas"]["GatePoint"][];
         };
         Gpu: {
             readonly id: number;
@@ -2153,6 +2383,21 @@ export interface components {
             previous?: string | null;
             results: components["schemas"]["RequestLog"][];
         };
+        PaginatedRolloutList: {
+            /** @example 123 */
+            count: number;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=400&limit=100
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=200&limit=100
+             */
+            previous?: string | null;
+            results: components["schemas"]["Rollout"][];
+        };
         PaginatedRoutePolicyList: {
             /** @example 123 */
             count: number;
@@ -2182,6 +2427,21 @@ export interface components {
              */
             previous?: string | null;
             results: components["schemas"]["RoutePool"][];
+        };
+        PaginatedShadowConfigList: {
+            /** @example 123 */
+            count: number;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=400&limit=100
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=200&limit=100
+             */
+            previous?: string | null;
+            results: components["schemas"]["ShadowConfig"][];
         };
         PaginatedTenantList: {
             /** @example 123 */
@@ -2342,6 +2602,20 @@ export interface components {
             max_inflight_per_endpoint?: number;
             /** Format: double */
             batch_max_fraction?: number;
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        PatchedShadowConfigRequest: {
+            alias?: number;
+            candidate_version?: number;
+            /**
+             * Format: double
+             * @description Percent of the alias's live requests mirrored, 0 to 100.
+             */
+            percent?: number;
+            enabled?: boolean;
+            max_inflight?: number;
+            /** Format: double */
+            timeout_s?: number;
         };
         /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         PatchedTenantRequest: {
@@ -2516,6 +2790,175 @@ export interface components {
          * @enum {string}
          */
         RoleEnum: "admin" | "evaluator" | "viewer";
+        Rollout: {
+            readonly id: number;
+            readonly alias: number;
+            readonly alias_name: string;
+            readonly baseline_version: number;
+            readonly baseline_label: string;
+            readonly candidate_version: number;
+            readonly candidate_label: string;
+            readonly steps: number[];
+            readonly step_index: number;
+            /** Format: double */
+            readonly share: number;
+            /** @default running */
+            readonly state: components["schemas"]["RolloutStateEnum"];
+            readonly active: boolean;
+            readonly sticky_by: components["schemas"]["StickyByEnum"];
+            readonly min_step_seconds: number;
+            readonly min_step_requests: number;
+            readonly gates: {
+                /** @description Error rate, candidate minus baseline */
+                max_error_rate_delta?: number | null;
+                /** @description p95 latency, candidate / baseline */
+                max_p95_latency_ratio?: number | null;
+                /** @description p95 TTFT, candidate / baseline */
+                max_ttft_p95_ratio?: number | null;
+                /** @description Flip rate */
+                max_flip_rate?: number | null;
+                /** @description Mean chrF */
+                min_chrf?: number | null;
+                /** @description Exact-match rate */
+                min_exact_match_rate?: number | null;
+                /** @description Mean KL divergence */
+                max_kl?: number | null;
+            };
+            readonly require_signoff: boolean;
+            /** Format: date-time */
+            readonly step_started_at: string;
+            readonly reason: string;
+            readonly created_by: number | null;
+            readonly created_by_name: string;
+            /** Format: date-time */
+            readonly created_at: string;
+            /** Format: date-time */
+            readonly updated_at: string;
+            /** Format: date-time */
+            readonly finished_at: string | null;
+            readonly split: components["schemas"]["VersionShare"][];
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        RolloutActionRequest: {
+            /** @default  */
+            reason: string;
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        RolloutCreateRequest: {
+            alias: number;
+            candidate_version: number;
+            /** @description Rising percentages ending at 100, e.g. [1, 5, 25, 50, 100]. */
+            steps: number[];
+            gates?: {
+                /** @description Error rate, candidate minus baseline */
+                max_error_rate_delta?: number | null;
+                /** @description p95 latency, candidate / baseline */
+                max_p95_latency_ratio?: number | null;
+                /** @description p95 TTFT, candidate / baseline */
+                max_ttft_p95_ratio?: number | null;
+                /** @description Flip rate */
+                max_flip_rate?: number | null;
+                /** @description Mean chrF */
+                min_chrf?: number | null;
+                /** @description Exact-match rate */
+                min_exact_match_rate?: number | null;
+                /** @description Mean KL divergence */
+                max_kl?: number | null;
+            };
+            /** @default 300 */
+            min_step_seconds: number;
+            /** @default 100 */
+            min_step_requests: number;
+            /** @default false */
+            require_signoff: boolean;
+            /** @default session */
+            sticky_by: components["schemas"]["StickyByEnum"];
+        };
+        RolloutDecision: {
+            readonly id: number;
+            /** Format: date-time */
+            readonly created_at: string;
+            readonly action: components["schemas"]["RolloutDecisionActionEnum"];
+            /** Format: double */
+            readonly from_share: number;
+            /** Format: double */
+            readonly to_share: number;
+            readonly reason: string;
+            readonly numbers: unknown;
+            readonly actor: number | null;
+            readonly actor_name: string;
+        };
+        /**
+         * @description * `start` - Start
+         *     * `advance` - Advance
+         *     * `hold` - Hold
+         *     * `rollback` - Rollback
+         *     * `promote` - Promote
+         *     * `pause` - Pause
+         *     * `resume` - Resume
+         *     * `cancel` - Cancel
+         * @enum {string}
+         */
+        RolloutDecisionActionEnum: "start" | "advance" | "hold" | "rollback" | "promote" | "pause" | "resume" | "cancel";
+        RolloutDetail: {
+            readonly id: number;
+            readonly alias: number;
+            readonly alias_name: string;
+            readonly baseline_version: number;
+            readonly baseline_label: string;
+            readonly candidate_version: number;
+            readonly candidate_label: string;
+            readonly steps: number[];
+            readonly step_index: number;
+            /** Format: double */
+            readonly share: number;
+            /** @default running */
+            readonly state: components["schemas"]["RolloutStateEnum"];
+            readonly active: boolean;
+            readonly sticky_by: components["schemas"]["StickyByEnum"];
+            readonly min_step_seconds: number;
+            readonly min_step_requests: number;
+            readonly gates: {
+                /** @description Error rate, candidate minus baseline */
+                max_error_rate_delta?: number | null;
+                /** @description p95 latency, candidate / baseline */
+                max_p95_latency_ratio?: number | null;
+                /** @description p95 TTFT, candidate / baseline */
+                max_ttft_p95_ratio?: number | null;
+                /** @description Flip rate */
+                max_flip_rate?: number | null;
+                /** @description Mean chrF */
+                min_chrf?: number | null;
+                /** @description Exact-match rate */
+                min_exact_match_rate?: number | null;
+                /** @description Mean KL divergence */
+                max_kl?: number | null;
+            };
+            readonly require_signoff: boolean;
+            /** Format: date-time */
+            readonly step_started_at: string;
+            readonly reason: string;
+            readonly created_by: number | null;
+            readonly created_by_name: string;
+            /** Format: date-time */
+            readonly created_at: string;
+            /** Format: date-time */
+            readonly updated_at: string;
+            /** Format: date-time */
+            readonly finished_at: string | null;
+            readonly split: components["schemas"]["VersionShare"][];
+            readonly decisions: components["schemas"]["RolloutDecision"][];
+        };
+        /**
+         * @description * `running` - Running
+         *     * `paused` - Paused
+         *     * `holding` - Holding
+         *     * `promoted` - Promoted
+         *     * `rolled_back` - Rolled Back
+         *     * `cancelled` - Cancelled
+         * @enum {string}
+         */
+        RolloutStateEnum: "running" | "paused" | "holding" | "promoted" | "rolled_back" | "cancelled";
         /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         RoutePolicy: {
             readonly id: number;
@@ -2680,6 +3123,42 @@ export interface components {
          * @enum {string}
          */
         ScorerEnum: "round_robin" | "random" | "least_outstanding" | "best_fit" | "prefix_affinity" | "session_affinity" | "weighted";
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        ShadowConfig: {
+            readonly id: number;
+            alias: number;
+            readonly alias_name: string;
+            candidate_version: number;
+            readonly candidate_label: string;
+            /**
+             * Format: double
+             * @description Percent of the alias's live requests mirrored, 0 to 100.
+             */
+            percent: number;
+            enabled: boolean;
+            max_inflight: number;
+            /** Format: double */
+            timeout_s: number;
+            readonly created_by: number | null;
+            /** Format: date-time */
+            readonly created_at: string;
+            /** Format: date-time */
+            readonly updated_at: string;
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        ShadowConfigRequest: {
+            alias: number;
+            candidate_version: number;
+            /**
+             * Format: double
+             * @description Percent of the alias's live requests mirrored, 0 to 100.
+             */
+            percent: number;
+            enabled?: boolean;
+            max_inflight?: number;
+            /** Format: double */
+            timeout_s?: number;
+        };
         SideTimings: {
             latency_ms: components["schemas"]["Stats"];
             tokens_per_s: components["schemas"]["Stats"];
@@ -2711,6 +3190,12 @@ export interface components {
             /** Format: double */
             value: number;
         };
+        /**
+         * @description * `session` - Session
+         *     * `tenant` - Tenant
+         * @enum {string}
+         */
+        StickyByEnum: "session" | "tenant";
         /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         StopRequest: {
             /** @default false */
@@ -2844,6 +3329,25 @@ export interface components {
         VerifyRequestRequest: {
             host_name: string;
         };
+        /** @description One version's part of an alias's traffic now. */
+        VersionShare: {
+            version_id: number;
+            version_label: string;
+            role: components["schemas"]["VersionShareRoleEnum"];
+            /**
+             * Format: double
+             * @description Percent of the alias's requests it answers (shadow: mirrored).
+             */
+            share: number;
+            ready_deployments: number;
+        };
+        /**
+         * @description * `active` - active
+         *     * `candidate` - candidate
+         *     * `shadow` - shadow
+         * @enum {string}
+         */
+        VersionShareRoleEnum: "active" | "candidate" | "shadow";
         /**
          * @description * `registered` - Registered
          *     * `verified` - Verified
@@ -5237,6 +5741,227 @@ export interface operations {
             };
         };
     };
+    rollouts_list: {
+        parameters: {
+            query?: {
+                active?: boolean;
+                alias?: number;
+                candidate_version?: number;
+                /** @description Number of results to return per page. */
+                limit?: number;
+                /** @description The initial index from which to return the results. */
+                offset?: number;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                /** @description A search term. */
+                search?: string;
+                /**
+                 * @description * `running` - Running
+                 *     * `paused` - Paused
+                 *     * `holding` - Holding
+                 *     * `promoted` - Promoted
+                 *     * `rolled_back` - Rolled Back
+                 *     * `cancelled` - Cancelled
+                 */
+                state?: "cancelled" | "holding" | "paused" | "promoted" | "rolled_back" | "running";
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedRolloutList"];
+                };
+            };
+        };
+    };
+    rollouts_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RolloutCreateRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["RolloutCreateRequest"];
+                "multipart/form-data": components["schemas"]["RolloutCreateRequest"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RolloutDetail"];
+                };
+            };
+        };
+    };
+    rollouts_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this rollout. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RolloutDetail"];
+                };
+            };
+        };
+    };
+    rollouts_gates_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this rollout. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GateSeries"];
+                };
+            };
+        };
+    };
+    rollouts_pause_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this rollout. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["RolloutActionRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["RolloutActionRequest"];
+                "multipart/form-data": components["schemas"]["RolloutActionRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RolloutDetail"];
+                };
+            };
+        };
+    };
+    rollouts_promote_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this rollout. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["RolloutActionRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["RolloutActionRequest"];
+                "multipart/form-data": components["schemas"]["RolloutActionRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RolloutDetail"];
+                };
+            };
+        };
+    };
+    rollouts_resume_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this rollout. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["RolloutActionRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["RolloutActionRequest"];
+                "multipart/form-data": components["schemas"]["RolloutActionRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RolloutDetail"];
+                };
+            };
+        };
+    };
+    rollouts_rollback_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this rollout. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["RolloutActionRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["RolloutActionRequest"];
+                "multipart/form-data": components["schemas"]["RolloutActionRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RolloutDetail"];
+                };
+            };
+        };
+    };
     route_policies_list: {
         parameters: {
             query?: {
@@ -5553,6 +6278,25 @@ export interface operations {
             };
         };
     };
+    routing_serving_list: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AliasServing"][];
+                };
+            };
+        };
+    };
     routing_traffic_retrieve: {
         parameters: {
             query?: {
@@ -5595,6 +6339,161 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["UsageBucket"][];
+                };
+            };
+        };
+    };
+    shadow_configs_list: {
+        parameters: {
+            query?: {
+                alias?: number;
+                candidate_version?: number;
+                enabled?: boolean;
+                /** @description Number of results to return per page. */
+                limit?: number;
+                /** @description The initial index from which to return the results. */
+                offset?: number;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                /** @description A search term. */
+                search?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedShadowConfigList"];
+                };
+            };
+        };
+    };
+    shadow_configs_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ShadowConfigRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["ShadowConfigRequest"];
+                "multipart/form-data": components["schemas"]["ShadowConfigRequest"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ShadowConfig"];
+                };
+            };
+        };
+    };
+    shadow_configs_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this shadow config. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ShadowConfig"];
+                };
+            };
+        };
+    };
+    shadow_configs_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this shadow config. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ShadowConfigRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["ShadowConfigRequest"];
+                "multipart/form-data": components["schemas"]["ShadowConfigRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ShadowConfig"];
+                };
+            };
+        };
+    };
+    shadow_configs_destroy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this shadow config. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No response body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    shadow_configs_partial_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this shadow config. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["PatchedShadowConfigRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["PatchedShadowConfigRequest"];
+                "multipart/form-data": components["schemas"]["PatchedShadowConfigRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ShadowConfig"];
                 };
             };
         };

@@ -77,6 +77,20 @@ export type RunSummary = Schemas["RunSummary"];
 export type FlipTable = Schemas["FlipTable"];
 export type DefaultReference = Schemas["DefaultReference"];
 
+// Rollouts: canaries and shadow traffic
+export type Rollout = Schemas["Rollout"];
+export type RolloutDetail = Schemas["RolloutDetail"];
+export type RolloutDecision = Schemas["RolloutDecision"];
+export type RolloutState = Schemas["RolloutStateEnum"];
+export type RolloutCreateRequest = Schemas["RolloutCreateRequest"];
+export type GateSeries = Schemas["GateSeries"];
+export type GateInfo = Schemas["GateInfo"];
+export type GatePoint = Schemas["GatePoint"];
+export type VersionShare = Schemas["VersionShare"];
+export type AliasServing = Schemas["AliasServing"];
+export type ShadowConfig = Schemas["ShadowConfig"];
+export type ShadowConfigRequest = Schemas["ShadowConfigRequest"];
+
 /** DRF's LimitOffsetPagination envelope (the generated `Paginated…List` types), for any list endpoint. */
 export type Page<T> = Omit<Schemas["PaginatedTenantList"], "results"> & { results: T[] };
 

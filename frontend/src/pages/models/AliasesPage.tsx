@@ -12,13 +12,17 @@ import { formatDateTime } from "../../format";
 import { useApi } from "../../hooks/useApi";
 import { useFormState } from "../../hooks/useFormState";
 import { ModelsNav } from "./ModelsNav";
-import type { ModelAlias, ModelVersion } from "../../api/types";
+import { SplitBar } from "../rollouts/RolloutsPage";
+import type { AliasServing, ModelAlias, ModelVersion } from "../../api/types";
 
 /** Aliases: the model names tenants send. Switching one to another version is audited. */
 export function AliasesPage() {
   const { isAdmin } = useAuth();
   const aliases = useApi<ApiPage<ModelAlias>>("/api/model-aliases/", { limit: 200 });
   const versions = useApi<ApiPage<ModelVersion>>("/api/model-versions/", { limit: 200 });
+  // Which versions serve each alias now, and at what share (a canary's candidate, a shadow's mirror).
+  const serving = useApi<AliasServing[]>("/api/routing/serving/");
+  const servingBy = new Map((serving.data ?? []).map((s) => [s.alias, s]));
   const [creating, setCreating] = useState(false);
   const [switching, setSwitching] = useState<ModelAlias | null>(null);
   const choices = (versions.data?.results ?? []).filter((v) => v.state !== "failed");
@@ -47,6 +51,23 @@ export function AliasesPage() {
           { header: "Alias", cell: (a) => <code>{a.name}</code> },
           { header: "Active version", cell: (a) => <Link to={`/models/versions/${a.active_version}`}>{a.active_version_label}</Link> },
           { header: "State", cell: (a) => <StatusBadge status={a.active_version_state} tone={a.active_version_state === "verified" ? "ok" : undefined} /> },
+          {
+            header: "Serving now",
+            cell: (a) => {
+              const row = servingBy.get(a.id);
+              if (!row) return <span className="muted">—</span>;
+              return (
+                <>
+                  <SplitBar versions={row.versions} />
+                  {row.rollout && (
+                    <Link to={`/rollouts?id=${row.rollout}`} className="muted">
+                      rollout #{row.rollout} ({row.rollout_state})
+                    </Link>
+                  )}
+                </>
+              );
+            },
+          },
           { header: "Task tags", cell: (a) => (a.task_tags.length ? a.task_tags.join(", ") : <span className="muted">—</span>) },
           { header: "Updated", cell: (a) => formatDateTime(a.updated_at) },
           {

@@ -1,0 +1,59 @@
+// Pure helpers of the Rollouts page: the plan's text form, gate series for the charts, state tones.
+import type { GateInfo, GatePoint, GateSeries, RolloutState } from "../../api/types";
+import type { BadgeTone } from "../../components/StatusBadge";
+
+export const STATE_TONES: Record<RolloutState, BadgeTone> = {
+  running: "ok",
+  paused: "warn",
+  holding: "warn",
+  promoted: "info",
+  rolled_back: "bad",
+  cancelled: "off",
+};
+
+export const ACTIVE_STATES: RolloutState[] = ["running", "paused", "holding"];
+
+/** "1, 5, 25, 50, 100" -> [1, 5, 25, 50, 100]; null (with the bad part) when a part is not a number. */
+export function parseSteps(text: string): { steps: number[] } | { bad: string } {
+  const parts = text.split(/[\s,;]+/).filter((p) => p && p !== "->");
+  const steps: number[] = [];
+  for (const part of parts) {
+    const value = Number(part.replace(/%$/, ""));
+    if (!Number.isFinite(value)) return { bad: part };
+    steps.push(value);
+  }
+  return { steps };
+}
+
+export const GATE_FIELDS: Array<{ key: string; label: string; hint: string }> = [
+  { key: "max_error_rate_delta", label: "Max error-rate delta", hint: "candidate minus baseline, e.g. 0.02" },
+  { key: "max_p95_latency_ratio", label: "Max p95 latency ratio", hint: "candidate / baseline, e.g. 1.5" },
+  { key: "max_ttft_p95_ratio", label: "Max p95 TTFT ratio", hint: "candidate / baseline, e.g. 1.5" },
+  { key: "max_flip_rate", label: "Max flip rate", hint: "shadow or signed-off run, e.g. 0.05" },
+  { key: "min_chrf", label: "Min chrF", hint: "0-100, e.g. 80" },
+  { key: "min_exact_match_rate", label: "Min exact-match rate", hint: "0-1" },
+  { key: "max_kl", label: "Max mean KL", hint: "nats, from the signed-off run" },
+];
+
+/** One gate's chart: its values at each point (evaluations and decisions) and its threshold as a line. */
+export function gateChart(series: GateSeries, gate: GateInfo): { t: number[]; values: (number | null)[]; threshold: number[] } {
+  const points = series.points.filter((p: GatePoint) => gate.key in p.values);
+  return {
+    t: points.map((p) => Date.parse(p.t) / 1000),
+    values: points.map((p) => p.values[gate.key] ?? null),
+    threshold: points.map(() => gate.threshold),
+  };
+}
+
+/** The latest value of a gate, for the table beside the charts. */
+export function latestValue(series: GateSeries, key: string): number | null {
+  for (let i = series.points.length - 1; i >= 0; i--) {
+    const value = series.points[i]?.values[key];
+    if (value !== undefined && value !== null) return value;
+  }
+  return null;
+}
+
+export function formatShare(value: number): string {
+  return `${Number(value.toFixed(2))}%`;
+}

@@ -1,0 +1,500 @@
+"""Admin API for canary rollouts and shadow configs (docs/rollouts.md).
+
+Thin: every change goes through routing.rollouts.services, whose PlanError becomes a JSON field error
+and whose RolloutStateError a 409. Everyone signed in reads; admins write (console.permissions).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import django_filters
+from django.db.models import Count, Q, QuerySet
+from drf_spectacular.utils import extend_schema, extend_schema_field
+from rest_framework import serializers, status, viewsets
+from rest_framework.decorators import action, api_view
+from rest_framework.exceptions import APIException, ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from core.api.base import AuditedModelViewSet, StrictModelSerializer, StrictSerializerMixin
+from core.redis_client import publish_config_change
+from models_registry.models import ModelAlias, ModelVersion
+from nodes.choices import DeploymentState
+from nodes.models import Deployment
+from routing.models import (
+    ACTIVE_ROLLOUT_STATES,
+    Rollout,
+    RolloutDecision,
+    RolloutState,
+    ShadowConfig,
+    StickyBy,
+)
+from routing.rollouts import services
+from routing.rollouts.plans import GATES, PlanError, validate_gates, validate_percent, validate_steps
+
+GATES_SCHEMA = {
+    "type": "object",
+    "properties": {g.key: {"type": "number", "nullable": True, "description": g.label} for g in GATES},
+    "additionalProperties": False,
+}
+
+
+@extend_schema_field(GATES_SCHEMA)
+class GatesField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field(serializers.ListField(child=serializers.FloatField()))
+class StepsField(serializers.JSONField):
+    pass
+
+
+class Conflict(APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "conflict"
+
+
+def field_error(exc: PlanError) -> ValidationError:
+    return ValidationError({exc.field: [exc.message]})
+
+
+class RolloutDecisionSerializer(serializers.ModelSerializer):
+    actor_name = serializers.SerializerMethodField()
+
+    class Meta:
+        model = RolloutDecision
+        fields = [
+            "id",
+            "created_at",
+            "action",
+            "from_share",
+            "to_share",
+            "reason",
+            "numbers",
+            "actor",
+            "actor_name",
+        ]
+        read_only_fields = fields
+
+    def get_actor_name(self, obj: RolloutDecision) -> str:
+        return obj.actor.get_username() if obj.actor else "gate task"
+
+
+class VersionShareSerializer(serializers.Serializer):
+    """One version's part of an alias's traffic now."""
+
+    version_id = serializers.IntegerField()
+    version_label = serializers.CharField()
+    role = serializers.ChoiceField(choices=["active", "candidate", "shadow"])
+    share = serializers.FloatField(help_text="Percent of the alias's requests it answers (shadow: mirrored).")
+    ready_deployments = serializers.IntegerField()
+
+
+def _ready_counts(alias_names: list[str]) -> dict[tuple[str, int], int]:
+    rows = (
+        Deployment.objects.filter(served_model_name__in=alias_names, state=DeploymentState.READY)
+        .values("served_model_name", "model_version_id")
+        .annotate(n=Count("id"))
+    )
+    return {(r["served_model_name"], r["model_version_id"]): r["n"] for r in rows}
+
+
+def rollout_split(rollout: Rollout, ready: dict[tuple[str, int], int] | None = None) -> list[dict[str, Any]]:
+    """Baseline and candidate with their share of the alias now (0 after a rollback, 100 once promoted)."""
+    name = rollout.alias.name
+    ready = ready if ready is not None else _ready_counts([name])
+    cand = rollout.share if rollout.state != RolloutState.ROLLED_BACK else 0.0
+    if rollout.state == RolloutState.PROMOTED:
+        cand = 100.0
+    return [
+        {
+            "version_id": rollout.baseline_version_id,
+            "version_label": str(rollout.baseline_version),
+            "role": "active",
+            "share": 100.0 - cand,
+            "ready_deployments": ready.get((name, rollout.baseline_version_id), 0),
+        },
+        {
+            "version_id": rollout.candidate_version_id,
+            "version_label": str(rollout.candidate_version),
+            "role": "candidate",
+            "share": cand,
+            "ready_deployments": ready.get((name, rollout.candidate_version_id), 0),
+        },
+    ]
+
+
+class RolloutSerializer(serializers.ModelSerializer):
+    alias_name = serializers.CharField(source="alias.name", read_only=True)
+    baseline_label = serializers.CharField(source="baseline_version.__str__", read_only=True)
+    candidate_label = serializers.CharField(source="candidate_version.__str__", read_only=True)
+    steps = StepsField(read_only=True)
+    gates = GatesField(read_only=True)
+    active = serializers.BooleanField(read_only=True)
+    created_by_name = serializers.SerializerMethodField()
+    split = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Rollout
+        fields = [
+            "id",
+            "alias",
+            "alias_name",
+            "baseline_version",
+            "baseline_label",
+            "candidate_version",
+            "candidate_label",
+            "steps",
+            "step_index",
+            "share",
+            "state",
+            "active",
+            "sticky_by",
+            "min_step_seconds",
+            "min_step_requests",
+            "gates",
+            "require_signoff",
+            "step_started_at",
+            "reason",
+            "created_by",
+            "created_by_name",
+            "created_at",
+            "updated_at",
+            "finished_at",
+            "split",
+        ]
+        read_only_fields = fields
+
+    def get_created_by_name(self, obj: Rollout) -> str:
+        return obj.created_by.get_username() if obj.created_by else ""
+
+    @extend_schema_field(VersionShareSerializer(many=True))
+    def get_split(self, obj: Rollout) -> list[dict[str, Any]]:
+        return rollout_split(obj)
+
+
+class RolloutDetailSerializer(RolloutSerializer):
+    decisions = RolloutDecisionSerializer(many=True, read_only=True)
+
+    class Meta(RolloutSerializer.Meta):
+        fields = [*RolloutSerializer.Meta.fields, "decisions"]
+        read_only_fields = fields
+
+
+class RolloutCreateSerializer(StrictSerializerMixin, serializers.Serializer):
+    alias = serializers.PrimaryKeyRelatedField(queryset=ModelAlias.objects.select_related("active_version"))
+    candidate_version = serializers.PrimaryKeyRelatedField(
+        queryset=ModelVersion.objects.select_related("model")
+    )
+    steps = StepsField(help_text="Rising percentages ending at 100, e.g. [1, 5, 25, 50, 100].")
+    gates = GatesField(required=False, default=dict)
+    min_step_seconds = serializers.IntegerField(min_value=0, max_value=7 * 86400, default=300)
+    min_step_requests = serializers.IntegerField(min_value=1, max_value=10_000_000, default=100)
+    require_signoff = serializers.BooleanField(default=False)
+    sticky_by = serializers.ChoiceField(choices=StickyBy.choices, default=StickyBy.SESSION)
+
+    def validate_steps(self, value: Any) -> list[float]:
+        try:
+            return validate_steps(value)
+        except PlanError as exc:
+            raise serializers.ValidationError(exc.message) from None
+
+    def validate_gates(self, value: Any) -> dict[str, float]:
+        try:
+            return validate_gates(value)
+        except PlanError as exc:
+            raise serializers.ValidationError(exc.message) from None
+
+
+class RolloutActionSerializer(StrictSerializerMixin, serializers.Serializer):
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+
+
+class GateInfoSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    title = serializers.CharField()
+    bound = serializers.ChoiceField(choices=["max", "min"])
+    unit = serializers.CharField(allow_blank=True)
+    threshold = serializers.FloatField()
+
+
+class GatePointSerializer(serializers.Serializer):
+    t = serializers.DateTimeField()
+    kind = serializers.ChoiceField(choices=["tick", "decision"], help_text="An evaluation, or a decision.")
+    step = serializers.IntegerField()
+    share = serializers.FloatField()
+    verdict = serializers.CharField()
+    values = serializers.DictField(child=serializers.FloatField(allow_null=True))
+    candidate_requests = serializers.IntegerField(allow_null=True)
+    baseline_requests = serializers.IntegerField(allow_null=True)
+
+
+class GateSeriesSerializer(serializers.Serializer):
+    gates = GateInfoSerializer(many=True)
+    points = GatePointSerializer(many=True)
+
+
+class RolloutFilter(django_filters.FilterSet):
+    active = django_filters.BooleanFilter(method="filter_active")
+
+    class Meta:
+        model = Rollout
+        fields = ["alias", "state", "candidate_version"]
+
+    def filter_active(self, queryset: QuerySet[Rollout], name: str, value: bool) -> QuerySet[Rollout]:
+        q = Q(state__in=ACTIVE_ROLLOUT_STATES)
+        return queryset.filter(q) if value else queryset.exclude(q)
+
+
+class RolloutViewSet(viewsets.ReadOnlyModelViewSet):
+    """Canaries: list, start, and per rollout its decisions, split, gate values and actions."""
+
+    filterset_class = RolloutFilter
+    search_fields = ["alias__name", "reason"]
+    ordering_fields = ["created_at"]
+
+    def get_queryset(self) -> QuerySet[Rollout]:
+        qs = Rollout.objects.select_related(
+            "alias", "baseline_version__model", "candidate_version__model", "created_by"
+        )
+        if self.action == "retrieve":
+            qs = qs.prefetch_related("decisions__actor")
+        return qs
+
+    def get_serializer_class(self) -> type[serializers.BaseSerializer[Any]]:
+        return RolloutDetailSerializer if self.action != "list" else RolloutSerializer
+
+    def _detail(self, rollout: Rollout) -> Response:
+        fresh = self.get_queryset().prefetch_related("decisions__actor").get(pk=rollout.pk)
+        return Response(RolloutDetailSerializer(fresh).data)
+
+    @extend_schema(request=RolloutCreateSerializer, responses={201: RolloutDetailSerializer})
+    def create(self, request: Request) -> Response:
+        """Start a canary at its first step; refused with a field error (steps, gates, candidate, alias)."""
+        body = RolloutCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = dict(body.validated_data)
+        try:
+            rollout = services.start_rollout(
+                data.pop("alias"),
+                data.pop("candidate_version"),
+                data.pop("steps"),
+                actor=request.user,
+                **data,
+            )
+        except PlanError as exc:
+            raise field_error(exc) from None
+        response = self._detail(rollout)
+        response.status_code = status.HTTP_201_CREATED
+        return response
+
+    def _act(self, request: Request, fn: Any) -> Response:
+        rollout = self.get_object()
+        body = RolloutActionSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            updated = fn(rollout, actor=request.user, reason=body.validated_data["reason"])
+        except PlanError as exc:
+            raise field_error(exc) from None
+        except services.RolloutStateError as exc:
+            raise Conflict(str(exc)) from None
+        return self._detail(updated)
+
+    @extend_schema(request=RolloutActionSerializer, responses={200: RolloutDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def pause(self, request: Request, pk: str | None = None) -> Response:
+        """Hold the share where it is; the gate task leaves it alone (unless its candidate dies)."""
+        return self._act(request, services.pause)
+
+    @extend_schema(request=RolloutActionSerializer, responses={200: RolloutDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, pk: str | None = None) -> Response:
+        """Hand a paused (or holding) rollout back to the gate task."""
+        return self._act(request, services.resume)
+
+    @extend_schema(request=RolloutActionSerializer, responses={200: RolloutDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def promote(self, request: Request, pk: str | None = None) -> Response:
+        """Make the candidate the alias's active version now (needs the sign-off when the plan says so)."""
+        return self._act(request, services.promote)
+
+    @extend_schema(request=RolloutActionSerializer, responses={200: RolloutDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def rollback(self, request: Request, pk: str | None = None) -> Response:
+        """Send the candidate's share to 0 at once."""
+        return self._act(request, services.rollback)
+
+    @extend_schema(responses={200: GateSeriesSerializer})
+    @action(detail=True, methods=["get"])
+    def gates(self, request: Request, pk: str | None = None) -> Response:
+        """Gate values over time (each gate-task evaluation, and each decision) with their thresholds."""
+        rollout = self.get_object()
+        info = [
+            {
+                "key": g.key,
+                "title": g.label,
+                "bound": g.bound,
+                "unit": g.unit,
+                "threshold": rollout.gates[g.key],
+            }
+            for g in GATES
+            if rollout.gates.get(g.key) is not None
+        ]
+        points: list[dict[str, Any]] = [{**s, "kind": "tick"} for s in services.gate_samples(rollout.pk)]
+        for d in rollout.decisions.all():
+            gates = (d.numbers or {}).get("gates") or {}
+            step = (d.numbers or {}).get("step") or {}
+            points.append(
+                {
+                    "t": d.created_at,
+                    "kind": "decision",
+                    "step": step.get("index", 0),
+                    "share": d.to_share,
+                    "verdict": d.action,
+                    "values": {k: v.get("value") for k, v in gates.items()},
+                    "candidate_requests": ((d.numbers or {}).get("candidate") or {}).get("requests"),
+                    "baseline_requests": ((d.numbers or {}).get("baseline") or {}).get("requests"),
+                }
+            )
+        series = GateSeriesSerializer({"gates": info, "points": points}).data
+        series["points"] = sorted(series["points"], key=lambda p: p["t"])
+        return Response(series)
+
+
+class ShadowConfigSerializer(StrictModelSerializer):
+    alias_name = serializers.CharField(source="alias.name", read_only=True)
+    candidate_label = serializers.CharField(source="candidate_version.__str__", read_only=True)
+    # A plain number so an out-of-range value gets the one message below, not two validators' wording.
+    percent = serializers.FloatField(help_text="Percent of the alias's live requests mirrored, 0 to 100.")
+
+    class Meta:
+        model = ShadowConfig
+        fields = [
+            "id",
+            "alias",
+            "alias_name",
+            "candidate_version",
+            "candidate_label",
+            "percent",
+            "enabled",
+            "max_inflight",
+            "timeout_s",
+            "created_by",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = ["id", "alias_name", "candidate_label", "created_by", "created_at", "updated_at"]
+
+    def validate_percent(self, value: float) -> float:
+        try:
+            return validate_percent(value)
+        except PlanError as exc:
+            raise serializers.ValidationError(exc.message) from None
+
+    def validate_timeout_s(self, value: float) -> float:
+        if value <= 0:
+            raise serializers.ValidationError("Must be greater than 0 seconds.")
+        return value
+
+    def validate(self, attrs: Any) -> Any:
+        attrs = super().validate(attrs)
+        alias = attrs.get("alias", getattr(self.instance, "alias", None))
+        candidate = attrs.get("candidate_version", getattr(self.instance, "candidate_version", None))
+        enabled = attrs.get("enabled", getattr(self.instance, "enabled", True))
+        changed = self.instance is None or any(k in attrs for k in ("alias", "candidate_version", "enabled"))
+        if alias is not None and candidate is not None and enabled and changed:
+            try:
+                services.check_candidate(alias, candidate)
+            except PlanError as exc:
+                raise field_error(exc) from None
+        return attrs
+
+
+class ShadowConfigViewSet(AuditedModelViewSet):
+    """Shadow traffic per alias: a percentage of live requests mirrored to a candidate version."""
+
+    serializer_class = ShadowConfigSerializer
+    filterset_fields = ["alias", "candidate_version", "enabled"]
+    search_fields = ["alias__name"]
+
+    def get_queryset(self) -> QuerySet[ShadowConfig]:
+        return ShadowConfig.objects.select_related("alias", "candidate_version__model")
+
+    def perform_create(self, serializer: Any) -> None:
+        serializer.validated_data["created_by"] = self.request.user
+        super().perform_create(serializer)
+        publish_config_change("shadow_config", alias=serializer.instance.alias.name)
+
+    def perform_update(self, serializer: Any) -> None:
+        super().perform_update(serializer)
+        publish_config_change("shadow_config", alias=serializer.instance.alias.name)
+
+    def perform_destroy(self, instance: Any) -> None:
+        name = instance.alias.name
+        super().perform_destroy(instance)
+        publish_config_change("shadow_config", alias=name)
+
+
+class AliasServingSerializer(serializers.Serializer):
+    alias = serializers.IntegerField()
+    alias_name = serializers.CharField()
+    rollout = serializers.IntegerField(allow_null=True, help_text="The active rollout, if any.")
+    rollout_state = serializers.CharField(allow_blank=True)
+    versions = VersionShareSerializer(many=True)
+
+
+@extend_schema(responses={200: AliasServingSerializer(many=True)})
+@api_view(["GET"])
+def serving(request: Request) -> Response:
+    """Per alias, which versions serve and at what share now: the active version, a canary's candidate,
+    a shadow's candidate (its mirrored percentage), each with its ready deployments."""
+    aliases = list(ModelAlias.objects.select_related("active_version__model").order_by("name"))
+    names = [a.name for a in aliases]
+    ready = _ready_counts(names)
+    rollouts = {
+        r.alias_id: r
+        for r in Rollout.objects.filter(state__in=ACTIVE_ROLLOUT_STATES).select_related(
+            "alias", "baseline_version__model", "candidate_version__model"
+        )
+    }
+    shadows = {
+        s.alias_id: s
+        for s in ShadowConfig.objects.filter(enabled=True).select_related("candidate_version__model")
+    }
+    out = []
+    for alias in aliases:
+        rollout = rollouts.get(alias.pk)
+        if rollout is not None:
+            versions = rollout_split(rollout, ready)
+        else:
+            versions = [
+                {
+                    "version_id": alias.active_version_id,
+                    "version_label": str(alias.active_version),
+                    "role": "active",
+                    "share": 100.0,
+                    "ready_deployments": ready.get((alias.name, alias.active_version_id), 0),
+                }
+            ]
+        shadow = shadows.get(alias.pk)
+        if shadow is not None:
+            versions.append(
+                {
+                    "version_id": shadow.candidate_version_id,
+                    "version_label": str(shadow.candidate_version),
+                    "role": "shadow",
+                    "share": shadow.percent,
+                    "ready_deployments": ready.get((alias.name, shadow.candidate_version_id), 0),
+                }
+            )
+        out.append(
+            {
+                "alias": alias.pk,
+                "alias_name": alias.name,
+                "rollout": rollout.pk if rollout else None,
+                "rollout_state": rollout.state if rollout else "",
+                "versions": versions,
+            }
+        )
+    return Response(AliasServingSerializer(out, many=True).data)

@@ -1,0 +1,112 @@
+"""Builders for rollout tests: an alias with two versions, ready deployment rows, request-log rows."""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+from dataclasses import dataclass
+
+from django.utils import timezone
+
+from models_registry.evaluation.models import EvalRun, EvalSuite, EvalSuiteVersion
+from models_registry.models import ModelAlias, ModelVersion
+from nodes.models import Deployment, Host
+from routing.models import RequestLog
+from routing.rollouts.signoff import ACCEPTED, VERDICT_FIELD
+from tests.routing.fleet import ensure_alias
+
+
+@dataclass
+class Canary:
+    alias: ModelAlias
+    v1: ModelVersion  # the active version (baseline)
+    v2: ModelVersion  # the candidate
+
+
+def new_version(alias: ModelAlias, revision: str) -> ModelVersion:
+    base = alias.active_version
+    return ModelVersion.objects.create(
+        model=base.model,
+        revision=revision,
+        source_kind="directory",
+        source_path=f"/models/{base.model.name}-{revision}",
+        max_context=base.max_context,
+    )
+
+
+def ready_deployment(alias: ModelAlias, version: ModelVersion, port: int = 0) -> Deployment:
+    """A ready Deployment row serving the alias (no engine behind it: for the control plane's checks)."""
+    host, _ = Host.objects.get_or_create(name="rollout-host", defaults={"address": "127.0.0.1"})
+    port = port or 20000 + Deployment.objects.count()
+    return Deployment.objects.create(
+        name=f"{alias.name}-{version.revision}-{port}",
+        model_version=version,
+        host=host,
+        port=port,
+        served_model_name=alias.name,
+        max_model_len=4096,
+        state="ready",
+        start_token=secrets.token_hex(8),
+        engine="sim",
+    )
+
+
+def canary(alias_name: str = "llama-canary") -> Canary:
+    alias = ensure_alias(alias_name)
+    v2 = new_version(alias, "v2")
+    ready_deployment(alias, alias.active_version)
+    ready_deployment(alias, v2)
+    return Canary(alias, alias.active_version, v2)
+
+
+def log_requests(
+    alias: ModelAlias,
+    version: ModelVersion,
+    n: int,
+    *,
+    status: int = 200,
+    latency_ms: float = 100.0,
+    ttft_ms: float | None = 20.0,
+    at: dt.datetime | None = None,
+    error_type: str = "",
+) -> None:
+    """`n` request-log rows as the proxy writes them for answers of `version` on `alias`."""
+    when = at or timezone.now()
+    RequestLog.objects.bulk_create(
+        [
+            RequestLog(
+                created_at=when,
+                request_id=secrets.token_hex(8),
+                alias=alias.name,
+                model_version_id=version.pk,
+                status=status,
+                error_type=error_type,
+                stream=ttft_ms is not None,
+                latency_ms=latency_ms,
+                ttft_ms=ttft_ms,
+                endpoint_kind="chat",
+            )
+            for _ in range(n)
+        ]
+    )
+
+
+def accepted_run(version: ModelVersion, **summary: object) -> EvalRun:
+    """A completed offline evaluation of `version` (what signoff.accepted_evaluation looks for)."""
+    suite = EvalSuite.objects.create(name=f"suite-{secrets.token_hex(3)}")
+    suite_version = EvalSuiteVersion.objects.create(suite=suite, number=1)
+    fields: dict[str, object] = {}
+    if any(f.name == VERDICT_FIELD for f in EvalRun._meta.get_fields()):
+        fields[VERDICT_FIELD] = ACCEPTED
+    return EvalRun.objects.create(
+        suite_version=suite_version,
+        reference_base_url="http://ref",
+        reference_model="ref",
+        candidate_base_url="http://cand",
+        candidate_model="cand",
+        candidate_info={"model_version_id": version.pk},
+        state="completed",
+        finished_at=timezone.now(),
+        summary=summary,
+        **fields,
+    )
