@@ -958,19 +958,9 @@ class Proxy:
 
         t0 = time.perf_counter()
         policy = self.snapshot.policies.get(alias)
-        pool, reason = self._pick_pool(policy, alias, ctx, _header(scope, b"x-task"))
         # Embeddings generate nothing: the whole context is the input.
         out = 0 if ctx.kind == "embedding" else requested_out
-        candidates: list[Endpoint] | None = None
-        if pool.canary is not None:
-            candidates = self._draw_canary(ctx, pool, pool.canary, scope, counted.tokens, out)
-            if candidates:
-                reason += f"; canary {pool.canary.share:g}%"
-        if not candidates:
-            candidates, fallback_used = self._candidates(pool, policy, counted.tokens, out)
-            if fallback_used is not None:
-                pool = fallback_used
-                reason += f"; fallback {pool.name}"
+        pool, reason, candidates = self._route(ctx, scope, policy, alias, counted.tokens, out)
         route_time = time.perf_counter() - t0
         ctx.pool = pool.name
         if not candidates:
@@ -1073,6 +1063,27 @@ class Proxy:
             return Pool(name=alias, alias=alias), "no pool"
         return pool, "alias pool"
 
+    def _route(
+        self,
+        ctx: RequestContext,
+        scope: Scope,
+        policy: Policy | None,
+        alias: str,
+        tokens: int,
+        out: int | None,
+    ) -> tuple[Pool, str, list[Endpoint]]:
+        """The proxy's part of the route decision: the pool, why, and the endpoints the scorer picks from
+        (the canary candidate's when the request is drawn for it and one can take it)."""
+        pool, reason = self._pick_pool(policy, alias, ctx, _header(scope, b"x-task"))
+        if pool.canary is not None:
+            drawn = self._draw_canary(ctx, pool, pool.canary, scope, tokens, out)
+            if drawn:
+                return pool, f"{reason}; canary {pool.canary.share:g}%", drawn
+        candidates, fallback_used = self._candidates(pool, policy, tokens, out)
+        if fallback_used is not None:
+            return fallback_used, f"{reason}; fallback {fallback_used.name}", candidates
+        return pool, reason, candidates
+
     def _fits(self, ep: Endpoint, tokens: int, out: int | None) -> bool:
         # As vLLM checks: the prompt plus the requested output (at least one token) within max_model_len.
         return ep.max_model_len is None or tokens + (1 if out is None else out) <= ep.max_model_len
@@ -1098,7 +1109,7 @@ class Proxy:
         """The candidate's endpoints when this request is drawn for the canary and one can take it;
         None sends it to the pool's own endpoints (a canary never fails a request for want of one)."""
         assert ctx.key is not None
-        session = _header(scope, pool.session_header.encode()) if canary.sticky_by == "session" else None
+        session = _header(scope, canary.session_header) if canary.sticky_by == "session" else None
         if not draw(canary, session, ctx.key.tenant_id):
             self._metric(m.CANARY_DRAWS, pool.alias, "baseline").inc()
             return None

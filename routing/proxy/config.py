@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import hmac
 import logging
+import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from django.conf import settings
@@ -128,6 +130,11 @@ class Canary:
     version_label: str = ""
     # The hash salt of this rollout ("<id>:"), so two rollouts draw independent cohorts.
     salt: bytes = b""
+    # `share` as an 8-byte big-endian bound: a request whose digest is below it goes to the candidate
+    # (routing.proxy.canary), compared as bytes so the draw does no arithmetic.
+    threshold: bytes = bytes(8)
+    # The pool's session header, encoded once.
+    session_header: bytes = b"x-session-id"
 
 
 @dataclass(frozen=True, slots=True)
@@ -445,17 +452,29 @@ def _canaries() -> dict[str, Rollout]:
     return {row.alias.name: row for row in rows}
 
 
+def share_threshold(share: float) -> bytes:
+    """The bound for `share` percent of 64-bit digests: those below it (as big-endian bytes) are the share.
+
+    Exact (a fraction, rounded up): a digest d is below it exactly when d * 100 / 2**64 < share.
+    """
+    bound = math.ceil(Fraction(share) * (1 << 64) / 100)
+    return max(0, min(bound, (1 << 64) - 1)).to_bytes(8, "big")
+
+
 def _canary(rollout: Rollout | None, pool: Pool) -> Canary | None:
     if rollout is None or pool.pinned:
         return None
+    share = max(0.0, min(100.0, float(rollout.share)))
     return Canary(
         rollout_id=rollout.pk,
         version_id=rollout.candidate_version_id,
-        share=max(0.0, min(100.0, float(rollout.share))),
+        share=share,
         sticky_by=rollout.sticky_by,
         endpoints=list(pool.staged.get(rollout.candidate_version_id, [])),
         version_label=str(rollout.candidate_version),
         salt=f"{rollout.pk}:".encode(),
+        threshold=share_threshold(share),
+        session_header=pool.session_header.encode("latin-1"),
     )
 
 

@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from models_registry.models import ModelAlias, ModelVersion
 from routing.models import RequestLog, Rollout, RolloutState, StickyBy
-from routing.proxy.canary import bucket
+from routing.proxy import canary
 from routing.proxy.config import load_routing_snapshot
 from tests.routing.conftest import Proc, make_tenant_key
 from tests.routing.fleet import FleetMember, ensure_alias, start_member
@@ -156,10 +156,10 @@ def _reloaded(client: openai.OpenAI, session: str, version: int) -> float:
 
 def test_snapshot_carries_the_active_rollout_with_the_candidate_endpoints(fleet: Fleet) -> None:
     rollout = _rollout(fleet, 5)
-    canary = load_routing_snapshot().pools[ALIAS].canary
-    assert canary is not None
-    assert (canary.rollout_id, canary.version_id, canary.share) == (rollout.pk, fleet.v2.pk, 5.0)
-    assert [ep.deployment_id for ep in canary.endpoints] == [fleet.on_v2.deployment.pk]
+    pooled = load_routing_snapshot().pools[ALIAS].canary
+    assert pooled is not None
+    assert (pooled.rollout_id, pooled.version_id, pooled.share) == (rollout.pk, fleet.v2.pk, 5.0)
+    assert [ep.deployment_id for ep in pooled.endpoints] == [fleet.on_v2.deployment.pk]
     for state in (RolloutState.PROMOTED, RolloutState.ROLLED_BACK, RolloutState.CANCELLED):
         Rollout.objects.filter(pk=rollout.pk).update(state=state)
         assert load_routing_snapshot().pools[ALIAS].canary is None, state
@@ -177,35 +177,35 @@ def test_a_five_percent_canary_gets_five_percent_of_sessions(
     versions = _versions(_ask_all(proxy, tk.raw_key, sessions))
     elapsed = time.monotonic() - started
 
-    on_candidate = {s for s, v in zip(sessions, versions, strict=True) if v == fleet.v2.pk}
+    drawn = {s for s, v in zip(sessions, versions, strict=True) if v == fleet.v2.pk}
     assert set(versions) == {fleet.v1.pk, fleet.v2.pk}
     # Binomial(2000, 0.05): mean 100, sd 9.7; 4 sd either side fails about once in 16,000 runs.
     sd = math.sqrt(n * 0.05 * 0.95)
-    assert abs(len(on_candidate) - n * 0.05) <= 4 * sd, len(on_candidate)
+    assert abs(len(drawn) - n * 0.05) <= 4 * sd, len(drawn)
     # And exactly the sessions the stable hash puts below the share: the draw is the hash, nothing else.
     salt = f"{rollout.pk}:".encode()
-    assert on_candidate == {s for s in sessions if bucket(salt, "s" + s) < 5}
+    assert drawn == {s for s in sessions if canary.on_candidate(salt, "s" + s, 5)}
     assert elapsed < 60, elapsed
 
     metrics = scrape(proxy)
     draws = {labels["outcome"]: value for labels, value in metrics["inferchain_proxy_canary_draws_total"]}
-    assert draws == {"candidate": len(on_candidate), "baseline": n - len(on_candidate)}
+    assert draws == {"candidate": len(drawn), "baseline": n - len(drawn)}
     requests = {
         (labels["version"], labels["arm"], labels["code"]): value
         for labels, value in metrics["inferchain_proxy_version_requests_total"]
         if labels["alias"] == ALIAS
     }
     assert requests == {
-        (str(fleet.v2), "canary", "2xx"): len(on_candidate),
-        (str(fleet.v1), "primary", "2xx"): n - len(on_candidate),
+        (str(fleet.v2), "canary", "2xx"): len(drawn),
+        (str(fleet.v1), "primary", "2xx"): n - len(drawn),
     }
     latency = {
         (labels["version"], labels["arm"]): value
         for labels, value in metrics["inferchain_proxy_version_request_seconds_count"]
     }
     assert latency == {
-        (str(fleet.v2), "canary"): len(on_candidate),
-        (str(fleet.v1), "primary"): n - len(on_candidate),
+        (str(fleet.v2), "canary"): len(drawn),
+        (str(fleet.v1), "primary"): n - len(drawn),
     }
 
 
@@ -224,7 +224,11 @@ def test_sessions_stay_put_and_a_rising_share_only_moves_sessions_to_the_candida
     assert at_5
 
     salt = f"{rollout.pk}:".encode()
-    newcomer = next(s for s in sessions if 5 <= bucket(salt, "s" + s) < 25)
+    newcomer = next(
+        s
+        for s in sessions
+        if canary.on_candidate(salt, "s" + s, 25) and not canary.on_candidate(salt, "s" + s, 5)
+    )
     rollout.share = 25
     rollout.step_index = 2
     rollout.save()  # the signal publishes the change; the proxy reloads
@@ -243,7 +247,7 @@ def test_tenant_stickiness_puts_a_tenant_on_one_side(start_proxy: Callable[..., 
     for tk in keys:
         # Session headers are ignored when the rollout is sticky by tenant.
         versions = set(_versions(_ask_all(proxy, tk.raw_key, [f"s{i}" for i in range(6)])))
-        expected = fleet.v2.pk if bucket(salt, f"t{tk.tenant.pk}") < 50 else fleet.v1.pk
+        expected = fleet.v2.pk if canary.on_candidate(salt, f"t{tk.tenant.pk}", 50) else fleet.v1.pk
         assert versions == {expected}, tk.tenant.name
 
 
