@@ -209,6 +209,15 @@ def main() -> None:
         total = args.requests * args.reps
         share = 100 * sum(mirrored) / total
         print(f"mirrored: {sum(mirrored)} of {total} requests ({share:.1f}%), per rep {mirrored}")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            counters = [
+                line
+                for line in resp.read().decode().splitlines()
+                if line.startswith(
+                    ("inferchain_proxy_shadow_mirrors_total", "inferchain_proxy_shadow_skipped_total")
+                )
+            ]
+        print("proxy counters:", "; ".join(counters) or "none")
     finally:
         if proxy is not None:
             proxy.terminate()
