@@ -1,4 +1,5 @@
-"""Domain logic of routing outside the hot path: request-log partitions and retention.
+"""Domain logic of routing outside the hot path: request-log partitions and retention, and telling
+the proxies that a rollout or shadow configuration changed.
 
 On PostgreSQL the request log is partitioned by RANGE (created_at), one partition per UTC day, plus
 a DEFAULT partition so an insert never fails for want of a partition (migration 0003). Maintenance
@@ -20,6 +21,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
+from core.redis_client import publish_config_change
 from routing.models import RequestLog
 
 log = logging.getLogger(__name__)
@@ -270,3 +272,14 @@ def request_log_partitions() -> list[RequestLogPartition]:
         day = dt.datetime.strptime(m[1], "%Y%m%d").date() if m else None
         parts.append(RequestLogPartition(name, day, None if reltuples < 0 else reltuples, size))
     return sorted(parts, key=lambda p: (p.day is None, p.day or dt.date.min, p.name))
+
+
+def publish_rollout_change(kind: str, pk: int, alias_id: int) -> None:
+    """Tell every proxy process that a Rollout or ShadowConfig of an alias changed.
+
+    Sent after the transaction commits; each proxy reloads its routing snapshot on it (within about
+    50 ms plus one snapshot load), so a new share, a pause, a rollback or a shadow percentage takes
+    effect within a second. `save()` and `delete()` of either model call this already (routing.signals);
+    code that changes rows with `QuerySet.update()` must call it itself.
+    """
+    publish_config_change(kind, id=pk, alias_id=alias_id)

@@ -14,6 +14,7 @@ import datetime as dt
 import gc
 import hmac
 import logging
+import random
 import re
 import time
 import uuid
@@ -34,13 +35,16 @@ from core.redis_client import CONFIG_CHANNEL, key_cache_generation, key_cache_re
 from core.redis_client import key as rkey
 from routing.choices import Priority, Scorer
 from routing.proxy import metrics as m
+from routing.proxy.canary import draw
 from routing.proxy.config import (
     WRITE_BACK_LUA,
+    Canary,
     Endpoint,
     KeyInfo,
     Policy,
     Pool,
     RoutingSnapshot,
+    Shadow,
     key_info_from_record,
     key_record,
     load_key,
@@ -60,6 +64,7 @@ from routing.proxy.health import EndpointState
 from routing.proxy.limits import LEASE_MS, Admission, Limiter
 from routing.proxy.requestlog import RequestLogWriter
 from routing.proxy.scorers import EndpointLoad, ScoreRequest, choose, prefix_key, token_prefix_key
+from routing.proxy.shadow import MirrorJob, ShadowMirror, pair_writer
 from routing.proxy.tokens import (
     chat_roles,
     count_prompt_tokens,
@@ -105,10 +110,12 @@ NULL_CONTENT_ROLES = ("assistant", "function")
 class RetryableUpstreamError(Exception):
     """The upstream failed before anything reached the client: another endpoint may be tried."""
 
-    def __init__(self, reason: str, status: int = 502) -> None:
+    def __init__(self, reason: str, status: int = 502, *, unreachable: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.status = status
+        # No answer at all (the connection failed): the endpoint is as good as not ready.
+        self.unreachable = unreachable
 
 
 @dataclass(slots=True)
@@ -141,6 +148,13 @@ class RequestContext:
     upstream: UpstreamResponse | None = None
     timer: asyncio.TimerHandle | None = None
     timed_out: bool = False
+    # "canary" when the request was drawn for its pool's rollout candidate and sent there.
+    arm: str = "primary"
+    # Drawn for shadow traffic: the request as the client sent it, mirrored once the answer is out.
+    shadow: Shadow | None = None
+    shadow_body: dict[str, Any] | None = None
+    # Whether the answer's text is collected (the tenant logs prompts, or the request is mirrored).
+    collect_text: bool = False
 
     def track_upstream(self, resp: UpstreamResponse) -> None:
         """The engine call in flight (UpstreamPool.post's hook): the one to abort if the client leaves."""
@@ -411,6 +425,8 @@ class Proxy:
         self.redis: aioredis.Redis | None = None
         self.limiter: Limiter | None = None
         self.reqlog: RequestLogWriter | None = None
+        self.pairs: RequestLogWriter | None = None
+        self.shadow = ShadowMirror(self.upstream, self.states, None)
         self.db = ThreadPoolExecutor(max_workers=2, thread_name_prefix="proxy-db")
         self.pubsub_healthy = False
         self.tokenizers: dict[str, Any] = {}
@@ -435,6 +451,9 @@ class Proxy:
         )
         self.reqlog = RequestLogWriter(settings.REQUEST_LOG_SPOOL_DIR)
         self.reqlog.start(maintain=maintain_request_log)
+        self.pairs = pair_writer(settings.REQUEST_LOG_SPOOL_DIR / "shadow_pairs")
+        self.pairs.start()
+        self.shadow.writer = self.pairs
         try:
             await self.reload_snapshot()
         except Exception:
@@ -458,8 +477,11 @@ class Proxy:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        await self.shadow.close()
         if self.reqlog is not None:
             await self.reqlog.close()
+        if self.pairs is not None:
+            await self.pairs.close()
         self.upstream.close()
         if self.redis is not None:
             await self.redis.aclose()
@@ -936,13 +958,9 @@ class Proxy:
 
         t0 = time.perf_counter()
         policy = self.snapshot.policies.get(alias)
-        pool, reason = self._pick_pool(policy, alias, ctx, _header(scope, b"x-task"))
         # Embeddings generate nothing: the whole context is the input.
         out = 0 if ctx.kind == "embedding" else requested_out
-        candidates, fallback_used = self._candidates(pool, policy, counted.tokens, out)
-        if fallback_used is not None:
-            pool = fallback_used
-            reason += f"; fallback {pool.name}"
+        pool, reason, candidates = self._route(ctx, scope, policy, alias, counted.tokens, out)
         route_time = time.perf_counter() - t0
         ctx.pool = pool.name
         if not candidates:
@@ -967,6 +985,17 @@ class Proxy:
         if ctx.admission is not None and ctx.admission.lease_keys:
             self.leases[ctx.request_id] = ctx.admission.lease_keys
 
+        shadow = self.snapshot.shadows.get(alias)
+        if (
+            shadow is not None
+            and info.shadow_consent
+            and ctx.kind != "embedding"
+            and body.get("n") in (None, 1)
+            and random.random() * 100.0 < shadow.percent
+        ):
+            ctx.shadow = shadow
+            ctx.shadow_body = body
+        ctx.collect_text = info.log_prompts or ctx.shadow is not None
         upstream = dict(body)
         if ctx.stream:
             upstream["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
@@ -984,10 +1013,26 @@ class Proxy:
             if pool.scorer == Scorer.SESSION_AFFINITY
             else None,
         )
+        baseline: Callable[[], list[Endpoint]] | None = None
+        if ctx.arm == "canary":
+            chosen = pool
+
+            def baseline() -> list[Endpoint]:
+                return self._candidates(chosen, policy, counted.tokens, out)[0]
+
         watch = DisconnectWatch(ctx)
         try:
             await self._try_endpoints(
-                ctx, pool, candidates, score_req, upstream, reason, route_time, send, client_wants_usage
+                ctx,
+                pool,
+                candidates,
+                score_req,
+                upstream,
+                reason,
+                route_time,
+                send,
+                client_wants_usage,
+                baseline,
             )
         finally:
             watch.cancel()
@@ -1018,6 +1063,27 @@ class Proxy:
             return Pool(name=alias, alias=alias), "no pool"
         return pool, "alias pool"
 
+    def _route(
+        self,
+        ctx: RequestContext,
+        scope: Scope,
+        policy: Policy | None,
+        alias: str,
+        tokens: int,
+        out: int | None,
+    ) -> tuple[Pool, str, list[Endpoint]]:
+        """The proxy's part of the route decision: the pool, why, and the endpoints the scorer picks from
+        (the canary candidate's when the request is drawn for it and one can take it)."""
+        pool, reason = self._pick_pool(policy, alias, ctx, _header(scope, b"x-task"))
+        if pool.canary is not None:
+            drawn = self._draw_canary(ctx, pool, pool.canary, scope, tokens, out)
+            if drawn:
+                return pool, f"{reason}; canary {pool.canary.share:g}%", drawn
+        candidates, fallback_used = self._candidates(pool, policy, tokens, out)
+        if fallback_used is not None:
+            return fallback_used, f"{reason}; fallback {fallback_used.name}", candidates
+        return pool, reason, candidates
+
     def _fits(self, ep: Endpoint, tokens: int, out: int | None) -> bool:
         # As vLLM checks: the prompt plus the requested output (at least one token) within max_model_len.
         return ep.max_model_len is None or tokens + (1 if out is None else out) <= ep.max_model_len
@@ -1036,6 +1102,27 @@ class Proxy:
             ep for ep in fallback.endpoints if self._fits(ep, tokens, out) and self._state(ep).available(now)
         ]
         return eps, fallback
+
+    def _draw_canary(
+        self, ctx: RequestContext, pool: Pool, canary: Canary, scope: Scope, tokens: int, out: int | None
+    ) -> list[Endpoint] | None:
+        """The candidate's endpoints when this request is drawn for the canary and one can take it;
+        None sends it to the pool's own endpoints (a canary never fails a request for want of one)."""
+        assert ctx.key is not None
+        session = _header(scope, canary.session_header) if canary.sticky_by == "session" else None
+        if not draw(canary, session, ctx.key.tenant_id):
+            self._metric(m.CANARY_DRAWS, pool.alias, "baseline").inc()
+            return None
+        now = time.monotonic()
+        eps = [
+            ep for ep in canary.endpoints if self._fits(ep, tokens, out) and self._state(ep).available(now)
+        ]
+        if not eps:
+            self._metric(m.CANARY_DRAWS, pool.alias, "candidate_unavailable").inc()
+            return None
+        self._metric(m.CANARY_DRAWS, pool.alias, "candidate").inc()
+        ctx.arm = "canary"
+        return eps
 
     def _state(self, ep: Endpoint) -> EndpointState:
         state = self.states.get(ep.id)
@@ -1115,13 +1202,27 @@ class Proxy:
         route_time: float,
         send: Send,
         client_wants_usage: bool,
+        baseline: Callable[[], list[Endpoint]] | None = None,
     ) -> None:
+        """Send to one of `candidates`, retrying on another before the first byte reaches the client.
+
+        `baseline` (a canary request only): where to go when no candidate endpoint could even be
+        reached. A candidate that answers badly (5xx, timeout) keeps the request: those answers are
+        the canary's to own, and its gates must see them.
+        """
         tried: set[str] = set()
         last: RetryableUpstreamError | None = None
+        unreachable_only = True
         wall = time.time()
         for attempt in range(pool.max_retries + 1):
             now = time.monotonic()
             live = [ep for ep in candidates if ep.id not in tried and self._state(ep).available(now)]
+            if not live and baseline is not None and last is not None and unreachable_only:
+                candidates, baseline = baseline(), None
+                ctx.arm = "primary"
+                reason += "; canary candidate unreachable, baseline"
+                self._metric(m.CANARY_DRAWS, pool.alias, "candidate_unreachable").inc()
+                live = [ep for ep in candidates if ep.id not in tried and self._state(ep).available(now)]
             if not live:
                 break
             t0 = time.perf_counter()
@@ -1158,6 +1259,7 @@ class Proxy:
                 return
             except RetryableUpstreamError as exc:
                 last = exc
+                unreachable_only = unreachable_only and exc.unreachable
                 tried.add(ep.id)
                 if state.failure(time.monotonic()):
                     m.EJECTIONS.labels(dep_label).inc()
@@ -1232,7 +1334,7 @@ class Proxy:
             ctx.clear_deadline()
             if ctx.client_gone:
                 raise _client_gone_error() from None
-            raise RetryableUpstreamError(f"connect failed: {type(exc).__name__}") from None
+            raise RetryableUpstreamError(f"connect failed: {type(exc).__name__}", unreachable=True) from None
         try:
             if resp.status >= 500:
                 raise RetryableUpstreamError(f"HTTP {resp.status}")
@@ -1275,7 +1377,7 @@ class Proxy:
         if isinstance(usage, dict):
             ctx.completion_tokens = usage.get("completion_tokens") or 0
             ctx.usage_prompt_tokens = usage.get("prompt_tokens")
-        if ctx.key is not None and ctx.key.log_prompts and isinstance(parsed, dict):
+        if ctx.collect_text and isinstance(parsed, dict):
             for choice in parsed.get("choices") or []:
                 msg = choice.get("message") or {}
                 text = msg.get("content") if isinstance(msg, dict) else None
@@ -1319,7 +1421,7 @@ class Proxy:
         done = False
         ended = False
         chunk: bytes = first
-        log_text = ctx.key is not None and ctx.key.log_prompts
+        log_text = ctx.collect_text
         # A short answer is usually all in by now: then nothing below waits, and no timer is needed.
         if resp.complete:
             ctx.clear_deadline()
@@ -1459,6 +1561,31 @@ class Proxy:
             child = self._metric_children[key] = metric.labels(*(str(v) for v in values))
         return child
 
+    def _mirror(self, ctx: RequestContext, latency: float) -> None:
+        """Mirror an answered request to the shadow candidate (after the client has its answer)."""
+        shadow = ctx.shadow
+        assert shadow is not None and ctx.shadow_body is not None
+        if ctx.status != 200 or ctx.error_type or ctx.endpoint is None:
+            m.SHADOW_SKIPPED.labels(shadow.alias, "primary_failed").inc()
+            return
+        pool = self.snapshot.pools.get(ctx.pool)
+        per_endpoint = pool.max_inflight_per_endpoint if pool else 64
+        fraction = pool.batch_max_fraction if pool else 0.8
+        self.shadow.submit(
+            MirrorJob(
+                shadow=shadow,
+                request_id=ctx.request_id,
+                kind=ctx.kind,
+                tenant_id=ctx.key.tenant_id if ctx.key else None,
+                body=ctx.shadow_body,
+                primary_version_id=ctx.endpoint.version_id,
+                primary_output="".join(ctx.response_parts),
+                primary_latency_ms=latency * 1000,
+                room_per_endpoint=fraction * per_endpoint,
+                connect_timeout_s=pool.connect_timeout_s if pool else 2.0,
+            )
+        )
+
     async def _finish(self, ctx: RequestContext) -> None:
         latency = time.perf_counter() - ctx.started
         prompt = ctx.usage_prompt_tokens if ctx.usage_prompt_tokens is not None else ctx.prompt_tokens
@@ -1478,6 +1605,16 @@ class Proxy:
                 self._metric(m.TTFT, ctx.alias, dep).observe(ctx.ttft_s)
             self._metric(m.TOKENS, ctx.alias, "prompt").inc(prompt)
             self._metric(m.TOKENS, ctx.alias, "completion").inc(completion)
+            version_id = ctx.endpoint.version_id
+            labels = self.snapshot.version_labels
+            version = "static" if version_id is None else labels.get(version_id) or str(version_id)
+            code = _STATUS_CLASSES.get(ctx.status // 100, "other")
+            self._metric(m.VERSION_REQUESTS, ctx.alias, version, ctx.arm, code).inc()
+            self._metric(m.VERSION_LATENCY, ctx.alias, version, ctx.arm).observe(latency)
+            if ctx.ttft_s is not None:
+                self._metric(m.VERSION_TTFT, ctx.alias, version, ctx.arm).observe(ctx.ttft_s)
+        if ctx.shadow is not None:
+            self._mirror(ctx, latency)
         if ctx.key is None or self.reqlog is None:
             return  # unauthenticated noise is counted in metrics, not logged per row
         key = ctx.key
@@ -1510,6 +1647,9 @@ class Proxy:
                 "response_text": "".join(ctx.response_parts) if key.log_prompts else None,
             }
         )
+
+
+_STATUS_CLASSES = {1: "1xx", 2: "2xx", 3: "3xx", 4: "4xx", 5: "5xx"}
 
 
 def _utcnow() -> dt.datetime:

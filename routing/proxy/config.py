@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import hmac
 import logging
+import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from django.conf import settings
@@ -20,7 +22,7 @@ from nodes.choices import DeploymentState
 from nodes.lifecycle import engine_api_key
 from nodes.models import Deployment
 from routing.choices import Scorer
-from routing.models import RoutePolicy, RoutePool
+from routing.models import ACTIVE_ROLLOUT_STATES, Rollout, RoutePolicy, RoutePool, ShadowConfig
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +68,8 @@ class KeyInfo:
     revoked: bool
     tenant_limits: Limits
     key_limits: Limits
+    # Whether the tenant lets its requests be mirrored to a shadow candidate (Tenant.shadow_consent).
+    shadow_consent: bool = False
 
     def may_use(self, alias: str) -> bool:
         return not self.scopes or alias in self.scopes
@@ -108,6 +112,45 @@ class Endpoint:
     sim_builtin_tokenizer: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class Canary:
+    """An active rollout as one pool sees it: `share` percent of its traffic goes to `endpoints`.
+
+    Which requests are the share is decided per request by `routing.proxy.canary.draw` (sticky by the
+    pool's session header or by tenant, see `sticky_by`). `endpoints` are the pool's ready endpoints of
+    the candidate version (its `staged` ones); when none of them can take a request it goes to the
+    pool's own endpoints, so a canary never makes a request fail for want of a candidate.
+    """
+
+    rollout_id: int
+    version_id: int
+    share: float  # percent, 0..100
+    sticky_by: str  # StickyBy: "session" or "tenant"
+    endpoints: list[Endpoint] = field(default_factory=list)
+    version_label: str = ""
+    # The hash salt of this rollout ("<id>:"), so two rollouts draw independent cohorts.
+    salt: bytes = b""
+    # `share` as an 8-byte big-endian bound: a request whose digest is below it goes to the candidate
+    # (routing.proxy.canary), compared as bytes so the draw does no arithmetic.
+    threshold: bytes = bytes(8)
+    # The pool's session header, encoded once.
+    session_header: bytes = b"x-session-id"
+
+
+@dataclass(frozen=True, slots=True)
+class Shadow:
+    """An alias's shadow traffic: `percent` of consenting tenants' requests mirrored to `endpoints`."""
+
+    config_id: int
+    alias: str
+    version_id: int
+    percent: float
+    max_inflight: int
+    timeout_s: float
+    endpoints: list[Endpoint] = field(default_factory=list)
+    version_label: str = ""
+
+
 @dataclass(slots=True)
 class Pool:
     """A RoutePool with its endpoints resolved."""
@@ -133,9 +176,11 @@ class Pool:
     pinned: bool = False
     version_label: str = ""  # "model@revision" of that version, for errors that name it
     # The pool's ready endpoints of its alias's other versions, by version id. They receive nothing
-    # today; a rollout that names one of them (a canary draw or shadow traffic, not built yet) is
-    # meant to pick from here without another snapshot rebuild.
+    # unless the alias's active rollout names one of them (`canary`).
     staged: dict[int, list[Endpoint]] = field(default_factory=dict)
+    # The alias's active rollout (running, paused or holding), for pools that serve the active version
+    # (a pool that names its version is left alone); None when there is none.
+    canary: Canary | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +232,8 @@ class RoutingSnapshot:
     no_embeddings: frozenset[str] = frozenset()
     # "model@revision" of every version some ready deployment runs (for errors that name versions).
     version_labels: dict[int, str] = field(default_factory=dict)
+    # Enabled shadow configurations with a share above 0, by alias.
+    shadows: dict[str, Shadow] = field(default_factory=dict)
 
 
 def parse_rule(raw: dict[str, Any]) -> Rule:
@@ -255,6 +302,7 @@ def key_info_from_model(api_key: Any) -> KeyInfo:
         revoked=api_key.revoked_at is not None,
         tenant_limits=_limits(tenant_quota),
         key_limits=_limits(key_quota),
+        shadow_consent=tenant.shadow_consent,
     )
 
 
@@ -396,6 +444,61 @@ def _split_by_version(
     return serving, staged
 
 
+def _canaries() -> dict[str, Rollout]:
+    """The active rollout of each alias (at most one, by a database constraint), by alias name."""
+    rows = Rollout.objects.select_related("alias", "candidate_version__model").filter(
+        state__in=[s.value for s in ACTIVE_ROLLOUT_STATES]
+    )
+    return {row.alias.name: row for row in rows}
+
+
+def share_threshold(share: float) -> bytes:
+    """The bound for `share` percent of 64-bit digests: those below it (as big-endian bytes) are the share.
+
+    Exact (a fraction, rounded up): a digest d is below it exactly when d * 100 / 2**64 < share.
+    """
+    bound = math.ceil(Fraction(share) * (1 << 64) / 100)
+    return max(0, min(bound, (1 << 64) - 1)).to_bytes(8, "big")
+
+
+def _canary(rollout: Rollout | None, pool: Pool) -> Canary | None:
+    if rollout is None or pool.pinned:
+        return None
+    share = max(0.0, min(100.0, float(rollout.share)))
+    return Canary(
+        rollout_id=rollout.pk,
+        version_id=rollout.candidate_version_id,
+        share=share,
+        sticky_by=rollout.sticky_by,
+        endpoints=list(pool.staged.get(rollout.candidate_version_id, [])),
+        version_label=str(rollout.candidate_version),
+        salt=f"{rollout.pk}:".encode(),
+        threshold=share_threshold(share),
+        session_header=pool.session_header.encode("latin-1"),
+    )
+
+
+def _shadows(by_alias: dict[str, list[Endpoint]]) -> dict[str, Shadow]:
+    out: dict[str, Shadow] = {}
+    rows = ShadowConfig.objects.select_related("alias", "candidate_version__model").filter(
+        enabled=True, percent__gt=0
+    )
+    for row in rows:
+        name = row.alias.name
+        out[name] = Shadow(
+            config_id=row.pk,
+            alias=name,
+            version_id=row.candidate_version_id,
+            percent=min(100.0, float(row.percent)),
+            max_inflight=row.max_inflight,
+            timeout_s=row.timeout_s,
+            # Any ready deployment of the candidate under the alias's served name, whatever its role.
+            endpoints=[ep for ep in by_alias.get(name, []) if ep.version_id == row.candidate_version_id],
+            version_label=str(row.candidate_version),
+        )
+    return out
+
+
 def load_routing_snapshot() -> RoutingSnapshot:
     """Pools, policies, aliases and endpoints as one consistent snapshot (sync: call it in a thread)."""
     models = _models()
@@ -468,6 +571,10 @@ def load_routing_snapshot() -> RoutingSnapshot:
             default_pool=prow.default_pool.name if prow.default_pool else None,
             fallback_pool=prow.fallback_pool.name if prow.fallback_pool else None,
         )
+    # Canaries ride on the pools: the candidate's endpoints are already among each pool's staged ones.
+    rollouts = _canaries()
+    for pool in pools.values():
+        pool.canary = _canary(rollouts.get(pool.alias), pool)
     aliases = sorted(set(by_alias) | set(policies))
     _with_counting_rules(models, serving)
     return RoutingSnapshot(
@@ -480,6 +587,7 @@ def load_routing_snapshot() -> RoutingSnapshot:
             alias for alias, members in serving.items() if all(ep.embeddings is False for ep in members)
         ),
         version_labels=version_labels,
+        shadows=_shadows(by_alias),
     )
 
 
@@ -529,6 +637,7 @@ def key_record(info: KeyInfo, generation: str) -> dict[str, Any]:
         "revoked": info.revoked,
         "tenant_limits": _limits_dict(info.tenant_limits),
         "key_limits": _limits_dict(info.key_limits),
+        "shadow_consent": info.shadow_consent,
     }
 
 
@@ -547,4 +656,6 @@ def key_info_from_record(record: dict[str, Any]) -> KeyInfo:
         revoked=bool(record["revoked"]),
         tenant_limits=Limits(**record["tenant_limits"]),
         key_limits=Limits(**record["key_limits"]),
+        # Records written before the flag existed never consent: mirroring needs a yes, not a default.
+        shadow_consent=bool(record.get("shadow_consent", False)),
     )

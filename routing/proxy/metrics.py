@@ -182,6 +182,72 @@ INFLIGHT = LOOP.add(
         ["deployment"],
     )
 )
+# Per model version, so a canary can be watched beside its primary. Labels are bounded: aliases and
+# versions with a ready deployment (only requests that reached an engine are counted here), `arm`
+# "primary" or "canary", `code` the status class ("2xx", "4xx", "5xx").
+VERSION_REQUESTS = LOOP.add(
+    LoopMetric(
+        "counter",
+        "inferchain_proxy_version_requests",
+        "Requests answered by an engine, by alias, model version, arm (primary or canary) and status class.",
+        ["alias", "version", "arm", "code"],
+    )
+)
+VERSION_LATENCY = LOOP.add(
+    LoopMetric(
+        "histogram",
+        "inferchain_proxy_version_request_seconds",
+        "Total request latency as the client sees it, by alias, model version and arm.",
+        ["alias", "version", "arm"],
+        LATENCY_BUCKETS,
+    )
+)
+VERSION_TTFT = LOOP.add(
+    LoopMetric(
+        "histogram",
+        "inferchain_proxy_version_ttft_seconds",
+        "Time to the first generated text of streamed answers, by alias, model version and arm.",
+        ["alias", "version", "arm"],
+        LATENCY_BUCKETS,
+    )
+)
+CANARY_DRAWS = LOOP.add(
+    LoopMetric(
+        "counter",
+        "inferchain_proxy_canary_draws",
+        "Requests of a pool with an active rollout, by outcome: baseline, candidate, "
+        "candidate_unavailable (drawn for the candidate, none of its endpoints could take it: baseline), "
+        "candidate_unreachable (of the candidate draws, those whose candidate could not be connected to "
+        "and that the baseline answered).",
+        ["alias", "outcome"],
+    )
+)
+SHADOW_MIRRORS = LOOP.add(
+    LoopMetric(
+        "counter",
+        "inferchain_proxy_shadow_mirrors",
+        "Mirrored (shadow) requests sent to a candidate version, by outcome (ok, error, timeout).",
+        ["alias", "version", "outcome"],
+    )
+)
+SHADOW_SKIPPED = LOOP.add(
+    LoopMetric(
+        "counter",
+        "inferchain_proxy_shadow_skipped",
+        "Requests drawn for mirroring but not mirrored, by reason (max_inflight, saturated, unavailable, "
+        "no_endpoint, primary_failed).",
+        ["alias", "reason"],
+    )
+)
+SHADOW_LATENCY = LOOP.add(
+    LoopMetric(
+        "histogram",
+        "inferchain_proxy_shadow_request_seconds",
+        "Latency of mirrored requests at the candidate, by alias and model version.",
+        ["alias", "version"],
+        LATENCY_BUCKETS,
+    )
+)
 EJECTIONS = Counter(
     "inferchain_proxy_ejections",
     "Endpoints ejected by the circuit breaker.",

@@ -141,8 +141,19 @@ class RequestLogWriter:
     """Collects rows from the event loop and writes them in batches from one thread."""
 
     def __init__(
-        self, spool_dir: Path, *, flush_interval_s: float = 0.5, batch_size: int = 500, writer: Any = None
+        self,
+        spool_dir: Path,
+        *,
+        flush_interval_s: float = 0.5,
+        batch_size: int = 500,
+        writer: Any = None,
+        label: str = "request log",
+        spooled_counter: Any = REQUEST_LOG_SPOOLED,
     ) -> None:
+        # Another table's rows (shadow pairs) may use the same batching and spool: `writer`, `label`
+        # (for the log) and the counter of spooled rows (None: not counted).
+        self.label = label
+        self.spooled_counter = spooled_counter
         self.spool_dir = spool_dir
         self.flush_interval_s = flush_interval_s
         self.batch_size = batch_size
@@ -211,7 +222,7 @@ class RequestLogWriter:
             if rows:
                 self.write(rows)
         except Exception as exc:  # any database failure: keep the rows on disk and carry on serving
-            log.warning("request log: database write failed (%s); spooling %d rows", exc, len(rows))
+            log.warning("%s: database write failed (%s); spooling %d rows", self.label, exc, len(rows))
             connection.close()
             if rows:
                 self._spool(rows)
@@ -225,7 +236,8 @@ class RequestLogWriter:
                 fh.write(orjson.dumps(row, default=str) + b"\n")
         # Rename so a replay never sees a half-written file.
         tmp.rename(self.spool_dir / name)
-        REQUEST_LOG_SPOOLED.inc(len(rows))
+        if self.spooled_counter is not None:
+            self.spooled_counter.inc(len(rows))
 
     def _replay_spool(self) -> None:
         if not self.spool_dir.exists():
