@@ -107,7 +107,107 @@ class MarkCountsSerializer(serializers.Serializer):
     unmarked = serializers.IntegerField()
 
 
+# -- the shapes of the JSON columns, for the schema (and so the console's generated types) ------------------
+
+
+class StatsSerializer(serializers.Serializer):
+    mean = serializers.FloatField(allow_null=True)
+    p50 = serializers.FloatField(allow_null=True)
+    p95 = serializers.FloatField(allow_null=True)
+
+
+class SideTimingSerializer(serializers.Serializer):
+    latency_ms = StatsSerializer()
+    tokens_per_s = StatsSerializer()
+    ttft_ms = StatsSerializer()
+
+
+class FlipTableSerializer(serializers.Serializer):
+    """The paired right/wrong table over the cases with an expected answer (metrics.FlipTable)."""
+
+    both_right = serializers.IntegerField()
+    right_to_wrong = serializers.IntegerField()
+    wrong_to_right = serializers.IntegerField()
+    both_wrong = serializers.IntegerField()
+    confidence = serializers.FloatField()
+    n = serializers.IntegerField()
+    reference_accuracy = serializers.FloatField(allow_null=True)
+    candidate_accuracy = serializers.FloatField(allow_null=True)
+    flips = serializers.IntegerField()
+    flip_rate = serializers.FloatField(allow_null=True)
+    accuracy_difference = serializers.FloatField(allow_null=True)
+    difference_ci = serializers.ListField(
+        child=serializers.FloatField(), allow_null=True, help_text="[low, high] of the accuracy difference."
+    )
+
+
+class DistributionSummarySerializer(serializers.Serializer):
+    samples = serializers.IntegerField()
+    positions = serializers.IntegerField()
+    top1_agreement = serializers.FloatField()
+    mean_kl = serializers.FloatField()
+
+
+class RunSummarySerializer(serializers.Serializer):
+    """runner.run_summary(): empty until the run finishes (docs/evaluations.md, "Runs")."""
+
+    samples = serializers.IntegerField(required=False)
+    exact_match_rate = serializers.FloatField(required=False, allow_null=True)
+    token_agreement = serializers.FloatField(required=False, allow_null=True)
+    chrf = serializers.FloatField(required=False, allow_null=True)
+    length_difference = serializers.FloatField(required=False, allow_null=True)
+    flips = FlipTableSerializer(required=False, allow_null=True)
+    distributions = serializers.DictField(
+        child=DistributionSummarySerializer(),
+        required=False,
+        help_text="Per KL mode (teacher_forced, free_running_topk).",
+    )
+    reference = SideTimingSerializer(required=False)
+    candidate = SideTimingSerializer(required=False)
+    errors = serializers.IntegerField(required=False)
+
+
+class SideInfoSerializer(serializers.Serializer):
+    """What stood behind a side when the run was created (a deployment's facts; a base URL's alone)."""
+
+    base_url = serializers.CharField(required=False)
+    deployment = serializers.CharField(required=False)
+    host = serializers.CharField(required=False)
+    engine = serializers.CharField(required=False)
+    model_version_id = serializers.IntegerField(required=False)
+    model = serializers.CharField(required=False)
+    revision = serializers.CharField(required=False)
+    manifest_digest = serializers.CharField(required=False)
+    quantization_id = serializers.IntegerField(required=False, allow_null=True)
+    launch_argv = serializers.ListField(child=serializers.CharField(), required=False)
+    extra_args = serializers.ListField(child=serializers.CharField(), required=False)
+    max_model_len = serializers.IntegerField(required=False, allow_null=True)
+
+
+@extend_schema_field(RunSummarySerializer)
+class RunSummaryField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field(SideInfoSerializer)
+class SideInfoField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field({"type": "array", "items": {"type": "string"}})
+class StringListField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field({"type": "array", "items": {"type": "number", "format": "double"}})
+class NumberListField(serializers.JSONField):
+    pass
+
+
 class EvalRunSerializer(serializers.ModelSerializer):
+    reference_info = SideInfoField(read_only=True)
+    candidate_info = SideInfoField(read_only=True)
+    summary = RunSummaryField(read_only=True)
     suite_name = serializers.CharField(source="suite_version.suite.name", read_only=True)
     suite_version_number = serializers.IntegerField(source="suite_version.number", read_only=True)
     sampling = serializers.SerializerMethodField()
@@ -269,6 +369,12 @@ class EvalSampleSerializer(serializers.ModelSerializer):
     expected = serializers.CharField(source="case.expected", read_only=True, allow_null=True)
     match_rule = serializers.CharField(source="case.match_rule", read_only=True)
     review = SampleReviewSerializer(read_only=True, allow_null=True)
+    tags = StringListField(read_only=True)
+    reference_tokens = StringListField(read_only=True)
+    candidate_tokens = StringListField(read_only=True)
+    reference_token_logprobs = NumberListField(read_only=True)
+    candidate_token_logprobs = NumberListField(read_only=True)
+    position_kl = NumberListField(read_only=True)
 
     class Meta:
         model = EvalSample

@@ -351,6 +351,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/eval-runs/{id}/export/{kind}/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * @description The run's samples (the list's filters apply) with every per-sample metric and the review
+         *     marks, streamed as CSV or JSONL (docs/evaluations.md, "Export").
+         */
+        get: operations["eval_runs_export_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/eval-runs/{id}/resume/": {
         parameters: {
             query?: never;
@@ -378,8 +398,73 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description The run's samples, filtered (differs, flipped, tag, errors) and ordered (worst KL first ...). */
+        /**
+         * @description The run's samples, filtered (differs, flipped, tag, errors, marked) and ordered (worst KL
+         *     first ...), each with its review mark.
+         */
         get: operations["eval_runs_samples_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/eval-runs/{id}/samples/{sample_id}/mark/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * @description Mark one sample same / acceptable / regression with a comment (replacing its mark), or DELETE
+         *     the mark. Answers the sample with its review.
+         */
+        post: operations["eval_runs_samples_mark_create"];
+        /**
+         * @description Mark one sample same / acceptable / regression with a comment (replacing its mark), or DELETE
+         *     the mark. Answers the sample with its review.
+         */
+        delete: operations["eval_runs_samples_mark_destroy"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/eval-runs/{id}/sign/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * @description Sign the run off: accept or reject, with a comment (required to reject). Supersedes the
+         *     current verdict, which stays in the history. 409 until the run has finished; only a completed
+         *     run can be accepted.
+         */
+        post: operations["eval_runs_sign_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/eval-runs/{id}/verdicts/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Every verdict signed on the run, newest first (the first is current unless superseded). */
+        get: operations["eval_runs_verdicts_list"];
         put?: never;
         post?: never;
         delete?: never;
@@ -772,6 +857,23 @@ export interface paths {
         };
         /** @description The latest verification run per host: where this version may be deployed. */
         get: operations["model_versions_hosts_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/model-versions/{id}/verdicts/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Evaluation verdicts signed on runs whose candidate was this version, newest first (paginated). */
+        get: operations["model_versions_verdicts_list"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1259,6 +1361,12 @@ export interface components {
             /** @description Also set as the csrftoken cookie. */
             csrfToken: string;
         };
+        /**
+         * @description * `accept` - Accept
+         *     * `reject` - Reject
+         * @enum {string}
+         */
+        DecisionEnum: "accept" | "reject";
         /** @description A deployment. Creating one runs every pre-launch check; refusals are field errors (400). */
         Deployment: {
             readonly id: number;
@@ -1361,6 +1469,14 @@ export interface components {
          * @enum {string}
          */
         DesiredStateEnum: "running" | "stopped";
+        DistributionSummary: {
+            samples: number;
+            positions: number;
+            /** Format: double */
+            top1_agreement: number;
+            /** Format: double */
+            mean_kl: number;
+        };
         /**
          * @description * `vllm` - vLLM
          *     * `llamacpp` - llama.cpp
@@ -1460,11 +1576,11 @@ export interface components {
             readonly reference_deployment_id: number | null;
             readonly reference_base_url: string;
             readonly reference_model: string;
-            readonly reference_info: unknown;
+            readonly reference_info: components["schemas"]["SideInfo"];
             readonly candidate_deployment_id: number | null;
             readonly candidate_base_url: string;
             readonly candidate_model: string;
-            readonly candidate_info: unknown;
+            readonly candidate_info: components["schemas"]["SideInfo"];
             readonly sampling: {
                 [key: string]: unknown;
             };
@@ -1480,10 +1596,12 @@ export interface components {
             readonly done_count: number;
             readonly error_count: number;
             readonly attempts: number;
-            readonly summary: unknown;
+            readonly summary: components["schemas"]["RunSummary"];
             readonly teacher_forcing_note: string;
             readonly error: string;
             readonly live_group: string;
+            readonly marks: components["schemas"]["MarkCounts"];
+            readonly verdict: components["schemas"]["EvalVerdict"] | null;
             /** Format: date-time */
             readonly created_at: string;
             /** Format: date-time */
@@ -1506,14 +1624,18 @@ export interface components {
             readonly case: number;
             readonly case_key: string;
             readonly position: number;
-            readonly tags: unknown;
+            readonly tags: string[];
+            readonly prompt: string;
+            readonly messages: unknown;
+            readonly expected: string | null;
+            readonly match_rule: string;
             readonly reference_output: string;
             readonly candidate_output: string;
-            readonly reference_tokens: unknown;
-            readonly candidate_tokens: unknown;
-            readonly reference_token_logprobs: unknown;
-            readonly candidate_token_logprobs: unknown;
-            readonly position_kl: unknown;
+            readonly reference_tokens: string[];
+            readonly candidate_tokens: string[];
+            readonly reference_token_logprobs: number[];
+            readonly candidate_token_logprobs: number[];
+            readonly position_kl: number[];
             readonly exact_match: boolean | null;
             readonly first_divergence: number | null;
             /** Format: double */
@@ -1544,6 +1666,7 @@ export interface components {
             /** Format: double */
             readonly candidate_tokens_per_s: number | null;
             readonly error: string;
+            readonly review: components["schemas"]["SampleReview"] | null;
             /** Format: date-time */
             readonly created_at: string;
         };
@@ -1582,6 +1705,24 @@ export interface components {
             /** Format: date-time */
             readonly created_at: string;
         };
+        /** @description A signed verdict; `current` is false once a later verdict superseded it. */
+        EvalVerdict: {
+            readonly id: number;
+            readonly run: number;
+            readonly run_name: string;
+            readonly suite_name: string;
+            readonly suite_version_number: number;
+            readonly decision: components["schemas"]["DecisionEnum"];
+            readonly comment: string;
+            readonly candidate_version: number | null;
+            readonly candidate_version_label: string | null;
+            readonly signed_by_name: string;
+            /** Format: date-time */
+            readonly signed_at: string;
+            /** Format: date-time */
+            readonly superseded_at: string | null;
+            readonly current: boolean;
+        };
         /** @description Inputs of the fit calculator; memory in GiB or bytes (bytes win when both are given). */
         FitCheckRequest: {
             version: number;
@@ -1617,6 +1758,27 @@ export interface components {
             budget_bytes: number;
             kv_cache_bytes: number;
             steps: components["schemas"]["Step"][];
+        };
+        /** @description The paired right/wrong table over the cases with an expected answer (metrics.FlipTable). */
+        FlipTable: {
+            both_right: number;
+            right_to_wrong: number;
+            wrong_to_right: number;
+            both_wrong: number;
+            /** Format: double */
+            confidence: number;
+            n: number;
+            /** Format: double */
+            reference_accuracy: number | null;
+            /** Format: double */
+            candidate_accuracy: number | null;
+            flips: number;
+            /** Format: double */
+            flip_rate: number | null;
+            /** Format: double */
+            accuracy_difference: number | null;
+            /** @description [low, high] of the accuracy difference. */
+            difference_ci: number[] | null;
         };
         Gpu: {
             readonly id: number;
@@ -1743,6 +1905,26 @@ export interface components {
             readonly path: string;
             readonly size: number;
             readonly sha256: string;
+        };
+        /** @description How many scored samples carry each mark; `unmarked` counts the rest. */
+        MarkCounts: {
+            same: number;
+            acceptable: number;
+            regression: number;
+            unmarked: number;
+        };
+        /**
+         * @description * `same` - Same
+         *     * `acceptable` - Acceptable
+         *     * `regression` - Regression
+         * @enum {string}
+         */
+        MarkEnum: "same" | "acceptable" | "regression";
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        MarkRequest: {
+            mark: components["schemas"]["MarkEnum"];
+            /** @default  */
+            comment: string;
         };
         Me: {
             readonly id: number;
@@ -1959,6 +2141,21 @@ export interface components {
              */
             previous?: string | null;
             results: components["schemas"]["EvalSuiteVersion"][];
+        };
+        PaginatedEvalVerdictList: {
+            /** @example 123 */
+            count: number;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=400&limit=100
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=200&limit=100
+             */
+            previous?: string | null;
+            results: components["schemas"]["EvalVerdict"][];
         };
         PaginatedHostList: {
             /** @example 123 */
@@ -2554,6 +2751,33 @@ export interface components {
              */
             request_timeout: number;
         };
+        /** @description runner.run_summary(): empty until the run finishes (docs/evaluations.md, "Runs"). */
+        RunSummary: {
+            samples?: number;
+            /** Format: double */
+            exact_match_rate?: number | null;
+            /** Format: double */
+            token_agreement?: number | null;
+            /** Format: double */
+            chrf?: number | null;
+            /** Format: double */
+            length_difference?: number | null;
+            flips?: components["schemas"]["FlipTable"] | null;
+            /** @description Per KL mode (teacher_forced, free_running_topk). */
+            distributions?: {
+                [key: string]: components["schemas"]["DistributionSummary"];
+            };
+            reference?: components["schemas"]["SideTiming"];
+            candidate?: components["schemas"]["SideTiming"];
+            errors?: number;
+        };
+        SampleReview: {
+            readonly mark: components["schemas"]["MarkEnum"];
+            readonly comment: string;
+            readonly marked_by_name: string;
+            /** Format: date-time */
+            readonly marked_at: string;
+        };
         /**
          * @description * `round_robin` - Round robin
          *     * `random` - Random
@@ -2565,6 +2789,32 @@ export interface components {
          * @enum {string}
          */
         ScorerEnum: "round_robin" | "random" | "least_outstanding" | "best_fit" | "prefix_affinity" | "session_affinity" | "weighted";
+        /** @description What stood behind a side when the run was created (a deployment's facts; a base URL's alone). */
+        SideInfo: {
+            base_url?: string;
+            deployment?: string;
+            host?: string;
+            engine?: string;
+            model_version_id?: number;
+            model?: string;
+            revision?: string;
+            manifest_digest?: string;
+            quantization_id?: number | null;
+            launch_argv?: string[];
+            extra_args?: string[];
+            max_model_len?: number | null;
+        };
+        SideTiming: {
+            latency_ms: components["schemas"]["Stats"];
+            tokens_per_s: components["schemas"]["Stats"];
+            ttft_ms: components["schemas"]["Stats"];
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        SignRequest: {
+            decision: components["schemas"]["DecisionEnum"];
+            /** @default  */
+            comment: string;
+        };
         /**
          * @description * `file` - the engine's log file
          *     * `last_exit` - the lines kept at its last exit
@@ -2577,6 +2827,14 @@ export interface components {
          * @enum {string}
          */
         SourceKindEnum: "directory" | "gguf";
+        Stats: {
+            /** Format: double */
+            mean: number | null;
+            /** Format: double */
+            p50: number | null;
+            /** Format: double */
+            p95: number | null;
+        };
         Step: {
             label: string;
             formula: string;
@@ -3466,6 +3724,42 @@ export interface operations {
             };
         };
     };
+    eval_runs_export_retrieve: {
+        parameters: {
+            query?: {
+                /** @description only samples whose two outputs differ (or not) */
+                differs?: boolean;
+                /** @description only samples whose requests failed (or not) */
+                errors?: boolean;
+                flipped?: "any" | "right_to_wrong" | "wrong_to_right";
+                format?: "csv" | "json" | "jsonl";
+                /** @description by review mark: any, none, or one mark */
+                marked?: "acceptable" | "any" | "none" | "regression" | "same";
+                order?: "latest_divergence" | "longest_divergence" | "lowest_chrf" | "position" | "worst_kl";
+                /** @description only cases with this tag */
+                tag?: string;
+            };
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this eval run. */
+                id: number;
+                kind: "csv" | "jsonl";
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/csv": string;
+                    "application/x-ndjson": string;
+                };
+            };
+        };
+    };
     eval_runs_resume_create: {
         parameters: {
             query?: never;
@@ -3498,9 +3792,11 @@ export interface operations {
                 flipped?: "any" | "right_to_wrong" | "wrong_to_right";
                 /** @description Number of results to return per page. */
                 limit?: number;
+                /** @description by review mark: any, none, or one mark */
+                marked?: "acceptable" | "any" | "none" | "regression" | "same";
                 /** @description The initial index from which to return the results. */
                 offset?: number;
-                order?: "longest_divergence" | "lowest_chrf" | "position" | "worst_kl";
+                order?: "latest_divergence" | "longest_divergence" | "lowest_chrf" | "position" | "worst_kl";
                 /** @description only cases with this tag */
                 tag?: string;
             };
@@ -3519,6 +3815,108 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["PaginatedEvalSampleList"];
+                };
+            };
+        };
+    };
+    eval_runs_samples_mark_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this eval run. */
+                id: number;
+                sample_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["MarkRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["MarkRequest"];
+                "multipart/form-data": components["schemas"]["MarkRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EvalSample"];
+                };
+            };
+        };
+    };
+    eval_runs_samples_mark_destroy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this eval run. */
+                id: number;
+                sample_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EvalSample"];
+                };
+            };
+        };
+    };
+    eval_runs_sign_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this eval run. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SignRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["SignRequest"];
+                "multipart/form-data": components["schemas"]["SignRequest"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EvalVerdict"];
+                };
+            };
+        };
+    };
+    eval_runs_verdicts_list: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this eval run. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EvalVerdict"][];
                 };
             };
         };
@@ -4546,6 +4944,35 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["VerificationRun"][];
+                };
+            };
+        };
+    };
+    model_versions_verdicts_list: {
+        parameters: {
+            query?: {
+                /** @description Only verdicts in force (or only superseded). */
+                current?: boolean;
+                /** @description Number of results to return per page. */
+                limit?: number;
+                /** @description The initial index from which to return the results. */
+                offset?: number;
+            };
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this model version. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedEvalVerdictList"];
                 };
             };
         };
