@@ -164,7 +164,7 @@ class RunSummarySerializer(serializers.Serializer):
     )
     reference = SideTimingSerializer(required=False)
     candidate = SideTimingSerializer(required=False)
-    errors = serializers.IntegerField(required=False)
+    errors = serializers.IntegerField(required=False)  # type: ignore[assignment]
 
 
 class SideInfoSerializer(serializers.Serializer):

@@ -20,7 +20,7 @@ from models_registry.evaluation.runner import run_summary
 from models_registry.evaluation.suites import import_jsonl
 from models_registry.models import Model, ModelVersion
 
-CASES = [
+CASES: list[dict[str, Any]] = [
     {
         "id": "q0",
         "prompt": "Capital of France?",

@@ -141,7 +141,7 @@ def routed() -> set[tuple[str, str]]:
     """(route name, method) of every evaluation route the registry's router serves."""
     out = set()
     for pattern in router.urls:
-        name = pattern.name or ""
+        name = getattr(pattern, "name", None) or ""
         if name.startswith(EVAL_ROUTE_PREFIXES):
             methods = set(getattr(pattern.callback, "actions", {})) - {"head", "options"}  # head: a GET
             out |= {(name, method) for method in methods}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -24,6 +25,12 @@ pytestmark = pytest.mark.django_db
 
 def sample_id(run: EvalRun, case: str) -> int:
     return int(run.samples.get(case_key=case).pk)
+
+
+def streamed(resp: Any) -> str:
+    """The body of a streamed download."""
+    assert resp.streaming
+    return b"".join(resp.streaming_content).decode()
 
 
 def test_a_mark_is_one_per_sample_replaced_when_marked_again_and_audited(
@@ -48,7 +55,8 @@ def test_a_mark_is_one_per_sample_replaced_when_marked_again_and_audited(
     events = list(AuditEvent.objects.filter(object_type="models_registry.evalsample", object_id=str(q1)))
     assert [e.action for e in events] == ["update", "create"]  # newest first
     assert events[0].before == {"mark": "acceptable", "comment": "close enough", "marked_by": "eve-evaluator"}
-    assert events[0].after["mark"] == "regression" and events[0].actor_name == "eve-evaluator"
+    assert events[0].after is not None and events[0].after["mark"] == "regression"
+    assert events[0].actor_name == "eve-evaluator"
 
     detail = evaluator_client.get(f"/api/eval-runs/{run.pk}/").json()
     assert detail["marks"] == {"same": 0, "acceptable": 0, "regression": 1, "unmarked": 2}
@@ -106,8 +114,8 @@ def test_a_verdict_supersedes_the_last_one_is_audited_and_shows_on_the_candidate
     assert viewer_client.get(f"/api/eval-runs/{run.pk}/").json()["verdict"]["id"] == verdict["id"]
     audit = AuditEvent.objects.get(object_type="models_registry.evalrun", object_id=str(run.pk))
     assert audit.action == "action" and audit.actor_name == "eve-evaluator"
+    assert audit.after is not None and audit.after["marks"]["unmarked"] == 3
     assert audit.after["verdict"] == "accept" and audit.after["candidate_version"] == child.pk
-    assert audit.after["marks"]["unmarked"] == 3
 
     rejected = admin_client.post(
         f"/api/eval-runs/{run.pk}/sign/", {"decision": "reject", "comment": "q1 regressed"}, format="json"
@@ -197,10 +205,10 @@ def test_export_streams_every_sample_with_metrics_and_marks_as_csv_and_jsonl(
         format="json",
     )
     resp = viewer_client.get(f"/api/eval-runs/{run.pk}/export/csv/")
-    assert resp.status_code == 200 and resp.streaming
+    assert resp.status_code == 200
     assert resp["Content-Type"].startswith("text/csv")
     assert resp["Content-Disposition"] == f'attachment; filename="eval-run-{run.pk}-samples.csv"'
-    text = b"".join(resp.streaming_content).decode()
+    text = streamed(resp)
     rows = list(csv.DictReader(io.StringIO(text)))
     assert tuple(rows[0].keys()) == EXPORT_COLUMNS
     assert [r["case_id"] for r in rows] == ["q0", "q1", "q2", "q3"]
@@ -216,7 +224,7 @@ def test_export_streams_every_sample_with_metrics_and_marks_as_csv_and_jsonl(
         f"/api/eval-runs/{run.pk}/export/jsonl/?marked=regression", HTTP_ACCEPT="application/x-ndjson"
     )
     assert jsonl.status_code == 200 and jsonl["Content-Type"].startswith("application/x-ndjson")
-    lines = b"".join(jsonl.streaming_content).decode().splitlines()
+    lines = streamed(jsonl).splitlines()
     assert len(lines) == 1  # the sample list's filters apply
     record = json.loads(lines[0])
     assert record["case_id"] == "q1" and record["mark"] == "regression"
