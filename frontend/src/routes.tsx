@@ -3,6 +3,7 @@
 import type { ReactNode } from "react";
 import { AuditPage } from "./pages/audit/AuditPage";
 import { DashboardPage } from "./pages/dashboard/DashboardPage";
+import { EvalRunPage } from "./pages/evaluations/EvalRunPage";
 import { AliasesPage } from "./pages/models/AliasesPage";
 import { FitCalculatorPage } from "./pages/models/FitCalculatorPage";
 import { ModelsPage } from "./pages/models/ModelsPage";
@@ -41,6 +42,7 @@ export const routes: ConsoleRoute[] = [
     element: <ComingSoon area="Evaluations" what="Evaluation runs, datasets and human review." />,
     nav: { label: "Evaluations", section: "Quality" },
   },
+  { path: "evaluations/runs/:id", element: <EvalRunPage /> },
   { path: "requests", element: <RequestLogPage />, nav: { label: "Request log", section: "Quality" } },
   { path: "audit", element: <AuditPage />, nav: { label: "Audit", section: "Access" } },
 ];

@@ -110,16 +110,16 @@ class MarkCountsSerializer(serializers.Serializer):
 # -- the shapes of the JSON columns, for the schema (and so the console's generated types) ------------------
 
 
-class StatsSerializer(serializers.Serializer):
+class TimingStatsSerializer(serializers.Serializer):
     mean = serializers.FloatField(allow_null=True)
     p50 = serializers.FloatField(allow_null=True)
     p95 = serializers.FloatField(allow_null=True)
 
 
 class SideTimingSerializer(serializers.Serializer):
-    latency_ms = StatsSerializer()
-    tokens_per_s = StatsSerializer()
-    ttft_ms = StatsSerializer()
+    latency_ms = TimingStatsSerializer()
+    tokens_per_s = TimingStatsSerializer()
+    ttft_ms = TimingStatsSerializer()
 
 
 class FlipTableSerializer(serializers.Serializer):

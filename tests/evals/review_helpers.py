@@ -55,6 +55,11 @@ def version_pair(name: str = "review-model") -> tuple[ModelVersion, ModelVersion
     return parent, child
 
 
+def side_info(version: ModelVersion) -> dict[str, Any]:
+    """The part of a deployment's snapshot (nodes.evaluation) that names its model version."""
+    return {"model_version_id": version.pk, "model": version.model.name, "revision": version.revision}
+
+
 def finished_run(
     *,
     candidate: ModelVersion | None = None,
@@ -72,12 +77,10 @@ def finished_run(
         suite_version=version,
         reference_base_url="http://127.0.0.1:9",
         reference_model="ref",
-        reference_info={"model_version_id": candidate.parent_id} if candidate else {},
+        reference_info=side_info(candidate.parent) if candidate and candidate.parent else {},
         candidate_base_url="http://127.0.0.1:9",
         candidate_model="cand",
-        candidate_info={"model_version_id": candidate.pk, "revision": candidate.revision}
-        if candidate
-        else {},
+        candidate_info=side_info(candidate) if candidate else {},
         state=state,
         case_count=len(cases),
         **fields,

@@ -2805,9 +2805,9 @@ export interface components {
             max_model_len?: number | null;
         };
         SideTiming: {
-            latency_ms: components["schemas"]["Stats"];
-            tokens_per_s: components["schemas"]["Stats"];
-            ttft_ms: components["schemas"]["Stats"];
+            latency_ms: components["schemas"]["TimingStats"];
+            tokens_per_s: components["schemas"]["TimingStats"];
+            ttft_ms: components["schemas"]["TimingStats"];
         };
         /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         SignRequest: {
@@ -2827,14 +2827,6 @@ export interface components {
          * @enum {string}
          */
         SourceKindEnum: "directory" | "gguf";
-        Stats: {
-            /** Format: double */
-            mean: number | null;
-            /** Format: double */
-            p50: number | null;
-            /** Format: double */
-            p95: number | null;
-        };
         Step: {
             label: string;
             formula: string;
@@ -2876,6 +2868,14 @@ export interface components {
             is_active?: boolean;
             log_prompts?: boolean;
             quota?: components["schemas"]["QuotaRequest"] | null;
+        };
+        TimingStats: {
+            /** Format: double */
+            mean: number | null;
+            /** Format: double */
+            p50: number | null;
+            /** Format: double */
+            p95: number | null;
         };
         Traffic: {
             minutes: number;

@@ -35,6 +35,20 @@ export type LineageNode = Schemas["LineageNode"];
 export type FitResult = Schemas["FitResult"];
 export type FitStep = Schemas["Step"];
 
+// Evaluation runs and their review
+export type EvalRun = Schemas["EvalRun"];
+export type EvalRunState = Schemas["EvalRunStateEnum"];
+export type EvalRunSummary = Schemas["RunSummary"];
+export type EvalSideInfo = Schemas["SideInfo"];
+export type EvalSideTiming = Schemas["SideTiming"];
+export type EvalSample = Schemas["EvalSample"];
+export type EvalSamplePage = Schemas["PaginatedEvalSampleList"];
+export type EvalVerdict = Schemas["EvalVerdict"];
+export type EvalVerdictPage = Schemas["PaginatedEvalVerdictList"];
+export type SampleMark = Schemas["MarkEnum"];
+export type VerdictDecision = Schemas["DecisionEnum"];
+export type MarkCounts = Schemas["MarkCounts"];
+
 // Nodes and deployments
 export type Host = Schemas["Host"];
 export type Gpu = Schemas["Gpu"];
