@@ -19,6 +19,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema
 from rest_framework import mixins, renderers, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException
+from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -508,24 +509,15 @@ SAMPLE_FILTER_PARAMETERS = [
 ]
 
 
-class DownloadRenderer(renderers.BaseRenderer):
-    """Lets content negotiation accept a download's own type (the view streams the body itself)."""
+class DownloadNegotiation(BaseContentNegotiation):
+    """For a download: whatever the Accept header asks (text/csv, application/x-ndjson ...), the body is
+    the stream the view returns, and an error is JSON (DRF's shape), never a 406."""
 
-    format = "download"
-    charset = "utf-8"
+    def select_parser(self, request: Request, parsers: Any) -> Any:
+        return parsers[0] if parsers else None
 
-    def render(self, data: Any, accepted_media_type: str | None = None, renderer_context: Any = None) -> Any:
-        return data if isinstance(data, bytes | str) else renderers.JSONRenderer().render(data)
-
-
-class CsvRenderer(DownloadRenderer):
-    media_type = "text/csv"
-    format = "csv"
-
-
-class JsonlRenderer(DownloadRenderer):
-    media_type = "application/x-ndjson"
-    format = "jsonl"
+    def select_renderer(self, request: Request, renderers: Any, format_suffix: str | None = None) -> Any:
+        return renderers[0], renderers[0].media_type
 
 
 class EvalRunViewSet(
@@ -724,7 +716,8 @@ class EvalRunViewSet(
         url_path=r"export/(?P<kind>csv|jsonl)",
         url_name="export",
         filter_backends=[],
-        renderer_classes=[renderers.JSONRenderer, CsvRenderer, JsonlRenderer],
+        renderer_classes=[renderers.JSONRenderer],
+        content_negotiation_class=DownloadNegotiation,
     )
     def export(self, request: Request, pk: str | None = None, kind: str = "csv") -> StreamingHttpResponse:
         """The run's samples (the list's filters apply) with every per-sample metric and the review

@@ -3732,7 +3732,6 @@ export interface operations {
                 /** @description only samples whose requests failed (or not) */
                 errors?: boolean;
                 flipped?: "any" | "right_to_wrong" | "wrong_to_right";
-                format?: "csv" | "json" | "jsonl";
                 /** @description by review mark: any, none, or one mark */
                 marked?: "acceptable" | "any" | "none" | "regression" | "same";
                 order?: "latest_divergence" | "longest_divergence" | "lowest_chrf" | "position" | "worst_kl";
