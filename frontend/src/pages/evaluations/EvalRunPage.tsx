@@ -314,7 +314,8 @@ function SummaryCard({ run }: { run: EvalRun }) {
           <dd>
             {flips ? (
               <>
-                {formatRate(flips.reference_accuracy)} → {formatRate(flips.candidate_accuracy)} <span className="muted">({flips.n} cases with an expected answer)</span>
+                {formatRate(flips.reference_accuracy)} → {formatRate(flips.candidate_accuracy)}{" "}
+                <span className="muted">(reference → candidate, over {flips.n} cases with an expected answer)</span>
               </>
             ) : (
               <span className="muted">no expected answers</span>

@@ -100,8 +100,14 @@ export function SampleSideBySide({ sample, canReview, comment, onComment, onMark
             />
           </div>
           <p className="muted sample-legend">
-            Shading: the darker a token, the less likely its own side found it (1 − p). <span className="divergence-mark">▍</span>{" "}
-            {divergence === null ? "The two token sequences are equal." : `The sequences part at token ${divergence}.`}
+            Shading: the darker a token, the less likely its own side found it (1 − p).{" "}
+            {divergence === null ? (
+              "The two token sequences are equal."
+            ) : (
+              <>
+                <span className="divergence-mark">▍</span> marks where they part: token {divergence}; the tokens after it are underlined.
+              </>
+            )}
           </p>
           <dl className="props sample-metrics" data-testid="sample-metrics">
             <dt>First divergence</dt>
@@ -117,7 +123,7 @@ export function SampleSideBySide({ sample, canReview, comment, onComment, onMark
             <dt>Top-1 agreement</dt>
             <dd>{formatFixed(s.top1_agreement)}</dd>
             <dt>Latency</dt>
-            <dd>
+            <dd title="reference → candidate">
               {formatMs(s.reference_latency_ms)} → {formatMs(s.candidate_latency_ms)}{" "}
               <span className="muted">
                 (TTFT {formatMs(s.reference_ttft_ms)} → {formatMs(s.candidate_ttft_ms)})
