@@ -4,6 +4,9 @@ import type { ReactNode } from "react";
 import { AuditPage } from "./pages/audit/AuditPage";
 import { DashboardPage } from "./pages/dashboard/DashboardPage";
 import { EvalRunPage } from "./pages/evaluations/EvalRunPage";
+import { RunsPage } from "./pages/evaluations/RunsPage";
+import { SuiteDetailPage } from "./pages/evaluations/SuiteDetailPage";
+import { SuitesPage } from "./pages/evaluations/SuitesPage";
 import { AliasesPage } from "./pages/models/AliasesPage";
 import { FitCalculatorPage } from "./pages/models/FitCalculatorPage";
 import { ModelsPage } from "./pages/models/ModelsPage";
@@ -11,7 +14,6 @@ import { QuantizationPage } from "./pages/models/QuantizationPage";
 import { VersionDetailPage } from "./pages/models/VersionDetailPage";
 import { DeploymentDetailPage } from "./pages/nodes/DeploymentDetailPage";
 import { NodesPage } from "./pages/nodes/NodesPage";
-import { ComingSoon } from "./pages/placeholder/ComingSoon";
 import { RequestLogPage } from "./pages/requests/RequestLogPage";
 import { RoutingPage } from "./pages/routing/RoutingPage";
 import { TenantDetailPage } from "./pages/tenants/TenantDetailPage";
@@ -37,11 +39,9 @@ export const routes: ConsoleRoute[] = [
   { path: "routing", element: <RoutingPage />, nav: { label: "Routing", section: "Fleet" } },
   { path: "tenants", element: <TenantsPage />, nav: { label: "Tenants", section: "Access" } },
   { path: "tenants/:id", element: <TenantDetailPage /> },
-  {
-    path: "evaluations",
-    element: <ComingSoon area="Evaluations" what="Evaluation runs, datasets and human review." />,
-    nav: { label: "Evaluations", section: "Quality" },
-  },
+  { path: "evaluations", element: <RunsPage />, nav: { label: "Evaluations", section: "Quality" } },
+  { path: "evaluations/suites", element: <SuitesPage /> },
+  { path: "evaluations/suites/:id", element: <SuiteDetailPage /> },
   { path: "evaluations/runs/:id", element: <EvalRunPage /> },
   { path: "requests", element: <RequestLogPage />, nav: { label: "Request log", section: "Quality" } },
   { path: "audit", element: <AuditPage />, nav: { label: "Audit", section: "Access" } },

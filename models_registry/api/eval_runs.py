@@ -108,24 +108,45 @@ class MarkCountsSerializer(serializers.Serializer):
     unmarked = serializers.IntegerField()
 
 
-# -- the shapes of the JSON columns, for the schema (and so the console's generated types) ------------------
+# -- the shapes of the other JSON columns, for the schema (and so the console's generated types) ------------
 
 
-class TimingStatsSerializer(serializers.Serializer):
-    mean = serializers.FloatField(allow_null=True)
-    p50 = serializers.FloatField(allow_null=True)
-    p95 = serializers.FloatField(allow_null=True)
+class SideInfoSerializer(serializers.Serializer):
+    """What stood behind a side when the run was created (a deployment's facts; a base URL's alone)."""
+
+    base_url = serializers.CharField(required=False)
+    deployment = serializers.CharField(required=False)
+    host = serializers.CharField(required=False)
+    engine = serializers.CharField(required=False)
+    model_version_id = serializers.IntegerField(required=False)
+    model = serializers.CharField(required=False)
+    revision = serializers.CharField(required=False)
+    manifest_digest = serializers.CharField(required=False)
+    quantization_id = serializers.IntegerField(required=False, allow_null=True)
+    launch_argv = serializers.ListField(child=serializers.CharField(), required=False)
+    extra_args = serializers.ListField(child=serializers.CharField(), required=False)
+    max_model_len = serializers.IntegerField(required=False, allow_null=True)
 
 
-class SideTimingSerializer(serializers.Serializer):
-    latency_ms = TimingStatsSerializer()
-    tokens_per_s = TimingStatsSerializer()
-    ttft_ms = TimingStatsSerializer()
+@extend_schema_field(SideInfoSerializer)
+class SideInfoField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field({"type": "array", "items": {"type": "string"}})
+class StringListField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field({"type": "array", "items": {"type": "number", "format": "double"}})
+class NumberListField(serializers.JSONField):
+    pass
+
+
+# -- the summary's shape (runner.run_summary), so clients read it from the schema ---------------------------
 
 
 class FlipTableSerializer(serializers.Serializer):
-    """The paired right/wrong table over the cases with an expected answer (metrics.FlipTable)."""
-
     both_right = serializers.IntegerField()
     right_to_wrong = serializers.IntegerField()
     wrong_to_right = serializers.IntegerField()
@@ -149,8 +170,20 @@ class DistributionSummarySerializer(serializers.Serializer):
     mean_kl = serializers.FloatField()
 
 
+class StatsSerializer(serializers.Serializer):
+    mean = serializers.FloatField(allow_null=True)
+    p50 = serializers.FloatField(allow_null=True)
+    p95 = serializers.FloatField(allow_null=True)
+
+
+class SideTimingsSerializer(serializers.Serializer):
+    latency_ms = StatsSerializer()
+    tokens_per_s = StatsSerializer()
+    ttft_ms = StatsSerializer()
+
+
 class RunSummarySerializer(serializers.Serializer):
-    """runner.run_summary(): empty until the run finishes (docs/evaluations.md, "Runs")."""
+    """A finished run's figures (docs/evaluations.md, "Runs"); empty ({}) until the run ends."""
 
     samples = serializers.IntegerField(required=False)
     exact_match_rate = serializers.FloatField(required=False, allow_null=True)
@@ -161,56 +194,33 @@ class RunSummarySerializer(serializers.Serializer):
     distributions = serializers.DictField(
         child=DistributionSummarySerializer(),
         required=False,
-        help_text="Per KL mode (teacher_forced, free_running_topk).",
+        help_text="Per KL mode: teacher_forced, free_running_topk.",
     )
-    reference = SideTimingSerializer(required=False)
-    candidate = SideTimingSerializer(required=False)
+    reference = SideTimingsSerializer(required=False)
+    candidate = SideTimingsSerializer(required=False)
     errors = serializers.IntegerField(required=False)  # type: ignore[assignment]
 
 
-class SideInfoSerializer(serializers.Serializer):
-    """What stood behind a side when the run was created (a deployment's facts; a base URL's alone)."""
-
-    base_url = serializers.CharField(required=False)
-    deployment = serializers.CharField(required=False)
-    host = serializers.CharField(required=False)
-    engine = serializers.CharField(required=False)
-    model_version_id = serializers.IntegerField(required=False)
-    model = serializers.CharField(required=False)
-    revision = serializers.CharField(required=False)
-    manifest_digest = serializers.CharField(required=False)
-    quantization_id = serializers.IntegerField(required=False, allow_null=True)
-    launch_argv = serializers.ListField(child=serializers.CharField(), required=False)
-    extra_args = serializers.ListField(child=serializers.CharField(), required=False)
-    max_model_len = serializers.IntegerField(required=False, allow_null=True)
-
-
-@extend_schema_field(RunSummarySerializer)
-class RunSummaryField(serializers.JSONField):
-    pass
-
-
-@extend_schema_field(SideInfoSerializer)
-class SideInfoField(serializers.JSONField):
-    pass
-
-
-@extend_schema_field({"type": "array", "items": {"type": "string"}})
-class StringListField(serializers.JSONField):
-    pass
-
-
-@extend_schema_field({"type": "array", "items": {"type": "number", "format": "double"}})
-class NumberListField(serializers.JSONField):
-    pass
+def side_label(info: dict[str, Any], base_url: str, model: str) -> str:
+    """ "llama-q4 (llama@q4)" for a fleet deployment, "ref at http://host:8001" for a plain URL."""
+    if info.get("deployment"):
+        version = f"{info.get('model', '')}@{info.get('revision', '')}".strip("@")
+        return f"{info['deployment']} ({version})" if version else str(info["deployment"])
+    return f"{model} at {base_url}"
 
 
 class EvalRunSerializer(serializers.ModelSerializer):
     reference_info = SideInfoField(read_only=True)
     candidate_info = SideInfoField(read_only=True)
-    summary = RunSummaryField(read_only=True)
+    suite = serializers.IntegerField(source="suite_version.suite_id", read_only=True)
     suite_name = serializers.CharField(source="suite_version.suite.name", read_only=True)
     suite_version_number = serializers.IntegerField(source="suite_version.number", read_only=True)
+    reference_label = serializers.SerializerMethodField()
+    candidate_label = serializers.SerializerMethodField()
+    summary = serializers.SerializerMethodField()
+    created_by_name = serializers.CharField(
+        source="created_by.username", read_only=True, allow_null=True, default=None
+    )
     sampling = serializers.SerializerMethodField()
     live_group = serializers.SerializerMethodField()
     marks = serializers.SerializerMethodField()
@@ -222,6 +232,7 @@ class EvalRunSerializer(serializers.ModelSerializer):
             "id",
             "name",
             "suite_version",
+            "suite",
             "suite_name",
             "suite_version_number",
             "reference_deployment_id",
@@ -248,6 +259,9 @@ class EvalRunSerializer(serializers.ModelSerializer):
             "teacher_forcing_note",
             "error",
             "live_group",
+            "reference_label",
+            "candidate_label",
+            "created_by_name",
             "marks",
             "verdict",
             "created_at",
@@ -258,6 +272,16 @@ class EvalRunSerializer(serializers.ModelSerializer):
 
     def get_sampling(self, run: EvalRun) -> dict[str, Any]:
         return run.sampling()
+
+    def get_reference_label(self, run: EvalRun) -> str:
+        return side_label(run.reference_info, run.reference_base_url, run.reference_model)
+
+    def get_candidate_label(self, run: EvalRun) -> str:
+        return side_label(run.candidate_info, run.candidate_base_url, run.candidate_model)
+
+    @extend_schema_field(RunSummarySerializer)
+    def get_summary(self, run: EvalRun) -> dict[str, Any]:
+        return dict(run.summary or {})
 
     def get_live_group(self, run: EvalRun) -> str:
         return run_group(run.pk)
@@ -329,31 +353,49 @@ class RunCreateSerializer(StrictSerializerMixin, serializers.Serializer):
             )
         reference = self._side(attrs, "reference")
         if reference is None:
-            reference = self._lineage_reference(candidate)
+            if candidate["deployment_id"] is None:
+                raise serializers.ValidationError(
+                    {"reference_deployment": ["Give the reference: a deployment, or a base URL and model."]}
+                )
+            reference = lineage_reference(candidate["deployment_id"])
         attrs["sides"] = {"reference": reference, "candidate": candidate}
         return attrs
 
-    def _lineage_reference(self, candidate: dict[str, Any]) -> dict[str, Any]:
-        """The default reference: a ready deployment of the candidate version's lineage parent."""
-        resolver = endpoints.resolver()
-        missing = "Give the reference: a deployment, or a base URL and model"
-        if candidate["deployment_id"] is None or resolver is None:
-            raise serializers.ValidationError({"reference_deployment": [missing + "."]})
-        version_id = resolver.model_version_of(candidate["deployment_id"])
-        parent_id = (
-            ModelVersion.objects.filter(pk=version_id or 0).values_list("parent_id", flat=True).first()
+
+def lineage_reference(candidate_deployment: int) -> dict[str, Any]:
+    """The default reference: a ready deployment of the candidate version's lineage parent.
+
+    Raises a ValidationError on `reference_deployment` saying why there is none.
+    """
+    resolver = endpoints.resolver()
+    missing = "Give the reference: a deployment, or a base URL and model"
+    if resolver is None:
+        raise serializers.ValidationError({"reference_deployment": [missing + "."]})
+    version_id = resolver.model_version_of(candidate_deployment)
+    parent_id = ModelVersion.objects.filter(pk=version_id or 0).values_list("parent_id", flat=True).first()
+    if parent_id is None:
+        raise serializers.ValidationError(
+            {"reference_deployment": [missing + " (the candidate's version has no lineage parent)."]}
         )
-        if parent_id is None:
-            raise serializers.ValidationError(
-                {"reference_deployment": [missing + " (the candidate's version has no lineage parent)."]}
-            )
-        dep = resolver.deployment_of_version(parent_id)
-        if dep is None:
-            raise serializers.ValidationError(
-                {"reference_deployment": [missing + " (the lineage parent is not deployed and ready)."]}
-            )
-        ep = endpoints.deployment_endpoint(dep)
-        return {"deployment_id": dep, "base_url": ep.base_url, "model": ep.model, "info": ep.info}
+    dep = resolver.deployment_of_version(parent_id)
+    if dep is None:
+        raise serializers.ValidationError(
+            {"reference_deployment": [missing + " (the lineage parent is not deployed and ready)."]}
+        )
+    ep = endpoints.deployment_endpoint(dep)
+    return {"deployment_id": dep, "base_url": ep.base_url, "model": ep.model, "info": ep.info}
+
+
+class DefaultReferenceQuerySerializer(StrictSerializerMixin, serializers.Serializer):
+    candidate_deployment = serializers.IntegerField(min_value=1)
+
+
+class DefaultReferenceSerializer(serializers.Serializer):
+    """The reference a run gets when none is given, for a given candidate deployment."""
+
+    deployment_id = serializers.IntegerField()
+    label = serializers.CharField()  # type: ignore[assignment]
+    model_version_id = serializers.IntegerField(allow_null=True)
 
 
 class SampleReviewSerializer(serializers.ModelSerializer):
@@ -536,7 +578,7 @@ class EvalRunViewSet(
             "run__suite_version__suite", "candidate_version__model"
         )
         return (
-            EvalRun.objects.select_related("suite_version__suite")
+            EvalRun.objects.select_related("suite_version__suite", "created_by")
             .annotate(**mark_count_annotations())
             .prefetch_related(Prefetch("verdicts", queryset=current, to_attr="current_verdicts"))
         )
@@ -576,6 +618,33 @@ class EvalRunViewSet(
             record_audit(actor=request.user, action=AuditAction.CREATE, obj=run, after=out)
             enqueue_evaluation(run.pk)
         return Response(out, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        parameters=[DefaultReferenceQuerySerializer],
+        responses={200: DefaultReferenceSerializer},
+    )
+    @action(detail=False, methods=["get"], url_path="default-reference", filter_backends=[])
+    def default_reference(self, request: Request) -> Response:
+        """The reference a new run would get for this candidate deployment (its lineage parent's ready
+        deployment), or 400 on `reference_deployment` saying why there is none."""
+        query = DefaultReferenceQuerySerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        candidate = query.validated_data["candidate_deployment"]
+        try:
+            endpoints.deployment_endpoint(candidate)
+        except endpoints.EndpointUnavailable as exc:
+            raise serializers.ValidationError({"candidate_deployment": [str(exc)]}) from exc
+        ref = lineage_reference(candidate)
+        info = ref["info"]
+        return Response(
+            DefaultReferenceSerializer(
+                {
+                    "deployment_id": ref["deployment_id"],
+                    "label": side_label(info, ref["base_url"], ref["model"]),
+                    "model_version_id": info.get("model_version_id"),
+                }
+            ).data
+        )
 
     @extend_schema(request=None, responses={200: EvalRunSerializer})
     @action(detail=True, methods=["post"])

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Count, QuerySet
 from django.http import HttpResponse
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException
@@ -23,14 +23,17 @@ from core.api.base import AuditedModelViewSet, StrictModelSerializer, StrictSeri
 from core.audit import record_audit
 from core.choices import AuditAction
 from models_registry.evaluation.models import EvalCase, EvalSuite, EvalSuiteVersion, SuiteVersionLocked
+from models_registry.evaluation.rules import MATCH_RULES
 from models_registry.evaluation.suites import (
     MAX_BYTES,
     MAX_ERRORS_SHOWN,
+    ROLES,
     SuiteImportError,
     case_fields,
     copy_version,
     export_jsonl,
     import_jsonl,
+    import_new_suite,
     refresh_version,
     validate_case,
 )
@@ -94,15 +97,20 @@ class EvalSuiteSerializer(StrictModelSerializer):
         ]
         read_only_fields = ["id", "builtin", "version_count", "latest_version", "created_at", "updated_at"]
 
+    @extend_schema_field(EvalSuiteVersionSerializer(allow_null=True))
     def get_latest_version(self, suite: EvalSuite) -> dict[str, Any] | None:
         latest = max(suite.versions.all(), key=lambda v: v.number, default=None)
         return dict(EvalSuiteVersionSerializer(latest).data) if latest is not None else None
 
     def validate_name(self, value: str) -> str:
-        name = value.strip()
-        if not name or any(ch in name for ch in "/\\\n\t"):
-            raise serializers.ValidationError("A suite name is one line without slashes.")
-        return name
+        return clean_suite_name(value)
+
+
+def clean_suite_name(value: str) -> str:
+    name = value.strip()
+    if not name or any(ch in name for ch in "/\\\n\t"):
+        raise serializers.ValidationError("A suite name is one line without slashes.")
+    return name
 
 
 class UploadSerializer(StrictSerializerMixin, serializers.Serializer):
@@ -125,6 +133,34 @@ class UploadSerializer(StrictSerializerMixin, serializers.Serializer):
         return attrs
 
 
+class SuiteImportSerializer(UploadSerializer):
+    """A new suite and its first version in one request: the upload's fields plus the suite's own."""
+
+    name = serializers.CharField(max_length=200)
+    description = serializers.CharField(required=False, allow_blank=True, default="")
+
+    def validate_name(self, value: str) -> str:
+        name = clean_suite_name(value)
+        if EvalSuite.objects.filter(name=name).exists():
+            raise serializers.ValidationError(
+                f"A suite named {name!r} exists; upload the file as a new version of it instead."
+            )
+        return name
+
+
+class LineErrorSerializer(serializers.Serializer):
+    line = serializers.IntegerField(help_text="1-based line of the file; 0 for the file as a whole.")
+    message = serializers.CharField()
+
+
+class UploadRefusedSerializer(serializers.Serializer):
+    """A refused upload: the summary under the field that carried the file, and every line's problem."""
+
+    file = serializers.ListField(child=serializers.CharField(), required=False)
+    jsonl = serializers.ListField(child=serializers.CharField(), required=False)
+    errors = LineErrorSerializer(many=True)  # type: ignore[assignment]
+
+
 class CopySerializer(StrictSerializerMixin, serializers.Serializer):
     note = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
 
@@ -134,15 +170,48 @@ API_TO_JSONL = {"case_id": "id"}
 JSONL_TO_API = {"id": "case_id"}
 
 
+# The case's JSON fields take anything so that validate_case can say per field what is wrong; their schema
+# says what they hold once valid.
+@extend_schema_field(
+    {
+        "type": "array",
+        "nullable": True,
+        "items": {
+            "type": "object",
+            "properties": {"role": {"type": "string", "enum": list(ROLES)}, "content": {"type": "string"}},
+            "required": ["role", "content"],
+        },
+    }
+)
+class MessagesField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field({"type": "string", "nullable": True, "description": "A number is stored as text."})
+class ExpectedField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field({"type": "string", "nullable": True, "enum": [*MATCH_RULES, None]})
+class MatchRuleField(serializers.JSONField):
+    def to_representation(self, value: Any) -> Any:
+        return value or None  # stored as "" when the case has no expected answer
+
+
+@extend_schema_field({"type": "array", "items": {"type": "string"}})
+class TagsField(serializers.JSONField):
+    pass
+
+
 class EvalCaseSerializer(StrictModelSerializer):
     """A case; validated by the same rules as a JSONL line (suites.validate_case), errors per field."""
 
     version = serializers.PrimaryKeyRelatedField(queryset=EvalSuiteVersion.objects.all())
     prompt = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
-    messages = serializers.JSONField(required=False, allow_null=True)
-    expected = serializers.JSONField(required=False, allow_null=True)
-    match_rule = serializers.JSONField(required=False, allow_null=True)
-    tags = serializers.JSONField(required=False)
+    messages = MessagesField(required=False, allow_null=True)
+    expected = ExpectedField(required=False, allow_null=True)
+    match_rule = MatchRuleField(required=False, allow_null=True)
+    tags = TagsField(required=False)
 
     class Meta:
         model = EvalCase
@@ -234,7 +303,10 @@ class EvalSuiteViewSet(LockedAs409Mixin, AuditedModelViewSet):
             raise SuiteVersionLocked(locked)
         super().perform_destroy(instance)
 
-    @extend_schema(request=UploadSerializer, responses={201: EvalSuiteVersionSerializer})
+    @extend_schema(
+        request=UploadSerializer,
+        responses={201: EvalSuiteVersionSerializer, 400: UploadRefusedSerializer},
+    )
     @action(detail=True, methods=["post"])
     def upload(self, request: Request, pk: str | None = None) -> Response:
         """A JSONL file (or text) becomes the suite's next version; any bad line refuses the whole file."""
@@ -242,17 +314,48 @@ class EvalSuiteViewSet(LockedAs409Mixin, AuditedModelViewSet):
         body = UploadSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        raw: str | bytes = data["file"].read() if "file" in data else data["jsonl"]
-        field = "file" if "file" in data else "jsonl"
         try:
-            version = import_jsonl(suite, raw, note=data["note"], actor=request.user)
+            version = import_jsonl(suite, upload_text(data), note=data["note"], actor=request.user)
         except SuiteImportError as exc:
-            # A plain 400 body (ValidationError would turn the line numbers into strings).
-            return Response(
-                {field: [str(exc)], "errors": [e.as_dict() for e in exc.errors[:MAX_ERRORS_SHOWN]]},
-                status=status.HTTP_400_BAD_REQUEST,
-            )
+            return upload_refused(data, exc)
         return Response(EvalSuiteVersionSerializer(version).data, status=201)
+
+    @extend_schema(
+        request=SuiteImportSerializer,
+        responses={201: EvalSuiteSerializer, 400: UploadRefusedSerializer},
+    )
+    @action(detail=False, methods=["post"], url_path="import")
+    def import_suite(self, request: Request) -> Response:
+        """A new suite with its first version from JSONL; a bad line refuses both (no empty suite left)."""
+        body = SuiteImportSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        try:
+            suite = import_new_suite(
+                data["name"],
+                upload_text(data),
+                description=data["description"],
+                note=data["note"],
+                actor=request.user,
+            )
+        except SuiteImportError as exc:
+            return upload_refused(data, exc)
+        except IntegrityError:  # the same name, created by another request since validation
+            return Response({"name": ["A suite with this name exists."]}, status=status.HTTP_400_BAD_REQUEST)
+        return Response(self.get_serializer(self.get_queryset().get(pk=suite.pk)).data, status=201)
+
+
+def upload_text(data: dict[str, Any]) -> str | bytes:
+    return data["file"].read() if "file" in data else data["jsonl"]
+
+
+def upload_refused(data: dict[str, Any], exc: SuiteImportError) -> Response:
+    # A plain 400 body (ValidationError would turn the line numbers into strings).
+    field = "file" if "file" in data else "jsonl"
+    return Response(
+        {field: [str(exc)], "errors": [e.as_dict() for e in exc.errors[:MAX_ERRORS_SHOWN]]},
+        status=status.HTTP_400_BAD_REQUEST,
+    )
 
 
 class EvalSuiteVersionViewSet(

@@ -321,6 +321,30 @@ def import_jsonl(
     return create_version(suite, parse_jsonl(data), note=note, source="upload", actor=actor)
 
 
+def import_new_suite(
+    name: str, data: str | bytes, *, description: str = "", note: str = "", actor: Actor = None
+) -> EvalSuite:
+    """A new suite whose first version is a JSONL upload: both or neither (SuiteImportError writes nothing).
+
+    The file is checked before the suite row exists, so a refused upload leaves no empty suite behind.
+    """
+    cases = parse_jsonl(data)
+    with transaction.atomic():
+        suite = EvalSuite.objects.create(
+            name=name,
+            description=description,
+            created_by_id=actor.pk if isinstance(actor, AbstractBaseUser) else None,
+        )
+        record_audit(
+            actor=actor,
+            action=AuditAction.CREATE,
+            obj=suite,
+            after={"name": suite.name, "description": suite.description},
+        )
+        create_version(suite, cases, note=note, source="upload", actor=actor)
+    return suite
+
+
 def copy_version(version: EvalSuiteVersion, *, note: str = "", actor: Actor = None) -> EvalSuiteVersion:
     """A new draft version with the same cases (how a used, frozen version is changed)."""
     cases = [case_data(c) for c in version.cases.order_by("position")]

@@ -17,6 +17,7 @@ from console.models import User
 from models_registry.api.urls import router
 from models_registry.evaluation.models import EvalCase, EvalRun, EvalSuite, RunState
 from models_registry.evaluation.suites import import_jsonl
+from nodes.models import Deployment, Host
 from tests.conftest import client_for, make_user
 from tests.evals.review_helpers import finished_run, version_pair
 
@@ -41,6 +42,7 @@ class World:
     failed: EvalRun
     sample: int
     candidate_version: int
+    candidate_deployment: int  # deployed, as is its lineage parent (the default reference)
 
 
 def build_world() -> World:
@@ -48,7 +50,21 @@ def build_world() -> World:
     lines = "\n".join(json.dumps({"id": f"c{i}", "prompt": f"Say {i}."}) for i in range(3))
     draft = import_jsonl(suite, lines)
     spare_draft = import_jsonl(suite, lines)  # its case and then itself are deleted
-    _, child = version_pair()
+    parent, child = version_pair()
+    host = Host.objects.create(name="roles-host", address="127.0.0.1")
+    deployments = {
+        version.revision: Deployment.objects.create(
+            name=f"roles-{version.revision}",
+            model_version=version,
+            host=host,
+            port=18600 + i,
+            served_model_name="m",
+            state="ready",
+            start_token=f"token-{i}",
+            engine="sim",
+        )
+        for i, version in enumerate((parent, child))
+    }
     run = finished_run(candidate=child, suite_name="roles-run")
     return World(
         suite=suite,
@@ -62,6 +78,7 @@ def build_world() -> World:
         failed=finished_run(state=RunState.FAILED, suite_name="roles-failed"),
         sample=int(run.samples.get(case_key="q1").pk),
         candidate_version=child.pk,
+        candidate_deployment=deployments[child.revision].pk,
     )
 
 
@@ -81,6 +98,11 @@ def calls(w: World) -> dict[tuple[str, str], Call]:
     return {
         ("evalsuite-list", "get"): ("/api/eval-suites/", None, 200),
         ("evalsuite-list", "post"): ("/api/eval-suites/", {"name": "made-by-role"}, 201),
+        ("evalsuite-import-suite", "post"): (
+            "/api/eval-suites/import/",
+            {"name": "imported-by-role", "jsonl": json.dumps({"id": "i1", "prompt": "Hi"})},
+            201,
+        ),
         ("evalsuite-detail", "get"): (f"/api/eval-suites/{w.suite.pk}/", None, 200),
         ("evalsuite-detail", "put"): (
             f"/api/eval-suites/{w.suite.pk}/",
@@ -111,6 +133,11 @@ def calls(w: World) -> dict[tuple[str, str], Call]:
         ),
         ("evalcase-detail", "patch"): (f"/api/eval-cases/{w.case.pk}/", {"tags": ["t"]}, 200),
         ("evalrun-list", "get"): ("/api/eval-runs/", None, 200),
+        ("evalrun-default-reference", "get"): (
+            f"/api/eval-runs/default-reference/?candidate_deployment={w.candidate_deployment}",
+            None,
+            200,
+        ),
         ("evalrun-detail", "get"): (f"/api/eval-runs/{run}/", None, 200),
         ("evalrun-samples", "get"): (f"/api/eval-runs/{run}/samples/", None, 200),
         ("evalrun-sample-mark", "post"): (

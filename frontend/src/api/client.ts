@@ -108,12 +108,14 @@ async function request<T>(method: string, path: string, body?: unknown, retried 
   const headers: Record<string, string> = { Accept: "application/json" };
   const unsafe = method !== "GET" && method !== "HEAD";
   if (unsafe) headers["X-CSRFToken"] = await csrfToken();
-  if (body !== undefined) headers["Content-Type"] = "application/json";
+  // FormData (a file upload) sets its own multipart Content-Type with the boundary.
+  const form = body instanceof FormData;
+  if (body !== undefined && !form) headers["Content-Type"] = "application/json";
   const response = await fetch(path, {
     method,
     headers,
     credentials: "same-origin",
-    body: body === undefined ? undefined : JSON.stringify(body),
+    body: body === undefined ? undefined : form ? body : JSON.stringify(body),
   });
   if (response.ok) return (await parseBody(response)) as T;
 
@@ -150,6 +152,8 @@ export const api = {
   put: <T>(path: string, body: unknown) => request<T>("PUT", path, body),
   /** T is null for the usual 204; a few deletes answer the changed object. */
   delete: <T = null>(path: string) => request<T>("DELETE", path),
+  /** A multipart POST (file uploads); fields are the form's parts. */
+  postForm: <T>(path: string, form: FormData) => request<T>("POST", path, form),
 };
 
 /** A readable one-line message for any thrown value. */

@@ -473,6 +473,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/eval-runs/default-reference/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * @description The reference a new run would get for this candidate deployment (its lineage parent's ready
+         *     deployment), or 400 on `reference_deployment` saying why there is none.
+         */
+        get: operations["eval_runs_default_reference_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/eval-suite-versions/": {
         parameters: {
             query?: never;
@@ -591,6 +611,23 @@ export interface paths {
         put?: never;
         /** @description A JSONL file (or text) becomes the suite's next version; any bad line refuses the whole file. */
         post: operations["eval_suites_upload_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/eval-suites/import/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description A new suite with its first version from JSONL; a bad line refuses both (no empty suite left). */
+        post: operations["eval_suites_import_create"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1367,6 +1404,12 @@ export interface components {
          * @enum {string}
          */
         DecisionEnum: "accept" | "reject";
+        /** @description The reference a run gets when none is given, for a given candidate deployment. */
+        DefaultReference: {
+            deployment_id: number;
+            label: string;
+            model_version_id: number | null;
+        };
         /** @description A deployment. Creating one runs every pre-launch check; refusals are field errors (400). */
         Deployment: {
             readonly id: number;
@@ -1551,10 +1594,15 @@ export interface components {
             case_id: string;
             position: number;
             prompt: string;
-            messages: unknown;
-            expected: unknown;
-            match_rule: unknown;
-            tags: unknown;
+            messages: {
+                /** @enum {string} */
+                role: "system" | "user" | "assistant";
+                content: string;
+            }[] | null;
+            /** @description A number is stored as text. */
+            expected: string | null;
+            match_rule: (components["schemas"]["MatchRuleEnum"] | components["schemas"]["NullEnum"]) | null;
+            tags: string[];
         };
         /** @description A case; validated by the same rules as a JSONL line (suites.validate_case), errors per field. */
         EvalCaseRequest: {
@@ -1562,15 +1610,21 @@ export interface components {
             case_id: string;
             position?: number;
             prompt?: string;
-            messages?: unknown;
-            expected?: unknown;
-            match_rule?: unknown;
-            tags?: unknown;
+            messages?: {
+                /** @enum {string} */
+                role: "system" | "user" | "assistant";
+                content: string;
+            }[] | null;
+            /** @description A number is stored as text. */
+            expected?: string | null;
+            match_rule?: (components["schemas"]["MatchRuleEnum"] | components["schemas"]["NullEnum"]) | null;
+            tags?: string[];
         };
         EvalRun: {
             readonly id: number;
             readonly name: string;
             readonly suite_version: number;
+            readonly suite: number;
             readonly suite_name: string;
             readonly suite_version_number: number;
             readonly reference_deployment_id: number | null;
@@ -1600,6 +1654,9 @@ export interface components {
             readonly teacher_forcing_note: string;
             readonly error: string;
             readonly live_group: string;
+            readonly reference_label: string;
+            readonly candidate_label: string;
+            readonly created_by_name: string | null;
             readonly marks: components["schemas"]["MarkCounts"];
             readonly verdict: components["schemas"]["EvalVerdict"] | null;
             /** Format: date-time */
@@ -1677,9 +1734,7 @@ export interface components {
             description: string;
             readonly builtin: boolean;
             readonly version_count: number;
-            readonly latest_version: {
-                [key: string]: unknown;
-            } | null;
+            readonly latest_version: components["schemas"]["EvalSuiteVersion"] | null;
             /** Format: date-time */
             readonly created_at: string;
             /** Format: date-time */
@@ -1759,7 +1814,6 @@ export interface components {
             kv_cache_bytes: number;
             steps: components["schemas"]["Step"][];
         };
-        /** @description The paired right/wrong table over the cases with an expected answer (metrics.FlipTable). */
         FlipTable: {
             both_right: number;
             right_to_wrong: number;
@@ -1884,6 +1938,11 @@ export interface components {
          * @enum {string}
          */
         KvCacheDtypeEnum: "auto" | "fp16" | "bf16" | "fp8" | "fp8_e4m3" | "fp8_e5m2" | "fp32";
+        LineError: {
+            /** @description 1-based line of the file; 0 for the file as a whole. */
+            line: number;
+            message: string;
+        };
         /** @description A version in the lineage forest, with the versions quantized from it. */
         LineageNode: {
             id: number;
@@ -1926,6 +1985,8 @@ export interface components {
             /** @default  */
             comment: string;
         };
+        /** @enum {string} */
+        MatchRuleEnum: "exact" | "normalized" | "regex" | "numeric" | "choice";
         Me: {
             readonly id: number;
             /** @description Required. 150 characters or fewer. Letters, digits and @/./+/-/_ only. */
@@ -2371,10 +2432,15 @@ export interface components {
             case_id?: string;
             position?: number;
             prompt?: string;
-            messages?: unknown;
-            expected?: unknown;
-            match_rule?: unknown;
-            tags?: unknown;
+            messages?: {
+                /** @enum {string} */
+                role: "system" | "user" | "assistant";
+                content: string;
+            }[] | null;
+            /** @description A number is stored as text. */
+            expected?: string | null;
+            match_rule?: (components["schemas"]["MatchRuleEnum"] | components["schemas"]["NullEnum"]) | null;
+            tags?: string[];
         };
         /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         PatchedEvalSuiteRequest: {
@@ -2751,7 +2817,7 @@ export interface components {
              */
             request_timeout: number;
         };
-        /** @description runner.run_summary(): empty until the run finishes (docs/evaluations.md, "Runs"). */
+        /** @description A finished run's figures (docs/evaluations.md, "Runs"); empty ({}) until the run ends. */
         RunSummary: {
             samples?: number;
             /** Format: double */
@@ -2763,12 +2829,12 @@ export interface components {
             /** Format: double */
             length_difference?: number | null;
             flips?: components["schemas"]["FlipTable"] | null;
-            /** @description Per KL mode (teacher_forced, free_running_topk). */
+            /** @description Per KL mode: teacher_forced, free_running_topk. */
             distributions?: {
                 [key: string]: components["schemas"]["DistributionSummary"];
             };
-            reference?: components["schemas"]["SideTiming"];
-            candidate?: components["schemas"]["SideTiming"];
+            reference?: components["schemas"]["SideTimings"];
+            candidate?: components["schemas"]["SideTimings"];
             errors?: number;
         };
         SampleReview: {
@@ -2804,10 +2870,10 @@ export interface components {
             extra_args?: string[];
             max_model_len?: number | null;
         };
-        SideTiming: {
-            latency_ms: components["schemas"]["TimingStats"];
-            tokens_per_s: components["schemas"]["TimingStats"];
-            ttft_ms: components["schemas"]["TimingStats"];
+        SideTimings: {
+            latency_ms: components["schemas"]["Stats"];
+            tokens_per_s: components["schemas"]["Stats"];
+            ttft_ms: components["schemas"]["Stats"];
         };
         /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         SignRequest: {
@@ -2827,6 +2893,14 @@ export interface components {
          * @enum {string}
          */
         SourceKindEnum: "directory" | "gguf";
+        Stats: {
+            /** Format: double */
+            mean: number | null;
+            /** Format: double */
+            p50: number | null;
+            /** Format: double */
+            p95: number | null;
+        };
         Step: {
             label: string;
             formula: string;
@@ -2837,6 +2911,17 @@ export interface components {
         StopRequest: {
             /** @default false */
             drain: boolean;
+        };
+        /** @description A new suite and its first version in one request: the upload's fields plus the suite's own. */
+        SuiteImportRequest: {
+            /** Format: binary */
+            file?: string;
+            jsonl?: string;
+            /** @default  */
+            note: string;
+            name: string;
+            /** @default  */
+            description: string;
         };
         /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         SwitchAliasRequest: {
@@ -2869,18 +2954,16 @@ export interface components {
             log_prompts?: boolean;
             quota?: components["schemas"]["QuotaRequest"] | null;
         };
-        TimingStats: {
-            /** Format: double */
-            mean: number | null;
-            /** Format: double */
-            p50: number | null;
-            /** Format: double */
-            p95: number | null;
-        };
         Traffic: {
             minutes: number;
             routed: components["schemas"]["RoutedTraffic"][];
             refused: components["schemas"]["RefusedTraffic"][];
+        };
+        /** @description A refused upload: the summary under the field that carried the file, and every line's problem. */
+        UploadRefused: {
+            file?: string[];
+            jsonl?: string[];
+            errors: components["schemas"]["LineError"][];
         };
         /** @description A JSONL upload: a multipart `file`, or the text itself as `jsonl`; an optional note. */
         UploadRequest: {
@@ -3920,6 +4003,27 @@ export interface operations {
             };
         };
     };
+    eval_runs_default_reference_retrieve: {
+        parameters: {
+            query: {
+                candidate_deployment: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DefaultReference"];
+                };
+            };
+        };
+    };
     eval_suite_versions_list: {
         parameters: {
             query?: {
@@ -4219,6 +4323,47 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["EvalSuiteVersion"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UploadRefused"];
+                };
+            };
+        };
+    };
+    eval_suites_import_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SuiteImportRequest"];
+                "multipart/form-data": components["schemas"]["SuiteImportRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["SuiteImportRequest"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EvalSuite"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UploadRefused"];
                 };
             };
         };

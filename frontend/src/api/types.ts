@@ -35,20 +35,6 @@ export type LineageNode = Schemas["LineageNode"];
 export type FitResult = Schemas["FitResult"];
 export type FitStep = Schemas["Step"];
 
-// Evaluation runs and their review
-export type EvalRun = Schemas["EvalRun"];
-export type EvalRunState = Schemas["EvalRunStateEnum"];
-export type EvalRunSummary = Schemas["RunSummary"];
-export type EvalSideInfo = Schemas["SideInfo"];
-export type EvalSideTiming = Schemas["SideTiming"];
-export type EvalSample = Schemas["EvalSample"];
-export type EvalSamplePage = Schemas["PaginatedEvalSampleList"];
-export type EvalVerdict = Schemas["EvalVerdict"];
-export type EvalVerdictPage = Schemas["PaginatedEvalVerdictList"];
-export type SampleMark = Schemas["MarkEnum"];
-export type VerdictDecision = Schemas["DecisionEnum"];
-export type MarkCounts = Schemas["MarkCounts"];
-
 // Nodes and deployments
 export type Host = Schemas["Host"];
 export type Gpu = Schemas["Gpu"];
@@ -76,6 +62,28 @@ export type RequestLogRow = Schemas["RequestLog"];
 export type RequestLogPage = Schemas["PaginatedRequestLogList"];
 export type UsageBucket = Schemas["UsageBucket"];
 
+// Evaluations
+export type EvalSuite = Schemas["EvalSuite"];
+export type EvalSuiteVersion = Schemas["EvalSuiteVersion"];
+export type EvalCase = Schemas["EvalCase"];
+export type EvalCaseRequest = Schemas["EvalCaseRequest"];
+export type MatchRule = Schemas["MatchRuleEnum"];
+export type UploadRefused = Schemas["UploadRefused"];
+export type LineError = Schemas["LineError"];
+export type EvalRun = Schemas["EvalRun"];
+export type EvalRunState = EvalRun["state"];
+export type RunCreateRequest = Schemas["RunCreateRequest"];
+export type RunSummary = Schemas["RunSummary"];
+export type FlipTable = Schemas["FlipTable"];
+export type DefaultReference = Schemas["DefaultReference"];
+export type EvalSideInfo = Schemas["SideInfo"];
+export type EvalSample = Schemas["EvalSample"];
+export type EvalSamplePage = Schemas["PaginatedEvalSampleList"];
+export type EvalVerdict = Schemas["EvalVerdict"];
+export type EvalVerdictPage = Schemas["PaginatedEvalVerdictList"];
+export type SampleMark = Schemas["MarkEnum"];
+export type VerdictDecision = Schemas["DecisionEnum"];
+
 /** DRF's LimitOffsetPagination envelope (the generated `Paginated…List` types), for any list endpoint. */
 export type Page<T> = Omit<Schemas["PaginatedTenantList"], "results"> & { results: T[] };
 
@@ -90,6 +98,18 @@ export interface HostTelemetry {
   gpu_note: string;
   gpus: GpuSample[];
   engines: EngineLive[];
+}
+
+/** The `eval_run.progress` event of /ws/live/ on a run's `live_group` (models_registry/evaluation/runner.py
+ * pushes one at most every 0.25 s while it runs, and a last one with the summary when it ends). */
+export interface EvalRunProgress {
+  type: "eval_run.progress";
+  run: EvalRun["id"];
+  state: EvalRunState;
+  done: EvalRun["done_count"];
+  errors: EvalRun["error_count"];
+  total: EvalRun["case_count"];
+  summary?: RunSummary;
 }
 
 /** The quota limit fields, in display order, with labels. */

@@ -1,7 +1,7 @@
 import { useCallback, useEffect, useMemo, useRef, useState } from "react";
 import { Link, useParams } from "react-router-dom";
 import { api, ApiError, errorMessage } from "../../api/client";
-import type { EvalRun, EvalSample, EvalSamplePage, EvalSideInfo, EvalVerdict, SampleMark, VerdictDecision } from "../../api/types";
+import type { EvalRun, EvalRunProgress, EvalSample, EvalSamplePage, EvalSideInfo, EvalVerdict, SampleMark, VerdictDecision } from "../../api/types";
 import { useAuth } from "../../auth";
 import { SelectField } from "../../components/Field";
 import { Card, ErrorState, Page } from "../../components/Page";
@@ -31,12 +31,7 @@ const FILTERS = ["differs", "flipped", "tag", "marked", "errors", "order"] as co
 // While a run is running its sample list is refetched at most this often (progress events come 4 a second).
 const SAMPLES_REFRESH_MS = 2000;
 
-interface Progress {
-  state: string;
-  done: number;
-  errors: number;
-  total: number;
-}
+type Progress = Pick<EvalRunProgress, "state" | "done" | "errors" | "total">;
 
 /** One evaluation run: summary, verdict bar, live progress, the sample list and a sample side by side. */
 export function EvalRunPage() {
@@ -54,10 +49,11 @@ export function EvalRunPage() {
 
   const live = useLive(run.data ? [run.data.live_group] : [], (event) => {
     if (event.type === "eval_run.progress") {
-      const next = { state: String(event.state), done: Number(event.done), errors: Number(event.errors), total: Number(event.total) };
+      const { state, done, errors, total } = event as unknown as EvalRunProgress;
+      const next = { state, done, errors, total };
       setProgress(next);
       const now = Date.now();
-      if (FINISHED.has(next.state as EvalRun["state"])) {
+      if (FINISHED.has(next.state)) {
         reloadRun();
         reloadSamples();
       } else if (now - lastSamplesReload.current > SAMPLES_REFRESH_MS) {
