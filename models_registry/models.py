@@ -11,10 +11,12 @@ from models_registry.choices import KVCacheDtype, QuantMethod, SourceKind, Versi
 # Evaluation suites live in their own module; importing them here registers them with this app.
 from models_registry.evaluation.models import (  # noqa: F401
     EvalCase,
+    EvalReview,
     EvalRun,
     EvalSample,
     EvalSuite,
     EvalSuiteVersion,
+    EvalVerdict,
 )
 
 

@@ -3,6 +3,7 @@
 import type { ReactNode } from "react";
 import { AuditPage } from "./pages/audit/AuditPage";
 import { DashboardPage } from "./pages/dashboard/DashboardPage";
+import { EvalRunPage } from "./pages/evaluations/EvalRunPage";
 import { RunsPage } from "./pages/evaluations/RunsPage";
 import { SuiteDetailPage } from "./pages/evaluations/SuiteDetailPage";
 import { SuitesPage } from "./pages/evaluations/SuitesPage";
@@ -43,6 +44,7 @@ export const routes: ConsoleRoute[] = [
   { path: "evaluations", element: <RunsPage />, nav: { label: "Evaluations", section: "Quality" } },
   { path: "evaluations/suites", element: <SuitesPage /> },
   { path: "evaluations/suites/:id", element: <SuiteDetailPage /> },
+  { path: "evaluations/runs/:id", element: <EvalRunPage /> },
   { path: "requests", element: <RequestLogPage />, nav: { label: "Request log", section: "Quality" } },
   { path: "audit", element: <AuditPage />, nav: { label: "Audit", section: "Access" } },
 ];

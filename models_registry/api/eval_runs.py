@@ -1,9 +1,10 @@
-"""The evaluation runs API: start a run, follow it, list its samples, cancel or resume it.
+"""The evaluation runs API: start a run, follow it, list its samples, cancel or resume it; review it
+(a mark per sample), sign it off (a verdict) and export its samples.
 
-Evaluators and admins start and cancel runs (`evaluator_writable`); viewers read. A side is a fleet
-deployment (by id, resolved through models_registry.evaluation.endpoints) or the base URL and served
-name of a keyless OpenAI-compatible engine. Without a reference, the candidate deployment's lineage
-parent is used, wherever it is deployed.
+Evaluators and admins start, cancel, review and sign runs (`evaluator_writable`); viewers read. A side
+is a fleet deployment (by id, resolved through models_registry.evaluation.endpoints) or the base URL and
+served name of a keyless OpenAI-compatible engine. Without a reference, the candidate deployment's
+lineage parent is used, wherever it is deployed.
 """
 
 from __future__ import annotations
@@ -11,10 +12,14 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F, Q, QuerySet
+from django.db.models import F, Prefetch, Q, QuerySet
+from django.http import StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
-from rest_framework import mixins, serializers, status, viewsets
+from rest_framework import mixins, renderers, serializers, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import APIException
+from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -22,13 +27,120 @@ from core.api.base import StrictSerializerMixin
 from core.audit import record_audit
 from core.choices import AuditAction
 from models_registry.evaluation import endpoints
-from models_registry.evaluation.models import EvalRun, EvalSample, EvalSuiteVersion, RunState
+from models_registry.evaluation.models import (
+    EvalReview,
+    EvalRun,
+    EvalSample,
+    EvalSuiteVersion,
+    EvalVerdict,
+    RunState,
+    SampleMark,
+    VerdictDecision,
+)
+from models_registry.evaluation.review import (
+    ReviewRefused,
+    clear_mark,
+    csv_lines,
+    current_verdict,
+    export_rows,
+    jsonl_lines,
+    mark_count_annotations,
+    mark_counts,
+    mark_sample,
+    sign_run,
+)
 from models_registry.evaluation.runner import run_group
 from models_registry.models import ModelVersion
 from models_registry.tasks import enqueue_evaluation
 
 SIDES = ("reference", "candidate")
-SAMPLE_ORDERS = ("position", "worst_kl", "longest_divergence", "lowest_chrf")
+SAMPLE_ORDERS = ("position", "worst_kl", "longest_divergence", "latest_divergence", "lowest_chrf")
+MARK_FILTERS = ("any", "none", *SampleMark.values)
+
+
+class ReviewRefusedConflict(APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "The run's state does not allow this."
+    default_code = "review_refused"
+
+
+class EvalVerdictSerializer(serializers.ModelSerializer):
+    """A signed verdict; `current` is false once a later verdict superseded it."""
+
+    run_name = serializers.SerializerMethodField()
+    suite_name = serializers.CharField(source="run.suite_version.suite.name", read_only=True)
+    suite_version_number = serializers.IntegerField(source="run.suite_version.number", read_only=True)
+    candidate_version_label = serializers.SerializerMethodField()
+    current = serializers.BooleanField(read_only=True)
+
+    class Meta:
+        model = EvalVerdict
+        fields = [
+            "id",
+            "run",
+            "run_name",
+            "suite_name",
+            "suite_version_number",
+            "decision",
+            "comment",
+            "candidate_version",
+            "candidate_version_label",
+            "signed_by_name",
+            "signed_at",
+            "superseded_at",
+            "current",
+        ]
+        read_only_fields = fields
+
+    def get_run_name(self, verdict: EvalVerdict) -> str:
+        return str(verdict.run)
+
+    def get_candidate_version_label(self, verdict: EvalVerdict) -> str | None:
+        return str(verdict.candidate_version) if verdict.candidate_version_id else None
+
+
+class MarkCountsSerializer(serializers.Serializer):
+    """How many scored samples carry each mark; `unmarked` counts the rest."""
+
+    same = serializers.IntegerField()
+    acceptable = serializers.IntegerField()
+    regression = serializers.IntegerField()
+    unmarked = serializers.IntegerField()
+
+
+# -- the shapes of the other JSON columns, for the schema (and so the console's generated types) ------------
+
+
+class SideInfoSerializer(serializers.Serializer):
+    """What stood behind a side when the run was created (a deployment's facts; a base URL's alone)."""
+
+    base_url = serializers.CharField(required=False)
+    deployment = serializers.CharField(required=False)
+    host = serializers.CharField(required=False)
+    engine = serializers.CharField(required=False)
+    model_version_id = serializers.IntegerField(required=False)
+    model = serializers.CharField(required=False)
+    revision = serializers.CharField(required=False)
+    manifest_digest = serializers.CharField(required=False)
+    quantization_id = serializers.IntegerField(required=False, allow_null=True)
+    launch_argv = serializers.ListField(child=serializers.CharField(), required=False)
+    extra_args = serializers.ListField(child=serializers.CharField(), required=False)
+    max_model_len = serializers.IntegerField(required=False, allow_null=True)
+
+
+@extend_schema_field(SideInfoSerializer)
+class SideInfoField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field({"type": "array", "items": {"type": "string"}})
+class StringListField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field({"type": "array", "items": {"type": "number", "format": "double"}})
+class NumberListField(serializers.JSONField):
+    pass
 
 
 # -- the summary's shape (runner.run_summary), so clients read it from the schema ---------------------------
@@ -98,6 +210,8 @@ def side_label(info: dict[str, Any], base_url: str, model: str) -> str:
 
 
 class EvalRunSerializer(serializers.ModelSerializer):
+    reference_info = SideInfoField(read_only=True)
+    candidate_info = SideInfoField(read_only=True)
     suite = serializers.IntegerField(source="suite_version.suite_id", read_only=True)
     suite_name = serializers.CharField(source="suite_version.suite.name", read_only=True)
     suite_version_number = serializers.IntegerField(source="suite_version.number", read_only=True)
@@ -109,6 +223,8 @@ class EvalRunSerializer(serializers.ModelSerializer):
     )
     sampling = serializers.SerializerMethodField()
     live_group = serializers.SerializerMethodField()
+    marks = serializers.SerializerMethodField()
+    verdict = serializers.SerializerMethodField()
 
     class Meta:
         model = EvalRun
@@ -146,6 +262,8 @@ class EvalRunSerializer(serializers.ModelSerializer):
             "reference_label",
             "candidate_label",
             "created_by_name",
+            "marks",
+            "verdict",
             "created_at",
             "started_at",
             "finished_at",
@@ -167,6 +285,16 @@ class EvalRunSerializer(serializers.ModelSerializer):
 
     def get_live_group(self, run: EvalRun) -> str:
         return run_group(run.pk)
+
+    @extend_schema_field(MarkCountsSerializer)
+    def get_marks(self, run: EvalRun) -> dict[str, int]:
+        return mark_counts(run)
+
+    @extend_schema_field(EvalVerdictSerializer(allow_null=True))
+    def get_verdict(self, run: EvalRun) -> dict[str, Any] | None:
+        """The verdict in force (null until someone signs the run)."""
+        verdict = current_verdict(run)
+        return dict(EvalVerdictSerializer(verdict).data) if verdict is not None else None
 
 
 class RunCreateSerializer(StrictSerializerMixin, serializers.Serializer):
@@ -270,7 +398,27 @@ class DefaultReferenceSerializer(serializers.Serializer):
     model_version_id = serializers.IntegerField(allow_null=True)
 
 
+class SampleReviewSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = EvalReview
+        fields = ["mark", "comment", "marked_by_name", "marked_at"]
+        read_only_fields = fields
+
+
 class EvalSampleSerializer(serializers.ModelSerializer):
+    # The case as it was sent (the suite version is frozen, so it is what the run measured).
+    prompt = serializers.CharField(source="case.prompt", read_only=True)
+    messages = serializers.JSONField(source="case.messages", read_only=True, allow_null=True)
+    expected = serializers.CharField(source="case.expected", read_only=True, allow_null=True)
+    match_rule = serializers.CharField(source="case.match_rule", read_only=True)
+    review = SampleReviewSerializer(read_only=True, allow_null=True)
+    tags = StringListField(read_only=True)
+    reference_tokens = StringListField(read_only=True)
+    candidate_tokens = StringListField(read_only=True)
+    reference_token_logprobs = NumberListField(read_only=True)
+    candidate_token_logprobs = NumberListField(read_only=True)
+    position_kl = NumberListField(read_only=True)
+
     class Meta:
         model = EvalSample
         fields = [
@@ -280,6 +428,10 @@ class EvalSampleSerializer(serializers.ModelSerializer):
             "case_key",
             "position",
             "tags",
+            "prompt",
+            "messages",
+            "expected",
+            "match_rule",
             "reference_output",
             "candidate_output",
             "reference_tokens",
@@ -306,6 +458,7 @@ class EvalSampleSerializer(serializers.ModelSerializer):
             "reference_tokens_per_s",
             "candidate_tokens_per_s",
             "error",
+            "review",
             "created_at",
         ]
         read_only_fields = fields
@@ -320,13 +473,93 @@ class SampleQuerySerializer(StrictSerializerMixin, serializers.Serializer):
     errors = serializers.BooleanField(  # type: ignore[assignment]
         required=False, allow_null=True, default=None
     )
-    order = serializers.ChoiceField(
-        required=False,
-        choices=["position", "worst_kl", "longest_divergence", "lowest_chrf"],
-        default="position",
-    )
+    marked = serializers.ChoiceField(required=False, choices=MARK_FILTERS, allow_blank=True)
+    order = serializers.ChoiceField(required=False, choices=SAMPLE_ORDERS, default="position")
     limit = serializers.IntegerField(required=False, min_value=1, max_value=500)
     offset = serializers.IntegerField(required=False, min_value=0)
+
+
+class ExportQuerySerializer(SampleQuerySerializer):
+    """The sample filters, for an export of what the sample list shows (no paging: every match)."""
+
+    limit = None  # type: ignore[assignment]
+    offset = None  # type: ignore[assignment]
+
+
+def filter_samples(rows: QuerySet[EvalSample], q: dict[str, Any]) -> QuerySet[EvalSample]:
+    """The sample list's filters and order (SampleQuerySerializer's validated values)."""
+    if q.get("differs") is not None:
+        rows = rows.filter(exact_match=not q["differs"])
+    flipped = q.get("flipped")
+    if flipped == "any":
+        rows = rows.exclude(flip="")
+    elif flipped:
+        rows = rows.filter(flip=flipped)
+    if q.get("tag"):
+        if connection.vendor == "postgresql":
+            rows = rows.filter(tags__contains=[q["tag"]])
+        else:  # SQLite (the zero-setup demo) has no JSON containment: filter the few tags here
+            tagged = [pk for pk, tags in rows.values_list("pk", "tags") if q["tag"] in (tags or [])]
+            rows = rows.filter(pk__in=tagged)
+    if q.get("errors") is not None:
+        rows = rows.exclude(error="") if q["errors"] else rows.filter(error="")
+    marked = q.get("marked")
+    if marked == "any":
+        rows = rows.filter(review__isnull=False)
+    elif marked == "none":
+        rows = rows.filter(review__isnull=True)
+    elif marked:
+        rows = rows.filter(review__mark=marked)
+    order = q.get("order") or "position"
+    if order == "worst_kl":
+        return rows.filter(mean_kl__isnull=False).order_by(F("mean_kl").desc(), "position")
+    if order == "longest_divergence":
+        # Earliest parting point first: the outputs differ over the most tokens.
+        return rows.filter(first_divergence__isnull=False).order_by("first_divergence", "position")
+    if order == "latest_divergence":
+        # Latest parting point first: long agreement, then a late change (often the final answer).
+        return rows.filter(first_divergence__isnull=False).order_by(F("first_divergence").desc(), "position")
+    if order == "lowest_chrf":
+        return rows.filter(~Q(chrf=None)).order_by("chrf", "position")
+    return rows.order_by("position", "id")
+
+
+class MarkSerializer(StrictSerializerMixin, serializers.Serializer):
+    mark = serializers.ChoiceField(choices=SampleMark.choices)
+    comment = serializers.CharField(required=False, allow_blank=True, default="", max_length=5000)
+
+
+class SignSerializer(StrictSerializerMixin, serializers.Serializer):
+    decision = serializers.ChoiceField(choices=VerdictDecision.choices)
+    comment = serializers.CharField(required=False, allow_blank=True, default="", max_length=5000)
+
+    def validate(self, attrs: Any) -> Any:
+        if attrs["decision"] == VerdictDecision.REJECT and not attrs["comment"].strip():
+            raise serializers.ValidationError({"comment": ["Say why the run is rejected."]})
+        return attrs
+
+
+SAMPLE_FILTER_PARAMETERS = [
+    OpenApiParameter("differs", bool, description="only samples whose two outputs differ (or not)"),
+    OpenApiParameter("flipped", str, enum=["any", "right_to_wrong", "wrong_to_right"]),
+    OpenApiParameter("tag", str, description="only cases with this tag"),
+    OpenApiParameter("errors", bool, description="only samples whose requests failed (or not)"),
+    OpenApiParameter(
+        "marked", str, enum=list(MARK_FILTERS), description="by review mark: any, none, or one mark"
+    ),
+    OpenApiParameter("order", str, enum=list(SAMPLE_ORDERS)),
+]
+
+
+class DownloadNegotiation(BaseContentNegotiation):
+    """For a download: whatever the Accept header asks (text/csv, application/x-ndjson ...), the body is
+    the stream the view returns, and an error is JSON (DRF's shape), never a 406."""
+
+    def select_parser(self, request: Request, parsers: Any) -> Any:
+        return parsers[0] if parsers else None
+
+    def select_renderer(self, request: Request, renderers: Any, format_suffix: str | None = None) -> Any:
+        return renderers[0], renderers[0].media_type
 
 
 class EvalRunViewSet(
@@ -341,7 +574,19 @@ class EvalRunViewSet(
     ordering_fields = ["created_at", "finished_at"]
 
     def get_queryset(self) -> QuerySet[EvalRun]:
-        return EvalRun.objects.select_related("suite_version__suite", "created_by")
+        current = EvalVerdict.objects.filter(superseded_at__isnull=True).select_related(
+            "run__suite_version__suite", "candidate_version__model"
+        )
+        return (
+            EvalRun.objects.select_related("suite_version__suite", "created_by")
+            .annotate(**mark_count_annotations())
+            .prefetch_related(Prefetch("verdicts", queryset=current, to_attr="current_verdicts"))
+        )
+
+    def handle_exception(self, exc: Exception) -> Response:
+        if isinstance(exc, ReviewRefused):
+            exc = ReviewRefusedConflict(str(exc))
+        return super().handle_exception(exc)
 
     @extend_schema(request=RunCreateSerializer, responses={201: EvalRunSerializer})
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -426,6 +671,12 @@ class EvalRunViewSet(
             return Response(
                 {"detail": "The run is complete: every case has a sample."}, status=status.HTTP_409_CONFLICT
             )
+        if current_verdict(run) is not None:
+            # A verdict is about the samples as they were signed; a resume would change them under it.
+            return Response(
+                {"detail": "The run is signed off; start a new run instead of resuming it."},
+                status=status.HTTP_409_CONFLICT,
+            )
         with transaction.atomic():
             retried = run.samples.exclude(error="").delete()[0]
             changes: dict[str, Any] = {"cancel_requested": False, "error": ""}
@@ -442,53 +693,113 @@ class EvalRunViewSet(
         run.refresh_from_db()
         return Response(self.get_serializer(run).data, status=status.HTTP_202_ACCEPTED)
 
-    @extend_schema(
-        parameters=[
-            OpenApiParameter("differs", bool, description="only samples whose two outputs differ (or not)"),
-            OpenApiParameter("flipped", str, enum=["any", "right_to_wrong", "wrong_to_right"]),
-            OpenApiParameter("tag", str, description="only cases with this tag"),
-            OpenApiParameter("errors", bool, description="only samples whose requests failed (or not)"),
-            OpenApiParameter(
-                "order", str, enum=["position", "worst_kl", "longest_divergence", "lowest_chrf"]
-            ),
-        ],
-        responses={200: EvalSampleSerializer(many=True)},
-    )
+    def _samples(self, run: EvalRun) -> QuerySet[EvalSample]:
+        return run.samples.select_related("case", "review")
+
+    @extend_schema(parameters=SAMPLE_FILTER_PARAMETERS, responses={200: EvalSampleSerializer(many=True)})
     @action(detail=True, methods=["get"], filter_backends=[])
     def samples(self, request: Request, pk: str | None = None) -> Response:
-        """The run's samples, filtered (differs, flipped, tag, errors) and ordered (worst KL first ...)."""
+        """The run's samples, filtered (differs, flipped, tag, errors, marked) and ordered (worst KL
+        first ...), each with its review mark."""
         run = self.get_object()
         query = SampleQuerySerializer(data=request.query_params.dict())
         query.is_valid(raise_exception=True)
-        q = query.validated_data
-        rows = run.samples.all()
-        if q.get("differs") is not None:
-            rows = rows.filter(exact_match=not q["differs"])
-        flipped = q.get("flipped")
-        if flipped == "any":
-            rows = rows.exclude(flip="")
-        elif flipped:
-            rows = rows.filter(flip=flipped)
-        if q.get("tag"):
-            if connection.vendor == "postgresql":
-                rows = rows.filter(tags__contains=[q["tag"]])
-            else:  # SQLite (the zero-setup demo) has no JSON containment: filter the few tags here
-                tagged = [pk for pk, tags in rows.values_list("pk", "tags") if q["tag"] in (tags or [])]
-                rows = rows.filter(pk__in=tagged)
-        if q.get("errors") is not None:
-            rows = rows.exclude(error="") if q["errors"] else rows.filter(error="")
-        order = q["order"]
-        if order == "worst_kl":
-            rows = rows.filter(mean_kl__isnull=False).order_by(F("mean_kl").desc(), "position")
-        elif order == "longest_divergence":
-            # Earliest parting point first: the outputs differ over the most tokens.
-            rows = rows.filter(first_divergence__isnull=False).order_by("first_divergence", "position")
-        elif order == "lowest_chrf":
-            rows = rows.filter(~Q(chrf=None)).order_by("chrf", "position")
-        else:
-            rows = rows.order_by("position", "id")
+        rows = filter_samples(self._samples(run), query.validated_data)
         page = self.paginate_queryset(rows)
         serializer = EvalSampleSerializer(page if page is not None else rows, many=True)
         if page is not None:
             return self.get_paginated_response(serializer.data)
         return Response(serializer.data)
+
+    @extend_schema(
+        methods=["POST"],
+        parameters=[OpenApiParameter("sample_id", int, OpenApiParameter.PATH)],
+        request=MarkSerializer,
+        responses={200: EvalSampleSerializer},
+    )
+    @extend_schema(
+        methods=["DELETE"],
+        parameters=[OpenApiParameter("sample_id", int, OpenApiParameter.PATH)],
+        request=None,
+        responses={200: EvalSampleSerializer},
+    )
+    @action(
+        detail=True,
+        methods=["post", "delete"],
+        url_path=r"samples/(?P<sample_id>[0-9]+)/mark",
+        url_name="sample-mark",
+        filter_backends=[],
+    )
+    def mark(self, request: Request, pk: str | None = None, sample_id: str | None = None) -> Response:
+        """Mark one sample same / acceptable / regression with a comment (replacing its mark), or DELETE
+        the mark. Answers the sample with its review."""
+        run = self.get_object()
+        sample = self._samples(run).filter(pk=int(sample_id or 0)).first()
+        if sample is None:
+            return Response({"detail": "No such sample in this run."}, status=status.HTTP_404_NOT_FOUND)
+        if request.method == "DELETE":
+            clear_mark(sample, actor=request.user)
+        else:
+            body = MarkSerializer(data=request.data)
+            body.is_valid(raise_exception=True)
+            mark_sample(
+                sample, body.validated_data["mark"], body.validated_data["comment"], actor=request.user
+            )
+        return Response(EvalSampleSerializer(self._samples(run).get(pk=sample.pk)).data)
+
+    @extend_schema(request=SignSerializer, responses={201: EvalVerdictSerializer})
+    @action(detail=True, methods=["post"])
+    def sign(self, request: Request, pk: str | None = None) -> Response:
+        """Sign the run off: accept or reject, with a comment (required to reject). Supersedes the
+        current verdict, which stays in the history. 409 until the run has finished; only a completed
+        run can be accepted."""
+        run = self.get_object()
+        body = SignSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        verdict = sign_run(
+            run, body.validated_data["decision"], body.validated_data["comment"], actor=request.user
+        )
+        verdict = EvalVerdict.objects.select_related(
+            "run__suite_version__suite", "candidate_version__model"
+        ).get(pk=verdict.pk)
+        return Response(EvalVerdictSerializer(verdict).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(responses={200: EvalVerdictSerializer(many=True)})
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
+    def verdicts(self, request: Request, pk: str | None = None) -> Response:
+        """Every verdict signed on the run, newest first (the first is current unless superseded)."""
+        run = self.get_object()
+        rows = run.verdicts.select_related("run__suite_version__suite", "candidate_version__model")
+        return Response(EvalVerdictSerializer(rows, many=True).data)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("kind", str, OpenApiParameter.PATH, enum=["csv", "jsonl"]),
+            *SAMPLE_FILTER_PARAMETERS,
+        ],
+        responses={(200, "text/csv"): OpenApiTypes.STR, (200, "application/x-ndjson"): OpenApiTypes.STR},
+    )
+    @action(
+        detail=True,
+        methods=["get"],
+        url_path=r"export/(?P<kind>csv|jsonl)",
+        url_name="export",
+        filter_backends=[],
+        renderer_classes=[renderers.JSONRenderer],
+        content_negotiation_class=DownloadNegotiation,
+    )
+    def export(self, request: Request, pk: str | None = None, kind: str = "csv") -> StreamingHttpResponse:
+        """The run's samples (the list's filters apply) with every per-sample metric and the review
+        marks, streamed as CSV or JSONL (docs/evaluations.md, "Export")."""
+        run = self.get_object()
+        query = ExportQuerySerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        rows = filter_samples(self._samples(run), query.validated_data)
+        records = export_rows(rows.iterator(chunk_size=200))
+        if kind == "jsonl":
+            lines, content_type = jsonl_lines(records), "application/x-ndjson; charset=utf-8"
+        else:
+            lines, content_type = csv_lines(records), "text/csv; charset=utf-8"
+        response = StreamingHttpResponse(lines, content_type=content_type)
+        response["Content-Disposition"] = f'attachment; filename="eval-run-{run.pk}-samples.{kind}"'
+        return response

@@ -16,6 +16,7 @@ from core.api.base import AuditedModelViewSet
 from core.audit import record_audit
 from core.choices import AuditAction
 from core.redis_client import publish_config_change
+from models_registry.api.eval_runs import EvalVerdictSerializer
 from models_registry.api.serializers import (
     FitCheckSerializer,
     FitResultSerializer,
@@ -32,6 +33,7 @@ from models_registry.api.serializers import (
     VerifyRequestSerializer,
 )
 from models_registry.estimate import DEFAULT_OVERHEAD_BYTES
+from models_registry.evaluation.models import EvalVerdict
 from models_registry.models import Model, ModelAlias, ModelVersion, QuantizationConfig
 from models_registry.services import (
     ArchitectureError,
@@ -190,6 +192,27 @@ class ModelVersionViewSet(
         version = self.get_object()
         latest = sorted(latest_runs(version).values(), key=lambda r: r.host_name)
         return Response(VerificationRunSerializer(latest, many=True).data)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("current", bool, description="Only verdicts in force (or only superseded).")
+        ],
+        responses={200: EvalVerdictSerializer(many=True)},
+    )
+    @action(detail=True, methods=["get"], filter_backends=[])
+    def verdicts(self, request: Request, pk: str | None = None) -> Response:
+        """Evaluation verdicts signed on runs whose candidate was this version, newest first (paginated)."""
+        version = self.get_object()
+        rows = EvalVerdict.objects.filter(candidate_version=version).select_related(
+            "run__suite_version__suite", "candidate_version__model"
+        )
+        current = request.query_params.get("current")
+        if current in ("true", "false"):
+            rows = rows.filter(superseded_at__isnull=current == "true")
+        elif current:
+            raise ValidationError({"current": ["Must be true or false."]})
+        page = self.paginate_queryset(rows)
+        return self.get_paginated_response(EvalVerdictSerializer(page, many=True).data)
 
     @extend_schema(request=VerifyRequestSerializer, responses={202: VerifyQueuedSerializer})
     @action(detail=True, methods=["post"])

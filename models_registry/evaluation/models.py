@@ -290,3 +290,86 @@ class EvalSample(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}:{self.case_key}"
+
+
+# -- review -----------------------------------------------------------------------------------------------
+
+
+class SampleMark(models.TextChoices):
+    """A reviewer's judgement of one sample's candidate output against the reference's."""
+
+    SAME = "same"  # says the same thing (whatever the wording)
+    ACCEPTABLE = "acceptable"  # differs, but no worse for the case
+    REGRESSION = "regression"  # the candidate is worse
+
+
+class EvalReview(models.Model):
+    """The review mark of one sample: one per sample; marking it again replaces mark and comment.
+
+    Kept apart from EvalSample so the runner, which writes samples, never touches a reviewer's work.
+    `marked_by_name` keeps who marked it readable after the account is gone (as the audit log does).
+    """
+
+    sample = models.OneToOneField(EvalSample, on_delete=models.CASCADE, related_name="review")
+    mark = models.CharField(max_length=16, choices=SampleMark.choices)
+    comment = models.TextField(blank=True, default="")
+    marked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    marked_by_name = models.CharField(max_length=150, blank=True, default="")
+    marked_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["mark"])]
+
+    def __str__(self) -> str:
+        return f"{self.sample}: {self.mark}"
+
+
+class VerdictDecision(models.TextChoices):
+    ACCEPT = "accept"
+    REJECT = "reject"
+
+
+class EvalVerdict(models.Model):
+    """A run's verdict, signed by an evaluator or admin. A new one supersedes the current one, which is
+    kept (superseded_at set): the history of a run's sign-offs is never rewritten.
+
+    `candidate_version` is the model version the run's candidate served when it was signed (from
+    `candidate_info`), so a version's page lists the verdicts about it; null for a base-URL candidate.
+    """
+
+    run = models.ForeignKey(EvalRun, on_delete=models.CASCADE, related_name="verdicts")
+    decision = models.CharField(max_length=8, choices=VerdictDecision.choices)
+    comment = models.TextField(blank=True, default="")
+    candidate_version = models.ForeignKey(
+        "models_registry.ModelVersion",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="eval_verdicts",
+    )
+    signed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    signed_by_name = models.CharField(max_length=150, blank=True, default="")
+    signed_at = models.DateTimeField(default=timezone.now)
+    superseded_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-signed_at", "-id"]
+        constraints = [
+            # At most one current verdict per run (signing locks the run row; this is the backstop).
+            models.UniqueConstraint(
+                fields=["run"],
+                condition=models.Q(superseded_at__isnull=True),
+                name="eval_verdict_one_current_per_run",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id}: {self.decision}"
+
+    @property
+    def current(self) -> bool:
+        return self.superseded_at is None

@@ -150,7 +150,8 @@ export const api = {
   post: <T>(path: string, body?: unknown) => request<T>("POST", path, body ?? {}),
   patch: <T>(path: string, body: unknown) => request<T>("PATCH", path, body),
   put: <T>(path: string, body: unknown) => request<T>("PUT", path, body),
-  delete: (path: string) => request<null>("DELETE", path),
+  /** T is null for the usual 204; a few deletes answer the changed object. */
+  delete: <T = null>(path: string) => request<T>("DELETE", path),
   /** A multipart POST (file uploads); fields are the form's parts. */
   postForm: <T>(path: string, form: FormData) => request<T>("POST", path, form),
 };

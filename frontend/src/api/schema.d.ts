@@ -351,6 +351,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/eval-runs/{id}/export/{kind}/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * @description The run's samples (the list's filters apply) with every per-sample metric and the review
+         *     marks, streamed as CSV or JSONL (docs/evaluations.md, "Export").
+         */
+        get: operations["eval_runs_export_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/eval-runs/{id}/resume/": {
         parameters: {
             query?: never;
@@ -378,8 +398,73 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description The run's samples, filtered (differs, flipped, tag, errors) and ordered (worst KL first ...). */
+        /**
+         * @description The run's samples, filtered (differs, flipped, tag, errors, marked) and ordered (worst KL
+         *     first ...), each with its review mark.
+         */
         get: operations["eval_runs_samples_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/eval-runs/{id}/samples/{sample_id}/mark/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * @description Mark one sample same / acceptable / regression with a comment (replacing its mark), or DELETE
+         *     the mark. Answers the sample with its review.
+         */
+        post: operations["eval_runs_samples_mark_create"];
+        /**
+         * @description Mark one sample same / acceptable / regression with a comment (replacing its mark), or DELETE
+         *     the mark. Answers the sample with its review.
+         */
+        delete: operations["eval_runs_samples_mark_destroy"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/eval-runs/{id}/sign/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * @description Sign the run off: accept or reject, with a comment (required to reject). Supersedes the
+         *     current verdict, which stays in the history. 409 until the run has finished; only a completed
+         *     run can be accepted.
+         */
+        post: operations["eval_runs_sign_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/eval-runs/{id}/verdicts/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Every verdict signed on the run, newest first (the first is current unless superseded). */
+        get: operations["eval_runs_verdicts_list"];
         put?: never;
         post?: never;
         delete?: never;
@@ -809,6 +894,23 @@ export interface paths {
         };
         /** @description The latest verification run per host: where this version may be deployed. */
         get: operations["model_versions_hosts_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/model-versions/{id}/verdicts/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Evaluation verdicts signed on runs whose candidate was this version, newest first (paginated). */
+        get: operations["model_versions_verdicts_list"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1488,6 +1590,12 @@ export interface components {
             /** @description Also set as the csrftoken cookie. */
             csrfToken: string;
         };
+        /**
+         * @description * `accept` - Accept
+         *     * `reject` - Reject
+         * @enum {string}
+         */
+        DecisionEnum: "accept" | "reject";
         /** @description The reference a run gets when none is given, for a given candidate deployment. */
         DefaultReference: {
             deployment_id: number;
@@ -1714,11 +1822,11 @@ export interface components {
             readonly reference_deployment_id: number | null;
             readonly reference_base_url: string;
             readonly reference_model: string;
-            readonly reference_info: unknown;
+            readonly reference_info: components["schemas"]["SideInfo"];
             readonly candidate_deployment_id: number | null;
             readonly candidate_base_url: string;
             readonly candidate_model: string;
-            readonly candidate_info: unknown;
+            readonly candidate_info: components["schemas"]["SideInfo"];
             readonly sampling: {
                 [key: string]: unknown;
             };
@@ -1741,6 +1849,8 @@ export interface components {
             readonly reference_label: string;
             readonly candidate_label: string;
             readonly created_by_name: string | null;
+            readonly marks: components["schemas"]["MarkCounts"];
+            readonly verdict: components["schemas"]["EvalVerdict"] | null;
             /** Format: date-time */
             readonly created_at: string;
             /** Format: date-time */
@@ -1763,14 +1873,18 @@ export interface components {
             readonly case: number;
             readonly case_key: string;
             readonly position: number;
-            readonly tags: unknown;
+            readonly tags: string[];
+            readonly prompt: string;
+            readonly messages: unknown;
+            readonly expected: string | null;
+            readonly match_rule: string;
             readonly reference_output: string;
             readonly candidate_output: string;
-            readonly reference_tokens: unknown;
-            readonly candidate_tokens: unknown;
-            readonly reference_token_logprobs: unknown;
-            readonly candidate_token_logprobs: unknown;
-            readonly position_kl: unknown;
+            readonly reference_tokens: string[];
+            readonly candidate_tokens: string[];
+            readonly reference_token_logprobs: number[];
+            readonly candidate_token_logprobs: number[];
+            readonly position_kl: number[];
             readonly exact_match: boolean | null;
             readonly first_divergence: number | null;
             /** Format: double */
@@ -1801,6 +1915,7 @@ export interface components {
             /** Format: double */
             readonly candidate_tokens_per_s: number | null;
             readonly error: string;
+            readonly review: components["schemas"]["SampleReview"] | null;
             /** Format: date-time */
             readonly created_at: string;
         };
@@ -1836,6 +1951,24 @@ export interface components {
             readonly locked_at: string | null;
             /** Format: date-time */
             readonly created_at: string;
+        };
+        /** @description A signed verdict; `current` is false once a later verdict superseded it. */
+        EvalVerdict: {
+            readonly id: number;
+            readonly run: number;
+            readonly run_name: string;
+            readonly suite_name: string;
+            readonly suite_version_number: number;
+            readonly decision: components["schemas"]["DecisionEnum"];
+            readonly comment: string;
+            readonly candidate_version: number | null;
+            readonly candidate_version_label: string | null;
+            readonly signed_by_name: string;
+            /** Format: date-time */
+            readonly signed_at: string;
+            /** Format: date-time */
+            readonly superseded_at: string | null;
+            readonly current: boolean;
         };
         /** @description Inputs of the fit calculator; memory in GiB or bytes (bytes win when both are given). */
         FitCheckRequest: {
@@ -2062,6 +2195,26 @@ export interface components {
             readonly size: number;
             readonly sha256: string;
         };
+        /** @description How many scored samples carry each mark; `unmarked` counts the rest. */
+        MarkCounts: {
+            same: number;
+            acceptable: number;
+            regression: number;
+            unmarked: number;
+        };
+        /**
+         * @description * `same` - Same
+         *     * `acceptable` - Acceptable
+         *     * `regression` - Regression
+         * @enum {string}
+         */
+        MarkEnum: "same" | "acceptable" | "regression";
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        MarkRequest: {
+            mark: components["schemas"]["MarkEnum"];
+            /** @default  */
+            comment: string;
+        };
         /** @enum {string} */
         MatchRuleEnum: "exact" | "normalized" | "regex" | "numeric" | "choice";
         Me: {
@@ -2279,6 +2432,21 @@ export interface components {
              */
             previous?: string | null;
             results: components["schemas"]["EvalSuiteVersion"][];
+        };
+        PaginatedEvalVerdictList: {
+            /** @example 123 */
+            count: number;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=400&limit=100
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=200&limit=100
+             */
+            previous?: string | null;
+            results: components["schemas"]["EvalVerdict"][];
         };
         PaginatedHostList: {
             /** @example 123 */
@@ -3112,6 +3280,13 @@ export interface components {
             candidate?: components["schemas"]["SideTimings"];
             errors?: number;
         };
+        SampleReview: {
+            readonly mark: components["schemas"]["MarkEnum"];
+            readonly comment: string;
+            readonly marked_by_name: string;
+            /** Format: date-time */
+            readonly marked_at: string;
+        };
         /**
          * @description * `round_robin` - Round robin
          *     * `random` - Random
@@ -3159,10 +3334,31 @@ export interface components {
             /** Format: double */
             timeout_s?: number;
         };
+        /** @description What stood behind a side when the run was created (a deployment's facts; a base URL's alone). */
+        SideInfo: {
+            base_url?: string;
+            deployment?: string;
+            host?: string;
+            engine?: string;
+            model_version_id?: number;
+            model?: string;
+            revision?: string;
+            manifest_digest?: string;
+            quantization_id?: number | null;
+            launch_argv?: string[];
+            extra_args?: string[];
+            max_model_len?: number | null;
+        };
         SideTimings: {
             latency_ms: components["schemas"]["Stats"];
             tokens_per_s: components["schemas"]["Stats"];
             ttft_ms: components["schemas"]["Stats"];
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        SignRequest: {
+            decision: components["schemas"]["DecisionEnum"];
+            /** @default  */
+            comment: string;
         };
         /**
          * @description * `file` - the engine's log file
@@ -4115,6 +4311,41 @@ export interface operations {
             };
         };
     };
+    eval_runs_export_retrieve: {
+        parameters: {
+            query?: {
+                /** @description only samples whose two outputs differ (or not) */
+                differs?: boolean;
+                /** @description only samples whose requests failed (or not) */
+                errors?: boolean;
+                flipped?: "any" | "right_to_wrong" | "wrong_to_right";
+                /** @description by review mark: any, none, or one mark */
+                marked?: "acceptable" | "any" | "none" | "regression" | "same";
+                order?: "latest_divergence" | "longest_divergence" | "lowest_chrf" | "position" | "worst_kl";
+                /** @description only cases with this tag */
+                tag?: string;
+            };
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this eval run. */
+                id: number;
+                kind: "csv" | "jsonl";
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/csv": string;
+                    "application/x-ndjson": string;
+                };
+            };
+        };
+    };
     eval_runs_resume_create: {
         parameters: {
             query?: never;
@@ -4147,9 +4378,11 @@ export interface operations {
                 flipped?: "any" | "right_to_wrong" | "wrong_to_right";
                 /** @description Number of results to return per page. */
                 limit?: number;
+                /** @description by review mark: any, none, or one mark */
+                marked?: "acceptable" | "any" | "none" | "regression" | "same";
                 /** @description The initial index from which to return the results. */
                 offset?: number;
-                order?: "longest_divergence" | "lowest_chrf" | "position" | "worst_kl";
+                order?: "latest_divergence" | "longest_divergence" | "lowest_chrf" | "position" | "worst_kl";
                 /** @description only cases with this tag */
                 tag?: string;
             };
@@ -4168,6 +4401,108 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["PaginatedEvalSampleList"];
+                };
+            };
+        };
+    };
+    eval_runs_samples_mark_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this eval run. */
+                id: number;
+                sample_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["MarkRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["MarkRequest"];
+                "multipart/form-data": components["schemas"]["MarkRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EvalSample"];
+                };
+            };
+        };
+    };
+    eval_runs_samples_mark_destroy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this eval run. */
+                id: number;
+                sample_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EvalSample"];
+                };
+            };
+        };
+    };
+    eval_runs_sign_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this eval run. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SignRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["SignRequest"];
+                "multipart/form-data": components["schemas"]["SignRequest"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EvalVerdict"];
+                };
+            };
+        };
+    };
+    eval_runs_verdicts_list: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this eval run. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EvalVerdict"][];
                 };
             };
         };
@@ -5257,6 +5592,35 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["VerificationRun"][];
+                };
+            };
+        };
+    };
+    model_versions_verdicts_list: {
+        parameters: {
+            query?: {
+                /** @description Only verdicts in force (or only superseded). */
+                current?: boolean;
+                /** @description Number of results to return per page. */
+                limit?: number;
+                /** @description The initial index from which to return the results. */
+                offset?: number;
+            };
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this model version. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedEvalVerdictList"];
                 };
             };
         };

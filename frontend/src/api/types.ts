@@ -76,6 +76,13 @@ export type RunCreateRequest = Schemas["RunCreateRequest"];
 export type RunSummary = Schemas["RunSummary"];
 export type FlipTable = Schemas["FlipTable"];
 export type DefaultReference = Schemas["DefaultReference"];
+export type EvalSideInfo = Schemas["SideInfo"];
+export type EvalSample = Schemas["EvalSample"];
+export type EvalSamplePage = Schemas["PaginatedEvalSampleList"];
+export type EvalVerdict = Schemas["EvalVerdict"];
+export type EvalVerdictPage = Schemas["PaginatedEvalVerdictList"];
+export type SampleMark = Schemas["MarkEnum"];
+export type VerdictDecision = Schemas["DecisionEnum"];
 
 // Rollouts: canaries and shadow traffic
 export type Rollout = Schemas["Rollout"];

@@ -16,11 +16,13 @@ interface TableProps<T> {
   /** Shown under the table when the list is paged (see <Pagination>). */
   pagination?: ReactNode;
   onRowClick?: (row: T) => void;
+  /** Extra class of a row (e.g. the selected one). */
+  rowClassName?: (row: T) => string | undefined;
   testId?: string;
 }
 
 /** A plain data table; rows may be clickable (e.g. to open a detail page). */
-export function Table<T>({ columns, rows, rowKey, loading, empty = "Nothing here yet.", pagination, onRowClick, testId }: TableProps<T>) {
+export function Table<T>({ columns, rows, rowKey, loading, empty = "Nothing here yet.", pagination, onRowClick, rowClassName, testId }: TableProps<T>) {
   return (
     <div className="table-wrap" data-testid={testId}>
       <table className={loading ? "table table-loading" : "table"}>
@@ -50,7 +52,7 @@ export function Table<T>({ columns, rows, rowKey, loading, empty = "Nothing here
             rows.map((row) => (
               <tr
                 key={rowKey(row)}
-                className={onRowClick ? "row-link" : undefined}
+                className={[onRowClick ? "row-link" : "", rowClassName?.(row) ?? ""].filter(Boolean).join(" ") || undefined}
                 onClick={onRowClick ? () => onRowClick(row) : undefined}
               >
                 {columns.map((column, index) => (

@@ -1,7 +1,7 @@
 import { useEffect, useState, type FormEvent } from "react";
 import { Link, useNavigate, useParams } from "react-router-dom";
 import { api, ApiError, errorMessage } from "../../api/client";
-import type { Page as ApiPage, ManifestFile, ModelVersion, VerificationRun } from "../../api/types";
+import type { Page as ApiPage, EvalVerdictPage, ManifestFile, ModelVersion, VerificationRun } from "../../api/types";
 import { useAuth } from "../../auth";
 import { ConfirmDialog } from "../../components/Dialog";
 import { FormErrors, InputField } from "../../components/Field";
@@ -121,6 +121,7 @@ export function VersionDetailPage() {
           </dl>
         </Card>
       </div>
+      <VerdictsCard version={v} />
       <HostsCard version={v} editable={isAdmin} onQueued={version.reload} refresh={generation} />
       <ManifestCard version={v} />
       <HistoryCard version={v} refresh={generation} />
@@ -205,6 +206,49 @@ function HostsCard({ version, editable, onQueued, refresh }: { version: ModelVer
         </form>
       )}
       <FormErrors error={error} fields={["host_name"]} />
+    </Card>
+  );
+}
+
+/** Evaluation verdicts signed on runs whose candidate was this version (the current one of each run first). */
+function VerdictsCard({ version }: { version: ModelVersion }) {
+  const [offset, setOffset] = useState(0);
+  const verdicts = useApi<EvalVerdictPage>(`/api/model-versions/${version.id}/verdicts/`, { limit: HISTORY_LIMIT, offset });
+  return (
+    <Card title="Evaluation verdicts" testId="version-verdicts">
+      <p className="muted" style={{ marginTop: 0 }}>
+        Sign-offs of evaluation runs with this version as the candidate. A later verdict on the same run supersedes the earlier one.
+      </p>
+      <ErrorState error={verdicts.error} onRetry={verdicts.reload} />
+      <Table
+        rows={verdicts.data?.results}
+        loading={verdicts.loading}
+        rowKey={(r) => r.id}
+        empty="No evaluation run of this version has been signed off."
+        columns={[
+          {
+            header: "Verdict",
+            cell: (r) => <StatusBadge status={r.decision} tone={r.decision === "accept" ? "ok" : "bad"} label={r.decision === "accept" ? "accepted" : "rejected"} />,
+          },
+          {
+            header: "Run",
+            cell: (r) => (
+              <Link to={`/evaluations/runs/${r.run}`}>
+                {r.run_name} · {r.suite_name} v{r.suite_version_number}
+              </Link>
+            ),
+          },
+          { header: "Signed by", cell: (r) => r.signed_by_name },
+          { header: "When", cell: (r) => formatDateTime(r.signed_at) },
+          { header: "Comment", className: "wrap", cell: (r) => r.comment || <span className="muted">—</span> },
+          { header: "", cell: (r) => (r.current ? "current" : <span className="muted">superseded</span>) },
+        ]}
+        pagination={
+          verdicts.data && verdicts.data.count > HISTORY_LIMIT ? (
+            <Pagination count={verdicts.data.count} limit={HISTORY_LIMIT} offset={offset} onOffset={setOffset} />
+          ) : undefined
+        }
+      />
     </Card>
   );
 }
