@@ -42,6 +42,7 @@ class TenantSerializer(StrictModelSerializer):
             "description",
             "is_active",
             "log_prompts",
+            "shadow_consent",
             "quota",
             "key_count",
             "created_at",

@@ -1,35 +1,33 @@
 """The offline evaluation a promotion may require, and the quality figures it gives the gates.
 
 One place asks "is this version signed off?", so the rule can change without touching the gate task.
-What it checks today: an evaluation run (models_registry.evaluation EvalRun) that COMPLETED with no
-failed case, whose candidate side ran this version (`candidate_info["model_version_id"]`, recorded
-when the run was created against a fleet deployment), and, where the run model has a verdict (the
-evaluator's sign-off), a verdict of "accept". The newest such run counts.
+What it checks: an evaluation run (models_registry.evaluation EvalRun) that COMPLETED with no failed
+case, whose candidate side ran this version (`candidate_info["model_version_id"]`, recorded when the
+run was created against a fleet deployment), and whose current verdict (EvalVerdict not superseded,
+signed by an evaluator or admin) is "accept". A later reject supersedes the accept and so withdraws
+the sign-off. The newest such run counts.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from models_registry.evaluation.models import EvalRun, RunState
-
-# The sign-off fields, where EvalRun has them (issue 11's verdict); absent fields are not checked.
-VERDICT_FIELD = "verdict"
-ACCEPTED = "accept"
-
-
-def _has_field(name: str) -> bool:
-    return any(f.name == name for f in EvalRun._meta.get_fields())
+from models_registry.evaluation.models import EvalRun, RunState, VerdictDecision
 
 
 def accepted_evaluation(version_id: int) -> EvalRun | None:
     """The newest accepted offline evaluation whose candidate is `version_id`, or None."""
-    runs = EvalRun.objects.filter(
-        state=RunState.COMPLETED, error_count=0, candidate_info__model_version_id=version_id
+    return (
+        EvalRun.objects.filter(
+            state=RunState.COMPLETED,
+            error_count=0,
+            candidate_info__model_version_id=version_id,
+            verdicts__superseded_at__isnull=True,
+            verdicts__decision=VerdictDecision.ACCEPT,
+        )
+        .order_by("-finished_at", "-id")
+        .first()
     )
-    if _has_field(VERDICT_FIELD):
-        runs = runs.filter(**{VERDICT_FIELD: ACCEPTED})
-    return runs.order_by("-finished_at", "-id").first()
 
 
 def has_accepted_evaluation(version_id: int) -> bool:

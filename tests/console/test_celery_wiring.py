@@ -47,6 +47,7 @@ def test_beat_schedules_every_periodic_task_by_a_registered_name() -> None:
     assert {entry["task"] for entry in schedule.values()} == {
         "nodes.check_host_heartbeats",
         "routing.prune_request_log",
+        "routing.evaluate_rollouts",
     }
     for entry in schedule.values():
         assert entry["task"] in app.tasks

@@ -8,11 +8,10 @@ from dataclasses import dataclass
 
 from django.utils import timezone
 
-from models_registry.evaluation.models import EvalRun, EvalSuite, EvalSuiteVersion
+from models_registry.evaluation.models import EvalRun, EvalSuite, EvalSuiteVersion, EvalVerdict
 from models_registry.models import ModelAlias, ModelVersion
 from nodes.models import Deployment, Host
 from routing.models import RequestLog
-from routing.rollouts.signoff import ACCEPTED, VERDICT_FIELD
 from tests.routing.fleet import ensure_alias
 
 
@@ -91,13 +90,18 @@ def log_requests(
     )
 
 
-def accepted_run(version: ModelVersion, **summary: object) -> EvalRun:
-    """A completed offline evaluation of `version` (what signoff.accepted_evaluation looks for)."""
+def accepted_run(version: ModelVersion, decision: str | None = "accept", **summary: object) -> EvalRun:
+    """A completed offline evaluation of `version` with a current verdict `decision` (None: unsigned)."""
+    run = completed_run(version, **summary)
+    if decision is not None:
+        EvalVerdict.objects.create(run=run, decision=decision, candidate_version=version)
+    return run
+
+
+def completed_run(version: ModelVersion, **summary: object) -> EvalRun:
+    """A completed offline evaluation of `version`, not yet signed."""
     suite = EvalSuite.objects.create(name=f"suite-{secrets.token_hex(3)}")
     suite_version = EvalSuiteVersion.objects.create(suite=suite, number=1)
-    fields: dict[str, object] = {}
-    if any(f.name == VERDICT_FIELD for f in EvalRun._meta.get_fields()):
-        fields[VERDICT_FIELD] = ACCEPTED
     return EvalRun.objects.create(
         suite_version=suite_version,
         reference_base_url="http://ref",
@@ -108,5 +112,4 @@ def accepted_run(version: ModelVersion, **summary: object) -> EvalRun:
         state="completed",
         finished_at=timezone.now(),
         summary=summary,
-        **fields,
     )

@@ -14,6 +14,7 @@ import pytest
 from django.utils import timezone
 
 from core.models import AuditEvent
+from models_registry.evaluation.review import sign_run
 from models_registry.models import ModelAlias
 from nodes.models import Deployment
 from routing.models import Rollout, RolloutDecision, ShadowPair
@@ -21,7 +22,15 @@ from routing.rollouts import services
 from routing.rollouts.gates import Verdict
 from routing.rollouts.plans import PlanError
 from routing.tasks import evaluate_rollouts_task
-from tests.routing.rollouts import Canary, accepted_run, canary, log_requests, new_version, ready_deployment
+from tests.routing.rollouts import (
+    Canary,
+    accepted_run,
+    canary,
+    completed_run,
+    log_requests,
+    new_version,
+    ready_deployment,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -291,6 +300,27 @@ def test_promotion_waits_for_the_signoff_when_the_plan_requires_it(c: Canary) ->
     accepted_run(c.v2)
     verdict, after = services.evaluate(after, NOW + dt.timedelta(seconds=10))
     assert verdict == Verdict.PROMOTE and after.state == "promoted"
+    c.alias.refresh_from_db()
+    assert c.alias.active_version == c.v2
+
+
+def test_only_an_accept_in_force_signs_the_candidate_off(c: Canary) -> None:
+    """A completed but unsigned run, or one whose accept a later reject superseded, is no sign-off."""
+    rollout = aged(start(c, steps=[5, 100], require_signoff=True), 120)
+    healthy_traffic(c, rollout)
+    run = completed_run(c.v2)
+    verdict, after = services.evaluate(rollout, NOW)
+    assert verdict == Verdict.HOLD and after.state == "holding"
+
+    sign_run(run, "accept", actor=None)
+    sign_run(run, "reject", "the arithmetic cases regressed", actor=None)
+    with pytest.raises(PlanError) as err:
+        services.promote(after, actor=None)
+    assert err.value.field == "require_signoff"
+
+    sign_run(run, "accept", "re-reviewed: acceptable", actor=None)
+    promoted = services.promote(Rollout.objects.get(pk=rollout.pk), actor=None)
+    assert promoted.state == "promoted"
     c.alias.refresh_from_db()
     assert c.alias.active_version == c.v2
 

@@ -2791,6 +2791,7 @@ export interface components {
             description?: string;
             is_active?: boolean;
             log_prompts?: boolean;
+            shadow_consent?: boolean;
             quota?: components["schemas"]["QuotaRequest"] | null;
         };
         /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
@@ -3424,6 +3425,7 @@ export interface components {
             description: string;
             is_active: boolean;
             log_prompts: boolean;
+            shadow_consent: boolean;
             quota: components["schemas"]["Quota"] | null;
             readonly key_count: number;
             /** Format: date-time */
@@ -3437,6 +3439,7 @@ export interface components {
             description?: string;
             is_active?: boolean;
             log_prompts?: boolean;
+            shadow_consent?: boolean;
             quota?: components["schemas"]["QuotaRequest"] | null;
         };
         Traffic: {

@@ -85,6 +85,7 @@ function TenantSettingsCard({ tenant, editable, onSaved }: { tenant: Tenant; edi
   const [description, setDescription] = useState(tenant.description ?? "");
   const [isActive, setIsActive] = useState(tenant.is_active ?? true);
   const [logPrompts, setLogPrompts] = useState(tenant.log_prompts ?? false);
+  const [shadowConsent, setShadowConsent] = useState(tenant.shadow_consent ?? false);
   const form = useFormState();
 
   if (!editable) {
@@ -97,6 +98,8 @@ function TenantSettingsCard({ tenant, editable, onSaved }: { tenant: Tenant; edi
           <dd>{tenant.is_active ? "yes" : "no"}</dd>
           <dt>Prompt logging</dt>
           <dd>{tenant.log_prompts ? "on" : "off"}</dd>
+          <dt>Shadow mirroring</dt>
+          <dd>{tenant.shadow_consent ? "allowed" : "not allowed"}</dd>
           <dt>Created</dt>
           <dd>{formatDateTime(tenant.created_at)}</dd>
           <dt>Updated</dt>
@@ -109,7 +112,13 @@ function TenantSettingsCard({ tenant, editable, onSaved }: { tenant: Tenant; edi
   const submit = (event: FormEvent) => {
     event.preventDefault();
     void form.run(async () => {
-      await api.patch<Tenant>(`/api/tenants/${tenant.id}/`, { name, description, is_active: isActive, log_prompts: logPrompts });
+      await api.patch<Tenant>(`/api/tenants/${tenant.id}/`, {
+        name,
+        description,
+        is_active: isActive,
+        log_prompts: logPrompts,
+        shadow_consent: shadowConsent,
+      });
       onSaved();
     });
   };
@@ -127,7 +136,14 @@ function TenantSettingsCard({ tenant, editable, onSaved }: { tenant: Tenant; edi
           onChange={(e) => setLogPrompts(e.target.checked)}
           errors={form.errors}
         />
-        <FormErrors error={form.error} fields={["name", "description", "is_active", "log_prompts"]} />
+        <CheckboxField
+          label="Allow shadow mirroring (a share of this tenant's requests may be sent to a candidate version too, and both answers stored for comparison)"
+          name="shadow_consent"
+          checked={shadowConsent}
+          onChange={(e) => setShadowConsent(e.target.checked)}
+          errors={form.errors}
+        />
+        <FormErrors error={form.error} fields={["name", "description", "is_active", "log_prompts", "shadow_consent"]} />
         <div className="form-actions">
           {form.saved && <span className="saved">Saved.</span>}
           <button type="submit" className="btn btn-primary" disabled={form.busy}>
