@@ -313,7 +313,7 @@ async def score_reference_text_by_echo(
 
     The candidate gets the prompt text its chat template builds for the case's messages, followed by the
     reference's output, with `echo: true, logprobs: k, max_tokens: 1`: the response lists every token of
-    that text with its top-k. The output's tokens are the last ones before the one generated token; they
+    that text with its top-k, then the generated token (if it did not end the text). The output's tokens
     must be the reference's tokens again (same text, same tokenizer), else this sample is not scored so.
     """
     template = ep.chat_template
@@ -350,8 +350,10 @@ async def score_reference_text_by_echo(
     if not tokens or len(tops) != len(tokens):
         raise TeacherForcingUnavailable("the candidate engine returns no logprobs for an echoed prompt")
     if echo_rows_aligned(template, prompt):
-        # ... text tokens, then the one generated token: the output is the m tokens before it.
-        listed, rows = tokens[-1 - m : -1], tops[-1 - m : -1]
+        # ... text tokens, then the generated token when there is one (none when the candidate ends the
+        # text there: an end-of-sequence token is not listed): the output is the m tokens before it.
+        end = len(tokens) - min(1, int((data.get("usage") or {}).get("completion_tokens", 1)))
+        listed, rows = tokens[end - m : end], tops[end - m : end]
     else:
         # ... text tokens, the generated one not listed; the row predicting token i sits at i - 1.
         listed, rows = tokens[-m:], tops[-1 - m : -1]
@@ -700,6 +702,8 @@ def _execute(run_id: int, lock: Any, after_sample: Callable[[EvalSample], None] 
         finally:
             shared.results.put(None)
 
+    # Resolving the sides can take a while (a GGUF's chat template is read once per file): renew first.
+    lock.reacquire()
     thread = threading.Thread(target=produce, name=f"eval-run-{run_id}", daemon=True)
     thread.start()
     cancelled = False
