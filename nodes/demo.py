@@ -289,7 +289,7 @@ def start_what_make_stop_stopped() -> int:
 
 DEMO_EVAL_RUN = "Demo: simulated Llama-3.1-8B vs its drifted twin (basic-facts)"
 DEMO_EVAL_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-DEMO_EVAL_DRIFT = 0.2
+DEMO_EVAL_DRIFT = 0.05
 DEMO_EVAL_SUITE = "basic-facts"
 
 
@@ -341,7 +341,7 @@ def seed_demo_evaluation() -> list[str]:
                     candidate_base_url=candidate.base_url,
                     candidate_model=DEMO_EVAL_MODEL,
                     candidate_info=_sim_info(candidate),
-                    max_tokens=48,
+                    max_tokens=24,
                     case_count=suite_version.cases.count(),
                 )
             done = execute_run(run.pk)

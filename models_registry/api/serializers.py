@@ -236,7 +236,7 @@ class QuantizeRequestSerializer(StrictSerializerMixin, serializers.Serializer):
 
 class QuantizeQueuedSerializer(serializers.Serializer):
     queued = serializers.BooleanField()
-    source = serializers.IntegerField()
+    source = serializers.IntegerField()  # type: ignore[assignment]
     target_type = serializers.CharField()
     revision = serializers.CharField(help_text="The version it will be registered as.")
     output_path = serializers.CharField(help_text="Where the new GGUF file is written.")

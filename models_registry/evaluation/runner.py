@@ -589,7 +589,7 @@ def side_endpoint(run: EvalRun, side: str) -> Endpoint:
     if deployment_id is None:
         return Endpoint(base_url=getattr(run, f"{side}_base_url"), model=getattr(run, f"{side}_model"))
     endpoint = deployment_endpoint(deployment_id)
-    version = ModelVersion.objects.filter(pk=endpoint.info.get("model_version_id")).first()
+    version = ModelVersion.objects.filter(pk=endpoint.info.get("model_version_id") or 0).first()
     if endpoint.chat_template is None and version is not None and version.source_kind == SourceKind.GGUF:
         endpoint = dataclasses.replace(endpoint, chat_template=gguf_chat_template(version.source_path))
     return endpoint

@@ -72,7 +72,7 @@ def engines(
 
 
 def run_through_the_task(run_id: int) -> EvalRun:
-    assert run_evaluation.apply(args=[run_id]).get() == "completed"
+    assert run_evaluation.apply(args=(run_id,)).get() == "completed"
     return EvalRun.objects.get(pk=run_id)
 
 

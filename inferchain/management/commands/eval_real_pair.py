@@ -59,7 +59,7 @@ class Command(BaseCommand):
             ):
                 run = real_pair.make_run(name, version, ref, cand)
                 started = time.monotonic()
-                state = run_evaluation.apply(args=[run.pk]).get()
+                state = run_evaluation.apply(args=(run.pk,)).get()
                 run.refresh_from_db()
                 self.stdout.write(f"\nrun {run.pk} {name}: {state} in {time.monotonic() - started:.0f} s")
                 self.stdout.write(real_pair.summary_line(run))
