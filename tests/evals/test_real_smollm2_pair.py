@@ -4,7 +4,8 @@ launch path, the first N = 8 cases of the shipped basic-facts suite run by the r
 
 The metrics must separate them (outputs differ, teacher-forced KL > 0), and the reference against
 itself (a twin engine on the same file, nodes/real_pair.py says why not the same engine) must give
-every output equal, no flip and a KL of exactly zero. About a minute on two shared cores.
+every output equal, no flip and a KL of exactly zero. About a minute on two idle cores; about five
+when other work loads them (llama.cpp then manages 2 to 6 tokens per second per engine).
 """
 
 from __future__ import annotations
