@@ -86,6 +86,9 @@ class ModelVersion(models.Model):
     quantization = models.ForeignKey(
         QuantizationConfig, null=True, blank=True, on_delete=models.PROTECT, related_name="versions"
     )
+    # How the files were made when the registry made them (the quantize action, models_registry/quantize.py):
+    # tool, its versions, source version and file sha256, target type, parameters. Empty when registered.
+    provenance = models.JSONField(default=dict, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

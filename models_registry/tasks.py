@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth import get_user_model
+
 from core.celery import app, enqueue_on_commit, node_queue
 from models_registry.evaluation.models import FINISHED_STATES, EvalRun
 from models_registry.evaluation.runner import LOCK_SECONDS, execute_run
 from models_registry.models import ModelVersion
+from models_registry.quantize import quantize_version
 from models_registry.services import verify_version_on_host
 
 
@@ -51,3 +54,27 @@ def run_evaluation(self: Any, run_id: int) -> str | None:
 def enqueue_evaluation(run_id: int) -> None:
     """Start (or resume) a run once the current transaction commits."""
     enqueue_on_commit(run_evaluation, run_id)
+
+
+@app.task(name="models_registry.quantize_version", acks_late=True)
+def quantize_version_task(
+    source_id: int, target_type: str, revision: str, nthread: int = 0, actor_id: int | None = None
+) -> int:
+    """Make `target_type` from a GGUF version and register it (models_registry.quantize); returns its id.
+
+    Idempotent: a redelivery after the version was registered returns that version.
+    """
+    done = ModelVersion.objects.filter(
+        revision=revision, provenance__source_version=source_id, provenance__target_type=target_type
+    ).first()
+    if done is not None:
+        return done.pk
+    actor = get_user_model().objects.filter(pk=actor_id).first() if actor_id is not None else None
+    return quantize_version(source_id, target_type, revision=revision, nthread=nthread, actor=actor).pk
+
+
+def enqueue_quantize(source: ModelVersion, target_type: str, revision: str, nthread: int, actor: Any) -> None:
+    """Quantize on the control queue once the current transaction commits (where registration runs too:
+    model paths are the same on every host)."""
+    actor_id = actor.pk if getattr(actor, "pk", None) else None
+    enqueue_on_commit(quantize_version_task, source.pk, target_type, revision, nthread, actor_id)

@@ -19,6 +19,9 @@ from django.conf import settings
 from django.db import transaction
 
 from models_registry.demo import seed_smollm2
+from models_registry.evaluation.models import EvalRun, EvalSuite, RunState
+from models_registry.evaluation.runner import execute_run
+from models_registry.evaluation.suites import seed_builtin_suites
 from models_registry.models import Model, ModelAlias, ModelVersion, QuantizationConfig
 from models_registry.services import register_version
 from nodes import services
@@ -26,6 +29,7 @@ from nodes.agent.gpus import GpuSource, simulated_gpu_config
 from nodes.agent.services import report_gpus
 from nodes.choices import DeploymentState, DesiredState, Engine
 from nodes.models import Deployment, Host
+from nodes.sim.testing import SimHandle, start_sim
 
 # Llama-3.1-8B-Instruct's config.json (public), as the registry reads it.
 LLAMA_31_8B_CONFIG: dict[str, Any] = {
@@ -279,3 +283,78 @@ def start_what_make_stop_stopped() -> int:
         services.request_start(deployment, "make run: launching again after make stop.")
         count += 1
     return count
+
+
+# -- a finished evaluation run, so the Evaluations page is never empty ---------------------------------
+
+DEMO_EVAL_RUN = "Demo: simulated Llama-3.1-8B vs its drifted twin (basic-facts)"
+DEMO_EVAL_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+DEMO_EVAL_DRIFT = 0.05
+DEMO_EVAL_SUITE = "basic-facts"
+
+
+def _demo_sim(*extra: str) -> SimHandle:
+    # Fast (time scale 50): a run of 40 cases takes a few seconds at seed time.
+    return start_sim(DEMO_EVAL_MODEL, "--max-model-len", "4096", *extra, time_scale=50.0)
+
+
+def _sim_info(handle: SimHandle) -> dict[str, Any]:
+    return {
+        "engine": "sim",
+        "model": DEMO_EVAL_MODEL,
+        "launch_argv": [str(arg) for arg in handle.proc.args],  # type: ignore[union-attr]
+        "note": "a simulator started by seed_demo for this run and stopped after it",
+    }
+
+
+def seed_demo_evaluation() -> list[str]:
+    """A completed run of the shipped basic-facts suite: a simulator against its `--sim-quality-drift`
+    twin, run by the real runner (models_registry.evaluation.runner.execute_run), not invented figures.
+
+    The two simulators are processes of their own started for the run and stopped after it (the demo
+    fleet's engines are not up yet when `make run` seeds), so the run records their base URLs and how
+    they were started rather than fleet deployments. The simulator writes pseudo-text: neither side
+    answers the facts (no flips), but the outputs, their first divergence and the teacher-forced KL
+    show the drift (docs/evaluations.md). Idempotent: a completed run of that name is kept; an
+    unfinished one (an interrupted seed) is replaced.
+    """
+    if EvalRun.objects.filter(name=DEMO_EVAL_RUN, state=RunState.COMPLETED).exists():
+        return []
+    EvalRun.objects.filter(name=DEMO_EVAL_RUN).delete()
+    seed_builtin_suites()
+    suite_version = EvalSuite.objects.get(name=DEMO_EVAL_SUITE).versions.order_by("-number").first()
+    if suite_version is None:
+        return []
+    drift_args = ("--sim-quality-drift", str(DEMO_EVAL_DRIFT))
+    reference = _demo_sim()
+    try:
+        candidate = _demo_sim(*drift_args)
+        try:
+            with transaction.atomic():
+                suite_version.lock()
+                run = EvalRun.objects.create(
+                    name=DEMO_EVAL_RUN,
+                    suite_version=suite_version,
+                    reference_base_url=reference.base_url,
+                    reference_model=DEMO_EVAL_MODEL,
+                    reference_info=_sim_info(reference),
+                    candidate_base_url=candidate.base_url,
+                    candidate_model=DEMO_EVAL_MODEL,
+                    candidate_info=_sim_info(candidate),
+                    max_tokens=24,
+                    case_count=suite_version.cases.count(),
+                )
+            done = execute_run(run.pk)
+        finally:
+            candidate.stop()
+    finally:
+        reference.stop()
+    if done is None:
+        return [f"evaluation run {run.pk}: another worker holds it"]
+    summary = done.summary
+    kl = (summary.get("distributions") or {}).get("teacher_forced") or {}
+    return [
+        f"evaluation run {done.pk} ({done.name}): {done.state}, {done.done_count} samples, "
+        f"exact match {summary.get('exact_match_rate') or 0:.2f}, "
+        f"teacher-forced KL {kl.get('mean_kl', 0):.3f}"
+    ]

@@ -17,6 +17,7 @@ from models_registry.models import (
     QuantizationConfig,
     VerificationRun,
 )
+from models_registry.quantize import TARGETS as QUANTIZE_TARGETS
 
 MAX_MANIFEST_BYTES = 8 * 1024 * 1024
 
@@ -101,6 +102,11 @@ class ArchitectureField(serializers.JSONField):
     """Normalised architecture facts (num_layers, hidden_size, ...): keys vary by model family."""
 
 
+@extend_schema_field(OpenApiTypes.OBJECT)
+class ProvenanceField(serializers.JSONField):
+    """How the registry made the files (quantize action): tool, versions, source sha256, target, params."""
+
+
 class VerificationRunSerializer(serializers.ModelSerializer):
     problems = ProblemsField(read_only=True)
 
@@ -131,6 +137,7 @@ class ModelVersionSerializer(serializers.ModelSerializer):
         source="quantization.name", read_only=True, default=None, allow_null=True
     )
     architecture = ArchitectureField(read_only=True)
+    provenance = ProvenanceField(read_only=True)
     parent_label = serializers.SerializerMethodField()
     aliases = serializers.SerializerMethodField()
 
@@ -155,6 +162,7 @@ class ModelVersionSerializer(serializers.ModelSerializer):
             "parent_label",
             "quantization",
             "quantization_name",
+            "provenance",
             "aliases",
             "created_at",
         ]
@@ -205,6 +213,33 @@ class RegisterVersionSerializer(StrictSerializerMixin, serializers.Serializer):
                 {"manifest_file": ["Give the manifest as text or as a file, not both."]}
             )
         return attrs
+
+
+class QuantizeRequestSerializer(StrictSerializerMixin, serializers.Serializer):
+    """Make a lower-bit GGUF from this GGUF version with llama.cpp's quantizer (requantizing allowed)."""
+
+    target_type = serializers.ChoiceField(
+        choices=list(QUANTIZE_TARGETS),
+        error_messages={
+            "invalid_choice": '"{input}" is not a type this action makes; choose one of '
+            + ", ".join(QUANTIZE_TARGETS)
+            + "."
+        },
+    )
+    revision = serializers.CharField(
+        max_length=200, required=False, help_text="The new version's revision; default <source>-<target>."
+    )
+    nthread = serializers.IntegerField(
+        min_value=0, max_value=256, default=0, help_text="Quantizer threads; 0 lets llama.cpp use every core."
+    )
+
+
+class QuantizeQueuedSerializer(serializers.Serializer):
+    queued = serializers.BooleanField()
+    source = serializers.IntegerField()  # type: ignore[assignment]
+    target_type = serializers.CharField()
+    revision = serializers.CharField(help_text="The version it will be registered as.")
+    output_path = serializers.CharField(help_text="Where the new GGUF file is written.")
 
 
 class VerifyRequestSerializer(StrictSerializerMixin, serializers.Serializer):

@@ -26,6 +26,8 @@ from models_registry.api.serializers import (
     ModelSerializer,
     ModelVersionSerializer,
     QuantizationConfigSerializer,
+    QuantizeQueuedSerializer,
+    QuantizeRequestSerializer,
     RegisterVersionSerializer,
     SwitchAliasSerializer,
     VerificationRunSerializer,
@@ -35,6 +37,7 @@ from models_registry.api.serializers import (
 from models_registry.estimate import DEFAULT_OVERHEAD_BYTES
 from models_registry.evaluation.models import EvalVerdict
 from models_registry.models import Model, ModelAlias, ModelVersion, QuantizationConfig
+from models_registry.quantize import QuantizeError, check_request, default_revision, output_path
 from models_registry.services import (
     ArchitectureError,
     ManifestError,
@@ -46,7 +49,7 @@ from models_registry.services import (
     register_version,
     switch_alias,
 )
-from models_registry.tasks import enqueue_verification
+from models_registry.tasks import enqueue_quantize, enqueue_verification
 
 
 def protected_error(exc: ProtectedError) -> ValidationError:
@@ -233,6 +236,37 @@ class ModelVersionViewSet(
         enqueue_verification(version, host)
         queued = {"queued": True, "host_name": host, "queue": f"node.{host}"}
         return Response(VerifyQueuedSerializer(queued).data, status=202)
+
+    @extend_schema(request=QuantizeRequestSerializer, responses={202: QuantizeQueuedSerializer})
+    @action(detail=True, methods=["post"])
+    def quantize(self, request: Request, pk: str | None = None) -> Response:
+        """Make a lower-bit GGUF from this GGUF version (llama.cpp's quantizer) and register it as a new
+        version whose lineage parent is this one; admins only, audited, run by a Celery task."""
+        source = self.get_object()
+        body = QuantizeRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        target = body.validated_data["target_type"]
+        revision = body.validated_data.get("revision") or default_revision(source, target)
+        try:
+            check_request(source, target, revision)
+        except QuantizeError as exc:
+            raise ValidationError({exc.field: [str(exc)]}) from None
+        out = str(output_path(source, target))
+        record_audit(
+            actor=request.user,
+            action=AuditAction.ACTION,
+            obj=source,
+            after={"quantize": target, "revision": revision, "output_path": out},
+        )
+        enqueue_quantize(source, target, revision, body.validated_data["nthread"], request.user)
+        queued = {
+            "queued": True,
+            "source": source.pk,
+            "target_type": target,
+            "revision": revision,
+            "output_path": out,
+        }
+        return Response(QuantizeQueuedSerializer(queued).data, status=202)
 
     @extend_schema(responses={200: LineageNodeSerializer(many=True)})
     @action(detail=False, methods=["get"], pagination_class=None)

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from models_registry.chat_template import ChatTemplate
+
 
 @dataclass(frozen=True)
 class Endpoint:
@@ -22,6 +24,9 @@ class Endpoint:
     api_key: str | None = field(default=None, repr=False)
     # What stood behind it: deployment name, model version, engine, launch arguments (JSON-ready).
     info: dict[str, Any] = field(default_factory=dict)
+    # The chat template of the model it serves, when the registry knows it (a GGUF version): a run
+    # rebuilds the prompt text with it to teacher-force an engine that scores only text (llama.cpp).
+    chat_template: ChatTemplate | None = field(default=None, repr=False)
 
 
 class DeploymentResolver(Protocol):

@@ -16,9 +16,12 @@ calling thread keeps every database write and the live progress pushes. Per case
 1. both sides generate from the case's messages on `/v1/chat/completions`: temperature 0, the run's
    seed and max_tokens, `logprobs` + `top_logprobs`, `return_token_ids`, streamed (for the TTFT);
 2. teacher forcing: the candidate scores the reference's own tokens on `/v1/completions` with
-   `prompt = prompt_token_ids + token_ids`, `max_tokens: 1`, `prompt_logprobs: k`
-   (docs/evaluations.md). If the engine refuses that (no prompt_logprobs, no token ids), the run notes
-   why once and the KL falls back to the free-running top-k comparison, labelled so in every sample;
+   `prompt = prompt_token_ids + token_ids`, `max_tokens: 1`, `prompt_logprobs: k` (vLLM, the
+   simulator). An engine that returns no token ids and takes only text prompts (llama.cpp's server) is
+   sent the prompt text rebuilt with the model's chat template plus the reference's output, with
+   `echo: true, logprobs: k`, and the listings of the output's tokens are read back. If neither works,
+   the run notes why once and the KL falls back to the free-running top-k comparison, labelled so in
+   every sample (docs/evaluations.md, "Distributions");
 3. score_sample() and the timings make the sample row.
 """
 
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import queue
@@ -42,17 +46,21 @@ from django.utils import timezone
 
 from core.live import push_live_event
 from core.redis_client import get_redis, key
+from models_registry.chat_template import ChatTemplate, gguf_chat_template
+from models_registry.choices import SourceKind
 from models_registry.evaluation.endpoints import Endpoint, EndpointUnavailable, deployment_endpoint
 from models_registry.evaluation.metrics import (
     KLMode,
     SideOutput,
     compare_distributions,
     listing_from_chat,
+    listing_from_completion,
     listing_from_prompt_logprobs,
     score_sample,
     summarize,
 )
 from models_registry.evaluation.models import EvalCase, EvalRun, EvalSample, RunState
+from models_registry.models import ModelVersion
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +83,11 @@ class SideError(Exception):
 
 class TeacherForcingUnavailable(Exception):
     """The candidate engine cannot score a given text (no prompt_logprobs or no token ids)."""
+
+
+class TeacherForcingMismatch(TeacherForcingUnavailable):
+    """This one sample's text could not be scored position by position (its tokens came back split
+    differently); the sample falls back to the free-running comparison, the run keeps teacher forcing."""
 
 
 @dataclass
@@ -278,6 +291,99 @@ async def score_reference_text(
     return [listing_from_prompt_logprobs(e) for e in forced]
 
 
+def echo_rows_aligned(template: ChatTemplate, prompt: str) -> bool:
+    """Whether llama-cpp-python's echoed listing i is the distribution that predicts token i.
+
+    Its `_create_completion` (0.3.x, pinned in pyproject.toml) lists echoed tokens with the logits rows
+    in order but drops a leading BOS token from the tokens only: when the prompt begins with BOS (the
+    model adds one, or the template writes it as its first token) listing i predicts token i; otherwise
+    listing i is the row after token i, which predicts token i + 1.
+    """
+    return template.add_bos or bool(template.bos_token and prompt.startswith(template.bos_token))
+
+
+async def score_reference_text_by_echo(
+    session: aiohttp.ClientSession,
+    ep: Endpoint,
+    run: RunParams,
+    reference: Generation,
+    messages: list[dict[str, str]],
+) -> list[dict[str, float]]:
+    """Teacher forcing where the engine takes text prompts only (llama.cpp's server, no token ids).
+
+    The candidate gets the prompt text its chat template builds for the case's messages, followed by the
+    reference's output, with `echo: true, logprobs: k, max_tokens: 1`: the response lists every token of
+    that text with its top-k, then the generated token (if it did not end the text). The output's tokens
+    must be the reference's tokens again (same text, same tokenizer), else this sample is not scored so.
+    """
+    template = ep.chat_template
+    if template is None:
+        raise TeacherForcingUnavailable("the candidate's chat template is unknown")
+    m = len(reference.tokens)
+    if m == 0:
+        return []
+    try:
+        prompt = template.render(messages)
+    except Exception as exc:  # model-supplied template code
+        raise TeacherForcingUnavailable(f"the candidate's chat template does not render: {exc}") from exc
+    body = {
+        "model": ep.model,
+        "prompt": prompt + reference.text,
+        "max_tokens": 1,
+        "temperature": 0,
+        "echo": True,
+        "logprobs": run.top_logprobs,
+    }
+    status, data = await _post(session, ep, "/v1/completions", body, run.timeout)
+    if 400 <= status < 500:
+        raise TeacherForcingUnavailable(
+            f"the candidate engine refused echo with logprobs (HTTP {status}: {_error_message(data)})"
+        )
+    if status != 200:
+        raise SideError(f"teacher forcing: HTTP {status}: {_error_message(data)}")
+    try:
+        logprobs = data["choices"][0].get("logprobs") or {}
+        tokens = [str(t) for t in logprobs.get("tokens") or []]
+        tops = list(logprobs.get("top_logprobs") or [])
+    except (KeyError, IndexError, TypeError, AttributeError) as exc:
+        raise SideError(f"unreadable completion: {exc}") from exc
+    if not tokens or len(tops) != len(tokens):
+        raise TeacherForcingUnavailable("the candidate engine returns no logprobs for an echoed prompt")
+    if echo_rows_aligned(template, prompt):
+        # ... text tokens, then the generated token when there is one (none when the candidate ends the
+        # text there: an end-of-sequence token is not listed): the output is the m tokens before it.
+        end = len(tokens) - min(1, int((data.get("usage") or {}).get("completion_tokens", 1)))
+        listed, rows = tokens[end - m : end], tops[end - m : end]
+    else:
+        # ... text tokens, the generated one not listed; the row predicting token i sits at i - 1.
+        listed, rows = tokens[-m:], tops[-1 - m : -1]
+    if listed != reference.tokens or len(rows) != m or any(not isinstance(r, dict) for r in rows):
+        raise TeacherForcingMismatch(
+            "the reference's output came back as other tokens when the candidate read it as text "
+            f"({len(listed)} of {m} listed; first {listed[:3]!r} vs {reference.tokens[:3]!r})"
+        )
+    return [listing_from_completion(r) for r in rows]
+
+
+async def teacher_force(
+    session: aiohttp.ClientSession,
+    ep: Endpoint,
+    run: RunParams,
+    reference: Generation,
+    messages: list[dict[str, str]],
+) -> list[dict[str, float]]:
+    """The candidate's distributions over the reference's output: by token ids where the reference gave
+    them (prompt_logprobs), else by text with the candidate's chat template (echo)."""
+    if reference.prompt_token_ids is not None and reference.token_ids is not None:
+        return await score_reference_text(session, ep, run, reference)
+    if ep.chat_template is not None:
+        return await score_reference_text_by_echo(session, ep, run, reference, messages)
+    raise TeacherForcingUnavailable(
+        "the reference engine returns no token ids (return_token_ids), and the candidate's chat template "
+        "is unknown (it is not a registered GGUF version), so its prompt cannot be rebuilt as text"
+    )
+
+
 # -- the async producer -----------------------------------------------------------------------------------
 
 
@@ -349,7 +455,11 @@ async def _produce(
                 if params.top_logprobs > 0 and ref_gen.listings is not None and not shared.forcing_off:
                     try:
                         async with cand_sem:
-                            result.forced = await score_reference_text(session, candidate, params, ref_gen)
+                            result.forced = await teacher_force(
+                                session, candidate, params, ref_gen, job.messages
+                            )
+                    except TeacherForcingMismatch as exc:
+                        result.forcing_note = str(exc)
                     except TeacherForcingUnavailable as exc:
                         shared.forcing_off = True
                         shared.forcing_note = str(exc)
@@ -393,6 +503,8 @@ def sample_from_result(run: EvalRun, result: CaseResult) -> EvalSample:
         match_rule=job.match_rule,
         candidate_scored_reference=result.forced,
     )
+    if result.forcing_note and result.forced is None:
+        score["kl_note"] = result.forcing_note  # why this sample's KL is the free-running one
     per_position: list[float] = []
     if score["kl_positions"]:
         # score_sample keeps only the sums; the per-position KL is kept for the side-by-side view.
@@ -469,11 +581,18 @@ def run_summary(run: EvalRun) -> dict[str, Any]:
 
 
 def side_endpoint(run: EvalRun, side: str) -> Endpoint:
-    """Where a side is reached now: its deployment resolved afresh (a new key per launch), or its URL."""
+    """Where a side is reached now: its deployment resolved afresh (a new key per launch), or its URL.
+
+    A deployment of a GGUF version also brings that file's chat template (teacher forcing by text).
+    """
     deployment_id = getattr(run, f"{side}_deployment_id")
-    if deployment_id is not None:
-        return deployment_endpoint(deployment_id)
-    return Endpoint(base_url=getattr(run, f"{side}_base_url"), model=getattr(run, f"{side}_model"))
+    if deployment_id is None:
+        return Endpoint(base_url=getattr(run, f"{side}_base_url"), model=getattr(run, f"{side}_model"))
+    endpoint = deployment_endpoint(deployment_id)
+    version = ModelVersion.objects.filter(pk=endpoint.info.get("model_version_id") or 0).first()
+    if endpoint.chat_template is None and version is not None and version.source_kind == SourceKind.GGUF:
+        endpoint = dataclasses.replace(endpoint, chat_template=gguf_chat_template(version.source_path))
+    return endpoint
 
 
 def _push(run: EvalRun, **extra: Any) -> None:
@@ -583,6 +702,8 @@ def _execute(run_id: int, lock: Any, after_sample: Callable[[EvalSample], None] 
         finally:
             shared.results.put(None)
 
+    # Resolving the sides can take a while (a GGUF's chat template is read once per file): renew first.
+    lock.reacquire()
     thread = threading.Thread(target=produce, name=f"eval-run-{run_id}", daemon=True)
     thread.start()
     cancelled = False

@@ -4,6 +4,11 @@ Its settings are pydantic fields turned into `--snake_case` flags (llama_cpp/ser
 It has no /health and no /metrics. /v1/models waits on the model lock while a completion runs, so
 it cannot be the liveness probe (a busy engine would look dead); FastAPI's /docs page is served by
 the event loop without that lock and answers while the model is busy.
+
+By default the server ends a streamed completion early (a bare `[DONE]`, no error) as soon as another
+request waits for the model: the supervisor's /v1/models probe, or a second client, would silently cut
+answers short (an evaluation run then scores truncated text). `--interrupt_requests false` makes the
+other request wait instead.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ def build_argv(spec: EngineSpec) -> list[str]:
         spec.api_key,
         "--n_ctx",
         str(spec.max_model_len),
+        "--interrupt_requests",
+        "false",
     ]
     if spec.max_num_batched_tokens is not None:
         argv += ["--n_batch", str(spec.max_num_batched_tokens)]

