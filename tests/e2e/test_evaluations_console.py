@@ -1,7 +1,8 @@
 """In the browser, an evaluator uploads a bad suite (refused with line-numbered problems, nothing imported),
 then a good one, edits a case of the draft, starts a run of a quantized candidate against its lineage
 parent (two keyed simulator engines deployed in the fleet) from the New run form, watches it progress live
-and finish in the runs list with its accuracy and flips, and opens the run's page. A viewer sees the same
+and finish in the runs list with its accuracy and flips, opens the run's page, marks a sample with the
+keyboard and signs the run off. A viewer sees the same
 pages without a write action; an evaluator cancels a run from the list."""
 
 from __future__ import annotations
@@ -23,7 +24,15 @@ from django.conf import settings
 from playwright.sync_api import expect
 
 from console.models import User
-from models_registry.evaluation.models import EvalCase, EvalRun, EvalSuite, RunState
+from core.models import AuditEvent
+from models_registry.evaluation.models import (
+    EvalCase,
+    EvalReview,
+    EvalRun,
+    EvalSuite,
+    EvalVerdict,
+    RunState,
+)
 from models_registry.evaluation.suites import import_jsonl
 from models_registry.models import Model, ModelVersion
 from nodes.lifecycle import engine_api_key
@@ -288,6 +297,29 @@ def test_upload_suites_then_run_a_candidate_against_its_parent(
     page.get_by_role("link", name="Evaluations").click()
     page.get_by_test_id(f"run-link-{run.pk}").click()
     expect(page).to_have_url(re.compile(rf"/evaluations/runs/{run.pk}$"))
+
+    # Review the run just made, with the keyboard: j moves to the second sample, 2 marks it acceptable.
+    first, second = run.samples.order_by("position")[:2]
+    view = page.get_by_test_id("sample-view")
+    expect(view).to_have_attribute("data-sample", str(first.pk))
+    page.keyboard.press("j")
+    expect(view).to_have_attribute("data-sample", str(second.pk))
+    page.keyboard.press("2")
+    expect(view.get_by_test_id("sample-mark")).to_have_attribute("data-mark", "acceptable")
+    expect(page.get_by_test_id("mark-counts")).to_contain_text("1 acceptable")
+    assert EvalReview.objects.get(sample=second).mark == "acceptable"
+
+    # And sign it off: the verdict is stored, audited and shown.
+    page.get_by_label("Verdict comment").fill("Drift within budget for this suite.")
+    page.get_by_role("button", name="Accept run").click()
+    expect(page.get_by_test_id("verdict-current")).to_have_attribute("data-decision", "accept")
+    verdict = EvalVerdict.objects.get(run=run, superseded_at__isnull=True)
+    assert verdict.decision == "accept"
+    assert verdict.candidate_version_id == run.candidate_info["model_version_id"]
+    assert AuditEvent.objects.filter(
+        object_type="models_registry.evalrun", object_id=str(run.pk), after__verdict="accept"
+    ).exists()
+    screenshot(page, "evaluations-run-signed")
 
 
 def test_viewers_read_and_evaluators_cancel(
