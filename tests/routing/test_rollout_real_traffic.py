@@ -23,6 +23,7 @@ import pytest
 from models_registry.models import ModelAlias, ModelVersion
 from routing.models import RequestLog, Rollout, RoutePolicy, RoutePool
 from routing.rollouts import services
+from routing.rollouts.history import format_history
 from routing.tasks import evaluate_rollouts_task
 from tests.routing.conftest import Proc, make_tenant_key
 from tests.routing.fleet import FleetMember, ensure_alias, start_member
@@ -159,6 +160,7 @@ def test_a_healthy_candidate_advances_to_100_and_becomes_the_active_version(live
     rollout.refresh_from_db()
     assert (rollout.state, rollout.share) == ("promoted", 100.0)
     assert [d.action for d in rollout.decisions.all()] == ["start", "advance", "promote"]
+    print(format_history(rollout))  # what `manage.py rollout_history` prints, for a run with -s
     live.alias.refresh_from_db()
     assert live.alias.active_version == live.v2
 
