@@ -296,8 +296,15 @@ class ShadowPair(models.Model):
     first_divergence = models.IntegerField(null=True, blank=True)
     chrf = models.FloatField(null=True, blank=True)
     scores = models.JSONField(default=dict, blank=True)
+    # A reviewer's mark (models_registry.evaluation.models.SampleMark values; empty: unmarked), and who
+    # gave it when (routing.rollouts.review). The name is kept beside the user, who may be deleted.
     mark = models.CharField(max_length=16, blank=True, default="")
     comment = models.TextField(blank=True, default="")
+    marked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    marked_by_name = models.CharField(max_length=150, blank=True, default="")
+    marked_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -16,6 +16,7 @@ import { DeploymentDetailPage } from "./pages/nodes/DeploymentDetailPage";
 import { NodesPage } from "./pages/nodes/NodesPage";
 import { RequestLogPage } from "./pages/requests/RequestLogPage";
 import { RolloutsPage } from "./pages/rollouts/RolloutsPage";
+import { ShadowPairsPage } from "./pages/rollouts/ShadowPairsPage";
 import { RoutingPage } from "./pages/routing/RoutingPage";
 import { TenantDetailPage } from "./pages/tenants/TenantDetailPage";
 import { TenantsPage } from "./pages/tenants/TenantsPage";
@@ -39,6 +40,7 @@ export const routes: ConsoleRoute[] = [
   { path: "models/fit", element: <FitCalculatorPage /> },
   { path: "routing", element: <RoutingPage />, nav: { label: "Routing", section: "Fleet" } },
   { path: "rollouts", element: <RolloutsPage />, nav: { label: "Rollouts", section: "Fleet" } },
+  { path: "rollouts/shadow/:alias", element: <ShadowPairsPage /> },
   { path: "tenants", element: <TenantsPage />, nav: { label: "Tenants", section: "Access" } },
   { path: "tenants/:id", element: <TenantDetailPage /> },
   { path: "evaluations", element: <RunsPage />, nav: { label: "Evaluations", section: "Quality" } },

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from routing.api import rollouts, views
+from routing.api import rollouts, shadow_pairs, views
 
 router = DefaultRouter()
 router.register("route-pools", views.RoutePoolViewSet, basename="routepool")
@@ -11,6 +11,7 @@ router.register("route-policies", views.RoutePolicyViewSet, basename="routepolic
 router.register("request-log", views.RequestLogViewSet, basename="requestlog")
 router.register("rollouts", rollouts.RolloutViewSet, basename="rollout")
 router.register("shadow-configs", rollouts.ShadowConfigViewSet, basename="shadowconfig")
+router.register("shadow-pairs", shadow_pairs.ShadowPairViewSet, basename="shadowpair")
 
 urlpatterns = [
     path("routing/usage/", views.usage, name="routing-usage"),

@@ -11,7 +11,7 @@ from django.utils import timezone
 from models_registry.evaluation.models import EvalRun, EvalSuite, EvalSuiteVersion, EvalVerdict
 from models_registry.models import ModelAlias, ModelVersion
 from nodes.models import Deployment, Host
-from routing.models import RequestLog
+from routing.models import RequestLog, ShadowPair
 from tests.routing.fleet import ensure_alias
 
 
@@ -112,4 +112,46 @@ def completed_run(version: ModelVersion, **summary: object) -> EvalRun:
         state="completed",
         finished_at=timezone.now(),
         summary=summary,
+    )
+
+
+def shadow_pair(
+    alias: ModelAlias,
+    primary: ModelVersion,
+    candidate: ModelVersion,
+    primary_output: str,
+    candidate_output: str,
+    *,
+    prompt: str = "Say something.",
+    error: str = "",
+    at: dt.datetime | None = None,
+    alias_name: str = "",
+) -> ShadowPair:
+    """A ShadowPair row as the proxy's pair writer stores it: scored when the candidate answered."""
+    from routing.proxy.shadow import score_pair
+
+    scores = score_pair(primary_output, candidate_output) if not error else {}
+    return ShadowPair.objects.create(
+        created_at=at or timezone.now(),
+        request_id=secrets.token_hex(8),
+        alias=alias_name or alias.name,
+        tenant_id=None,
+        endpoint_kind="chat",
+        primary_version_id=primary.pk,
+        candidate_version_id=candidate.pk,
+        request={
+            "model": alias_name or alias.name,
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": 32,
+        },
+        primary_output=primary_output,
+        candidate_output="" if error else candidate_output,
+        primary_latency_ms=120.0,
+        candidate_latency_ms=None if error else 150.0,
+        candidate_status=500 if error else 200,
+        candidate_error=error,
+        exact_match=scores.get("exact_match"),
+        first_divergence=scores.get("first_divergence"),
+        chrf=scores.get("chrf"),
+        scores=scores,
     )

@@ -1391,6 +1391,70 @@ export interface paths {
         patch: operations["shadow_configs_partial_update"];
         trace?: never;
     };
+    "/api/shadow-pairs/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * @description Mirrored pairs, newest first: filter by alias, candidate, differs, failed, marked; order by
+         *     created_at or chrf (lowest first: the most different).
+         */
+        get: operations["shadow_pairs_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/shadow-pairs/{id}/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * @description Mirrored pairs, newest first: filter by alias, candidate, differs, failed, marked; order by
+         *     created_at or chrf (lowest first: the most different).
+         */
+        get: operations["shadow_pairs_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/shadow-pairs/{id}/mark/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * @description Mark the pair same / acceptable / regression with a comment (replacing its mark), or DELETE
+         *     the mark. Answers the pair.
+         */
+        post: operations["shadow_pairs_mark_create"];
+        /**
+         * @description Mark the pair same / acceptable / regression with a comment (replacing its mark), or DELETE
+         *     the mark. Answers the pair.
+         */
+        delete: operations["shadow_pairs_mark_destroy"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/telemetry/history/": {
         parameters: {
             query?: never;
@@ -2634,6 +2698,21 @@ export interface components {
             previous?: string | null;
             results: components["schemas"]["ShadowConfig"][];
         };
+        PaginatedShadowPairList: {
+            /** @example 123 */
+            count: number;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=400&limit=100
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=200&limit=100
+             */
+            previous?: string | null;
+            results: components["schemas"]["ShadowPair"][];
+        };
         PaginatedTenantList: {
             /** @example 123 */
             count: number;
@@ -2678,6 +2757,12 @@ export interface components {
              */
             previous?: string | null;
             results: components["schemas"]["VerificationRun"][];
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        PairMarkRequest: {
+            mark: components["schemas"]["MarkEnum"];
+            /** @default  */
+            comment: string;
         };
         /** @description A key as listed and edited: never the secret, never the hash. */
         PatchedApiKeyRequest: {
@@ -3377,6 +3462,45 @@ export interface components {
             max_inflight?: number;
             /** Format: double */
             timeout_s?: number;
+        };
+        ShadowPair: {
+            readonly id: number;
+            /** Format: date-time */
+            readonly created_at: string;
+            readonly request_id: string;
+            readonly alias: string;
+            readonly tenant_id: number | null;
+            readonly endpoint_kind: string;
+            readonly primary_version_id: number | null;
+            readonly primary_version_label: string;
+            readonly candidate_version_id: number | null;
+            readonly candidate_version_label: string;
+            readonly prompt: string | null;
+            readonly messages: ({
+                role?: string;
+                content?: unknown;
+            } & {
+                [key: string]: unknown;
+            })[] | null;
+            readonly request: unknown;
+            readonly primary_output: string;
+            readonly candidate_output: string;
+            /** Format: double */
+            readonly primary_latency_ms: number | null;
+            /** Format: double */
+            readonly candidate_latency_ms: number | null;
+            readonly candidate_status: number | null;
+            readonly candidate_error: string;
+            readonly exact_match: boolean | null;
+            readonly first_divergence: number | null;
+            /** Format: double */
+            readonly chrf: number | null;
+            readonly scores: unknown;
+            readonly mark: string;
+            readonly comment: string;
+            readonly marked_by_name: string;
+            /** Format: date-time */
+            readonly marked_at: string | null;
         };
         /** @description What stood behind a side when the run was created (a deployment's facts; a base URL's alone). */
         SideInfo: {
@@ -6948,6 +7072,133 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ShadowConfig"];
+                };
+            };
+        };
+    };
+    shadow_pairs_list: {
+        parameters: {
+            query?: {
+                /** @description the alias's name */
+                alias?: string;
+                candidate_version?: number;
+                /**
+                 * @description only pairs whose two answers differ (or are the same)
+                 *
+                 *     * `true` - true
+                 *     * `false` - false
+                 */
+                differs?: "false" | "true";
+                /**
+                 * @description only pairs whose candidate failed (or answered)
+                 *
+                 *     * `true` - true
+                 *     * `false` - false
+                 */
+                failed?: "false" | "true";
+                /** @description Number of results to return per page. */
+                limit?: number;
+                /**
+                 * @description by review mark: any, none, or one mark
+                 *
+                 *     * `any` - any
+                 *     * `none` - none
+                 *     * `same` - same
+                 *     * `acceptable` - acceptable
+                 *     * `regression` - regression
+                 */
+                marked?: "acceptable" | "any" | "none" | "regression" | "same";
+                /** @description The initial index from which to return the results. */
+                offset?: number;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                /** @description A search term. */
+                search?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedShadowPairList"];
+                };
+            };
+        };
+    };
+    shadow_pairs_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this shadow pair. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ShadowPair"];
+                };
+            };
+        };
+    };
+    shadow_pairs_mark_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this shadow pair. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PairMarkRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["PairMarkRequest"];
+                "multipart/form-data": components["schemas"]["PairMarkRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ShadowPair"];
+                };
+            };
+        };
+    };
+    shadow_pairs_mark_destroy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this shadow pair. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ShadowPair"];
                 };
             };
         };

@@ -97,6 +97,8 @@ export type VersionShare = Schemas["VersionShare"];
 export type AliasServing = Schemas["AliasServing"];
 export type ShadowConfig = Schemas["ShadowConfig"];
 export type ShadowConfigRequest = Schemas["ShadowConfigRequest"];
+export type ShadowPair = Schemas["ShadowPair"];
+export type ShadowPairPage = Schemas["PaginatedShadowPairList"];
 
 /** DRF's LimitOffsetPagination envelope (the generated `Paginated…List` types), for any list endpoint. */
 export type Page<T> = Omit<Schemas["PaginatedTenantList"], "results"> & { results: T[] };

@@ -22,9 +22,10 @@ import {
   formatPoints,
   formatRate,
   klModeLabel,
-  reviewKey,
 } from "./review";
 import { SampleSideBySide } from "./SampleSideBySide";
+import { sampleItem } from "./sideBySide";
+import { useReviewKeys } from "./useReviewKeys";
 
 const PAGE_SIZE = 25;
 const FILTERS = ["differs", "flipped", "tag", "marked", "errors", "order"] as const;
@@ -462,26 +463,11 @@ function SamplesCard({ run, samples, loading, error, onRetry, offset, query, can
     [run.id, comment, onMarked],
   );
 
-  // The key listener is added once and reads the latest state here, so a key pressed right after another
-  // (j then 3) acts on what the first one selected.
-  const keyState = useRef({ move, save, canReview, current, saving });
-  keyState.current = { move, save, canReview, current, saving };
-  useEffect(() => {
-    const onKey = (event: KeyboardEvent) => {
-      const key = reviewKey(event);
-      if (!key) return;
-      const state = keyState.current;
-      if (key.kind === "next" || key.kind === "previous") {
-        event.preventDefault();
-        state.move(key.kind === "next" ? 1 : -1);
-      } else if (state.canReview && state.current && !state.current.error && !state.saving) {
-        event.preventDefault();
-        void state.save(state.current, key.mark);
-      }
-    };
-    window.addEventListener("keydown", onKey);
-    return () => window.removeEventListener("keydown", onKey);
-  }, []);
+  useReviewKeys({
+    move,
+    mark: (mark) => current && void save(current, mark),
+    canMark: canReview && !!current && !current.error && !saving,
+  });
 
   const filter = (name: string) => query.get(name);
   // Tags offered: those of the rows shown, and the one filtered on.
@@ -586,7 +572,7 @@ function SamplesCard({ run, samples, loading, error, onRetry, offset, query, can
         />
         {current ? (
           <SampleSideBySide
-            sample={current}
+            item={sampleItem(current)}
             canReview={canReview}
             comment={comment}
             onComment={setComment}

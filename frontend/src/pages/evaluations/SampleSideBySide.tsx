@@ -1,12 +1,14 @@
-// One sample of a run side by side: the word diff of the two outputs, each side's tokens shaded by how
-// likely that side found them with the first divergence marked, the sample's metrics, and its review mark.
-import type { EvalSample, SampleMark } from "../../api/types";
+// One item side by side: an offline run's sample or a shadow pair (sideBySide.ts maps both to one shape).
+// The word diff of the two outputs, each side's tokens (shaded by how likely that side found them, where
+// logprobs were recorded) with the first divergence marked, the metrics the item has, and its review mark.
+import type { SampleMark } from "../../api/types";
 import { StatusBadge } from "../../components/StatusBadge";
 import { formatDateTime } from "../../format";
 import { MARKS, flipLabel, formatFixed, formatMs, klModeLabel, tokenShade, wordDiff } from "./review";
+import type { SideBySideItem, SideView } from "./sideBySide";
 
 interface Props {
-  sample: EvalSample;
+  item: SideBySideItem;
   canReview: boolean;
   comment: string;
   onComment: (comment: string) => void;
@@ -16,14 +18,18 @@ interface Props {
   error: string | null;
 }
 
-export function SampleSideBySide({ sample, canReview, comment, onComment, onMark, onClear, saving, error }: Props) {
-  const s = sample;
-  const divergence = s.first_divergence;
+export function SampleSideBySide({ item, canReview, comment, onComment, onMark, onClear, saving, error }: Props) {
+  const s = item;
+  const divergence = s.firstDivergence;
+  const { primary: primaryLabel, candidate: candidateLabel } = s.labels;
+  const lower = (label: string) => label.toLowerCase();
+  const shaded = s.primary.logprobs.length > 0 || s.candidate.logprobs.length > 0;
+  const sequences = s.unit === "token" ? "token sequences" : "texts";
   return (
     <div className="sample-view" data-testid="sample-view" data-sample={s.id}>
       <div className="sample-head">
         <div>
-          <strong data-testid="sample-case">{s.case_key}</strong> <span className="muted">#{s.position + 1}</span>{" "}
+          <strong data-testid="sample-case">{s.title}</strong> <span className="muted">{s.subtitle}</span>{" "}
           {s.tags.map((tag) => (
             <span key={tag} className="tag">
               {tag}
@@ -33,7 +39,9 @@ export function SampleSideBySide({ sample, canReview, comment, onComment, onMark
         <div className="sample-badges">
           {s.error ? (
             <StatusBadge status="error" label="request failed" />
-          ) : s.exact_match ? (
+          ) : s.candidateError ? (
+            <StatusBadge status="error" label={`${lower(candidateLabel)} failed`} />
+          ) : s.exactMatch ? (
             <StatusBadge status="same" tone="ok" label="identical outputs" />
           ) : (
             <StatusBadge status="differs" tone="warn" label="outputs differ" />
@@ -47,7 +55,7 @@ export function SampleSideBySide({ sample, canReview, comment, onComment, onMark
         <pre className="sample-text">{s.messages ? JSON.stringify(s.messages, null, 2) : s.prompt}</pre>
         {s.expected !== null && (
           <div className="muted">
-            Expected <code>{s.expected}</code> ({s.match_rule})
+            Expected <code>{s.expected.text}</code> ({s.expected.rule})
           </div>
         )}
       </div>
@@ -56,78 +64,87 @@ export function SampleSideBySide({ sample, canReview, comment, onComment, onMark
         <div className="notice notice-bad">{s.error}</div>
       ) : (
         <>
-          <div className="sample-diff" data-testid="word-diff">
-            <div className="muted sample-label">
-              Word diff, reference → candidate: <del className="diff-del">only in the reference</del>{" "}
-              <ins className="diff-ins">only in the candidate</ins>
+          {s.candidateError && (
+            <div className="notice notice-bad" data-testid="candidate-error">
+              {candidateLabel} failed: {s.candidateError}
             </div>
-            <p className="sample-text" data-testid="word-diff-text">
-              {wordDiff(s.reference_output, s.candidate_output).map((part, index) =>
-                part.kind === "removed" ? (
-                  <del key={index} className="diff-del">
-                    {part.text}
-                  </del>
-                ) : part.kind === "added" ? (
-                  <ins key={index} className="diff-ins">
-                    {part.text}
-                  </ins>
-                ) : (
-                  <span key={index}>{part.text}</span>
-                ),
-              )}
-            </p>
-          </div>
+          )}
+          {!s.candidateError && (
+            <div className="sample-diff" data-testid="word-diff">
+              <div className="muted sample-label">
+                Word diff, {lower(primaryLabel)} → {lower(candidateLabel)}: <del className="diff-del">only in the {lower(primaryLabel)}</del>{" "}
+                <ins className="diff-ins">only in the {lower(candidateLabel)}</ins>
+              </div>
+              <p className="sample-text" data-testid="word-diff-text">
+                {wordDiff(s.primary.output, s.candidate.output).map((part, index) =>
+                  part.kind === "removed" ? (
+                    <del key={index} className="diff-del">
+                      {part.text}
+                    </del>
+                  ) : part.kind === "added" ? (
+                    <ins key={index} className="diff-ins">
+                      {part.text}
+                    </ins>
+                  ) : (
+                    <span key={index}>{part.text}</span>
+                  ),
+                )}
+              </p>
+            </div>
+          )}
           <div className="grid-2 sample-sides">
-            <Side
-              title="Reference"
-              testId="reference-tokens"
-              correct={s.reference_correct}
-              tokens={s.reference_tokens}
-              logprobs={s.reference_token_logprobs}
-              kl={s.position_kl}
-              divergence={divergence}
-              text={s.reference_output}
-            />
-            <Side
-              title="Candidate"
-              testId="candidate-tokens"
-              correct={s.candidate_correct}
-              tokens={s.candidate_tokens}
-              logprobs={s.candidate_token_logprobs}
-              kl={null}
-              divergence={divergence}
-              text={s.candidate_output}
-            />
+            <Side title={primaryLabel} testId="reference-tokens" side={s.primary} divergence={divergence} unit={s.unit} />
+            <Side title={candidateLabel} testId="candidate-tokens" side={s.candidate} divergence={divergence} unit={s.unit} />
           </div>
           <p className="muted sample-legend">
-            Shading: the darker a token, the less likely its own side found it (1 − p).{" "}
-            {divergence === null ? (
-              "The two token sequences are equal."
+            {shaded ? "Shading: the darker a token, the less likely its own side found it (1 − p). " : s.unit === "word" ? "No token probabilities for live traffic: nothing is shaded. " : ""}
+            {s.candidateError ? null : divergence === null ? (
+              `The two ${sequences} are equal.`
             ) : (
               <>
-                <span className="divergence-mark">▍</span> marks where they part: token {divergence}; the tokens after it are underlined.
+                <span className="divergence-mark">▍</span> marks where they part: {s.unit} {divergence}; the {s.unit}s after it are underlined.
               </>
             )}
           </p>
           <dl className="props sample-metrics" data-testid="sample-metrics">
             <dt>First divergence</dt>
-            <dd>{divergence ?? "none"}</dd>
-            <dt>Token agreement</dt>
-            <dd>{formatFixed(s.token_agreement)}</dd>
+            <dd>
+              {divergence ?? "none"}
+              {divergence !== null && s.unit === "word" && <span className="muted"> (word)</span>}
+            </dd>
+            {s.tokenAgreement !== undefined && (
+              <>
+                <dt>{s.unit === "word" ? "Word agreement" : "Token agreement"}</dt>
+                <dd>{formatFixed(s.tokenAgreement)}</dd>
+              </>
+            )}
             <dt>chrF</dt>
             <dd>{formatFixed(s.chrf, 1)}</dd>
-            <dt>Mean KL</dt>
-            <dd>
-              {formatFixed(s.mean_kl, 4)} nats {s.kl_mode && <span className="muted">({klModeLabel(s.kl_mode)}; max {formatFixed(s.max_kl, 4)})</span>}
-            </dd>
-            <dt>Top-1 agreement</dt>
-            <dd>{formatFixed(s.top1_agreement)}</dd>
+            {s.kl && (
+              <>
+                <dt>Mean KL</dt>
+                <dd>
+                  {formatFixed(s.kl.mean, 4)} nats {s.kl.mode && <span className="muted">({klModeLabel(s.kl.mode)}; max {formatFixed(s.kl.max, 4)})</span>}
+                </dd>
+              </>
+            )}
+            {s.top1Agreement !== undefined && (
+              <>
+                <dt>Top-1 agreement</dt>
+                <dd>{formatFixed(s.top1Agreement)}</dd>
+              </>
+            )}
             <dt>Latency</dt>
-            <dd title="reference → candidate">
-              {formatMs(s.reference_latency_ms)} → {formatMs(s.candidate_latency_ms)}{" "}
-              <span className="muted">
-                (TTFT {formatMs(s.reference_ttft_ms)} → {formatMs(s.candidate_ttft_ms)})
-              </span>
+            <dd title={`${lower(primaryLabel)} → ${lower(candidateLabel)}`} data-testid="sample-latency">
+              {formatMs(s.primary.latencyMs)} → {formatMs(s.candidate.latencyMs)}
+              {s.primary.ttftMs !== undefined && (
+                <>
+                  {" "}
+                  <span className="muted">
+                    (TTFT {formatMs(s.primary.ttftMs)} → {formatMs(s.candidate.ttftMs)})
+                  </span>
+                </>
+              )}
             </dd>
           </dl>
         </>
@@ -140,7 +157,7 @@ export function SampleSideBySide({ sample, canReview, comment, onComment, onMark
             <span data-testid="sample-mark" data-mark={s.review.mark}>
               <StatusBadge status={s.review.mark} tone={MARKS.find((m) => m.value === s.review?.mark)?.tone} />{" "}
               <span className="muted">
-                by {s.review.marked_by_name}, {formatDateTime(s.review.marked_at)}
+                by {s.review.markedBy}, {formatDateTime(s.review.markedAt)}
               </span>
             </span>
           ) : (
@@ -190,15 +207,13 @@ export function SampleSideBySide({ sample, canReview, comment, onComment, onMark
 interface SideProps {
   title: string;
   testId: string;
-  correct: boolean | null;
-  tokens: string[];
-  logprobs: number[];
-  kl: number[] | null;
+  side: SideView;
   divergence: number | null;
-  text: string;
+  unit: "token" | "word";
 }
 
-function Side({ title, testId, correct, tokens, logprobs, kl, divergence, text }: SideProps) {
+function Side({ title, testId, side, divergence, unit }: SideProps) {
+  const { tokens, logprobs, kl, correct, output } = side;
   return (
     <div className="sample-side">
       <div className="sample-label">
@@ -207,11 +222,11 @@ function Side({ title, testId, correct, tokens, logprobs, kl, divergence, text }
       </div>
       <p className="sample-text tokens" data-testid={testId}>
         {tokens.length === 0
-          ? text
+          ? output
           : tokens.map((token, index) => {
               const logprob = logprobs[index];
               const title = [
-                `token ${index}`,
+                `${unit} ${index}`,
                 logprob === undefined ? null : `logprob ${logprob.toFixed(3)} (p ${Math.exp(logprob).toFixed(3)})`,
                 kl && kl[index] !== undefined ? `KL ${kl[index].toFixed(4)}` : null,
               ]
@@ -221,7 +236,7 @@ function Side({ title, testId, correct, tokens, logprobs, kl, divergence, text }
               return (
                 <span key={index}>
                   {index === divergence && (
-                    <span className="divergence-mark" data-testid="divergence-mark" title={`First divergence: token ${index}`}>
+                    <span className="divergence-mark" data-testid="divergence-mark" title={`First divergence: ${unit} ${index}`}>
                       ▍
                     </span>
                   )}
@@ -232,7 +247,7 @@ function Side({ title, testId, correct, tokens, logprobs, kl, divergence, text }
               );
             })}
         {divergence !== null && divergence >= tokens.length && tokens.length > 0 && (
-          <span className="divergence-mark" data-testid="divergence-mark" title={`First divergence: token ${divergence} (this side ended)`}>
+          <span className="divergence-mark" data-testid="divergence-mark" title={`First divergence: ${unit} ${divergence} (this side ended)`}>
             ▍
           </span>
         )}

@@ -1,4 +1,5 @@
 import { useEffect, useMemo, useState, type FormEvent } from "react";
+import { Link } from "react-router-dom";
 import { api, errorMessage } from "../../api/client";
 import type {
   AliasServing,
@@ -452,6 +453,15 @@ function ShadowCard() {
           { header: "Mirrored", cell: (s) => formatShare(s.percent) },
           { header: "State", cell: (s) => <StatusBadge status={s.enabled ? "active" : "inactive"} /> },
           { header: "Max in flight", cell: (s) => s.max_inflight },
+          {
+            header: "Pairs",
+            cell: (s) => (
+              // Its own page; the row's click (an admin's edit) must not fire as well.
+              <Link to={`/rollouts/shadow/${encodeURIComponent(s.alias_name)}`} onClick={(e) => e.stopPropagation()} data-testid="shadow-pairs-link">
+                Review pairs
+              </Link>
+            ),
+          },
         ]}
       />
       {editing && (
