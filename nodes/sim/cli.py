@@ -230,6 +230,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="After N requests the engine stops stepping; /health still answers 200.",
     )
     sim.add_argument(
+        "--sim-engine-dead-after",
+        type=int,
+        default=None,
+        help="When request N+1 arrives the engine core dies: /health answers 503, requests 500.",
+    )
+    sim.add_argument(
         "--sim-startup-delay",
         type=float,
         default=0.0,

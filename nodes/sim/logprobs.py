@@ -19,6 +19,16 @@ from nodes.sim.engine import Sequence
 from nodes.sim.text import VOCAB, PromptTokenizer
 
 
+def whole_vocab(k: int) -> int:
+    """-1 asks for the whole vocabulary: the simulated model's is VOCAB (every other id has no mass)."""
+    return len(VOCAB) if k == -1 else k
+
+
+def token_name(idx: int, as_ids: bool) -> str:
+    """A vocabulary entry as logprobs name it; with return_tokens_as_token_ids, "token_id:N"."""
+    return f"token_id:{model.token_id(idx)}" if as_ids else VOCAB[idx]
+
+
 def _step(dist: model.Distribution, chosen: int, k: int) -> list[tuple[int, float]]:
     """vLLM's per-position dict as (vocab index, logprob) pairs: the sampled token, then the top-k."""
     out = [(chosen, dist.logprob(chosen))]
@@ -28,34 +38,43 @@ def _step(dist: model.Distribution, chosen: int, k: int) -> list[tuple[int, floa
     return out
 
 
-def chat_logprobs(seq: Sequence, start: int, end: int, k: int) -> dict[str, Any]:
+def chat_logprobs(seq: Sequence, start: int, end: int, k: int, as_ids: bool = False) -> dict[str, Any]:
+    k = whole_vocab(k)
     content = []
     for pos in range(start, end):
         tok = seq.out[pos]
         dist = model.distribution(seq.out_contexts[pos], seq.drift)
         step = _step(dist, tok, k)
-        piece = VOCAB[tok]
+        piece = token_name(tok, as_ids)
         content.append(
             {
                 "token": piece,
                 "logprob": step[0][1],
                 "bytes": list(piece.encode()),
                 "top_logprobs": [
-                    {"token": VOCAB[a], "logprob": lp, "bytes": list(VOCAB[a].encode())} for a, lp in step[:k]
+                    {
+                        "token": token_name(a, as_ids),
+                        "logprob": lp,
+                        "bytes": list(token_name(a, as_ids).encode()),
+                    }
+                    for a, lp in step[:k]
                 ],
             }
         )
     return {"content": content}
 
 
-def completion_logprobs(seq: Sequence, start: int, end: int, k: int, offset: int) -> dict[str, Any]:
+def completion_logprobs(
+    seq: Sequence, start: int, end: int, k: int, offset: int, as_ids: bool = False
+) -> dict[str, Any]:
+    k = whole_vocab(k)
     tokens, lps, tops, offsets = [], [], [], []
     for pos in range(start, end):
         tok = seq.out[pos]
         step = _step(model.distribution(seq.out_contexts[pos], seq.drift), tok, k)
-        tokens.append(VOCAB[tok])
+        tokens.append(token_name(tok, as_ids))
         lps.append(step[0][1])
-        tops.append({VOCAB[a]: lp for a, lp in step[: k + 1]})
+        tops.append({token_name(a, as_ids): lp for a, lp in step[: k + 1]})
         offsets.append(offset)
         offset += len(VOCAB[tok])
     return {"text_offset": offsets, "token_logprobs": lps, "tokens": tokens, "top_logprobs": tops}
@@ -66,6 +85,7 @@ def prompt_logprobs(
 ) -> list[dict[str, dict[str, Any]] | None]:
     """The model's view of a prompt, token by token (teacher forcing): what a drifted twin thinks of the
     reference's text is read here."""
+    k = whole_vocab(k)
     out: list[dict[str, dict[str, Any]] | None] = []
     for i, h in enumerate(model.contexts(ids)):
         if i == 0:

@@ -69,6 +69,18 @@ class EngineMetrics:
         self.num_waiting = gauge(
             "vllm:num_requests_waiting", "Number of requests waiting to be processed."
         ).labels(**lv)
+        by_reason = Gauge(
+            "vllm:num_requests_waiting_by_reason",
+            "Number of requests waiting, broken down by reason.",
+            [*LABELS, "reason"],
+            registry=r,
+            multiprocess_mode="mostrecent",
+        )
+        self.waiting_by_reason = {
+            reason: by_reason.labels(reason=reason, **lv) for reason in ("capacity", "deferred")
+        }
+        for g in self.waiting_by_reason.values():
+            g.set(0)
         self.kv_usage = gauge(
             "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."
         ).labels(**lv)
@@ -177,8 +189,11 @@ class EngineMetrics:
             registry=r,
             multiprocess_mode="mostrecent",
         )
-        for state in ("awake", "weights_offloaded", "discard_all"):
-            sleep.labels(sleep_state=state, **lv).set(1 if state == "awake" else 0)
+        self.sleep_state = {
+            state: sleep.labels(sleep_state=state, **lv)
+            for state in ("awake", "weights_offloaded", "discard_all")
+        }
+        self.set_sleep_state(0)
         info_labels = cache_config_labels(shape, enable_prefix_caching)
         info = Gauge(
             "vllm:cache_config_info",
@@ -188,6 +203,12 @@ class EngineMetrics:
             multiprocess_mode="mostrecent",
         )
         info.labels(engine="0", **info_labels).set(1)
+
+    def set_sleep_state(self, level: int) -> None:
+        """0 awake; 1 weights offloaded; 2 everything discarded (loggers.py, engine_sleep_state)."""
+        self.sleep_state["awake"].set(1 if level == 0 else 0)
+        self.sleep_state["weights_offloaded"].set(1 if level == 1 else 0)
+        self.sleep_state["discard_all"].set(1 if level >= 2 else 0)
 
     def record_prompt(self, total: int, cached: int, recomputed_last: bool) -> None:
         """PromptTokenStats of a request whose prefill finished: all its prompt tokens count in

@@ -82,6 +82,8 @@ def validator_error(message: str, param: str | None, body: object, value: object
     )
 
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+EMPTY_PROMPT = "Either prompt or prompt_embeds must be provided and non-empty."
 _MISSING = object()
 _PARSE = {
     int: ("int_parsing", "Input should be a valid integer, unable to parse string as an integer"),
@@ -166,6 +168,10 @@ class SamplingRequest:
     extra: dict[str, Any] = field(default_factory=dict)
     prompt_logprobs: int | None = None  # top-k per prompt token (vLLM extra parameter); None: not asked
     return_token_ids: bool = False  # vLLM extra parameter: token ids beside the text (streamed too)
+    logit_bias: dict[int, float] | None = None  # token ids checked against the vocabulary by the engine
+    allowed_token_ids: list[int] | None = None
+    return_tokens_as_token_ids: bool = False  # logprobs name tokens "token_id:N"
+    chat_echo: str = ""  # chat `echo`: the final assistant message's content, prefixed to the answer
 
 
 @dataclass
@@ -177,6 +183,8 @@ class ServingLimits:
     max_logprobs: int
     force_include_usage: bool = False
     tokenizer: text.PromptTokenizer = field(default_factory=text.PromptTokenizer)
+    return_tokens_as_token_ids: bool = False  # --return-tokens-as-token-ids
+    vocab_size: int = text.VOCAB_SIZE
 
 
 def check_model(body: dict[str, Any], limits: ServingLimits) -> str:
@@ -252,6 +260,16 @@ def _common(body: dict[str, Any], limits: ServingLimits, *, chat: bool) -> dict[
     frequency = _get(body, "frequency_penalty", (float,), 0.0)
     repetition = _get(body, "repetition_penalty", (float,), 1.0)
     seed = _get(body, "seed", (int,), None)
+    if seed is not None and not INT64_MIN <= seed <= INT64_MAX:
+        # Field(None, ge=_LONG_INFO.min, le=_LONG_INFO.max) (chat_completion/protocol.py:231).
+        bound, kind, word = (INT64_MAX, "less_than_equal", "less") if seed > 0 else (
+            INT64_MIN, "greater_than_equal", "greater")  # fmt: skip
+        raise body_error(
+            kind, "seed", f"Input should be {word} than or equal to {bound}", seed,
+            ctx={"le" if seed > 0 else "ge": bound},
+        )  # fmt: skip
+    logit_bias = _logit_bias(body)
+    allowed = _token_id_list(body, "allowed_token_ids")
     stream = bool(_get(body, "stream", (bool,), False))
     stream_options = _get(body, "stream_options", (dict,), None)
     ignore_eos = bool(_get(body, "ignore_eos", (bool,), False))
@@ -280,11 +298,14 @@ def _common(body: dict[str, Any], limits: ServingLimits, *, chat: bool) -> dict[
         "temperature": temperature, "top_p": top_p, "top_k": top_k, "min_p": min_p,
         "max_tokens": max_tokens, "min_tokens": min_tokens, "stop": stop,
     }  # fmt: skip
-    include_usage = limits.force_include_usage
-    continuous = False
-    if stream_options:
-        include_usage = include_usage or bool(stream_options.get("include_usage"))
-        continuous = bool(stream_options.get("continuous_usage_stats"))
+    # should_include_usage (serve/utils/api_utils.py:289-293): --enable-force-include-usage puts usage
+    # in every chunk; otherwise continuous usage needs include_usage too.
+    include_usage, continuous = False, False
+    if limits.force_include_usage:
+        include_usage, continuous = True, True
+    elif stream_options:
+        include_usage = bool(stream_options.get("include_usage"))
+        continuous = include_usage and bool(stream_options.get("continuous_usage_stats"))
     return {
         "n": n,
         "temperature": temperature,
@@ -298,6 +319,10 @@ def _common(body: dict[str, Any], limits: ServingLimits, *, chat: bool) -> dict[
         "max_tokens": max_tokens,
         "max_param": max_param,
         "sampling": sampling,
+        "logit_bias": logit_bias,
+        "allowed_token_ids": allowed,
+        "return_tokens_as_token_ids": bool(_get(body, "return_tokens_as_token_ids", (bool,), False))
+        or limits.return_tokens_as_token_ids,
     }
 
 
@@ -362,14 +387,6 @@ def _check_lengths(
                 "number of requested output tokens.",
                 count,
             )
-        if max_tokens is None and len(ids) >= mml:
-            raise validation_error(
-                None,
-                f"The decoder prompt (length {len(ids)}) plus the number of requested output tokens "
-                f"(at least 1) is longer than the maximum model length of {mml}. Make sure that "
-                "`max_model_len` is no smaller than the number of text tokens plus the number of requested "
-                "output tokens.",
-            )
 
 
 def parse_chat(body: Any, limits: ServingLimits) -> SamplingRequest:
@@ -378,6 +395,10 @@ def parse_chat(body: Any, limits: ServingLimits) -> SamplingRequest:
         raise body_error("model_attributes_type", "", "Input should be a valid dictionary or object", body)
     model = check_model(body, limits)
     messages, add_gen = messages_text(body)
+    continue_final = bool(_get(body, "continue_final_message", (bool,), False))
+    if continue_final and body.get("add_generation_prompt"):
+        both = "Cannot set both `continue_final_message` and `add_generation_prompt` to True."
+        raise body_error("value_error", "", f"Value error, {both}", body, ctx={"error": both})
     c = _common(body, limits, chat=True)
     logprobs = bool(_get(body, "logprobs", (bool,), False))
     top = _get(body, "top_logprobs", (int,), None)
@@ -391,16 +412,28 @@ def parse_chat(body: Any, limits: ServingLimits) -> SamplingRequest:
     if n_logprobs is not None and limits.max_logprobs != -1 and _all_vocab(n_logprobs) > limits.max_logprobs:
         raise validation_error(
             "logprobs",
-            f"Requested sample logprobs of {n_logprobs}, which is greater than max allowed: "
+            f"Requested sample logprobs of {_all_vocab(n_logprobs)}, which is greater than max allowed: "
             f"{limits.max_logprobs}",
-            n_logprobs,
+            _all_vocab(n_logprobs),
         )
     prompt_lp = _prompt_logprobs(body, limits)
     return_ids = bool(_get(body, "return_token_ids", (bool,), False))
-    prompt = text.render_chat(messages, add_gen)
+    if continue_final:
+        # The final (assistant) message stays open: the answer continues it (no end-of-turn token).
+        prompt = text.render_chat(messages, False)
+        if messages and prompt.endswith("<|eot_id|>"):
+            prompt = prompt[: -len("<|eot_id|>")]
+    else:
+        prompt = text.render_chat(messages, add_gen)
+    echo = ""
+    if _get(body, "echo", (bool,), False) and messages and messages[-1]["role"] == "assistant":
+        # chat_completion/serving.py: echo prefixes the last message when it has the response's role.
+        echo = messages[-1]["content"]
+    _check_chars(prompt, c["max_tokens"], limits)
     ids = limits.tokenizer.encode_rendered(prompt)
     prompts = [(ids, prompt)]
     _check_lengths(prompts, c["max_tokens"], limits, token_input=False)
+    c["logit_bias"] = convert_logit_bias(c["logit_bias"])
     verify_sampling(c["sampling"], n_logprobs)
     return SamplingRequest(
         model=model,
@@ -408,6 +441,7 @@ def parse_chat(body: Any, limits: ServingLimits) -> SamplingRequest:
         logprobs=n_logprobs,
         prompt_logprobs=prompt_lp,
         return_token_ids=return_ids,
+        chat_echo=echo,
         **_strip(c),
     )
 
@@ -417,25 +451,27 @@ def parse_completion(body: Any, limits: ServingLimits) -> SamplingRequest:
     if not isinstance(body, dict):
         raise body_error("model_attributes_type", "", "Input should be a valid dictionary or object", body)
     model = check_model(body, limits)
-    if "prompt" not in body or body["prompt"] is None:
-        raise body_error("missing", "prompt", "Field required", body)
-    raw = body["prompt"]
+    raw = body.get("prompt")
+    if raw is None or (isinstance(raw, (str, list)) and len(raw) == 0):
+        # CompletionRequest's model validator (completion/protocol.py:560-572): `prompt` is optional
+        # (prompt_embeds is the alternative) but one of them must be non-empty.
+        raise body_error("value_error", "", f"Value error, {EMPTY_PROMPT}", body, ctx={"error": EMPTY_PROMPT})
     token_input = False
-    prompts: list[tuple[list[int], str]] = []
+    texts: list[str] = []
+    token_prompts: list[list[int]] = []
     if isinstance(raw, str):
-        prompts = [(limits.tokenizer.encode_prompt(raw), raw)]
-    elif isinstance(raw, list) and raw and all(isinstance(p, str) for p in raw):
-        prompts = [(limits.tokenizer.encode_prompt(p), p) for p in raw]
-    elif isinstance(raw, list) and raw and all(isinstance(t, int) and not isinstance(t, bool) for t in raw):
-        prompts = [(list(raw), limits.tokenizer.decode(raw))]
+        texts = [raw]
+    elif isinstance(raw, list) and all(isinstance(p, str) for p in raw):
+        texts = list(raw)
+    elif isinstance(raw, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in raw):
+        token_prompts = [list(raw)]
         token_input = True
     elif (
         isinstance(raw, list)
-        and raw
         and all(isinstance(p, list) and p for p in raw)
         and all(isinstance(t, int) and not isinstance(t, bool) for p in raw for t in p)
     ):
-        prompts = [(list(p), limits.tokenizer.decode(p)) for p in raw]
+        token_prompts = [list(p) for p in raw]
         token_input = True
     else:
         raise validation_error(
@@ -448,13 +484,21 @@ def parse_completion(body: Any, limits: ServingLimits) -> SamplingRequest:
     if lp is not None and limits.max_logprobs != -1 and _all_vocab(lp) > limits.max_logprobs:
         raise validation_error(
             "logprobs",
-            f"Requested sample logprobs of {lp}, which is greater than max allowed: {limits.max_logprobs}",
-            lp,
+            f"Requested sample logprobs of {_all_vocab(lp)}, which is greater than max allowed: "
+            f"{limits.max_logprobs}",
+            _all_vocab(lp),
         )
     prompt_lp = _prompt_logprobs(body, limits)
     return_ids = bool(_get(body, "return_token_ids", (bool,), False))
     echo = bool(_get(body, "echo", (bool,), False))
+    prompts: list[tuple[list[int], str]] = []
+    for t in texts:
+        _check_chars(t, c["max_tokens"], limits)
+        prompts.append((limits.tokenizer.encode_prompt(t), t))
+    for ids in token_prompts:
+        prompts.append((ids, limits.tokenizer.decode(ids)))
     _check_lengths(prompts, c["max_tokens"], limits, token_input=token_input)
+    c["logit_bias"] = convert_logit_bias(c["logit_bias"])
     verify_sampling(c["sampling"], lp)
     return SamplingRequest(
         model=model,
@@ -498,3 +542,115 @@ def _all_vocab(n: int) -> int:
 
 def _strip(c: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in c.items() if k not in ("max_param", "sampling")}
+
+
+def _logit_bias(body: dict[str, Any]) -> dict[str, float] | None:
+    """The pydantic side of `logit_bias: dict[str, float] | None`: values must be numbers (numeric
+    strings pass, lax mode); the keys are checked later, by SamplingParams.from_optional."""
+    raw = body.get("logit_bias")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise body_error("dict_type", "logit_bias", "Input should be a valid dictionary", raw)
+    out: dict[str, float] = {}
+    for key, value in raw.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise body_error("float_type", f"logit_bias.{key}", "Input should be a valid number", value)
+        try:
+            out[key] = float(value)
+        except ValueError:
+            raise body_error(_PARSE[float][0], f"logit_bias.{key}", _PARSE[float][1], value) from None
+    return out
+
+
+def convert_logit_bias(raw: dict[str, float] | None) -> dict[int, float] | None:
+    """SamplingParams.from_optional (sampling_params.py:418-443): keys to int token ids (a key int()
+    refuses is a 400 naming every such key), biases clamped to [-100, 100]."""
+    if raw is None:
+        return None
+    out: dict[int, float] = {}
+    invalid: list[str] = []
+    for key, bias in raw.items():
+        try:
+            out[int(key)] = min(100.0, max(-100.0, bias))
+        except ValueError:
+            invalid.append(key)
+    if invalid:
+        raise validation_error(
+            "logit_bias",
+            f"logit_bias contains key(s) that cannot be converted to integer token IDs: {invalid!r}",
+            invalid,
+        )
+    return out
+
+
+def _token_id_list(body: dict[str, Any], name: str) -> list[int] | None:
+    """A `list[int] | None` field, with pydantic's errors."""
+    raw = body.get(name)
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise body_error("list_type", name, "Input should be a valid list", raw)
+    out = []
+    for i, v in enumerate(raw):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise body_error(_kind((int,)), f"{name}.{i}", _msg((int,)), v)
+        out.append(v)
+    return out
+
+
+def engine_checks(req: SamplingRequest, limits: ServingLimits) -> None:
+    """What vLLM's engine checks when the request reaches it (InputProcessor: the sampling parameters
+    against the vocabulary, then each prompt), after the response has begun: in a stream these errors
+    arrive as an SSE error event, not as a 400."""
+    vocab = limits.vocab_size
+    if req.logit_bias:
+        bad = [t for t in req.logit_bias if t < 0 or t >= vocab]
+        if bad:  # sampling_params.py:862-880 (_validate_logit_bias)
+            raise validation_error(
+                "logit_bias",
+                f"token_id(s) {bad} in logit_bias contain out-of-vocab token ids. Vocabulary size: {vocab}",
+                bad,
+            )
+    if req.allowed_token_ids is not None:  # _validate_allowed_token_ids
+        if not req.allowed_token_ids:
+            raise validation_error("allowed_token_ids", "allowed_token_ids is not None and empty!", [])
+        bad = [t for t in req.allowed_token_ids if t < 0 or t >= vocab]
+        if bad:
+            raise validation_error(
+                "allowed_token_ids", "allowed_token_ids contains out-of-vocab token id!", bad
+            )
+    mml = limits.max_model_len
+    for ids, _ in req.prompts:
+        # v1/engine/input_processor.py: _validate_prompt_len, then the out-of-vocabulary check (533-545).
+        if not ids:
+            raise validation_error(None, "The decoder prompt cannot be empty")
+        if len(ids) == mml:
+            raise validation_error(
+                None,
+                f"The decoder prompt (length {len(ids)}) plus the number of requested output tokens "
+                f"(at least 1) is longer than the maximum model length of {mml}. Make sure that "
+                "`max_model_len` is no smaller than the number of text tokens plus the number of requested "
+                "output tokens.",
+            )
+        top = max(ids)
+        if top > max(limits.tokenizer.max_token_id, vocab - 1):
+            raise validation_error(None, f"Token id {top} is out of vocabulary")
+
+
+def _check_chars(prompt: str, max_tokens: int | None, limits: ServingLimits) -> None:
+    """TokenizeParams._text_len_check (renderers/params.py:342-370): text longer than the most
+    characters max_input_tokens tokens can hold is refused before tokenizing."""
+    mml = limits.max_model_len
+    max_out = max_tokens or 0
+    max_in = mml - max_out
+    bound = max_in * limits.tokenizer.max_chars_per_token
+    if len(prompt) > bound:
+        raise validation_error(
+            "input_text",
+            f"This model's maximum context length is {mml} tokens. However, you requested {max_out} "
+            f"output tokens and your prompt contains {len(prompt)} characters (more than {bound} "
+            f"characters, which is the upper bound for {max_in} input tokens). Please reduce the length "
+            "of the input prompt or the number of requested output tokens.",
+            len(prompt),
+        )

@@ -8,6 +8,7 @@ import contextlib
 import gc
 import hashlib
 import hmac
+import json
 import logging
 import os
 import random
@@ -33,6 +34,7 @@ from nodes.sim.protocol import (
     SamplingRequest,
     ServingLimits,
     body_error,
+    engine_checks,
     messages_text,
     parse_chat,
     parse_completion,
@@ -41,6 +43,18 @@ from nodes.sim.protocol import (
 logger = logging.getLogger("nodes.sim")
 
 GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
+# QuantizationMethods in the order vLLM prints them (model_executor/layers/quantization/__init__.py:12-43,
+# as listed in tests/data/vllm/serve-flags.md).
+QUANTIZATION_METHODS_ORDER = (
+    "awq", "auto_awq", "fp8", "fbgemm_fp8", "fp_quant", "modelopt", "modelopt_fp4", "modelopt_mxfp8",
+    "modelopt_mixed", "auto_gptq", "gptq", "gptq_marlin", "awq_marlin", "humming", "compressed-tensors",
+    "experts_int8", "quark", "moe_wna16", "torchao", "inc", "mxfp4", "gpt_oss_mxfp4", "deepseek_v4_fp8",
+    "online", "fp8_per_tensor", "fp8_per_block", "fp8_per_channel", "int8_per_channel_weight_only",
+    "nvfp4_per_token", "mxfp8",
+)  # fmt: skip
+QUANTIZATION_METHODS = frozenset(QUANTIZATION_METHODS_ORDER)
+# EngineDeadError's message (vllm/v1/engine/exceptions.py).
+ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 VERSION = "0.28.0.dev0+sim"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -112,7 +126,10 @@ class SimServer:
             max_logprobs=args.max_logprobs,
             force_include_usage=bool(args.enable_force_include_usage),
             tokenizer=text.load_prompt_tokenizer(args.tokenizer, args.model),
+            return_tokens_as_token_ids=bool(args.return_tokens_as_token_ids),
         )
+        self.dev_mode = os.environ.get("VLLM_SERVER_DEV_MODE", "0") == "1"
+        self.load_tracking = bool(args.enable_server_load_tracking)
         self.created = int(time.time())
         self.request_count = 0
         self.in_flight = 0
@@ -136,6 +153,23 @@ class SimServer:
         r.add_post("/detokenize", self.detokenize)
         r.add_post("/v1/chat/completions", self.chat_completions)
         r.add_post("/v1/completions", self.completions)
+        r.add_post("/v1/responses", self.responses)
+        # SageMaker's dispatcher (sagemaker/api_router.py:54-96): not under /v1, so never key-guarded.
+        r.add_post("/invocations", self.invocations)
+        if self.args.enable_tokenizer_info_endpoint:
+            r.add_get("/tokenizer_info", self.tokenizer_info)
+        if not self.args.disable_fastapi_docs:
+            # FastAPI's defaults (launchers/app.py:34-41), dropped by --disable-fastapi-docs.
+            r.add_get("/openapi.json", self.openapi)
+            r.add_get("/docs", self.docs_page)
+            r.add_get("/redoc", self.docs_page)
+        if self.dev_mode:
+            # routers.py:34-37: only with VLLM_SERVER_DEV_MODE=1; none of these are under /v1.
+            r.add_post("/sleep", self.sleep)
+            r.add_post("/wake_up", self.wake_up)
+            r.add_get("/is_sleeping", self.is_sleeping)
+            r.add_post("/reset_prefix_cache", self.reset_prefix_cache)
+            r.add_get("/server_info", self.server_info)
         r.add_get("/sim/gpu", self.sim_gpu)
         r.add_get("/sim/stats", self.sim_stats)
         return app
@@ -172,13 +206,15 @@ class SimServer:
     # simple endpoints --------------------------------------------------------------------------------
 
     async def health(self, request: web.Request) -> web.Response:
-        return web.Response(status=200)
+        # instrumentator/health.py:22-33: 503 once the engine core is dead (EngineDeadError).
+        return web.Response(status=503 if self.engine.dead else 200)
 
     async def version(self, request: web.Request) -> web.Response:
         return _json({"version": VERSION})
 
     async def load(self, request: web.Request) -> web.Response:
-        return _json({"server_load": self.in_flight})
+        # basic.py:30-50: the counter moves only with --enable-server-load-tracking; otherwise 0.
+        return _json({"server_load": self.in_flight if self.load_tracking else 0})
 
     async def metrics_endpoint(self, request: web.Request) -> web.Response:
         self.engine._update_gauges()
@@ -215,6 +251,90 @@ class SimServer:
                 }
             )
         return _json({"object": "list", "data": data})
+
+    # endpoints vLLM registers besides the generation ones ---------------------------------------------
+
+    async def tokenizer_info(self, request: web.Request) -> web.Response:
+        # tokenize/api_router.py:86-99 (only with --enable-tokenizer-info-endpoint): the tokenizer's class
+        # and configuration.
+        tok = self.limits.tokenizer
+        return _json(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "add_bos_token": True,
+                "bos_token": text.BOS,
+                "eos_token": "<|eot_id|>",
+                "model_max_length": self.shape.max_model_len,
+                "vocab_size": self.limits.vocab_size,
+                "source": tok.source,
+            }
+        )
+
+    def _routes(self, request: web.Request) -> list[tuple[str, str]]:
+        out = []
+        for route in request.app.router.routes():
+            info = route.resource.get_info() if route.resource is not None else {}
+            path = info.get("path") or info.get("formatter")
+            if path and not path.startswith("/sim/") and route.method != "HEAD":
+                out.append((path, route.method.lower()))
+        return out
+
+    async def openapi(self, request: web.Request) -> web.Response:
+        """FastAPI's /openapi.json, reduced to what a client discovers with it: the registered paths."""
+        paths: dict[str, dict[str, Any]] = {}
+        for path, method in self._routes(request):
+            ok = {"responses": {"200": {"description": "Successful Response"}}}
+            paths.setdefault(path, {})[method] = ok
+        return _json({"openapi": "3.1.0", "info": {"title": "FastAPI", "version": "0.1.0"}, "paths": paths})
+
+    async def docs_page(self, request: web.Request) -> web.Response:
+        page = (
+            "<!DOCTYPE html><html><head><title>FastAPI - Swagger UI</title></head><body>"
+            '<div id="swagger-ui"></div><p>OpenAPI document: <a href="/openapi.json">/openapi.json</a></p>'
+            "</body></html>"
+        )
+        return web.Response(text=page, content_type="text/html")
+
+    async def invocations(self, request: web.Request) -> web.StreamResponse:
+        """SageMaker's dispatcher: the first request schema the body fits (chat, then completion)."""
+        body = await self._body(request)
+        if isinstance(body, dict) and "messages" in body:
+            return await self._generate(request, parse_chat(body, self.limits), chat=True)
+        if isinstance(body, dict) and "prompt" in body:
+            return await self._generate(request, parse_completion(body, self.limits), chat=False)
+        raise ApiError(
+            400,
+            "BadRequestError",
+            "Cannot find suitable handler for request. Expected one of: "
+            "['ChatCompletionRequest', 'CompletionRequest']",
+        )
+
+    # dev endpoints (VLLM_SERVER_DEV_MODE=1) ------------------------------------------------------------
+
+    async def sleep(self, request: web.Request) -> web.Response:
+        # dev/sleep/api_router.py:21-29: level (default "1") and mode (default "abort"); empty 200.
+        level = int(request.query.get("level", "1"))
+        mode = request.query.get("mode", "abort")
+        self.engine.sleep(level, abort=mode == "abort")
+        self.metrics.set_sleep_state(level)
+        return web.Response(status=200)
+
+    async def wake_up(self, request: web.Request) -> web.Response:
+        # sleep/api_router.py:32-42: repeated `tags`; none wakes everything.
+        self.engine.wake_up(request.query.getall("tags", None))
+        if not self.engine.sleeping:
+            self.metrics.set_sleep_state(0)
+        return web.Response(status=200)
+
+    async def is_sleeping(self, request: web.Request) -> web.Response:
+        return _json({"is_sleeping": self.engine.sleeping})
+
+    async def reset_prefix_cache(self, request: web.Request) -> web.Response:
+        self.engine.pool.reset_cache()
+        return web.Response(status=200)
+
+    async def server_info(self, request: web.Request) -> web.Response:
+        return _json({"vllm_config": {"model": self.args.model, "max_model_len": self.shape.max_model_len}})
 
     async def sim_gpu(self, request: web.Request) -> web.Response:
         seed = self.args.sim_gpu_uuid_seed or str(self.args.port)
@@ -302,6 +422,118 @@ class SimServer:
         req = parse_completion(await self._body(request), self.limits)
         return await self._generate(request, req, chat=False)
 
+    async def responses(self, request: web.Request) -> web.Response:
+        """A minimal OpenAI Responses API (responses/api_router.py:48): text input or messages,
+        `instructions`, `max_output_tokens`; answered in the Response object's shape, not streamed."""
+        body = await self._body(request)
+        if not isinstance(body, dict):
+            raise body_error(
+                "model_attributes_type", "", "Input should be a valid dictionary or object", body
+            )
+        if "input" not in body:
+            raise body_error("missing", "input", "Field required", body)
+        if body.get("stream"):
+            raise ApiError(
+                501, "NotImplementedError", "The simulator's /v1/responses does not stream (stream=false)."
+            )
+        messages: list[dict[str, Any]] = []
+        if body.get("instructions"):
+            messages.append({"role": "system", "content": body["instructions"]})
+        raw = body["input"]
+        if isinstance(raw, str):
+            messages.append({"role": "user", "content": raw})
+        elif isinstance(raw, list):
+            for item in raw:
+                content = item.get("content") if isinstance(item, dict) else None
+                if isinstance(content, list):
+                    content = "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+                if not isinstance(item, dict) or not isinstance(content, str):
+                    raise body_error("string_type", "input", "Input should be a valid string", item)
+                messages.append({"role": item.get("role", "user"), "content": content})
+        else:
+            raise body_error("string_type", "input", "Input should be a valid string", raw)
+        chat_body: dict[str, Any] = {"messages": messages}
+        for key in ("model", "temperature", "top_p", "seed"):
+            if body.get(key) is not None:
+                chat_body[key] = body[key]
+        if body.get("max_output_tokens") is not None:
+            chat_body["max_completion_tokens"] = body["max_output_tokens"]
+        req = parse_chat(chat_body, self.limits)
+        seqs = await self._collect(req)
+        s = seqs[0]
+        usage = self._usage(req, seqs)
+        complete = s.finish_reason != "length"
+        return _json(
+            {
+                "id": "resp_" + uuid.uuid4().hex,
+                "created_at": int(time.time()),
+                "incomplete_details": None if complete else {"reason": "max_output_tokens"},
+                "instructions": body.get("instructions"),
+                "metadata": body.get("metadata"),
+                "model": req.model,
+                "object": "response",
+                "output": [
+                    {
+                        "id": "msg_" + uuid.uuid4().hex,
+                        "content": [
+                            {
+                                "annotations": [],
+                                "text": self._text(s, 0, len(s.out)),
+                                "type": "output_text",
+                                "logprobs": None,
+                            }
+                        ],
+                        "role": "assistant",
+                        "status": "completed" if complete else "incomplete",
+                        "type": "message",
+                    }
+                ],
+                "parallel_tool_calls": True,
+                "temperature": req.temperature,
+                "tool_choice": "auto",
+                "tools": [],
+                "top_p": body.get("top_p", 1.0),
+                "background": False,
+                "max_output_tokens": req.max_tokens,
+                "previous_response_id": None,
+                "reasoning": None,
+                "service_tier": "auto",
+                "status": "completed" if complete else "incomplete",
+                "text": None,
+                "truncation": "disabled",
+                "usage": {
+                    "input_tokens": usage["prompt_tokens"],
+                    "input_tokens_details": {"cached_tokens": s.num_cached_prompt_tokens},
+                    "output_tokens": usage["completion_tokens"],
+                    "output_tokens_details": {"reasoning_tokens": 0},
+                    "total_tokens": usage["total_tokens"],
+                },
+                "user": None,
+            }
+        )
+
+    async def _collect(self, req: SamplingRequest) -> list[Sequence]:
+        """Run a validated request to completion (non-streaming paths)."""
+        self._faults()
+        engine_checks(req, self.limits)
+        event = asyncio.Event()
+        seqs = self._sequences(req, event.set)
+        self.in_flight += 1
+        for s in seqs:
+            self.engine.add(s)
+        try:
+            while not all(s.finished for s in seqs):
+                event.clear()
+                await event.wait()
+            if self.engine.dead:
+                raise ApiError(500, "InternalServerError", ENGINE_DEAD_MESSAGE)
+            return seqs
+        finally:
+            self.in_flight -= 1
+            for s in seqs:
+                if not s.finished:
+                    self.engine.abort(s)
+
     def _faults(self) -> None:
         """Apply the fault knobs to a generation request that passed validation."""
         a = self.args
@@ -315,6 +547,14 @@ class SimServer:
                 "Simulated engine hang (--sim-hang-after %d): engine stops stepping.", a.sim_hang_after
             )
             self.engine.hung = True
+        if a.sim_engine_dead_after is not None and self.request_count > a.sim_engine_dead_after:
+            if not self.engine.dead:
+                logger.error(
+                    "Simulated engine death (--sim-engine-dead-after %d): EngineDeadError.",
+                    a.sim_engine_dead_after,
+                )
+                self.engine.kill()
+            raise ApiError(500, "InternalServerError", ENGINE_DEAD_MESSAGE)
         if a.sim_error_rate > 0 and self.error_rng.random() < a.sim_error_rate:
             raise ApiError(500, "InternalServerError", "Simulated engine error (--sim-error-rate).")
 
@@ -355,6 +595,12 @@ class SimServer:
         self, request: web.Request, req: SamplingRequest, *, chat: bool
     ) -> web.StreamResponse:
         self._faults()
+        try:
+            engine_checks(req, self.limits)
+        except ApiError as err:
+            if not req.stream:
+                raise
+            return await self._stream_error(request, err)
         event = asyncio.Event()
         seqs = self._sequences(req, event.set)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
@@ -372,12 +618,25 @@ class SimServer:
                 if all(s.finished for s in seqs):
                     break
                 await event.wait()
+            if self.engine.dead:
+                raise ApiError(500, "InternalServerError", ENGINE_DEAD_MESSAGE)
             return _json(self._full_response(req, seqs, rid, chat))
         finally:
             self.in_flight -= 1
             for s in seqs:
                 if not s.finished:
                     self.engine.abort(s)
+
+    @staticmethod
+    async def _stream_error(request: web.Request, err: ApiError) -> web.StreamResponse:
+        """An error raised once a stream has begun (the engine's checks): vLLM has already answered 200,
+        so it sends `data: {"error": ...}` and `data: [DONE]` (chat_completion/serving.py:879-886),
+        serialized by json.dumps with its default spacing."""
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+        await resp.prepare(request)
+        await resp.write(b"data: " + json.dumps(err.body()).encode() + b"\n\ndata: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
 
     def _usage(
         self, req: SamplingRequest, seqs: list[Sequence], *, streaming: bool = False
@@ -389,8 +648,13 @@ class SimServer:
             "total_tokens": prompt + completion,
             "completion_tokens": completion,
         }
-        # Stream chunks are serialized with exclude_unset=True, which drops the unset details field.
-        if not streaming:
+        # --enable-prompt-tokens-details: the prefix-cache hit as prompt_tokens_details.cached_tokens, when
+        # there is one (one per prompt; the n choices of a prompt share it).
+        cached = sum(seqs[i * req.n].num_cached_prompt_tokens for i in range(len(req.prompts)))
+        if self.args.enable_prompt_tokens_details and cached:
+            usage["prompt_tokens_details"] = {"cached_tokens": cached}
+        elif not streaming:
+            # Stream chunks are serialized with exclude_unset=True, which drops the unset details field.
             usage["prompt_tokens_details"] = None
         return usage
 
@@ -405,13 +669,15 @@ class SimServer:
                 out = out[:cut]
         return out
 
-    def _chat_logprobs(self, seq: Sequence, start: int, end: int, k: int) -> dict[str, Any]:
-        return logprobs.chat_logprobs(seq, start, end, k)
+    def _chat_logprobs(
+        self, seq: Sequence, start: int, end: int, k: int, as_ids: bool = False
+    ) -> dict[str, Any]:
+        return logprobs.chat_logprobs(seq, start, end, k, as_ids)
 
     def _completion_logprobs(
-        self, seq: Sequence, start: int, end: int, k: int, offset: int
+        self, seq: Sequence, start: int, end: int, k: int, offset: int, as_ids: bool = False
     ) -> dict[str, Any]:
-        return logprobs.completion_logprobs(seq, start, end, k, offset)
+        return logprobs.completion_logprobs(seq, start, end, k, offset, as_ids)
 
     def _prompt_logprobs(self, req: SamplingRequest, ids: list[int]) -> list[Any] | None:
         if req.prompt_logprobs is None:
@@ -429,9 +695,11 @@ class SimServer:
     ) -> dict[str, Any]:
         created = int(time.time())
         choices = []
+        as_ids = req.return_tokens_as_token_ids
         for i, s in enumerate(seqs):
             content = self._text(s, 0, len(s.out))
             if chat:
+                content = req.chat_echo + content
                 choices.append(
                     {
                         "index": i,
@@ -445,7 +713,7 @@ class SimServer:
                             "tool_calls": [],
                             "reasoning": None,
                         },
-                        "logprobs": self._chat_logprobs(s, 0, len(s.out), req.logprobs)
+                        "logprobs": self._chat_logprobs(s, 0, len(s.out), req.logprobs, as_ids)
                         if req.logprobs is not None
                         else None,
                         "finish_reason": s.finish_reason,
@@ -460,7 +728,9 @@ class SimServer:
                     {
                         "index": i,
                         "text": prefix + content,
-                        "logprobs": self._completion_logprobs(s, 0, len(s.out), req.logprobs, len(prefix))
+                        "logprobs": self._completion_logprobs(
+                            s, 0, len(s.out), req.logprobs, len(prefix), as_ids
+                        )
                         if req.logprobs is not None
                         else None,
                         "finish_reason": s.finish_reason,
@@ -532,6 +802,22 @@ class SimServer:
                     first["prompt_token_ids"] = list(seqs[i].prompt_ids)
                     first["choices"] = [{**first_choice, "token_ids": []}]
                 parts.append(b"data: " + dumps(first) + b"\n\n")
+                if req.chat_echo:
+                    echo_chunk = {
+                        "id": rid,
+                        "object": obj,
+                        "created": created,
+                        "model": model,
+                        "choices": [
+                            {
+                                "index": i,
+                                "delta": {"content": req.chat_echo},
+                                "logprobs": None,
+                                "finish_reason": None,
+                            }
+                        ],
+                    }
+                    parts.append(b"data: " + dumps(echo_chunk) + b"\n\n")
         elif req.echo:
             for i in range(len(seqs)):
                 ptxt = req.prompts[i // req.n][1]
@@ -582,10 +868,11 @@ class SimServer:
                 )
                 lp: dict[str, Any] | None = None
                 if req.logprobs is not None:
+                    as_ids = req.return_tokens_as_token_ids
                     if chat:
-                        lp = self._chat_logprobs(s, sent[i], end, req.logprobs)
+                        lp = self._chat_logprobs(s, sent[i], end, req.logprobs, as_ids)
                     else:
-                        lp = self._completion_logprobs(s, sent[i], end, req.logprobs, offsets[i])
+                        lp = self._completion_logprobs(s, sent[i], end, req.logprobs, offsets[i], as_ids)
                 offsets[i] += len(piece)
                 sent[i] = end
                 if finished:
@@ -658,6 +945,16 @@ def _listen_socket(host: str | None, port: int) -> socket.socket:
 
 async def serve(args: argparse.Namespace) -> int:
     """Run the simulated server until SIGINT/SIGTERM; returns the process exit code."""
+    quant = args.quantization
+    if quant is not None and quant not in QUANTIZATION_METHODS:
+        # ModelConfig._verify_quantization (config/model.py:1326-1331): no argparse choices, so an unknown
+        # method fails when the engine is configured.
+        logger.error(
+            "ValueError: Unknown quantization method: %s. Must be one of %s.",
+            quant,
+            list(QUANTIZATION_METHODS_ORDER),
+        )
+        return 1
     try:
         shape = build_shape(args)
     except EngineConfigError as exc:

@@ -192,6 +192,15 @@ class PromptTokenizer:
     def __init__(self, hf: Tokenizer | None = None, source: str = "builtin") -> None:
         self.hf = hf
         self.source = source
+        if hf is not None:
+            vocab = hf.get_vocab(with_added_tokens=True)
+            self.max_token_id = max(vocab.values(), default=0)
+            # vLLM's tokenizer.max_chars_per_token: the longest vocabulary entry.
+            self.max_chars_per_token = max((len(t) for t in vocab), default=1)
+        else:
+            self.max_token_id = VOCAB_SIZE - 1
+            # The longest built-in piece: a special token (a word piece is at most 9 characters).
+            self.max_chars_per_token = max(len(t) for t in SPECIAL_TOKENS)
 
     def encode_prompt(self, prompt: str, add_special_tokens: bool = True) -> list[int]:
         """A completion prompt: the tokenizer adds its BOS as vLLM's does (add_special_tokens=True)."""
