@@ -338,3 +338,24 @@ def test_each_launch_keeps_its_record_in_the_event_history(make_deployment: Any,
     assert engine_api_key(dep) not in records[1]["argv"]
     runtime.Deployment.objects.filter(pk=dep.pk).update(desired_state="stopped")
     runtime.stop(dep.pk)
+
+
+def test_the_simulator_reports_user_specified_block_size_truthfully() -> None:
+    """vLLM's cache_config_info carries CacheConfig.user_specified_block_size, True only when
+    `--block-size` was given (vllm/config/cache.py; interface.py:628-641)."""
+    from prometheus_client import CollectorRegistry
+
+    from nodes.sim.cli import parse_args
+    from nodes.sim.metrics import EngineMetrics, cache_config_labels
+    from nodes.sim.server import build_shape
+
+    for extra, expected in (([], "False"), (["--block-size", "32"], "True")):
+        args = parse_args(["serve", "/m", "--sim-profile", "h100-llama3-8b-fp16", *extra])
+        shape = build_shape(args)
+        EngineMetrics(
+            shape, "m", True, CollectorRegistry(), user_specified_block_size=args.block_size is not None
+        )
+        assert (
+            cache_config_labels(shape, True, args.block_size is not None)["user_specified_block_size"]
+            == expected
+        )
