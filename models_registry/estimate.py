@@ -81,6 +81,60 @@ class MemoryEstimate:
         return asdict(self)
 
 
+# vLLM's own values when a flag is omitted (tests/data/vllm/serve-flags.md, vLLM @ 2f41c894): the
+# console passes a flag only when the admin sets it, so the estimate must use what vLLM will use.
+VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vllm/config/cache.py:80 (0.9 before PR #38284)
+VLLM_DEFAULT_BLOCK_SIZE = 16  # CacheConfig.DEFAULT_BLOCK_SIZE, vllm/config/cache.py:59
+GIB_BYTES = 1 << 30  # vLLM's GiB_bytes
+
+
+@dataclass(frozen=True)
+class VllmBatchDefaults:
+    """max_num_seqs / max_num_batched_tokens as `vllm serve` resolves them, and the rule that chose them."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    rule: str
+
+
+def vllm_batch_defaults(
+    device_memory_bytes: int,
+    device_name: str,
+    *,
+    max_model_len: int,
+    max_num_seqs: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    enable_chunked_prefill: bool = True,
+) -> VllmBatchDefaults:
+    """The values vLLM's API server uses, by the rules of `EngineArgs.get_batch_defaults()` and
+    `_set_default_max_num_seqs_and_batched_tokens_args()` (vllm/engine/arg_utils.py:2566-2657 and
+    2769-2860 @ 2f41c894; see tests/data/vllm/serve-flags.md). CUDA GPUs only (the console runs no
+    TPU/CPU vLLM); `--performance-mode throughput`, which doubles max_num_seqs, is not modelled.
+
+    `device_memory_bytes` is ONE GPU's memory (vLLM asks `current_platform.get_device_total_memory()`).
+    Given values are kept as they are; only the omitted ones are defaulted, and the caps apply only then.
+    """
+    name = device_name.lower()
+    if device_memory_bytes >= 160 * GIB_BYTES:
+        tokens, seqs = 16384, 1024
+        rule = "≥160 GiB GPU (B200/B300 class)"
+    elif device_memory_bytes >= 70 * GIB_BYTES and "a100" not in name:
+        tokens, seqs = 8192, 1024
+        rule = "≥70 GiB GPU that is not an A100 (H100/H200 class)"
+    else:
+        tokens, seqs = 2048, 256
+        rule = "GPU under 70 GiB, or an A100"
+    seqs_out = max_num_seqs if max_num_seqs is not None else seqs
+    tokens_out = max_num_batched_tokens if max_num_batched_tokens is not None else tokens
+    if max_num_batched_tokens is None:
+        if not enable_chunked_prefill:
+            tokens_out = max(max_model_len, tokens_out)
+        tokens_out = min(seqs_out * max_model_len, tokens_out)
+    if max_num_seqs is None:
+        seqs_out = min(seqs_out, tokens_out)
+    return VllmBatchDefaults(max_num_seqs=seqs_out, max_num_batched_tokens=tokens_out, rule=rule)
+
+
 @dataclass
 class FitResult:
     """The answer to "will it fit?", with the numbers behind it."""
@@ -96,6 +150,11 @@ class FitResult:
     budget_bytes: int = 0
     kv_cache_bytes: int = 0
     parameter_count: int = 0
+    # The engine values the check used; `vllm_defaults` names those vLLM itself picks (flag omitted).
+    gpu_memory_utilization: float = 0.0
+    max_num_seqs: int = 0
+    max_num_batched_tokens: int | None = None
+    vllm_defaults: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -455,39 +514,64 @@ def fit_architecture(
     max_context: int | None,
     quantization: Any,
     gpu_memory_bytes: int,
-    gpu_memory_utilization: float,
+    gpu_memory_utilization: float | None,
     max_model_len: int,
-    max_num_seqs: int,
+    max_num_seqs: int | None,
     other_reserved_bytes: int = 0,
     overhead_bytes: int = DEFAULT_OVERHEAD_BYTES,
     kv_cache_dtype: str | None = None,
     tensor_parallel_size: int = 1,
+    pipeline_parallel_size: int = 1,
+    gpu_name: str = "",
+    max_num_batched_tokens: int | None = None,
 ) -> FitResult:
     """The fit check on a bare architecture; `fit_check` in services wraps it for a ModelVersion.
 
-    With tensor parallelism, pass the memory of all GPUs together: weights and KV cache split across
-    them, while the runtime overhead is paid once per GPU.
+    With tensor and/or pipeline parallelism, pass the memory of all tensor x pipeline GPUs together:
+    weights and KV cache split across them, while the runtime overhead is paid once per GPU.
+    None for gpu_memory_utilization / max_num_seqs means "vLLM's default" (flag omitted): the
+    check then uses the value vLLM will pick (see vllm_batch_defaults) and names it in `vllm_defaults`.
     """
     if gpu_memory_bytes <= 0:
         raise ArchitectureError("gpu_memory_bytes must be positive.")
+    if tensor_parallel_size <= 0 or pipeline_parallel_size <= 0:
+        raise ArchitectureError("tensor_parallel_size and pipeline_parallel_size must be positive.")
+    world_size = tensor_parallel_size * pipeline_parallel_size
+    defaults_used: list[str] = []
+    if gpu_memory_utilization is None:
+        gpu_memory_utilization = VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
+        defaults_used.append(
+            f"gpu_memory_utilization {VLLM_DEFAULT_GPU_MEMORY_UTILIZATION} "
+            "(vLLM's default, vllm/config/cache.py:80)"
+        )
+    if max_model_len <= 0:
+        raise ArchitectureError("max_model_len and max_num_seqs must be positive.")
+    batch = vllm_batch_defaults(
+        gpu_memory_bytes // world_size,
+        gpu_name,
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+    )
+    if max_num_seqs is None:
+        defaults_used.append(f"max_num_seqs {batch.max_num_seqs} (vLLM's default for a {batch.rule})")
+    if max_num_batched_tokens is None:
+        defaults_used.append(
+            f"max_num_batched_tokens {batch.max_num_batched_tokens} (vLLM's default for a {batch.rule})"
+        )
+    max_num_seqs = batch.max_num_seqs
     if not 0 < gpu_memory_utilization <= 1:
         raise ArchitectureError("gpu_memory_utilization must be in (0, 1].")
     if max_model_len <= 0 or max_num_seqs <= 0:
         raise ArchitectureError("max_model_len and max_num_seqs must be positive.")
-    if tensor_parallel_size <= 0:
-        raise ArchitectureError("tensor_parallel_size must be positive.")
     est = estimate_memory(architecture, quantization, kv_cache_dtype)
     steps = list(est.steps)
     budget = int(gpu_memory_bytes * gpu_memory_utilization)
     steps.append(
         Step("engine budget", f"{gpu_memory_bytes:,} B x {gpu_memory_utilization} utilization", budget)
     )
-    overhead = overhead_bytes * tensor_parallel_size
-    overhead_text = (
-        f"{overhead_bytes:,} x {tensor_parallel_size} GPUs"
-        if tensor_parallel_size > 1
-        else f"{overhead_bytes:,}"
-    )
+    overhead = overhead_bytes * world_size
+    overhead_text = f"{overhead_bytes:,} x {world_size} GPUs" if world_size > 1 else f"{overhead_bytes:,}"
     free_for_kv = budget - other_reserved_bytes - est.weight_bytes - overhead
     steps.append(
         Step(
@@ -559,4 +643,8 @@ def fit_architecture(
         budget_bytes=budget,
         kv_cache_bytes=blocks * block_bytes,
         parameter_count=est.parameter_count,
+        gpu_memory_utilization=gpu_memory_utilization,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=batch.max_num_batched_tokens,
+        vllm_defaults=defaults_used,
     )

@@ -561,13 +561,16 @@ def fit_check(
     version: ModelVersion,
     quantization: QuantizationConfig | str | None,
     gpu_memory_bytes: int,
-    gpu_memory_utilization: float,
+    gpu_memory_utilization: float | None,
     max_model_len: int,
-    max_num_seqs: int,
+    max_num_seqs: int | None,
     other_reserved_bytes: int = 0,
     overhead_bytes: int = DEFAULT_OVERHEAD_BYTES,
     kv_cache_dtype: str | None = None,
     tensor_parallel_size: int = 1,
+    pipeline_parallel_size: int = 1,
+    gpu_name: str = "",
+    max_num_batched_tokens: int | None = None,
 ) -> FitResult:
     """Will `version` fit on a GPU with this much memory? Raises ArchitectureError when it cannot tell.
 
@@ -587,6 +590,9 @@ def fit_check(
         overhead_bytes=overhead_bytes,
         kv_cache_dtype=kv_cache_dtype,
         tensor_parallel_size=tensor_parallel_size,
+        pipeline_parallel_size=pipeline_parallel_size,
+        gpu_name=gpu_name,
+        max_num_batched_tokens=max_num_batched_tokens,
     )
 
 

@@ -118,12 +118,14 @@ def transition(
     message: str = "",
     *,
     log_tail: str = "",
+    launch: dict[str, Any] | None = None,
     **fields: Any,
 ) -> Deployment:
     """Move `deployment` to `to_state` (with extra field updates), record it and tell everyone.
 
-    Writes a DeploymentEvent, publishes a config change so proxies refresh their endpoints, and
-    pushes the new state to the fleet, host and deployment live groups after commit.
+    Writes a DeploymentEvent (with the launch record when `launch` is given), publishes a config
+    change so proxies refresh their endpoints, and pushes the new state to the fleet, host and
+    deployment live groups after commit.
     """
     with transaction.atomic():
         locked = Deployment.objects.select_for_update().select_related("host").get(pk=deployment.pk)
@@ -139,13 +141,14 @@ def transition(
         for name, value in fields.items():
             setattr(locked, name, value)
         locked.save()
-        if changed or log_tail or message:
+        if changed or log_tail or message or launch:
             DeploymentEvent.objects.create(
                 deployment=locked,
                 from_state=from_state,
                 to_state=to_state,
                 message=message,
                 log_tail=log_tail,
+                launch=launch,
             )
         if changed:
             publish_config_change("deployment", id=locked.pk, state=to_state)

@@ -90,15 +90,22 @@ class Deployment(models.Model):
     engine = models.CharField(max_length=16, choices=Engine.choices, default=Engine.VLLM)
     host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="deployments")
     gpu_indices = models.JSONField(default=list, blank=True)
-    # Engine parameters (vLLM names; the llama.cpp adapter maps what applies).
+    # Engine parameters (vLLM names; the llama.cpp adapter maps what applies). Null means "vLLM's
+    # default": the flag is omitted and vLLM picks the value (docs/deploying.md, "vLLM's defaults").
     gpu_memory_utilization = models.FloatField(
-        default=0.9, validators=[MinValueValidator(0.01), MaxValueValidator(1.0)]
+        null=True, blank=True, default=None, validators=[MinValueValidator(0.01), MaxValueValidator(1.0)]
     )
     max_model_len = models.PositiveIntegerField(default=4096)
-    block_size = models.PositiveIntegerField(default=16)
-    max_num_seqs = models.PositiveIntegerField(default=256)
+    block_size = models.PositiveIntegerField(null=True, blank=True, default=None)
+    max_num_seqs = models.PositiveIntegerField(null=True, blank=True, default=None)
     max_num_batched_tokens = models.PositiveIntegerField(null=True, blank=True)
     tensor_parallel_size = models.PositiveSmallIntegerField(default=1)
+    pipeline_parallel_size = models.PositiveSmallIntegerField(default=1)
+    # A `--quantization` value the admin forces; blank lets vLLM read the checkpoint's
+    # quantization_config, so AWQ/GPTQ checkpoints get Marlin kernels where the GPU allows.
+    quantization_override = models.CharField(max_length=32, blank=True, default="")
+    # The quantization kernel the engine said it uses at its last start ("" when it said none).
+    reported_quantization = models.CharField(max_length=64, blank=True, default="")
     enable_prefix_caching = models.BooleanField(default=True)
     extra_args = models.JSONField(default=list, blank=True)
     port = models.PositiveIntegerField(validators=[MinValueValidator(1024), MaxValueValidator(65535)])
@@ -153,6 +160,8 @@ class DeploymentEvent(models.Model):
     message = models.TextField(blank=True, default="")
     # The engine's last log lines, attached when it exited or failed.
     log_tail = models.TextField(blank=True, default="")
+    # On the event of each launch: what was run and on what (see nodes/agent/services.launch_record).
+    launch = models.JSONField(null=True, blank=True, default=None)
 
     class Meta:
         ordering = ["-at", "-id"]

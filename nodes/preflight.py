@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from models_registry.choices import SourceKind, VersionState
-from models_registry.estimate import FitResult
+from models_registry.estimate import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION, FitResult
 from models_registry.services import fit_check, state_on_host
 from nodes.choices import ACTIVE_STATES, DeploymentState, DesiredState, Engine, HostState
 from nodes.engines import get_adapter
@@ -45,6 +45,25 @@ def vllm_quantization_method(method: str | None) -> str | None:
     return method
 
 
+def vllm_quantization_flag(spec: DeploySpec) -> str | None:
+    """The `--quantization` to pass, or None to let vLLM read the checkpoint's quantization_config.
+
+    A pre-quantized checkpoint (the quantization is the version's own) gets no flag: vLLM then
+    upgrades AWQ/GPTQ to its Marlin kernels where the GPU supports them, which it does only when
+    the method is not forced (override_quantization_method in vLLM's awq_marlin.py/gptq_marlin.py).
+    The flag is passed when the admin forces one (quantization_override) or when the deployment asks
+    for a quantization its checkpoint does not carry (online quantization, e.g. fp8 of bf16 weights).
+    """
+    if spec.quantization_override:
+        return spec.quantization_override
+    if spec.quantization is None:
+        return None
+    own = spec.model_version.quantization_id
+    if own is not None and spec.quantization.pk == own:
+        return None
+    return vllm_quantization_method(spec.quantization.method)
+
+
 def vllm_dtype(method: str | None) -> str | None:
     return {"fp16": "float16", "bf16": "bfloat16"}.get(method or "")
 
@@ -64,7 +83,10 @@ def vllm_kv_cache_dtype(name: str | None) -> str | None:
 def _gpu_reservations(
     host: Host, gpu_indices: tuple[int, ...], exclude_id: int | None
 ) -> dict[int, list[tuple[str, float]]]:
-    """For each GPU index, the (deployment name, gpu_memory_utilization) of others that hold it."""
+    """For each GPU index, the (deployment name, gpu_memory_utilization) of others that hold it.
+
+    A deployment on vLLM's default reserves what vLLM takes: 0.92.
+    """
     others = Deployment.objects.filter(host=host, state__in=ACTIVE_STATES).exclude(
         desired_state=DesiredState.STOPPED, state=DeploymentState.STOPPED
     )
@@ -74,7 +96,9 @@ def _gpu_reservations(
     for other in others:
         for index in other.gpu_indices or []:
             if index in held:
-                held[index].append((other.name, other.gpu_memory_utilization))
+                util = other.gpu_memory_utilization
+                util = VLLM_DEFAULT_GPU_MEMORY_UTILIZATION if util is None else util
+                held[index].append((other.name, util))
     return held
 
 
@@ -132,14 +156,20 @@ def preflight(spec: DeploySpec, *, exclude_id: int | None = None, check_reachabl
     if port_holder is not None:
         result.add("port", f"Port {spec.port} on {host.name} is used by deployment '{port_holder.name}'.")
 
-    # Engine parameters vLLM validates at start-up.
-    if not 0 < spec.gpu_memory_utilization <= 1:
+    # Engine parameters vLLM validates at start-up (None: the flag is omitted, vLLM's default).
+    if spec.gpu_memory_utilization is not None and not 0 < spec.gpu_memory_utilization <= 1:
         result.add("gpu_memory_utilization", "Must be greater than 0 and at most 1.")
-    if spec.block_size <= 0 or spec.block_size & (spec.block_size - 1):
+    if spec.block_size is not None and (spec.block_size <= 0 or spec.block_size & (spec.block_size - 1)):
         result.add("block_size", "Must be a positive power of two (vLLM's attention kernels need it).")
-    if spec.max_num_seqs <= 0:
+    if spec.max_num_seqs is not None and spec.max_num_seqs <= 0:
         result.add("max_num_seqs", "Must be positive.")
-    if spec.max_num_batched_tokens is not None and spec.max_num_batched_tokens < spec.max_num_seqs:
+    if spec.pipeline_parallel_size < 1:
+        result.add("pipeline_parallel_size", "Must be at least 1.")
+    if (
+        spec.max_num_batched_tokens is not None
+        and spec.max_num_seqs is not None
+        and spec.max_num_batched_tokens < spec.max_num_seqs
+    ):
         result.add(
             "max_num_batched_tokens",
             f"vLLM requires max_num_batched_tokens ({spec.max_num_batched_tokens}) >= max_num_seqs "
@@ -154,6 +184,19 @@ def preflight(spec: DeploySpec, *, exclude_id: int | None = None, check_reachabl
                 "extra_args",
                 f"{', '.join(sorted(set(reserved)))} are set by the console (key, port and name) and "
                 "cannot be overridden.",
+            )
+        elif spec.engine in (Engine.VLLM, Engine.SIM):
+            prefix = "--sim-" if spec.engine == Engine.SIM else None
+            for problem in vllm_adapter.check_extra_args(spec.extra_args, allow_prefix=prefix):
+                result.add("extra_args", problem)
+    if spec.quantization_override:
+        if spec.engine not in (Engine.VLLM, Engine.SIM):
+            result.add("quantization_override", "Only vLLM engines take a --quantization method.")
+        elif spec.quantization_override not in vllm_adapter.QUANTIZATION_METHODS:
+            result.add(
+                "quantization_override",
+                f"vLLM has no quantization method {spec.quantization_override!r} "
+                "(vllm/model_executor/layers/quantization/__init__.py:12-43).",
             )
 
     quant_method = getattr(spec.quantization, "method", None)
@@ -178,11 +221,14 @@ def preflight(spec: DeploySpec, *, exclude_id: int | None = None, check_reachabl
         return result
     if len(set(spec.gpu_indices)) != len(spec.gpu_indices):
         result.add("gpu_indices", "A GPU is listed twice.")
-    if spec.tensor_parallel_size != len(spec.gpu_indices):
+    world_size = spec.tensor_parallel_size * spec.pipeline_parallel_size
+    if world_size != len(spec.gpu_indices):
         result.add(
             "tensor_parallel_size",
-            f"Must equal the number of GPUs ({len(spec.gpu_indices)}); vLLM shards the model over exactly "
-            "tensor_parallel_size visible GPUs.",
+            f"tensor_parallel_size x pipeline_parallel_size ({spec.tensor_parallel_size} x "
+            f"{spec.pipeline_parallel_size} = {world_size}) must equal the number of GPUs "
+            f"({len(spec.gpu_indices)}); vLLM runs one worker per GPU of tensor x pipeline "
+            "(world_size, vllm/config/parallel.py), all on this host.",
         )
     gpus = {g.index: g for g in Gpu.objects.filter(host=host, index__in=spec.gpu_indices)}
     missing = [i for i in spec.gpu_indices if i not in gpus]
@@ -193,9 +239,14 @@ def preflight(spec: DeploySpec, *, exclude_id: int | None = None, check_reachabl
             f"{host.name} has no GPU {', '.join(map(str, missing))} (its agent reports {known or 'none'}).",
         )
         return result
+    wanted = (
+        VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
+        if spec.gpu_memory_utilization is None
+        else spec.gpu_memory_utilization
+    )
     for index, gpu_holders in _gpu_reservations(host, spec.gpu_indices, exclude_id).items():
         taken = sum(util for _, util in gpu_holders)
-        if taken + spec.gpu_memory_utilization > 1.0 + 1e-9:
+        if taken + wanted > 1.0 + 1e-9:
             names = ", ".join(f"'{name}' ({util:.0%})" for name, util in gpu_holders)
             left = max(0.0, 1.0 - taken)
             result.add(
@@ -217,6 +268,10 @@ def preflight(spec: DeploySpec, *, exclude_id: int | None = None, check_reachabl
             spec.max_num_seqs,
             other_reserved_bytes=0,
             tensor_parallel_size=spec.tensor_parallel_size,
+            pipeline_parallel_size=spec.pipeline_parallel_size,
+            # vLLM sizes its batch defaults by the first device (current_platform.get_device_name()).
+            gpu_name=gpus[spec.gpu_indices[0]].name,
+            max_num_batched_tokens=spec.max_num_batched_tokens,
         )
     except ValueError as exc:
         result.add("model_version", f"The fit check could not run: {exc}")

@@ -13,9 +13,13 @@ from nodes.choices import Engine
 from nodes.models import Deployment, Host
 
 
-def default_tensor_parallel_size(engine: str, gpu_indices: tuple[int, ...] | list[int]) -> int:
-    """vLLM shards over every GPU it is given; llama.cpp engines run on CPU nodes, so 1."""
-    return 1 if engine == Engine.LLAMACPP else max(1, len(gpu_indices))
+def default_tensor_parallel_size(
+    engine: str, gpu_indices: tuple[int, ...] | list[int], pipeline_parallel_size: int = 1
+) -> int:
+    """vLLM shards over every GPU it is given (tensor x pipeline); llama.cpp runs on CPU nodes, so 1."""
+    if engine == Engine.LLAMACPP:
+        return 1
+    return max(1, len(gpu_indices) // max(1, pipeline_parallel_size))
 
 
 def _field_default(name: str) -> Any:
@@ -28,7 +32,10 @@ class DeploySpec:
     """A deployment's engine parameters, as they are checked (preflight) and launched (EngineSpec).
 
     `quantization` is the effective one: the deployment's own, else the version's (None: the
-    checkpoint as it is). Defaults are the Deployment model's, so a spec and a new row agree.
+    checkpoint as it is). Defaults are the Deployment model's, so a spec and a new row agree; None
+    in gpu_memory_utilization, block_size or max_num_seqs means "vLLM's default" (flag omitted).
+    `quantization_override` is a `--quantization` value the admin forces ("": vLLM reads the
+    checkpoint's quantization_config).
     """
 
     model_version: ModelVersion
@@ -37,20 +44,23 @@ class DeploySpec:
     host: Host
     port: int
     gpu_indices: tuple[int, ...]
-    gpu_memory_utilization: float
+    gpu_memory_utilization: float | None
     max_model_len: int
-    block_size: int
-    max_num_seqs: int
+    block_size: int | None
+    max_num_seqs: int | None
     max_num_batched_tokens: int | None
     tensor_parallel_size: int
     enable_prefix_caching: bool
     extra_args: tuple[str, ...]
+    pipeline_parallel_size: int = 1
+    quantization_override: str = ""
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any], instance: Deployment | None = None) -> DeploySpec:
         """A spec from API input: each parameter from `values`, else from `instance`, else the default.
 
-        A missing `tensor_parallel_size` means one per GPU (see default_tensor_parallel_size).
+        A missing `tensor_parallel_size` means the GPUs over the pipeline stages (see
+        default_tensor_parallel_size).
         """
 
         def value(name: str) -> Any:
@@ -65,8 +75,9 @@ class DeploySpec:
         gpu_indices = tuple(value("gpu_indices") or ())
         given = "tensor_parallel_size" in values or instance is not None
         tp = value("tensor_parallel_size") if given else None
+        pp = value("pipeline_parallel_size") or 1
         if tp is None:
-            tp = default_tensor_parallel_size(engine, gpu_indices)
+            tp = default_tensor_parallel_size(engine, gpu_indices, pp)
         return cls(
             model_version=version,
             quantization=value("quantization") or version.quantization,
@@ -82,6 +93,8 @@ class DeploySpec:
             tensor_parallel_size=tp,
             enable_prefix_caching=value("enable_prefix_caching"),
             extra_args=tuple(value("extra_args") or ()),
+            pipeline_parallel_size=pp,
+            quantization_override=value("quantization_override") or "",
         )
 
     @classmethod

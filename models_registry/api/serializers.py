@@ -332,12 +332,33 @@ class FitCheckSerializer(StrictSerializerMixin, serializers.Serializer):
     kv_cache_dtype = serializers.ChoiceField(choices=KVCacheDtype.choices, required=False, allow_null=True)
     gpu_memory_gib = serializers.FloatField(min_value=0.1, max_value=4096, required=False)
     gpu_memory_bytes = serializers.IntegerField(min_value=1, required=False)
-    gpu_memory_utilization = serializers.FloatField(min_value=0.01, max_value=1.0, default=0.9)
+    gpu_memory_utilization = serializers.FloatField(
+        min_value=0.01,
+        max_value=1.0,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Omitted or null: vLLM's default (0.92).",
+    )
     max_model_len = serializers.IntegerField(min_value=1, max_value=10_000_000)
-    max_num_seqs = serializers.IntegerField(min_value=1, max_value=100_000, default=256)
+    max_num_seqs = serializers.IntegerField(
+        min_value=1,
+        max_value=100_000,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Omitted or null: what vLLM picks for this GPU (get_batch_defaults).",
+    )
+    max_num_batched_tokens = serializers.IntegerField(
+        min_value=1, required=False, allow_null=True, default=None
+    )
+    gpu_name = serializers.CharField(
+        required=False, default="", allow_blank=True, help_text="The GPU's name (A100 defaults differ)."
+    )
     other_reserved_bytes = serializers.IntegerField(min_value=0, default=0)
     overhead_bytes = serializers.IntegerField(min_value=0, required=False)
     tensor_parallel_size = serializers.IntegerField(min_value=1, max_value=64, default=1)
+    pipeline_parallel_size = serializers.IntegerField(min_value=1, max_value=64, default=1)
 
     def validate(self, attrs: Any) -> Any:
         attrs = super().validate(attrs)
@@ -368,3 +389,9 @@ class FitResultSerializer(serializers.Serializer):
     budget_bytes = serializers.IntegerField()
     kv_cache_bytes = serializers.IntegerField()
     steps = StepSerializer(many=True)
+    gpu_memory_utilization = serializers.FloatField(help_text="The value used (vLLM's default when omitted).")
+    max_num_seqs = serializers.IntegerField(help_text="The value used (vLLM's default when omitted).")
+    max_num_batched_tokens = serializers.IntegerField(allow_null=True)
+    vllm_defaults = serializers.ListField(
+        child=serializers.CharField(), help_text="Values vLLM picks itself (flag omitted), and by which rule."
+    )

@@ -337,6 +337,9 @@ def fit_check_view(request: Request) -> Response:
             overhead_bytes=data.get("overhead_bytes", DEFAULT_OVERHEAD_BYTES),
             kv_cache_dtype=data.get("kv_cache_dtype") or None,
             tensor_parallel_size=data["tensor_parallel_size"],
+            pipeline_parallel_size=data["pipeline_parallel_size"],
+            gpu_name=data["gpu_name"],
+            max_num_batched_tokens=data["max_num_batched_tokens"],
         )
     except ArchitectureError as exc:
         raise ValidationError({"version": [str(exc)]}) from None

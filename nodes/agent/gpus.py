@@ -53,6 +53,19 @@ class GpuSource:
     def simulated(self) -> bool:
         return not self.nvml_available
 
+    def versions(self) -> dict[str, Any]:
+        """The NVIDIA driver and the CUDA version it supports (NVML); None without NVML (simulated GPUs)."""
+        if self._nvml is None:
+            return {"driver_version": None, "cuda_driver_version": None}
+        nv = self._nvml
+        try:
+            driver = name_str(nv.nvmlSystemGetDriverVersion())
+            cuda = int(nv.nvmlSystemGetCudaDriverVersion())  # e.g. 12040 for CUDA 12.4
+            cuda_text = f"{cuda // 1000}.{(cuda % 1000) // 10}"
+        except Exception as exc:  # an old driver may lack the call
+            return {"driver_version": None, "cuda_driver_version": None, "version_error": str(exc)}
+        return {"driver_version": driver, "cuda_driver_version": cuda_text}
+
     def inventory(self) -> list[dict[str, Any]]:
         """index, uuid, name, memory_total_bytes, simulated for every GPU of the host."""
         if self._nvml is not None:

@@ -20,9 +20,10 @@ from django.utils import timezone
 
 from models_registry import services as registry
 from nodes import process
-from nodes.agent.services import bind_host_for, engine_spec, new_start_token, redact_argv
-from nodes.choices import DeploymentState, DesiredState
+from nodes.agent.services import bind_host_for, engine_spec, launch_record, new_start_token, redact_argv
+from nodes.choices import DeploymentState, DesiredState, Engine
 from nodes.engines import get_adapter
+from nodes.engines import vllm as vllm_adapter
 from nodes.lifecycle import transition
 from nodes.models import Deployment
 from nodes.preflight import preflight_deployment
@@ -148,9 +149,10 @@ def _launch(deployment: Deployment) -> str:
     adapter = get_adapter(deployment.engine)
     spec = engine_spec(deployment)
     argv = adapter.build_argv(spec)
+    env = adapter.build_env(spec)
     record = process.start_engine(
         argv=argv,
-        env=adapter.build_env(spec),
+        env=env,
         directory=engine_dir(deployment.host.name),
         deployment_id=deployment.pk,
         port=deployment.port,
@@ -163,7 +165,9 @@ def _launch(deployment: Deployment) -> str:
         f"Engine started (pid {record.pid}); waiting for /health and /v1/models.",
         pid=record.pid,
         start_token=deployment.start_token,
+        launch=launch_record(deployment, spec, argv, env),
         launch_argv=redact_argv(argv, spec.api_key),
+        reported_quantization="",
         log_path=record.log_path,
         started_at=timezone.now(),
         ready_at=None,
@@ -171,6 +175,17 @@ def _launch(deployment: Deployment) -> str:
     )
     log.info("launched deployment %s pid %s", deployment.pk, record.pid)
     return "started"
+
+
+def reported_kernel(deployment: Deployment) -> str | None:
+    """The quantization kernel the engine's log names since its start (vLLM logs it while loading).
+
+    Only vLLM logs it; the simulator does not (yet), so a simulated engine reports none.
+    """
+    if deployment.engine != Engine.VLLM or not deployment.log_path:
+        return None
+    text = process.tail(deployment.log_path, 20_000, 4 * 1024 * 1024)
+    return vllm_adapter.reported_quantization_kernel(text)
 
 
 def reap_orphan(deployment: Deployment) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import re
 import secrets
 import sys
 import time
@@ -16,7 +18,7 @@ from nodes.choices import HostState
 from nodes.engines import EngineSpec
 from nodes.lifecycle import engine_api_key, push_event
 from nodes.models import Deployment, Gpu, Host
-from nodes.preflight import vllm_dtype, vllm_kv_cache_dtype, vllm_quantization_method
+from nodes.preflight import vllm_dtype, vllm_kv_cache_dtype, vllm_quantization_flag
 from nodes.spec import DeploySpec
 
 
@@ -35,7 +37,7 @@ def engine_spec(deployment: Deployment, *, python: str | None = None) -> EngineS
         port=spec.port,
         api_key=engine_api_key(deployment),
         bind_host=bind_host_for(spec.host),
-        quantization_method=vllm_quantization_method(method),
+        quantization_method=vllm_quantization_flag(spec),
         kv_cache_dtype=vllm_kv_cache_dtype(getattr(spec.quantization, "kv_cache_dtype", None)),
         dtype=vllm_dtype(method),
         gpu_indices=spec.gpu_indices,
@@ -45,6 +47,7 @@ def engine_spec(deployment: Deployment, *, python: str | None = None) -> EngineS
         max_num_seqs=spec.max_num_seqs,
         max_num_batched_tokens=spec.max_num_batched_tokens,
         tensor_parallel_size=spec.tensor_parallel_size,
+        pipeline_parallel_size=spec.pipeline_parallel_size,
         enable_prefix_caching=spec.enable_prefix_caching,
         extra_args=spec.extra_args,
         python=python or sys.executable,
@@ -54,6 +57,49 @@ def engine_spec(deployment: Deployment, *, python: str | None = None) -> EngineS
 def redact_argv(argv: list[str], secret: str) -> list[str]:
     """The command line as shown in the console: the engine key replaced."""
     return ["[engine key]" if part == secret else part for part in argv]
+
+
+def installed_version(package: str) -> str | None:
+    """The version of `package` in the agent's interpreter (the one engines run with), or None."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+# Environment variables whose values are secrets: recorded by name only.
+_SECRET_ENV = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
+# The simulator's version string (nodes/sim/server.py VERSION), recorded for simulated engines.
+SIMULATED_VLLM_VERSION = "0.28.0.dev0+sim"
+
+
+def launch_record(
+    deployment: Deployment, spec: EngineSpec, argv: list[str], env: dict[str, str]
+) -> dict[str, Any]:
+    """What one launch ran and on what, kept on its DeploymentEvent so any launch can be reproduced.
+
+    The argv has the engine key replaced; env values whose names look secret are replaced too. The
+    vLLM, driver and CUDA versions are those the host's agent reported at its last heartbeat (NVML);
+    `simulated` marks a simulated engine or simulated GPUs, whose versions are not a real stack's.
+    """
+    info = deployment.host.agent_info or {}
+    simulated_engine = deployment.engine == "sim"
+    simulated_gpus = bool(info.get("simulated_gpus", not info.get("nvml", False)))
+    return {
+        "engine": deployment.engine,
+        "vllm_version": SIMULATED_VLLM_VERSION if simulated_engine else info.get("vllm_version"),
+        "driver_version": info.get("driver_version"),
+        "cuda_driver_version": info.get("cuda_driver_version"),
+        "simulated": simulated_engine or simulated_gpus,
+        "simulated_engine": simulated_engine,
+        "simulated_gpus": simulated_gpus,
+        "manifest_digest": deployment.model_version.manifest_digest,
+        "model_version": str(deployment.model_version),
+        "env": {
+            name: ("[redacted]" if _SECRET_ENV.search(name) else value) for name, value in sorted(env.items())
+        },
+        "argv": redact_argv(argv, spec.api_key),
+    }
 
 
 def new_start_token() -> str:

@@ -30,7 +30,7 @@ from core.redis_client import get_redis
 from nodes import history, process
 from nodes.agent import runtime
 from nodes.agent.gpus import GpuSource
-from nodes.agent.services import record_heartbeat, report_gpus
+from nodes.agent.services import installed_version, record_heartbeat, report_gpus
 from nodes.choices import DeploymentState, DesiredState, Engine
 from nodes.engines import get_adapter
 from nodes.engines.metrics import EngineMetrics, bucket_delta, histogram_quantile, merge_buckets
@@ -154,6 +154,8 @@ class Supervisor:
             "gpu_note": self.gpus.nvml_error,
             "simulated_gpus": self.gpus.simulated,
             "heartbeat_seconds": settings.NODE_HEARTBEAT_SECONDS,
+            **self.gpus.versions(),
+            "vllm_version": installed_version("vllm"),
         }
         record_heartbeat(self.host_name, info)
 
@@ -254,11 +256,15 @@ class Supervisor:
             if deployment.state == DeploymentState.STARTING:
                 started = deployment.started_at or timezone.now()
                 if obs.health_ok and obs.ready:
+                    kernel = runtime.reported_kernel(deployment)
+                    note = f" The engine reports quantization kernel {kernel}." if kernel else ""
+                    name = deployment.served_model_name
                     transition(
                         deployment,
                         DeploymentState.READY,
-                        f"Ready: /health answers and /v1/models lists '{deployment.served_model_name}'.",
+                        f"Ready: /health answers and /v1/models lists '{name}'.{note}",
                         ready_at=timezone.now(),
+                        reported_quantization=kernel or "",
                     )
                 elif (timezone.now() - started).total_seconds() > settings.NODE_STARTUP_TIMEOUT_SECONDS:
                     runtime.kill_hung(

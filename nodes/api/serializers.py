@@ -148,10 +148,28 @@ class HostSerializer(StrictModelSerializer):
         return value
 
 
+class LaunchRecordSerializer(serializers.Serializer):
+    """What one launch ran, on what (kept on that launch's event; see docs/deploying.md)."""
+
+    engine = serializers.CharField()
+    vllm_version = serializers.CharField(allow_null=True, help_text="As the host reported it.")
+    driver_version = serializers.CharField(allow_null=True, help_text="NVIDIA driver (NVML); null if none.")
+    cuda_driver_version = serializers.CharField(allow_null=True, help_text="CUDA the driver supports (NVML).")
+    simulated = serializers.BooleanField(help_text="The engine or its GPUs are simulated: not a real stack.")
+    simulated_engine = serializers.BooleanField()
+    simulated_gpus = serializers.BooleanField()
+    manifest_digest = serializers.CharField(allow_blank=True)
+    model_version = serializers.CharField()
+    env = serializers.DictField(child=serializers.CharField(), help_text="Secret-looking values redacted.")
+    argv = serializers.ListField(child=serializers.CharField(), help_text="The engine key redacted.")
+
+
 class DeploymentEventSerializer(serializers.ModelSerializer):
+    launch = LaunchRecordSerializer(read_only=True, allow_null=True)
+
     class Meta:
         model = DeploymentEvent
-        fields = ["id", "at", "from_state", "to_state", "message", "log_tail"]
+        fields = ["id", "at", "from_state", "to_state", "message", "log_tail", "launch"]
         read_only_fields = fields
 
 
@@ -163,8 +181,10 @@ ENGINE_PARAMS = [
     "max_num_seqs",
     "max_num_batched_tokens",
     "tensor_parallel_size",
+    "pipeline_parallel_size",
     "enable_prefix_caching",
     "extra_args",
+    "quantization_override",
     "port",
 ]
 
@@ -201,6 +221,7 @@ class DeploymentSerializer(StrictModelSerializer):
             "state_changed_at",
             "pid",
             "launch_argv",
+            "reported_quantization",
             "started_at",
             "ready_at",
             "restart_count",
@@ -220,6 +241,7 @@ class DeploymentSerializer(StrictModelSerializer):
             "state_changed_at",
             "pid",
             "launch_argv",
+            "reported_quantization",
             "started_at",
             "ready_at",
             "restart_count",
@@ -229,6 +251,19 @@ class DeploymentSerializer(StrictModelSerializer):
             "created_at",
             "updated_at",
         ]
+        extra_kwargs = {
+            "gpu_memory_utilization": {"help_text": "Null: vLLM's default (0.92), flag omitted."},
+            "block_size": {"help_text": "Null: vLLM's default (the attention backend's size), flag omitted."},
+            "max_num_seqs": {"help_text": "Null: vLLM's default for the GPU (get_batch_defaults)."},
+            "max_num_batched_tokens": {"help_text": "Null: vLLM's default for the GPU (get_batch_defaults)."},
+            "quantization_override": {
+                "help_text": "A --quantization method to force; blank lets vLLM read the checkpoint's "
+                "quantization_config (Marlin kernels for AWQ/GPTQ)."
+            },
+            "reported_quantization": {
+                "help_text": "The quantization kernel the engine logged at its last start ('' if none)."
+            },
+        }
 
     @extend_schema_field(EngineLiveSerializer(allow_null=True))
     def get_live(self, obj: Deployment) -> dict[str, Any] | None:
@@ -278,14 +313,17 @@ class PreflightSerializer(StrictSerializerMixin, serializers.Serializer):
     engine = serializers.ChoiceField(choices=Engine.choices, default=Engine.VLLM)
     host = serializers.PrimaryKeyRelatedField(queryset=Host.objects.all())
     gpu_indices = serializers.ListField(child=serializers.IntegerField(min_value=0), default=list)
-    gpu_memory_utilization = serializers.FloatField(default=0.9)
+    # Null or omitted: vLLM's default (the flag is not passed).
+    gpu_memory_utilization = serializers.FloatField(required=False, allow_null=True, default=None)
     max_model_len = serializers.IntegerField(default=4096, min_value=1)
-    block_size = serializers.IntegerField(default=16)
-    max_num_seqs = serializers.IntegerField(default=256, min_value=1)
+    block_size = serializers.IntegerField(required=False, allow_null=True, default=None)
+    max_num_seqs = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1)
     max_num_batched_tokens = serializers.IntegerField(required=False, allow_null=True, min_value=1)
     tensor_parallel_size = serializers.IntegerField(required=False, min_value=1)
+    pipeline_parallel_size = serializers.IntegerField(default=1, min_value=1)
     enable_prefix_caching = serializers.BooleanField(default=True)
     extra_args = serializers.ListField(child=serializers.CharField(), default=list)
+    quantization_override = serializers.CharField(required=False, allow_blank=True, default="")
     port = serializers.IntegerField(min_value=1024, max_value=65535)
 
 

@@ -43,12 +43,14 @@ class EngineSpec:
     dtype: str | None = None
     tokenizer_path: str | None = None
     gpu_indices: tuple[int, ...] = ()
-    gpu_memory_utilization: float = 0.9
+    # None: the flag is omitted and the engine uses its own default.
+    gpu_memory_utilization: float | None = None
     max_model_len: int = 4096
-    block_size: int = 16
-    max_num_seqs: int = 256
+    block_size: int | None = None
+    max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
     enable_prefix_caching: bool = True
     extra_args: tuple[str, ...] = field(default_factory=tuple)
     python: str = sys.executable

@@ -7,6 +7,8 @@ pairs, and `--api-key` guards /v1 while /health and /metrics stay open for the a
 
 from __future__ import annotations
 
+import re
+
 from nodes.engines.base import EngineSpec
 from nodes.engines.metrics import EngineMetrics, parse_vllm_metrics
 
@@ -79,7 +81,14 @@ DTYPES = frozenset({"auto", "bfloat16", "float", "float16", "float32", "half"})
 
 
 def serve_flags(spec: EngineSpec) -> list[str]:
-    """The `vllm serve` options for `spec`, shared with the simulator (which takes the same flags)."""
+    """The `vllm serve` options for `spec`, shared with the simulator (which takes the same flags).
+
+    Only what the console must own (address, key, name, context, parallelism) or what the admin
+    set is passed: every omitted flag is vLLM's own default, and a passed one counts as user-set
+    (e.g. `--block-size` overrides the attention backend's preferred size,
+    vllm/platforms/interface.py:628-641; `--quantization awq` keeps the slow AWQ kernel instead of
+    Marlin, awq_marlin.py override_quantization_method). See docs/deploying.md, "Launch arguments".
+    """
     argv = [
         "--host",
         spec.bind_host,
@@ -89,18 +98,20 @@ def serve_flags(spec: EngineSpec) -> list[str]:
         spec.served_model_name,
         "--api-key",
         spec.api_key,
-        "--gpu-memory-utilization",
-        repr(float(spec.gpu_memory_utilization)),
         "--max-model-len",
         str(spec.max_model_len),
-        "--block-size",
-        str(spec.block_size),
-        "--max-num-seqs",
-        str(spec.max_num_seqs),
         "--tensor-parallel-size",
         str(spec.tensor_parallel_size),
         "--enable-prefix-caching" if spec.enable_prefix_caching else "--no-enable-prefix-caching",
     ]
+    if spec.pipeline_parallel_size != 1:
+        argv += ["--pipeline-parallel-size", str(spec.pipeline_parallel_size)]
+    if spec.gpu_memory_utilization is not None:
+        argv += ["--gpu-memory-utilization", repr(float(spec.gpu_memory_utilization))]
+    if spec.block_size is not None:
+        argv += ["--block-size", str(spec.block_size)]
+    if spec.max_num_seqs is not None:
+        argv += ["--max-num-seqs", str(spec.max_num_seqs)]
     if spec.max_num_batched_tokens is not None:
         argv += ["--max-num-batched-tokens", str(spec.max_num_batched_tokens)]
     if spec.quantization_method:
@@ -119,6 +130,8 @@ def serve_flags(spec: EngineSpec) -> list[str]:
 def build_argv(spec: EngineSpec) -> list[str]:
     # `python -m vllm.entrypoints.cli.main` is what the `vllm` console script runs; calling it through
     # the node's interpreter avoids depending on PATH inside the agent's environment.
+    # No `--disable-log-stats`: vLLM refuses it together with `--enable-per-request-metrics`
+    # (cli_args.py:429-435), which an admin may want; the periodic stats line is one line per interval.
     return [
         spec.python,
         "-m",
@@ -126,11 +139,233 @@ def build_argv(spec: EngineSpec) -> list[str]:
         "serve",
         spec.model_path,
         *serve_flags(spec),
-        # The per-request stats log would fill the engine log; the console reads /metrics instead.
-        "--disable-log-stats",
+        # One log line per HTTP request (the console's probes included) would bury the engine's log.
         "--disable-uvicorn-access-log",
         *spec.extra_args,
     ]
+
+
+# --- extra_args: the flags tests/data/vllm/serve-flags.md lists ---------------------------------
+
+# Flag -> True if it takes a value. Spellings as `vllm serve --help` prints them (vLLM @ 2f41c894;
+# tests/nodes/test_vllm_extra_args.py checks this table against the vendored reference). Bool
+# dataclass fields are BooleanOptionalAction (arg_utils.py:352-354), so `--no-<flag>` exists too.
+_VALUE = True
+_BOOL = False
+SERVE_FLAGS: dict[str, bool] = {
+    "--host": _VALUE,
+    "--port": _VALUE,
+    "--api-key": _VALUE,
+    "--served-model-name": _VALUE,
+    "--model": _VALUE,
+    "--quantization": _VALUE,
+    "--dtype": _VALUE,
+    "--kv-cache-dtype": _VALUE,
+    "--gpu-memory-utilization": _VALUE,
+    "--max-model-len": _VALUE,
+    "--block-size": _VALUE,
+    "--max-num-seqs": _VALUE,
+    "--max-num-batched-tokens": _VALUE,
+    "--tensor-parallel-size": _VALUE,
+    "--pipeline-parallel-size": _VALUE,
+    "--enable-prefix-caching": _BOOL,
+    "--enable-chunked-prefill": _BOOL,
+    "--enforce-eager": _BOOL,
+    "--max-logprobs": _VALUE,
+    "--enable-sleep-mode": _BOOL,
+    "--enable-lora": _BOOL,
+    "--load-format": _VALUE,
+    "--trust-remote-code": _BOOL,
+    "--generation-config": _VALUE,
+    "--enable-log-requests": _BOOL,
+    "--disable-log-stats": _BOOL,
+    "--api-server-count": _VALUE,
+    "--headless": _BOOL,
+    "--config": _VALUE,
+    "--grpc": _BOOL,
+    "--uds": _VALUE,
+    "--root-path": _VALUE,
+    "--ssl-keyfile": _VALUE,
+    "--ssl-certfile": _VALUE,
+    "--ssl-ca-certs": _VALUE,
+    "--ssl-cert-reqs": _VALUE,
+    "--ssl-ciphers": _VALUE,
+    "--enable-ssl-refresh": _BOOL,
+    "--allowed-origins": _VALUE,
+    "--allowed-methods": _VALUE,
+    "--allowed-headers": _VALUE,
+    "--allow-credentials": _BOOL,
+    "--uvicorn-log-level": _VALUE,
+    "--disable-uvicorn-access-log": _BOOL,
+    "--disable-access-log-for-endpoints": _VALUE,
+    "--disable-fastapi-docs": _BOOL,
+    "--enable-request-id-headers": _BOOL,
+    "--middleware": _VALUE,
+    "--lora-modules": _VALUE,
+    "--chat-template": _VALUE,
+    "--enable-auto-tool-choice": _BOOL,
+    "--tool-call-parser": _VALUE,
+    "--reasoning-parser": _VALUE,
+    "--max-log-len": _VALUE,
+    "--enable-tokenizer-info-endpoint": _BOOL,
+    "--enable-log-outputs": _BOOL,
+    "--log-error-stack": _BOOL,
+    "--seed": _VALUE,
+    "--tokenizer": _VALUE,
+    "--revision": _VALUE,
+    "--download-dir": _VALUE,
+    "--hf-overrides": _VALUE,
+    "--data-parallel-size": _VALUE,
+    "--enable-expert-parallel": _BOOL,
+    "--distributed-executor-backend": _VALUE,
+    "--kv-cache-memory-bytes": _VALUE,
+    "--prefix-caching-hash-algo": _VALUE,
+    "--cpu-offload-gb": _VALUE,
+    "--scheduling-policy": _VALUE,
+    "--async-scheduling": _BOOL,
+    "--max-loras": _VALUE,
+    "--max-lora-rank": _VALUE,
+    "--speculative-config": _VALUE,
+    "--compilation-config": _VALUE,
+    "--optimization-level": _VALUE,
+    "--performance-mode": _VALUE,
+    "--show-hidden-metrics-for-version": _VALUE,
+    "--kv-transfer-config": _VALUE,
+    "--shutdown-timeout": _VALUE,
+    "--enable-per-request-metrics": _BOOL,
+    "--allow-deprecated-quantization": _BOOL,
+}
+SHORT_FLAGS = {
+    "-q": "--quantization",
+    "-tp": "--tensor-parallel-size",
+    "-pp": "--pipeline-parallel-size",
+    "-dp": "--data-parallel-size",
+    "-ep": "--enable-expert-parallel",
+    "-asc": "--api-server-count",
+    "-sc": "--speculative-config",
+    "-cc": "--compilation-config",
+}
+# store_true flags: no `--no-` form.
+_STORE_TRUE = frozenset({"--disable-log-stats", "--headless", "--grpc", "--allow-deprecated-quantization"})
+# Flags vLLM removed: argparse refuses them ("unrecognized arguments"), with the PR that did it.
+REMOVED_FLAGS = {
+    "--swap-space": "removed from vLLM by PR #36216 (2026-03-07)",
+    "--disable-log-requests": "removed from vLLM by PR #35723 (2026-03-03); request logs are off by default",
+}
+# Flags the deployment's own fields set: giving them again in extra_args would contradict the form.
+OWNED_FLAGS = {
+    "--host": "the console sets the address",
+    "--port": "set it in the port field",
+    "--api-key": "the console sets the per-deployment engine key",
+    "--served-model-name": "the console serves under the alias name",
+    "--model": "the model is the version's path",
+    "--tokenizer": "the tokenizer is the version's",
+    "--quantization": "set it in the quantization_override field",
+    "--dtype": "the quantization config sets it",
+    "--kv-cache-dtype": "the quantization config sets it",
+    "--gpu-memory-utilization": "set it in the gpu_memory_utilization field",
+    "--max-model-len": "set it in the max_model_len field",
+    "--block-size": "set it in the block_size field",
+    "--max-num-seqs": "set it in the max_num_seqs field",
+    "--max-num-batched-tokens": "set it in the max_num_batched_tokens field",
+    "--tensor-parallel-size": "set it in the tensor_parallel_size field",
+    "--pipeline-parallel-size": "set it in the pipeline_parallel_size field",
+    "--enable-prefix-caching": "set it in the enable_prefix_caching field",
+    "--disable-uvicorn-access-log": "the console always passes it",
+    "--config": "a config file could override every console-owned flag",
+    "--uds": "the console reaches engines over host:port",
+    "--headless": "a headless engine has no API server to probe",
+    "--data-parallel-size": "the console places tensor x pipeline GPUs only",
+}
+
+
+def _canonical(token: str) -> str | None:
+    """The long flag a token names (FlexibleArgumentParser accepts `_` for `-`, argparse_utils.py:301-320),
+    or None when the token is a value (negative numbers included)."""
+    name = token.split("=", 1)[0]
+    if name in SHORT_FLAGS:
+        return SHORT_FLAGS[name]
+    if name.startswith("-O") and len(name) > 2 and not name.startswith("--"):
+        return "--optimization-level"
+    if not name.startswith("--"):
+        return None
+    # `--json-arg.key value` sets one key of a JSON flag (argparse_utils.py).
+    return "--" + name[2:].split(".", 1)[0].replace("_", "-")
+
+
+def check_extra_args(args: list[str] | tuple[str, ...], *, allow_prefix: str | None = None) -> list[str]:
+    """Why `args` would make `vllm serve` refuse to start or contradict the form: one reason per problem.
+
+    Unknown flags are refused because vLLM's parser refuses them (cli/main.py:92 uses parse_args);
+    "known" means listed in tests/data/vllm/serve-flags.md. `allow_prefix` lets the simulator's own
+    `--sim-*` options through.
+    """
+    problems: list[str] = []
+    seen: dict[str, str] = {}
+    for index, token in enumerate(args):
+        flag = _canonical(token)
+        if flag is None:
+            # A value (some flags take several: nargs="+"); only a leading one belongs to no flag.
+            if index == 0:
+                problems.append(f"{token!r} is not a flag; extra_args are `--flag value` pairs.")
+            continue
+        if allow_prefix and token.startswith(allow_prefix):
+            continue
+        base = flag
+        negated = False
+        if flag.startswith("--no-") and flag not in SERVE_FLAGS:
+            base = "--" + flag[len("--no-") :]
+            negated = True
+        if base in REMOVED_FLAGS:
+            problems.append(f"{base} is {REMOVED_FLAGS[base]}.")
+            continue
+        if base not in SERVE_FLAGS or (negated and (SERVE_FLAGS[base] or base in _STORE_TRUE)):
+            problems.append(f"vLLM has no flag {flag} (not a `vllm serve` flag docs/deploying.md lists).")
+            continue
+        if base in OWNED_FLAGS:
+            problems.append(f"{base} conflicts with the deployment's settings: {OWNED_FLAGS[base]}.")
+            continue
+        if base in seen:
+            problems.append(f"{base} is given twice.")
+        seen[base] = "no" if negated else "yes"
+    if seen.get("--disable-log-stats") == "yes" and seen.get("--enable-per-request-metrics") == "yes":
+        problems.append(
+            "--disable-log-stats and --enable-per-request-metrics cannot be combined "
+            "(vLLM raises ValueError, cli_args.py:429-435)."
+        )
+    if seen.get("--enable-log-outputs") == "yes" and seen.get("--enable-log-requests") != "yes":
+        problems.append("--enable-log-outputs requires --enable-log-requests (cli_args.py:426-427).")
+    if seen.get("--enable-auto-tool-choice") == "yes" and "--tool-call-parser" not in seen:
+        problems.append("--enable-auto-tool-choice requires --tool-call-parser (cli_args.py:424-425).")
+    return problems
+
+
+# --- what the engine says about its quantization kernel -----------------------------------------
+
+# vLLM logs these from override_quantization_method in
+# vllm/model_executor/layers/quantization/awq_marlin.py and gptq_marlin.py when it reads an AWQ/GPTQ
+# checkpoint: the Marlin upgrade, or the admin's explicit method kept although Marlin would run.
+_CONVERTIBLE = re.compile(r"The model is convertible to (\S+) during runtime\. Using \S+ kernel\.")
+_FORCED = re.compile(
+    r"Detected that the model can run with (\S+), however you specified quantization=(\S+) explicitly"
+)
+
+
+def reported_quantization_kernel(log_text: str) -> str | None:
+    """The quantization kernel the engine's log names (last start wins), e.g. "awq_marlin", or None.
+
+    A forced slow kernel reads "awq (awq_marlin available)".
+    """
+    found: str | None = None
+    for line in log_text.splitlines():
+        match = _CONVERTIBLE.search(line)
+        if match:
+            found = match.group(1)
+            continue
+        forced = _FORCED.search(line)
+        if forced:
+            found = f"{forced.group(2)} ({forced.group(1)} available)"
+    return found
 
 
 def build_env(spec: EngineSpec) -> dict[str, str]:

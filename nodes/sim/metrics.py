@@ -50,6 +50,7 @@ class EngineMetrics:
         model_name: str,
         enable_prefix_caching: bool,
         registry: CollectorRegistry = REGISTRY,
+        user_specified_block_size: bool = False,
     ) -> None:
         lv = {"model_name": model_name, "engine": "0"}
         r = registry
@@ -194,7 +195,7 @@ class EngineMetrics:
             for state in ("awake", "weights_offloaded", "discard_all")
         }
         self.set_sleep_state(0)
-        info_labels = cache_config_labels(shape, enable_prefix_caching)
+        info_labels = cache_config_labels(shape, enable_prefix_caching, user_specified_block_size)
         info = Gauge(
             "vllm:cache_config_info",
             "Information of the LLMEngine CacheConfig",
@@ -221,11 +222,16 @@ class EngineMetrics:
             self.prompt_tokens_recomputed.inc(1)
 
 
-def cache_config_labels(shape: EngineShape, enable_prefix_caching: bool) -> dict[str, str]:
-    """CacheConfig.metrics_info(): every CacheConfig attribute as a string (vllm/config/cache.py)."""
+def cache_config_labels(
+    shape: EngineShape, enable_prefix_caching: bool, user_specified_block_size: bool = False
+) -> dict[str, str]:
+    """CacheConfig.metrics_info(): every CacheConfig attribute as a string (vllm/config/cache.py).
+
+    `user_specified_block_size`: `--block-size` was given (vllm/platforms/interface.py:628-641).
+    """
     values: dict[str, object] = {
         "block_size": shape.block_size,
-        "user_specified_block_size": False,
+        "user_specified_block_size": user_specified_block_size,
         "user_specified_mamba_block_size": False,
         "prefix_match_unit": None,
         "gpu_memory_utilization": shape.gpu_memory_utilization,

@@ -113,7 +113,13 @@ class SimServer:
         self.served_names: list[str] = args.served_model_name or [args.model]
         self.api_keys: list[str] = args.api_key or []
         self.enable_prefix_caching = args.enable_prefix_caching is not False
-        self.metrics = EngineMetrics(shape, self.served_names[0], self.enable_prefix_caching, REGISTRY)
+        self.metrics = EngineMetrics(
+            shape,
+            self.served_names[0],
+            self.enable_prefix_caching,
+            REGISTRY,
+            user_specified_block_size=args.block_size is not None,
+        )
         self.engine = SimEngine(
             shape,
             self.metrics,

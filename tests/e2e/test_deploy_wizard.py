@@ -59,9 +59,20 @@ def test_wizard_refuses_then_deploys(
     screenshot(page, "deploy_wizard_refused", full_page=False)
 
     wizard.get_by_label("Max model length").fill("32768")
+    # Issue 20 item 4: extra_args vLLM would refuse are refused here, with vLLM's reason.
+    wizard.get_by_label("Extra engine args").fill("--disable-log-stats --enable-per-request-metrics")
     wizard.get_by_test_id("run-fit-check").click()
-    expect(result).to_have_attribute("data-ok", "true")
+    expect(result).to_have_attribute("data-ok", "false")
+    expect(result).to_contain_text("cli_args.py:429-435")
+    wizard.get_by_label("Extra engine args").fill("")
+    expect(result).to_be_hidden()  # an edit drops the old check
+    wizard.get_by_test_id("run-fit-check").click()
+    expect(result).to_have_attribute("data-ok", "true", timeout=15_000)
     expect(result).to_contain_text("KV cache tokens")
+    # Item 3: left empty, the engine values are vLLM's, computed for this (simulated H100 80GB) GPU.
+    expect(wizard.get_by_test_id("vllm-defaults")).to_contain_text("max_num_seqs 1024")
+    expect(wizard.get_by_test_id("vllm-defaults")).to_contain_text("gpu_memory_utilization 0.92")
+    expect(wizard).to_contain_text("it will use 8192")
     wizard.get_by_test_id("deploy-submit").click()
 
     expect(page).to_have_url(re.compile(r"/nodes/deployments/\d+$"))
@@ -73,3 +84,5 @@ def test_wizard_refuses_then_deploys(
         "llama-3.1-8b",
         [0],
     )
+    assert (created.gpu_memory_utilization, created.max_num_seqs, created.block_size) == (None, None, None)
+    expect(page.get_by_test_id("quantization-kernel")).to_contain_text("only vLLM logs its kernel")

@@ -1697,15 +1697,24 @@ export interface components {
             host: number;
             readonly host_name: string;
             gpu_indices: number[];
-            /** Format: double */
-            gpu_memory_utilization: number;
+            /**
+             * Format: double
+             * @description Null: vLLM's default (0.92), flag omitted.
+             */
+            gpu_memory_utilization: number | null;
             max_model_len: number;
-            block_size: number;
-            max_num_seqs: number;
+            /** @description Null: vLLM's default (the attention backend's size), flag omitted. */
+            block_size: number | null;
+            /** @description Null: vLLM's default for the GPU (get_batch_defaults). */
+            max_num_seqs: number | null;
+            /** @description Null: vLLM's default for the GPU (get_batch_defaults). */
             max_num_batched_tokens: number | null;
             tensor_parallel_size: number;
+            pipeline_parallel_size: number;
             enable_prefix_caching: boolean;
             extra_args: string[];
+            /** @description A --quantization method to force; blank lets vLLM read the checkpoint's quantization_config (Marlin kernels for AWQ/GPTQ). */
+            quantization_override: string;
             port: number;
             served_model_name: string;
             role: string;
@@ -1716,6 +1725,8 @@ export interface components {
             readonly state_changed_at: string | null;
             readonly pid: number | null;
             readonly launch_argv: string[];
+            /** @description The quantization kernel the engine logged at its last start ('' if none). */
+            readonly reported_quantization: string;
             /** Format: date-time */
             readonly started_at: string | null;
             /** Format: date-time */
@@ -1742,6 +1753,7 @@ export interface components {
             readonly to_state: string;
             readonly message: string;
             readonly log_tail: string;
+            readonly launch: components["schemas"]["LaunchRecord"] | null;
         };
         DeploymentLog: {
             source: components["schemas"]["SourceEnum"];
@@ -1756,15 +1768,24 @@ export interface components {
             engine?: components["schemas"]["EngineEnum"];
             host: number;
             gpu_indices?: number[];
-            /** Format: double */
-            gpu_memory_utilization?: number;
+            /**
+             * Format: double
+             * @description Null: vLLM's default (0.92), flag omitted.
+             */
+            gpu_memory_utilization?: number | null;
             max_model_len?: number;
-            block_size?: number;
-            max_num_seqs?: number;
+            /** @description Null: vLLM's default (the attention backend's size), flag omitted. */
+            block_size?: number | null;
+            /** @description Null: vLLM's default for the GPU (get_batch_defaults). */
+            max_num_seqs?: number | null;
+            /** @description Null: vLLM's default for the GPU (get_batch_defaults). */
             max_num_batched_tokens?: number | null;
             tensor_parallel_size?: number;
+            pipeline_parallel_size?: number;
             enable_prefix_caching?: boolean;
             extra_args?: string[];
+            /** @description A --quantization method to force; blank lets vLLM read the checkpoint's quantization_config (Marlin kernels for AWQ/GPTQ). */
+            quantization_override?: string;
             port: number;
             served_model_name: string;
             role?: string;
@@ -2065,17 +2086,25 @@ export interface components {
             gpu_memory_bytes?: number;
             /**
              * Format: double
-             * @default 0.9
+             * @description Omitted or null: vLLM's default (0.92).
              */
-            gpu_memory_utilization: number;
+            gpu_memory_utilization?: number | null;
             max_model_len: number;
-            /** @default 256 */
-            max_num_seqs: number;
+            /** @description Omitted or null: what vLLM picks for this GPU (get_batch_defaults). */
+            max_num_seqs?: number | null;
+            max_num_batched_tokens?: number | null;
+            /**
+             * @description The GPU's name (A100 defaults differ).
+             * @default
+             */
+            gpu_name: string;
             /** @default 0 */
             other_reserved_bytes: number;
             overhead_bytes?: number;
             /** @default 1 */
             tensor_parallel_size: number;
+            /** @default 1 */
+            pipeline_parallel_size: number;
         };
         FitResult: {
             fits: boolean;
@@ -2089,6 +2118,16 @@ export interface components {
             budget_bytes: number;
             kv_cache_bytes: number;
             steps: components["schemas"]["Step"][];
+            /**
+             * Format: double
+             * @description The value used (vLLM's default when omitted).
+             */
+            gpu_memory_utilization: number;
+            /** @description The value used (vLLM's default when omitted). */
+            max_num_seqs: number;
+            max_num_batched_tokens: number | null;
+            /** @description Values vLLM picks itself (flag omitted), and by which rule. */
+            vllm_defaults: string[];
         };
         FlipTable: {
             both_right: number;
@@ -2252,6 +2291,28 @@ export interface components {
          * @enum {string}
          */
         KvCacheDtypeEnum: "auto" | "fp16" | "bf16" | "fp8" | "fp8_e4m3" | "fp8_e5m2" | "fp32";
+        /** @description What one launch ran, on what (kept on that launch's event; see docs/deploying.md). */
+        LaunchRecord: {
+            engine: string;
+            /** @description As the host reported it. */
+            vllm_version: string | null;
+            /** @description NVIDIA driver (NVML); null if none. */
+            driver_version: string | null;
+            /** @description CUDA the driver supports (NVML). */
+            cuda_driver_version: string | null;
+            /** @description The engine or its GPUs are simulated: not a real stack. */
+            simulated: boolean;
+            simulated_engine: boolean;
+            simulated_gpus: boolean;
+            manifest_digest: string;
+            model_version: string;
+            /** @description Secret-looking values redacted. */
+            env: {
+                [key: string]: string;
+            };
+            /** @description The engine key redacted. */
+            argv: string[];
+        };
         LineError: {
             /** @description 1-based line of the file; 0 for the file as a whole. */
             line: number;
@@ -2781,15 +2842,24 @@ export interface components {
             engine?: components["schemas"]["EngineEnum"];
             host?: number;
             gpu_indices?: number[];
-            /** Format: double */
-            gpu_memory_utilization?: number;
+            /**
+             * Format: double
+             * @description Null: vLLM's default (0.92), flag omitted.
+             */
+            gpu_memory_utilization?: number | null;
             max_model_len?: number;
-            block_size?: number;
-            max_num_seqs?: number;
+            /** @description Null: vLLM's default (the attention backend's size), flag omitted. */
+            block_size?: number | null;
+            /** @description Null: vLLM's default for the GPU (get_batch_defaults). */
+            max_num_seqs?: number | null;
+            /** @description Null: vLLM's default for the GPU (get_batch_defaults). */
             max_num_batched_tokens?: number | null;
             tensor_parallel_size?: number;
+            pipeline_parallel_size?: number;
             enable_prefix_caching?: boolean;
             extra_args?: string[];
+            /** @description A --quantization method to force; blank lets vLLM read the checkpoint's quantization_config (Marlin kernels for AWQ/GPTQ). */
+            quantization_override?: string;
             port?: number;
             served_model_name?: string;
             role?: string;
@@ -2924,22 +2994,21 @@ export interface components {
             engine: components["schemas"]["EngineEnum"];
             host: number;
             gpu_indices?: number[];
-            /**
-             * Format: double
-             * @default 0.9
-             */
-            gpu_memory_utilization: number;
+            /** Format: double */
+            gpu_memory_utilization?: number | null;
             /** @default 4096 */
             max_model_len: number;
-            /** @default 16 */
-            block_size: number;
-            /** @default 256 */
-            max_num_seqs: number;
+            block_size?: number | null;
+            max_num_seqs?: number | null;
             max_num_batched_tokens?: number | null;
             tensor_parallel_size?: number;
+            /** @default 1 */
+            pipeline_parallel_size: number;
             /** @default true */
             enable_prefix_caching: boolean;
             extra_args?: string[];
+            /** @default  */
+            quantization_override: string;
             port: number;
         };
         /** @description What create would say, without creating: field errors (empty when ok) and the fit check. */

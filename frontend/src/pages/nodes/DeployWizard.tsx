@@ -24,11 +24,14 @@ export function DeployWizard({ hosts, onClose, onCreated }: { hosts: Host[]; onC
     engine: "sim",
     host: "",
     gpu_indices: "0",
-    gpu_memory_utilization: "0.9",
+    // Empty: vLLM's default (the flag is not passed); the fit check shows the value vLLM will use.
+    gpu_memory_utilization: "",
     max_model_len: "8192",
-    block_size: "16",
-    max_num_seqs: "64",
+    block_size: "",
+    max_num_seqs: "",
     max_num_batched_tokens: "",
+    pipeline_parallel_size: "1",
+    quantization_override: "",
     enable_prefix_caching: true,
     extra_args: "",
     port: "8200",
@@ -51,11 +54,13 @@ export function DeployWizard({ hosts, onClose, onCreated }: { hosts: Host[]; onC
       engine: form.engine,
       host: Number(form.host) || null,
       gpu_indices: form.engine === "llamacpp" ? [] : gpus,
-      gpu_memory_utilization: Number(form.gpu_memory_utilization),
+      gpu_memory_utilization: form.gpu_memory_utilization ? Number(form.gpu_memory_utilization) : null,
       max_model_len: Number(form.max_model_len),
-      block_size: Number(form.block_size),
-      max_num_seqs: Number(form.max_num_seqs),
+      block_size: form.block_size ? Number(form.block_size) : null,
+      max_num_seqs: form.max_num_seqs ? Number(form.max_num_seqs) : null,
       max_num_batched_tokens: form.max_num_batched_tokens ? Number(form.max_num_batched_tokens) : null,
+      pipeline_parallel_size: Number(form.pipeline_parallel_size) || 1,
+      quantization_override: form.quantization_override,
       enable_prefix_caching: form.enable_prefix_caching,
       extra_args: form.extra_args.trim() ? form.extra_args.trim().split(/\s+/) : [],
       port: Number(form.port),
@@ -164,11 +169,45 @@ export function DeployWizard({ hosts, onClose, onCreated }: { hosts: Host[]; onC
           />
           <InputField label="GPU indices" name="gpu_indices" errors={fieldErrors} value={form.gpu_indices} onChange={(e) => set("gpu_indices", e.target.value)} hint="Comma-separated; tensor parallel size follows." />
           <InputField label="Port" name="port" type="number" errors={fieldErrors} value={form.port} onChange={(e) => set("port", e.target.value)} />
-          <InputField label="GPU memory utilization" name="gpu_memory_utilization" type="number" step="0.01" errors={fieldErrors} value={form.gpu_memory_utilization} onChange={(e) => set("gpu_memory_utilization", e.target.value)} />
+          <InputField
+            label="GPU memory utilization"
+            name="gpu_memory_utilization"
+            type="number"
+            step="0.01"
+            errors={fieldErrors}
+            value={form.gpu_memory_utilization}
+            onChange={(e) => set("gpu_memory_utilization", e.target.value)}
+            hint={`Empty: vLLM's default (${check?.fit?.gpu_memory_utilization ?? 0.92}).`}
+          />
           <InputField label="Max model length" name="max_model_len" type="number" errors={fieldErrors} value={form.max_model_len} onChange={(e) => set("max_model_len", e.target.value)} />
-          <InputField label="Block size" name="block_size" type="number" errors={fieldErrors} value={form.block_size} onChange={(e) => set("block_size", e.target.value)} />
-          <InputField label="Max sequences" name="max_num_seqs" type="number" errors={fieldErrors} value={form.max_num_seqs} onChange={(e) => set("max_num_seqs", e.target.value)} />
-          <InputField label="Max batched tokens" name="max_num_batched_tokens" type="number" errors={fieldErrors} value={form.max_num_batched_tokens} onChange={(e) => set("max_num_batched_tokens", e.target.value)} hint="Empty: vLLM's default." />
+          <InputField label="Block size" name="block_size" type="number" errors={fieldErrors} value={form.block_size} onChange={(e) => set("block_size", e.target.value)} hint="Empty: the attention backend's preferred size (vLLM's default)." />
+          <InputField
+            label="Max sequences"
+            name="max_num_seqs"
+            type="number"
+            errors={fieldErrors}
+            value={form.max_num_seqs}
+            onChange={(e) => set("max_num_seqs", e.target.value)}
+            hint={check?.fit ? `Empty: vLLM's default; it will use ${check.fit.max_num_seqs}.` : "Empty: vLLM's default for the GPU (Check fit shows it)."}
+          />
+          <InputField
+            label="Max batched tokens"
+            name="max_num_batched_tokens"
+            type="number"
+            errors={fieldErrors}
+            value={form.max_num_batched_tokens}
+            onChange={(e) => set("max_num_batched_tokens", e.target.value)}
+            hint={check?.fit?.max_num_batched_tokens ? `Empty: vLLM's default; it will use ${check.fit.max_num_batched_tokens}.` : "Empty: vLLM's default for the GPU."}
+          />
+          <InputField label="Pipeline parallel size" name="pipeline_parallel_size" type="number" errors={fieldErrors} value={form.pipeline_parallel_size} onChange={(e) => set("pipeline_parallel_size", e.target.value)} hint="GPUs = tensor × pipeline, on this host." />
+          <InputField
+            label="Force --quantization"
+            name="quantization_override"
+            errors={fieldErrors}
+            value={form.quantization_override}
+            onChange={(e) => set("quantization_override", e.target.value)}
+            hint="Empty: vLLM reads the checkpoint's quantization_config (Marlin kernels for AWQ/GPTQ)."
+          />
           <InputField label="Role" name="role" errors={fieldErrors} value={form.role} onChange={(e) => set("role", e.target.value)} hint="long-context, high-throughput, cpu-postprocess or your own." />
           <InputField label="Extra engine args" name="extra_args" errors={fieldErrors} value={form.extra_args} onChange={(e) => set("extra_args", e.target.value)} hint="e.g. --sim-profile h100-llama3-8b-fp16" />
           <CheckboxField label="Prefix caching" name="enable_prefix_caching" checked={form.enable_prefix_caching} onChange={(e) => set("enable_prefix_caching", e.target.checked)} />
@@ -177,6 +216,9 @@ export function DeployWizard({ hosts, onClose, onCreated }: { hosts: Host[]; onC
           <div className={check.ok ? "notice notice-info" : "notice notice-bad"} data-testid="fit-result" data-ok={check.ok}>
             <strong>{check.ok ? "Ready to deploy." : "Refused before anything starts."}</strong>{" "}
             {check.fit?.reason}
+            {check.fit && check.fit.vllm_defaults.length > 0 && (
+              <div data-testid="vllm-defaults">vLLM will use: {check.fit.vllm_defaults.join("; ")}.</div>
+            )}
             {!check.ok && (
               <ul>
                 {Object.entries(check.errors).map(([field, messages]) => (

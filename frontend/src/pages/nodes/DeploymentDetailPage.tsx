@@ -165,9 +165,18 @@ export function DeploymentDetailPage() {
           <Card title="Launch command">
             <pre className="argv" data-testid="launch-argv">{d.launch_argv.length ? d.launch_argv.join(" ") : "Not launched yet."}</pre>
             <div className="muted">
-              GPUs {d.gpu_indices.join(", ") || "none (CPU)"} · gpu_memory_utilization {d.gpu_memory_utilization} · max_model_len{" "}
-              {d.max_model_len} · block_size {d.block_size} · max_num_seqs {d.max_num_seqs} · tp {d.tensor_parallel_size} · prefix caching{" "}
-              {d.enable_prefix_caching ? "on" : "off"} · {d.base_url}
+              GPUs {d.gpu_indices.join(", ") || "none (CPU)"} · gpu_memory_utilization {d.gpu_memory_utilization ?? "vLLM's default"} ·
+              max_model_len {d.max_model_len} · block_size {d.block_size ?? "vLLM's default"} · max_num_seqs {d.max_num_seqs ?? "vLLM's default"} · tp{" "}
+              {d.tensor_parallel_size} · pp {d.pipeline_parallel_size} · prefix caching {d.enable_prefix_caching ? "on" : "off"} · {d.base_url}
+            </div>
+            <div data-testid="quantization-kernel">
+              Quantization kernel:{" "}
+              {d.reported_quantization
+                ? d.reported_quantization
+                : d.engine === "vllm"
+                  ? "none reported by the engine (unquantized, or not started yet)"
+                  : "not reported (only vLLM logs its kernel; the simulator and llama.cpp do not)"}
+              {d.quantization_override && <span className="muted"> · forced with --quantization {d.quantization_override}</span>}
             </div>
           </Card>
           {d.last_log_lines && d.state !== "ready" && (
@@ -193,6 +202,25 @@ export function DeploymentDetailPage() {
                       <StatusBadge status={e.to_state} />
                     )}{" "}
                     {e.message}
+                    {e.launch && (
+                      <details className="launch-record" data-testid="launch-record">
+                        <summary>
+                          Launch record{e.launch.simulated ? " (simulated)" : ""}: vLLM {e.launch.vllm_version ?? "unknown"} · driver{" "}
+                          {e.launch.driver_version ?? (e.launch.simulated_gpus ? "simulated GPUs" : "unknown")} · CUDA{" "}
+                          {e.launch.cuda_driver_version ?? (e.launch.simulated_gpus ? "simulated GPUs" : "unknown")}
+                        </summary>
+                        <div>
+                          manifest <code>{e.launch.manifest_digest || "none"}</code>
+                        </div>
+                        <div>
+                          env{" "}
+                          {Object.entries(e.launch.env)
+                            .map(([k, v]) => `${k}=${v}`)
+                            .join(" ")}
+                        </div>
+                        <pre className="argv">{e.launch.argv.join(" ")}</pre>
+                      </details>
+                    )}
                   </li>
                 ))}
               </ul>
