@@ -97,7 +97,9 @@ def read_state(now: float | None = None) -> FleetState:
         for name, beat in Host.objects.order_by("name").values_list("name", "last_heartbeat")
     ]
     gpu_rows = list(
-        Gpu.objects.order_by("host__name", "index").values_list("host__name", "index", "uuid", "name", "simulated")
+        Gpu.objects.order_by("host__name", "index").values_list(
+            "host__name", "index", "uuid", "name", "simulated"
+        )
     )
     deployments = list(
         Deployment.objects.exclude(state=DeploymentState.STOPPED, desired_state=DesiredState.STOPPED)
@@ -146,8 +148,7 @@ def read_state(now: float | None = None) -> FleetState:
         for k, d in enumerate(deployments)
     ]
     tenants = [
-        (name, int(budget), _int(raws[n_gpus + n_deps + k]))
-        for k, (_tid, name, budget) in enumerate(budgets)
+        (name, int(budget), _int(raws[n_gpus + n_deps + k])) for k, (_tid, name, budget) in enumerate(budgets)
     ]
     return FleetState(hosts=hosts, gpus=gpus, deployments=deps, tenants=tenants)
 
