@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-import time
 from pathlib import Path
 from typing import Any
 

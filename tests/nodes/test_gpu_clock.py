@@ -7,6 +7,7 @@ connections and never answers: every probe waits out its 1 s timeout, so one eng
 
 from __future__ import annotations
 
+import itertools
 import socket
 import subprocess
 import time
@@ -14,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from core.redis_client import get_redis
 from nodes import history
 from nodes.choices import DeploymentState
 from nodes.models import Deployment, Host
@@ -45,11 +45,10 @@ def test_gpu_feed_keeps_1hz_while_an_engine_hangs(
         sleeper.wait()
         silent.close()
 
-    r = get_redis()
-    gpu_ts = [float(f[b"ts"]) for _, f in r.xrange(history.gpu_series_key(host.name, 0))]
-    engine_ts = [float(f[b"ts"]) for _, f in r.xrange(history.engine_series_key(deployment.pk))]
-    gpu_ts = [t for t in gpu_ts if t >= began]
-    gaps = [b - a for a, b in zip(gpu_ts, gpu_ts[1:], strict=False)]
+    gpus, engines = history.read([(host.name, 0)], [deployment.pk], minutes=1)
+    gpu_ts = [t for t in gpus[(host.name, 0)].t if t >= began]
+    engine_ts = engines[deployment.pk].t
+    gaps = [b - a for a, b in itertools.pairwise(gpu_ts)]
     # ~1 Hz: six or seven samples in six seconds, none more than 1.3 s apart.
     assert len(gpu_ts) >= seconds - 1, gpu_ts
     assert max(gaps) < 1.3, gaps
