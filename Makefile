@@ -11,7 +11,7 @@ export REDIS_URL
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF
 FRONTEND_SRC := $(shell find frontend/src frontend/index.html frontend/vite.config.ts frontend/tsconfig.json -type f 2>/dev/null)
 
-.PHONY: stop run test install frontend llama chromium lint typecheck services migrate seed schema pytest clean
+.PHONY: stop run test install frontend llama chromium promtool lint typecheck services migrate seed schema pytest clean
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,13 @@ llama: install
 # Debian's Chromium for the end-to-end tests (Playwright drives it with executable_path; no browser download).
 chromium:
 	@test -x /usr/bin/chromium || $(call apt_install,chromium,the browser tests need Chromium)
+
+# promtool checks and unit-tests the Prometheus alert rules (deploy/prometheus/). Debian ships it in the
+# `prometheus` package, which also starts a Prometheus server on :9090 where systemd runs: stop and disable
+# it, the tests need only the tool.
+promtool:
+	@command -v promtool >/dev/null || { $(call apt_install,prometheus,the alert-rule tests need promtool) && \
+		{ systemctl disable --now prometheus >/dev/null 2>&1 || service prometheus stop >/dev/null 2>&1 || true; }; }
 
 # $(call apt_install,PACKAGE,WHY): install a Debian package when we are root, else say what to install.
 apt_install = { [ "$$(id -u)" = 0 ] && echo "$(2): installing $(1) (apt-get)" && apt-get update -qq && \
@@ -92,7 +99,7 @@ pytest: install
 	@$(PYTHON) scripts/local_services.py --redis "$(REDIS_URL)" --postgres "$${DATABASE_URL:-$(TEST_DATABASE_URL)}"
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(VENV)/bin/pytest $(PYTEST_ARGS)
 
-test: install frontend llama chromium lint typecheck pytest
+test: install frontend llama chromium promtool lint typecheck pytest
 
 clean:
 	rm -rf $(VENV) frontend/node_modules frontend/dist staticfiles var

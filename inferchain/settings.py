@@ -244,6 +244,8 @@ LOGGING = {
 
 # The /v1/ proxy (routing/); docs/proxy.md explains each.
 PROXY_MAX_BODY_BYTES = env_int("PROXY_MAX_BODY_BYTES", 4 * 1024 * 1024)
+# Prompts of at least this many tokens count as "long" in the proxy's per-pool request metrics.
+PROXY_LONG_PROMPT_TOKENS = env_int("PROXY_LONG_PROMPT_TOKENS", 2048)
 # What admission does while Redis is unreachable: "reject" (503 for keys with counted limits, fail closed);
 # the only mode implemented, see docs/proxy.md.
 PROXY_LIMITS_ON_REDIS_DOWN = env_str("PROXY_LIMITS_ON_REDIS_DOWN", "reject")

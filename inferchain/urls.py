@@ -7,6 +7,7 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from inferchain.views import spa_index
+from routing.fleet_metrics import metrics_view
 
 # Each app contributes its API under /api/ through its own api/urls.py.
 api_patterns = [
@@ -22,5 +23,7 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/", include(api_patterns)),
     path("django-admin/", admin.site.urls),
-    re_path(r"^(?!api/|static/|ws/|v1/|django-admin/).*$", spa_index, name="spa"),
+    # The fleet's Prometheus exposition (GPUs, engines, tenants' budgets); the proxy's is /v1/metrics.
+    path("metrics", metrics_view, name="fleet-metrics"),
+    re_path(r"^(?!api/|static/|ws/|v1/|django-admin/|metrics$).*$", spa_index, name="spa"),
 ]

@@ -1,5 +1,11 @@
-"""The agent's loop: once per NODE_TELEMETRY_SECONDS, probe every engine on the host, judge its health,
-restart crashed ones when their backoff is due, sample the GPUs, and publish all of it.
+"""The agent's loops: once per NODE_TELEMETRY_SECONDS, probe every engine on the host, judge its health,
+restart crashed ones when their backoff is due, and publish what the engines said; and, on a clock of
+its own at the same period, sample the GPUs, publish them and send the heartbeat.
+
+The GPU clock is separate because an engine round lasts as long as its slowest probe (health, models
+and metrics, each with a 1 s timeout): one engine that is starting or hung used to stretch the whole
+host's GPU feed to one sample every 3-4 s, and its heartbeat with it. The GPU loop reuses the last
+engine round's simulator reports and engine records, so a GPU sample is never late for an engine.
 
 Health has three parts, so that a busy engine is never marked dead and a hung one is:
 - liveness: the process exists (and /health answers);
@@ -122,6 +128,11 @@ class Supervisor:
         self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"probe-{host_name}")
         self.loop: threading.Thread | None = None
         self.last_gpu_samples: list[dict[str, Any]] = []
+        self.gpu_loop: threading.Thread | None = None
+        # The last engine round's results, for the GPU clock (written by one thread, read by the other).
+        self._latest_lock = threading.Lock()
+        self._latest_sim_reports: dict[int, list[dict[str, Any]]] = {}
+        self._latest_engines: list[dict[str, Any]] = []
 
     # --- lifecycle ---
 
@@ -133,15 +144,49 @@ class Supervisor:
         runtime.adopt(self.host_name)
 
     def run(self) -> None:
+        """The engine loop; starts the GPU clock first when it is not running yet."""
+        if not self._gpu_clock_running():
+            self.gpu_loop = threading.Thread(target=self.run_gpus, name=f"gpus-{self.host_name}", daemon=True)
+            self.gpu_loop.start()
         interval = settings.NODE_TELEMETRY_SECONDS
-        while not self.stop_event.is_set():
-            began = time.monotonic()
-            try:
-                close_old_connections()
-                self.tick()
-            except Exception:  # one bad tick must not end supervision of the whole host
-                log.exception("supervisor tick failed on %s", self.host_name)
-            self.stop_event.wait(max(0.05, interval - (time.monotonic() - began)))
+        try:
+            while not self.stop_event.is_set():
+                began = time.monotonic()
+                try:
+                    close_old_connections()
+                    self.tick()
+                except Exception:  # one bad tick must not end supervision of the whole host
+                    log.exception("supervisor tick failed on %s", self.host_name)
+                self.stop_event.wait(max(0.05, interval - (time.monotonic() - began)))
+        finally:
+            connection.close()
+
+    def run_gpus(self) -> None:
+        """The GPU clock: a sample, its publication and the heartbeat every NODE_TELEMETRY_SECONDS.
+
+        Scheduled on a fixed grid (not "interval after the last one ended") so the rate stays steady;
+        a round that overran skips the slots it missed instead of bunching samples.
+        """
+        interval = settings.NODE_TELEMETRY_SECONDS
+        next_at = time.monotonic()
+        try:
+            while not self.stop_event.is_set():
+                try:
+                    close_old_connections()
+                    self.heartbeat()
+                    self.publish_gpus()
+                except Exception:  # a failed sample must not stop the clock
+                    log.exception("GPU sample failed on %s", self.host_name)
+                next_at += interval
+                now = time.monotonic()
+                if next_at < now:
+                    next_at = now + interval - (now - next_at) % interval
+                self.stop_event.wait(next_at - now)
+        finally:
+            connection.close()
+
+    def _gpu_clock_running(self) -> bool:
+        return self.gpu_loop is not None and self.gpu_loop.is_alive()
 
     def heartbeat(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -162,7 +207,11 @@ class Supervisor:
     # --- one round ---
 
     def tick(self) -> None:
-        self.heartbeat()
+        """One engine round. Without the GPU clock running (tests, one-shot callers) it also sends the
+        heartbeat and publishes one GPU sample, as one call of the old single loop did."""
+        clock = self._gpu_clock_running()
+        if not clock:
+            self.heartbeat()
         deployments = list(
             Deployment.objects.select_related("host", "model_version", "quantization").filter(
                 host__name=self.host_name
@@ -192,7 +241,12 @@ class Supervisor:
                     settings.ENGINE_LOG_MAX_BYTES,
                     settings.ENGINE_LOG_KEEP,
                 )
-        self.publish_gpus(sim_reports, engines_live)
+        with self._latest_lock:
+            self._latest_sim_reports = sim_reports
+            self._latest_engines = engines_live
+        self.record_engine_history(engines_live)
+        if not clock:
+            self.publish_gpus()
 
     def reconcile(self, deployment: Deployment) -> None:
         """Deployments not being probed: restart crashed ones when due, stop unwanted ones."""
@@ -318,18 +372,17 @@ class Supervisor:
         track = self.tracks.get(deployment.pk)
         m = obs.metrics or EngineMetrics()
         tokens_per_s = 0.0
-        ttft = itl = None
+        ttft_window, itl_window = m.ttft_buckets, m.itl_buckets
         if track is not None and len(track.history) >= 2:
             t0, first = track.history[0]
             dt = now - t0
             if dt > 0:
                 tokens_per_s = max(0.0, (m.generation_tokens_total - first.generation_tokens_total) / dt)
-            ttft = histogram_quantile(0.5, bucket_delta(m.ttft_buckets, first.ttft_buckets))
-            itl = histogram_quantile(0.5, bucket_delta(m.itl_buckets, first.itl_buckets))
-        if ttft is None:
-            ttft = histogram_quantile(0.5, merge_buckets([m.ttft_buckets]))
-        if itl is None:
-            itl = histogram_quantile(0.5, merge_buckets([m.itl_buckets]))
+            ttft_window = bucket_delta(m.ttft_buckets, first.ttft_buckets)
+            itl_window = bucket_delta(m.itl_buckets, first.itl_buckets)
+        # Over the window when it saw requests, else over the engine's lifetime (an idle engine).
+        ttft, ttft_p95 = _quantiles(ttft_window, m.ttft_buckets)
+        itl, itl_p95 = _quantiles(itl_window, m.itl_buckets)
         return {
             "ts": time.time(),
             "deployment_id": deployment.pk,
@@ -353,6 +406,8 @@ class Supervisor:
             "tokens_per_s": round(tokens_per_s, 2),
             "ttft_p50_s": ttft,
             "itl_p50_s": itl,
+            "ttft_p95_s": ttft_p95,
+            "itl_p95_s": itl_p95,
             "has_metrics": obs.metrics is not None,
         }
 
@@ -366,9 +421,21 @@ class Supervisor:
         push_event([deployment_group(deployment.pk)], {"type": "deployment.metrics", **live})
         return live
 
-    def publish_gpus(
-        self, sim_reports: dict[int, list[dict[str, Any]]], engines: list[dict[str, Any]]
-    ) -> None:
+    def record_engine_history(self, engines: list[dict[str, Any]]) -> None:
+        """The engine round's records, kept for an hour: the console's charts start from this history."""
+        if not engines:
+            return
+        try:
+            pipe = get_redis().pipeline(transaction=False)
+            history.record(pipe, self.host_name, [], engines)
+            pipe.execute()
+        except Exception as exc:
+            log.warning("could not write engine history of %s: %s", self.host_name, exc)
+
+    def publish_gpus(self) -> None:
+        """Sample the GPUs (simulated ones from the last engine round's reports) and publish them."""
+        with self._latest_lock:
+            sim_reports, engines = self._latest_sim_reports, self._latest_engines
         samples = self.gpus.sample(sim_reports)
         self.last_gpu_samples = samples
         ttl = max(1, round(settings.NODE_LIVE_TTL_SECONDS))
@@ -376,8 +443,8 @@ class Supervisor:
             pipe = get_redis().pipeline(transaction=False)
             for sample in samples:
                 pipe.set(live_gpu_key(self.host_name, sample["index"]), json.dumps(sample), ex=ttl)
-            # The same tick, kept for an hour: the console's charts start from this history.
-            history.record(pipe, self.host_name, samples, engines)
+            # Kept for an hour: the console's charts start from this history.
+            history.record(pipe, self.host_name, samples, [])
             pipe.execute()
         except Exception as exc:
             log.warning("could not write GPU samples of %s: %s", self.host_name, exc)
@@ -408,9 +475,19 @@ class Supervisor:
         then "coroutine ... was never awaited" warnings at every Ctrl-C).
         """
         self.stop_event.set()
-        if self.loop is not None and self.loop is not threading.current_thread():
-            self.loop.join(timeout=max(10.0, 3 * settings.NODE_TELEMETRY_SECONDS))
+        for thread in (self.loop, self.gpu_loop):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(timeout=max(10.0, 3 * settings.NODE_TELEMETRY_SECONDS))
         self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _quantiles(window: Any, lifetime: Any) -> tuple[float | None, float | None]:
+    """(p50, p95) of the window's histogram, or of the lifetime one when the window saw nothing."""
+    p50 = histogram_quantile(0.5, window)
+    if p50 is None:
+        window = merge_buckets([lifetime])
+        p50 = histogram_quantile(0.5, window)
+    return p50, histogram_quantile(0.95, window)
 
 
 def _in_own_connection(func: Any, *args: Any) -> Any:

@@ -433,6 +433,7 @@ class Proxy:
         self._tasks: list[asyncio.Task[None]] = []
         self._reload_pending = False
         self.max_body = settings.PROXY_MAX_BODY_BYTES
+        self.long_prompt_tokens = settings.PROXY_LONG_PROMPT_TOKENS
         self._id_prefix = uuid.uuid4().hex[:20]
         self._metric_children: dict[tuple[Any, tuple[Any, ...]], Any] = {}
         self._seq = 0
@@ -1599,16 +1600,25 @@ class Proxy:
             await self.limiter.finish(ctx.admission, used)
         dep = ctx.endpoint.id if ctx.endpoint else ""
         self._metric(m.REQUESTS, ctx.alias, dep, ctx.status).inc()
+        code = _STATUS_CLASSES.get(ctx.status // 100, "other")
+        tenant = ctx.key.tenant_name if ctx.key else ""
+        self._metric(m.TENANT_REQUESTS, tenant, code).inc()
+        self._metric(m.TENANT_LATENCY, tenant).observe(latency)
+        if ctx.pool:
+            length = "long" if prompt >= self.long_prompt_tokens else "short"
+            self._metric(m.POOL_REQUESTS, ctx.pool, length, code).inc()
+            self._metric(m.POOL_LATENCY, ctx.pool, length).observe(latency)
         if ctx.endpoint is not None:
             self._metric(m.LATENCY, ctx.alias, dep).observe(latency)
             if ctx.ttft_s is not None:
                 self._metric(m.TTFT, ctx.alias, dep).observe(ctx.ttft_s)
             self._metric(m.TOKENS, ctx.alias, "prompt").inc(prompt)
             self._metric(m.TOKENS, ctx.alias, "completion").inc(completion)
+            self._metric(m.TENANT_TOKENS, tenant, "prompt").inc(prompt)
+            self._metric(m.TENANT_TOKENS, tenant, "completion").inc(completion)
             version_id = ctx.endpoint.version_id
             labels = self.snapshot.version_labels
             version = "static" if version_id is None else labels.get(version_id) or str(version_id)
-            code = _STATUS_CLASSES.get(ctx.status // 100, "other")
             self._metric(m.VERSION_REQUESTS, ctx.alias, version, ctx.arm, code).inc()
             self._metric(m.VERSION_LATENCY, ctx.alias, version, ctx.arm).observe(latency)
             if ctx.ttft_s is not None:

@@ -184,10 +184,20 @@ class Admission:
 def _scopes(info: KeyInfo) -> list[tuple[str, Limits]]:
     scopes: list[tuple[str, Limits]] = []
     if info.tenant_limits.counted:
-        scopes.append((f"t{info.tenant_id}", info.tenant_limits))
+        scopes.append((tenant_scope(info.tenant_id), info.tenant_limits))
     if info.key_limits.counted:
         scopes.append((f"k{info.id}", info.key_limits))
     return scopes
+
+
+def budget_key(scope: str, day: str) -> str:
+    """Tokens used by a scope (`t<tenant id>` or `k<key id>`) on a UTC day (`YYYYMMDD`); the fleet
+    exposition reads the tenants' ones for the near-budget alert."""
+    return rkey("rl", scope, "budget", day)
+
+
+def tenant_scope(tenant_id: int) -> str:
+    return f"t{tenant_id}"
 
 
 def _arg(v: int | None) -> int:
@@ -248,7 +258,7 @@ class Limiter:
                 rkey("rl", name, "tpm"),
                 rkey("rl", name, "tpm_sum"),
                 rkey("rl", name, "conc"),
-                rkey("rl", name, "budget", day),
+                budget_key(name, day),
             ]
             limit_args += [
                 _arg(lim.requests_per_minute),

@@ -248,6 +248,52 @@ SHADOW_LATENCY = LOOP.add(
         LATENCY_BUCKETS,
     )
 )
+# Per pool and request length, and per tenant, for success-rate and latency by request kind (docs/
+# monitoring.md). Bounded: pools and tenants are configured objects (an unauthenticated request counts
+# under tenant ""), `length` is "short" or "long" (prompt tokens against PROXY_LONG_PROMPT_TOKENS), `code`
+# the status class. Per deployment: inferchain_proxy_requests/_request_seconds above.
+POOL_REQUESTS = LOOP.add(
+    LoopMetric(
+        "counter",
+        "inferchain_proxy_pool_requests",
+        "Requests routed to a pool, by pool, prompt length (short or long) and status class.",
+        ["pool", "length", "code"],
+    )
+)
+POOL_LATENCY = LOOP.add(
+    LoopMetric(
+        "histogram",
+        "inferchain_proxy_pool_request_seconds",
+        "Total request latency as the client sees it, by pool and prompt length (short or long).",
+        ["pool", "length"],
+        LATENCY_BUCKETS,
+    )
+)
+TENANT_REQUESTS = LOOP.add(
+    LoopMetric(
+        "counter",
+        "inferchain_proxy_tenant_requests",
+        "Requests answered by the proxy, by tenant and status class.",
+        ["tenant", "code"],
+    )
+)
+TENANT_LATENCY = LOOP.add(
+    LoopMetric(
+        "histogram",
+        "inferchain_proxy_tenant_request_seconds",
+        "Total request latency as the client sees it, by tenant.",
+        ["tenant"],
+        LATENCY_BUCKETS,
+    )
+)
+TENANT_TOKENS = LOOP.add(
+    LoopMetric(
+        "counter",
+        "inferchain_proxy_tenant_tokens",
+        "Tokens processed for a tenant, by kind (prompt or completion).",
+        ["tenant", "kind"],
+    )
+)
 EJECTIONS = Counter(
     "inferchain_proxy_ejections",
     "Endpoints ejected by the circuit breaker.",

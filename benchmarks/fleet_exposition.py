@@ -1,0 +1,165 @@
+"""The control plane's fleet exposition (/metrics) at 100 hosts x 8 GPUs and 400 engines.
+
+    .venv/bin/python benchmarks/fleet_exposition.py [--hosts 100 --gpus 8 --engines 400 --runs 50]
+
+A scratch SQLite database (or `--database-url`, e.g. a PostgreSQL database of your own, whose rows it
+adds and leaves) gets the inventory: hosts, GPUs, deployments of one model version, 200 tenants with
+a daily budget. Redis (REDIS_URL, a key prefix of its own, removed at the end) gets a live record per
+GPU and per engine in the shape the agent writes, and each tenant's tokens of the day. Then it times
+the whole scrape, `routing.fleet_metrics.render()` (four queries, one MGET, the text), `--runs` times
+after one warm-up, and prints the median, p95 and max with the body's size and sample count (JSON in
+var/bench/fleet_exposition.json). The budget is 100 ms (issue 21).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import secrets
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH_DIR = REPO / "var" / "bench"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hosts", type=int, default=100)
+    parser.add_argument("--gpus", type=int, default=8, help="GPUs per host")
+    parser.add_argument("--engines", type=int, default=400)
+    parser.add_argument("--tenants", type=int, default=200)
+    parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--database-url", default="")
+    options = parser.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="fleet-exposition-bench-"))
+    os.environ.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "inferchain.settings",
+            "DATABASE_URL": options.database_url or f"sqlite:///{tmp / 'db.sqlite3'}",
+            "REDIS_KEY_PREFIX": f"benchfleet{os.getpid()}:",
+            "SECRET_KEY": secrets.token_urlsafe(40),
+        }
+    )
+    sys.path.insert(0, str(REPO))
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.utils import timezone
+
+    from console.models import Quota, Tenant
+    from core.redis_client import get_redis
+    from models_registry.models import Model, ModelVersion
+    from nodes.choices import DeploymentState, DesiredState, Engine
+    from nodes.lifecycle import live_deployment_key, live_gpu_key
+    from nodes.models import Deployment, Gpu, Host
+    from routing.fleet_metrics import render
+    from routing.proxy.limits import budget_key, tenant_scope
+
+    call_command("migrate", verbosity=0)
+    tag = secrets.token_hex(3)
+    model = Model.objects.create(name=f"bench-llama-{tag}")
+    version = ModelVersion.objects.create(
+        model=model, revision="fp16", source_kind="directory", source_path="/models/llama"
+    )
+    now = timezone.now()
+    hosts = Host.objects.bulk_create(
+        Host(name=f"b{tag}-gpu-{h:03d}", address=f"10.0.{h // 250}.{h % 250}", last_heartbeat=now)
+        for h in range(options.hosts)
+    )
+    Gpu.objects.bulk_create(
+        Gpu(
+            host=host,
+            index=i,
+            uuid=f"GPU-{tag}-{h}-{i}",
+            name="NVIDIA H100 80GB HBM3",
+            memory_total_bytes=80 * 2**30,
+        )
+        for h, host in enumerate(hosts)
+        for i in range(options.gpus)
+    )
+    deployments = Deployment.objects.bulk_create(
+        Deployment(
+            name=f"b{tag}-chat-{d:03d}",
+            model_version=version,
+            engine=Engine.VLLM,
+            host=hosts[d % len(hosts)],
+            gpu_indices=[(d // len(hosts)) % options.gpus],
+            port=8100 + d // len(hosts),
+            served_model_name=f"chat-{d % 12}",
+            state=DeploymentState.READY,
+            desired_state=DesiredState.RUNNING,
+        )
+        for d in range(options.engines)
+    )
+    tenants = Tenant.objects.bulk_create(
+        Tenant(name=f"b{tag}-tenant-{t:03d}") for t in range(options.tenants)
+    )
+    Quota.objects.bulk_create(Quota(tenant=t, daily_token_budget=10_000_000) for t in tenants)
+
+    r = get_redis()
+    ts = time.time()
+    pipe = r.pipeline(transaction=False)
+    for host in hosts:
+        for i in range(options.gpus):
+            sample = {
+                "index": i, "ts": ts, "simulated": False, "utilization_pct": 87.0,
+                "memory_used_bytes": 72 * 2**30, "memory_total_bytes": 80 * 2**30,
+                "temperature_c": 66.0, "power_watts": 512.5,
+            }  # fmt: skip
+            pipe.set(live_gpu_key(host.name, i), json.dumps(sample), ex=600)
+    for dep in deployments:
+        live = {
+            "ts": ts, "deployment_id": dep.pk, "host": dep.host.name, "state": "ready", "alive": True,
+            "ready": True, "num_requests_running": 12.0, "num_requests_waiting": 3.0,
+            "kv_cache_usage_perc": 0.61, "num_gpu_blocks": 8192, "block_size": 16,
+            "kv_cache_total_tokens": 131072, "prompt_tokens_total": 1.2e9, "generation_tokens_total": 3.4e8,
+            "prefix_cache_queries_total": 1.1e9, "prefix_cache_hits_total": 4.4e8, "tokens_per_s": 1432.5,
+            "ttft_p50_s": 0.081, "itl_p50_s": 0.021, "ttft_p95_s": 0.412, "itl_p95_s": 0.048,
+            "has_metrics": True,
+        }  # fmt: skip
+        pipe.set(live_deployment_key(dep.pk), json.dumps(live), ex=600)
+    day = dt.datetime.now(dt.UTC).strftime("%Y%m%d")
+    for t in tenants:
+        pipe.set(budget_key(tenant_scope(t.pk), day), 1_234_567, ex=600)
+    pipe.execute()
+
+    try:
+        body = render()  # warm-up (connections, query compilation)
+        times = []
+        for _ in range(options.runs):
+            began = time.perf_counter()
+            body = render()
+            times.append((time.perf_counter() - began) * 1000)
+    finally:
+        for redis_key in r.scan_iter(match=f"{os.environ['REDIS_KEY_PREFIX']}*", count=1000):
+            r.delete(redis_key)
+    samples = sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
+    times.sort()
+    result = {
+        "hosts": options.hosts,
+        "gpus": options.hosts * options.gpus,
+        "engines": options.engines,
+        "tenants": options.tenants,
+        "database": django.db.connection.vendor,
+        "runs": options.runs,
+        "median_ms": round(statistics.median(times), 2),
+        "p95_ms": round(times[int(0.95 * (len(times) - 1))], 2),
+        "max_ms": round(times[-1], 2),
+        "body_bytes": len(body),
+        "samples": samples,
+    }
+    BENCH_DIR.mkdir(parents=True, exist_ok=True)
+    (BENCH_DIR / "fleet_exposition.json").write_text(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
