@@ -83,21 +83,41 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 # ---- targets ---------------------------------------------------------------------------------------
 
 
-def setup_inferchain_db(db_url: str) -> str:
-    """Migrate a SQLite database for the benchmark proxy and issue one unlimited key; returns the raw key."""
+# The quota the benchmark tenant gets: every counted limit set (so admission runs the whole limiter
+# script and completion its whole true-up), each far above anything one machine can send, so nothing
+# is ever refused. Real tenants have quotas (the demo's does); a tenant without one skips Redis.
+BENCH_QUOTA = {
+    "requests_per_minute": 1_000_000,
+    "tokens_per_minute": 1_000_000_000,
+    "max_concurrent_requests": 100_000,
+    "daily_token_budget": 10**15,
+}
+
+
+def setup_inferchain_db(db_url: str) -> dict[str, str]:
+    """Migrate the benchmark proxy's database and issue two keys; returns their raw keys by name.
+
+    `quota`: a tenant with `BENCH_QUOTA` (the path real tenants take); `noquota`: a tenant with no
+    counted limit, for which the proxy makes no Redis call at all.
+    """
     env = {**os.environ, "DATABASE_URL": db_url, "DJANGO_SETTINGS_MODULE": "inferchain.settings"}
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=REPO, env=env, check=True
     )
     script = (
-        "import django; django.setup()\n"
-        "from console.models import Tenant\n"
+        "import json, django; django.setup()\n"
+        "from console.models import Quota, Tenant\n"
         "from console.services import issue_api_key\n"
-        "t, _ = Tenant.objects.get_or_create(name='bench')\n"
-        "print(issue_api_key(tenant=t, name='bench').raw_key)\n"
-    )
+        "keys = {}\n"
+        "for name, quota in (('quota', json.loads(QUOTA)), ('noquota', None)):\n"
+        "    t, _ = Tenant.objects.get_or_create(name='bench-' + name)\n"
+        "    if quota:\n"
+        "        Quota.objects.update_or_create(tenant=t, defaults=quota)\n"
+        "    keys[name] = issue_api_key(tenant=t, name='bench').raw_key\n"
+        "print(json.dumps(keys))\n"
+    ).replace("QUOTA", repr(json.dumps(BENCH_QUOTA)))
     out = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, check=True, capture_output=True)
-    return out.stdout.decode().strip().splitlines()[-1]
+    return dict(json.loads(out.stdout.decode().strip().splitlines()[-1]))
 
 
 @contextlib.contextmanager

@@ -461,6 +461,8 @@ class Proxy:
         if self.reqlog is not None:
             await self.reqlog.close()
         self.upstream.close()
+        if self.limiter is not None:
+            await self.limiter.aclose()
         if self.redis is not None:
             await self.redis.aclose()
         self.db.shutdown(wait=False)
