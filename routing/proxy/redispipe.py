@@ -91,6 +91,7 @@ def lean_params(client: aioredis.Redis) -> dict[str, Any] | None:
 # and the packed command after its head, so that a NOSCRIPT reply can resend it with the source.
 _Pending = tuple[asyncio.Future[Any] | None, Script | None, int, bytes]
 _SETUP = -1  # in place of `nargs`: a set-up command, whose error reply is its result (connect raises it)
+_SKIP = pack("CLIENT", "REPLY", "SKIP")  # Redis sends no reply to the command after this one (nor to it)
 
 
 class RedisPipe(asyncio.Protocol):
@@ -108,9 +109,11 @@ class RedisPipe(asyncio.Protocol):
         connect_timeout: float | None = None,
         reply_timeout: float | None = None,
         scripts: tuple[Script, ...] = (),
+        post_delay: float = 0.0,
+        name: str = "",
     ) -> None:
         self._where = (host, port, path)
-        self._setup: list[bytes] = []
+        self._setup: list[bytes] = [pack("CLIENT", "SETNAME", name)] if name else []
         if password is not None:
             self._setup.append(pack("AUTH", *((username,) if username else ()), password))
         if db:
@@ -125,6 +128,9 @@ class RedisPipe(asyncio.Protocol):
         self._pending: collections.deque[_Pending] = collections.deque()
         self._sent_at: collections.deque[float] = collections.deque()  # send time of each pending reply
         self._out: list[bytes] = []
+        self._posted: list[bytes] = []
+        self._post_delay = post_delay
+        self._post_timer: asyncio.TimerHandle | None = None
         self._flush_scheduled = False
         self._watchdog: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -148,19 +154,44 @@ class RedisPipe(asyncio.Protocol):
             loop.call_soon(self._flush)
         return fut
 
+    def post(self, command: bytes) -> None:
+        """Send `command` (packed) with no reply to read, in the next write or within `post_delay` s.
+
+        Nothing comes back, not even an error, so `command` must be one that cannot fail for want of
+        state on the server (a script sent as source with `EVAL`, not by digest).
+        """
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        self._posted.append(_SKIP + command)
+        if self._post_timer is None and not self._flush_scheduled:
+            if self._post_delay > 0:
+                self._post_timer = loop.call_later(self._post_delay, self._flush)
+            else:
+                self._flush_scheduled = True
+                loop.call_soon(self._flush)
+
     def _flush(self) -> None:
         self._flush_scheduled = False
-        if not self._out:
+        if self._post_timer is not None:
+            self._post_timer.cancel()
+            self._post_timer = None
+        if not self._out and not self._posted:
             return
         if self._transport is None:
             if self._connecting is None:
                 assert self._loop is not None
                 self._connecting = self._loop.create_task(self._connect())
             return  # flushed once connected
-        data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
+        # Posted commands first: they were queued before the replies now awaited could have been asked
+        # for by anything they concern (a completion always follows its own admission's reply).
+        chunks = self._posted + self._out if self._posted else self._out
+        data = b"".join(chunks) if len(chunks) > 1 else chunks[0]
         now = self._loop.time() if self._loop is not None else 0.0
-        self._sent_at.extend([now] * len(self._out))
-        self._out.clear()
+        if self._out:
+            self._sent_at.extend([now] * len(self._out))
+        self._out = []
+        self._posted = []
         self._transport.write(data)
         if self._reply_timeout is not None and self._watchdog is None and self._loop is not None:
             self._watchdog = self._loop.call_at(now + self._reply_timeout, self._check_timeout)
@@ -238,6 +269,7 @@ class RedisPipe(asyncio.Protocol):
         self._pending.clear()
         self._sent_at.clear()
         self._out.clear()
+        self._posted.clear()
         for fut, *_ in pending:
             if fut is not None and not fut.done():
                 fut.set_exception(exc)
@@ -265,5 +297,7 @@ class RedisPipe(asyncio.Protocol):
             self._connecting.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._connecting
+        if self._post_timer is not None:
+            self._flush()  # what was posted still goes out (close() writes the buffer first)
         if self._transport is not None:
             self._transport.close()
