@@ -295,21 +295,21 @@ class Limiter:
         self._admit = client.register_script(ADMIT_LUA)
         self._finish = client.register_script(FINISH_LUA)
         self._renew = client.register_script(RENEW_LUA)
-        self._pipe: RedisPipe | None = None
-        self._pipe_checked = False
+        self.pipe: RedisPipe | None = None  # None until first used, and for clients it cannot serve
+        self.pipe_checked = False
         self._plans: dict[tuple[int, int, Limits, Limits], _Plan] = {}
         self._day = ""
         self._day_end = 0.0  # epoch seconds of the next 00:00 UTC
 
     def _lean(self) -> RedisPipe | None:
-        if not self._pipe_checked:
-            self._pipe_checked = True
+        if not self.pipe_checked:
+            self.pipe_checked = True
             params = lean_params(self.redis)
             if params is not None:
-                self._pipe = RedisPipe(
+                self.pipe = RedisPipe(
                     **params, scripts=(ADMIT_SCRIPT,), post_delay=FINISH_DELAY_S, name=PIPE_NAME
                 )
-        return self._pipe
+        return self.pipe
 
     def _today(self) -> tuple[str, int]:
         """The UTC day's key suffix and the milliseconds left in it (the process's clock, as before)."""
@@ -355,7 +355,7 @@ class Limiter:
                     nargs=plan.admit_nargs,
                 )
             else:
-                args = [request_id, reserve, self.lease_ms, plan.n, to_midnight, *plan.limit_args]
+                args: list[Any] = [request_id, reserve, self.lease_ms, plan.n, to_midnight, *plan.limit_args]
                 result = await self._admit(keys=plan.keys, args=args)
         except (aioredis.RedisError, OSError) as exc:
             raise unavailable(
@@ -425,5 +425,5 @@ class Limiter:
         await self._renew(keys=[k for k, _ in leases], args=[self.lease_ms, *[rid for _, rid in leases]])
 
     async def aclose(self) -> None:
-        if self._pipe is not None:
-            await self._pipe.aclose()
+        if self.pipe is not None:
+            await self.pipe.aclose()

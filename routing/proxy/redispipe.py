@@ -113,11 +113,13 @@ class RedisPipe(asyncio.Protocol):
         name: str = "",
     ) -> None:
         self._where = (host, port, path)
-        self._setup: list[bytes] = [pack("CLIENT", "SETNAME", name)] if name else []
+        self._setup: list[bytes] = []
         if password is not None:
             self._setup.append(pack("AUTH", *((username,) if username else ()), password))
         if db:
             self._setup.append(pack("SELECT", db))
+        if name:
+            self._setup.append(pack("CLIENT", "SETNAME", name))
         # Loaded on every (re)connect, so that EVALSHA finds them; pipelined ahead of the first command.
         self._setup += [pack("SCRIPT", "LOAD", s.source) for s in scripts]
         self._connect_timeout = connect_timeout
@@ -220,7 +222,7 @@ class RedisPipe(asyncio.Protocol):
             self._connecting = None
             if self._transport is not None:
                 self._transport.abort()  # connection_lost fails what is pending
-            self._fail_all(RedisConnectionError(f"Redis unreachable: {exc!r}"))
+            self._fail_all(RedisConnectionError(f"Redis unreachable: {type(exc).__name__}: {exc}"))
             for f in setup:  # nobody else waits for these
                 if f.done() and not f.cancelled():
                     f.exception()
@@ -291,6 +293,13 @@ class RedisPipe(asyncio.Protocol):
                 self._transport.abort()
             return
         self._watchdog = self._loop.call_at(oldest + self._reply_timeout, self._check_timeout)
+
+    def local_address(self) -> str | None:
+        """`host:port` of this end of the connection (Redis's CLIENT LIST `addr`), if connected over TCP."""
+        if self._transport is None:
+            return None
+        name = self._transport.get_extra_info("sockname")
+        return f"{name[0]}:{name[1]}" if isinstance(name, tuple) else None
 
     async def aclose(self) -> None:
         if self._connecting is not None:
