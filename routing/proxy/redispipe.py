@@ -26,11 +26,15 @@ import contextlib
 import hashlib
 from typing import Any, cast
 
-import hiredis
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+try:
+    import hiredis
+except ImportError:  # a virtualenv not yet reinstalled from pyproject.toml: the limiter keeps redis-py
+    hiredis = None  # type: ignore[assignment]
 
 
 def bulk(value: bytes) -> bytes:
@@ -66,7 +70,7 @@ def lean_params(client: aioredis.Redis) -> dict[str, Any] | None:
     None for anything else (TLS, credential providers, ...): those keep going through redis-py.
     """
     pool = getattr(client, "connection_pool", None)
-    if pool is None:
+    if pool is None or hiredis is None:
         return None
     kw = pool.connection_kwargs
     if kw.get("credential_provider") is not None or kw.get("ssl_context") is not None:
