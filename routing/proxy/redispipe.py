@@ -24,6 +24,7 @@ import asyncio
 import collections
 import contextlib
 import hashlib
+import importlib
 from typing import Any, cast
 
 import redis.asyncio as aioredis
@@ -31,10 +32,11 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+hiredis: Any
 try:
-    import hiredis
+    hiredis = importlib.import_module("hiredis")
 except ImportError:  # a virtualenv not yet reinstalled from pyproject.toml: the limiter keeps redis-py
-    hiredis = None  # type: ignore[assignment]
+    hiredis = None
 
 
 def bulk(value: bytes) -> bytes:
