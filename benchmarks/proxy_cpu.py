@@ -1,9 +1,12 @@
-"""CPU time of one proxy process per request, JSON and streaming, at 16 clients.
+"""CPU time of one proxy process per request, JSON and streaming, at 16 clients, with and without a quota.
 
-    .venv/bin/python benchmarks/proxy_cpu.py [--requests 6000] [--reps 3]
+    .venv/bin/python benchmarks/proxy_cpu.py [--requests 6000] [--reps 3] [--keys quota,noquota]
 
 Same setup as benchmarks/proxy_overhead.py (trivial backend, standalone proxy, a scratch PostgreSQL
-database or `--db sqlite`, one unlimited key; `--servers inferchain,uvicorn` compares HTTP servers).
+database or `--db sqlite`; `--servers inferchain,uvicorn` compares HTTP servers). Each proxy is sent
+traffic under two keys, one of a tenant with a quota far above the load (every counted limit set:
+the path real tenants take, one limiter call at admission and one at completion) and one of a tenant
+without (no Redis call); their reps alternate on the same process, so the ratio is the quota's cost.
 For each mode, `--requests` requests are sent by 16 concurrent loops after a warm-up; the proxy's
 user + system CPU time is read from /proc/<pid>/stat before and after, and divided by the number of
 requests. Throughput on a shared machine moves with other load; CPU per request moves much less, so
@@ -79,6 +82,13 @@ def main() -> None:
         default=["inferchain"],
         help="comma-separated HTTP servers for the proxy to compare: inferchain (default), uvicorn",
     )
+    parser.add_argument(
+        "--keys",
+        type=lambda v: v.split(","),
+        default=["quota", "noquota"],
+        help="comma-separated tenants to send as: quota (limits far above the load), noquota",
+    )
+    parser.add_argument("--clients", type=int, default=16)
     args = parser.parse_args()
     try:
         import uvloop
@@ -99,10 +109,10 @@ def main() -> None:
             )
         )
         wait_ready(f"http://127.0.0.1:{backend_port}/health", procs[-1])
-        proxies: dict[str, tuple[subprocess.Popen[bytes], str, str]] = {}
+        proxies: dict[str, tuple[subprocess.Popen[bytes], str, dict[str, str]]] = {}
         for server in args.servers:
             db_url = databases.enter_context(bench_database(args.db, f"cpu_{server}"))
-            raw_key = setup_inferchain_db(db_url)
+            raw_keys = setup_inferchain_db(db_url)
             port = free_port()
             env = {
                 **os.environ,
@@ -121,25 +131,38 @@ def main() -> None:
             )
             procs.append(proxy)
             wait_ready(f"http://127.0.0.1:{port}/healthz", proxy)
-            proxies[server] = (proxy, f"http://127.0.0.1:{port}/v1/chat/completions", raw_key)
+            proxies[server] = (proxy, f"http://127.0.0.1:{port}/v1/chat/completions", raw_keys)
         modes = {"both": (False, True), "json": (False,), "stream": (True,)}[args.mode]
+        cells = [(server, key) for server in proxies for key in args.keys]
         for stream in modes:
-            per_request: dict[str, list[float]] = {server: [] for server in proxies}
-            for _proxy, url, raw_key in proxies.values():
-                asyncio.run(send(url, raw_key, stream, 1000))  # warm-up
-            for _ in range(args.reps):  # interleaved, so that a change in machine load hits every server
-                for server, (proxy, url, raw_key) in proxies.items():
+            per_request: dict[tuple[str, str], list[float]] = {cell: [] for cell in cells}
+            for server, key in cells:
+                _proxy, url, raw_keys = proxies[server]
+                asyncio.run(send(url, raw_keys[key], stream, 1000, args.clients))  # warm-up
+            for _ in range(args.reps):  # interleaved, so that a change in machine load hits every cell
+                for server, key in cells:
+                    proxy, url, raw_keys = proxies[server]
                     before = cpu_seconds(proxy.pid)
-                    asyncio.run(send(url, raw_key, stream, args.requests))
-                    per_request[server].append((cpu_seconds(proxy.pid) - before) / args.requests * 1e6)
-            for server, values in per_request.items():
+                    asyncio.run(send(url, raw_keys[key], stream, args.requests, args.clients))
+                    per_request[server, key].append((cpu_seconds(proxy.pid) - before) / args.requests * 1e6)
+            mode = "stream" if stream else "json"
+            for (server, key), values in per_request.items():
                 runs = ", ".join(f"{v:.0f}" for v in values)
-                mode = "stream" if stream else "json"
                 print(
-                    f"{mode:6s} {server:10s} {statistics.median(values):4.0f} us CPU "
+                    f"{mode:6s} {server:10s} {key:8s} {statistics.median(values):4.0f} us CPU "
                     f"per request (runs: {runs}; load average {os.getloadavg()[0]:.2f})",
                     flush=True,
                 )
+            for server in proxies:
+                if "quota" in args.keys and "noquota" in args.keys:
+                    # Ratio within each rep (the two ran back to back), then the median of those.
+                    quota, noquota = per_request[server, "quota"], per_request[server, "noquota"]
+                    ratios = [q / n for q, n in zip(quota, noquota, strict=True)]
+                    print(
+                        f"{mode:6s} {server:10s} quota / noquota CPU per request: "
+                        f"{statistics.median(ratios):.2f} (reps: {', '.join(f'{r:.2f}' for r in ratios)})",
+                        flush=True,
+                    )
     finally:
         for proc in reversed(procs):
             stop(proc)

@@ -1,17 +1,21 @@
 """Proxy overhead and throughput, side by side in one run: direct, inferchain proxy, LiteLLM proxy.
 
     .venv/bin/python benchmarks/proxy_overhead.py [--seconds 5] [--reps 3] [--skip-litellm]
+        [--keys quota,noquota]
 
-All three targets front the same trivial OpenAI-compatible backend (benchmarks/trivial_backend.py)
+All targets front the same trivial OpenAI-compatible backend (benchmarks/trivial_backend.py)
 on loopback. For each target: latency at 1 client (p50, p99 of sequential requests) and requests/s
-at 16 and 64 concurrent clients, non-streaming and streaming; each cell runs `--seconds` and is
-repeated `--reps` times, the reps interleaved across targets (direct, inferchain, LiteLLM, direct, ...)
-so that a change in the shared machine's load hits every target alike, and the median is reported.
-The inferchain proxy runs standalone (`python -m routing.proxy`, one worker, its own HTTP server on
-uvloop + httptools; `--proxy-server uvicorn` for comparison) with a scratch PostgreSQL database
-holding one tenant and key and its request log (`--db sqlite` for the demo's SQLite). LiteLLM is
-installed pinned into its own virtualenv (var/bench/litellm-venv) and runs with one worker and no
-database. Results: a Markdown table on stdout and JSON (with every rep) in var/bench/.
+at 16 and 64 concurrent clients, non-streaming and streaming, and the proxy's CPU time per request
+(user + system of its processes, from /proc); each cell runs `--seconds` and is repeated `--reps`
+times, the reps interleaved across targets (direct, inferchain, inferchain without quota, LiteLLM,
+direct, ...) so that a change in the shared machine's load hits every target alike, and the median is
+reported. The inferchain proxy runs standalone (`python -m routing.proxy`, one worker, its own HTTP
+server on uvloop + httptools; `--proxy-server uvicorn` for comparison) with a scratch PostgreSQL
+database holding its keys and request log (`--db sqlite` for the demo's SQLite). It is measured as
+a tenant with a quota (`inferchain`: every counted limit set, far above the load, the path real
+tenants take) and, on the same process, as a tenant without one (`inferchain-noquota`: no Redis call).
+LiteLLM is installed pinned into its own virtualenv (var/bench/litellm-venv) and runs with one worker
+and no database. Results: a Markdown table on stdout and JSON (with every rep) in var/bench/.
 """
 
 from __future__ import annotations
@@ -83,21 +87,41 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 # ---- targets ---------------------------------------------------------------------------------------
 
 
-def setup_inferchain_db(db_url: str) -> str:
-    """Migrate a SQLite database for the benchmark proxy and issue one unlimited key; returns the raw key."""
+# The quota the benchmark tenant gets: every counted limit set (so admission runs the whole limiter
+# script and completion its whole true-up), each far above anything one machine can send, so nothing
+# is ever refused. Real tenants have quotas (the demo's does); a tenant without one skips Redis.
+BENCH_QUOTA = {
+    "requests_per_minute": 1_000_000,
+    "tokens_per_minute": 1_000_000_000,
+    "max_concurrent_requests": 100_000,
+    "daily_token_budget": 10**15,
+}
+
+
+def setup_inferchain_db(db_url: str) -> dict[str, str]:
+    """Migrate the benchmark proxy's database and issue two keys; returns their raw keys by name.
+
+    `quota`: a tenant with `BENCH_QUOTA` (the path real tenants take); `noquota`: a tenant with no
+    counted limit, for which the proxy makes no Redis call at all.
+    """
     env = {**os.environ, "DATABASE_URL": db_url, "DJANGO_SETTINGS_MODULE": "inferchain.settings"}
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=REPO, env=env, check=True
     )
     script = (
-        "import django; django.setup()\n"
-        "from console.models import Tenant\n"
+        "import json, django; django.setup()\n"
+        "from console.models import Quota, Tenant\n"
         "from console.services import issue_api_key\n"
-        "t, _ = Tenant.objects.get_or_create(name='bench')\n"
-        "print(issue_api_key(tenant=t, name='bench').raw_key)\n"
-    )
+        "keys = {}\n"
+        "for name, quota in (('quota', json.loads(QUOTA)), ('noquota', None)):\n"
+        "    t, _ = Tenant.objects.get_or_create(name='bench-' + name)\n"
+        "    if quota:\n"
+        "        Quota.objects.update_or_create(tenant=t, defaults=quota)\n"
+        "    keys[name] = issue_api_key(tenant=t, name='bench').raw_key\n"
+        "print(json.dumps(keys))\n"
+    ).replace("QUOTA", repr(json.dumps(BENCH_QUOTA)))
     out = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, check=True, capture_output=True)
-    return out.stdout.decode().strip().splitlines()[-1]
+    return dict(json.loads(out.stdout.decode().strip().splitlines()[-1]))
 
 
 @contextlib.contextmanager
@@ -146,8 +170,30 @@ def ensure_litellm() -> tuple[Path | None, str]:
 # ---- load ------------------------------------------------------------------------------------------
 
 
-async def run_cell(url: str, key: str, clients: int, seconds: float, stream: bool) -> dict[str, float]:
-    """`clients` loops sending requests back to back for `seconds`; requests/s and latency percentiles."""
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of `pid` and its live descendants (threads included), from /proc."""
+    total = 0.0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / TICK
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+async def run_cell(
+    url: str, key: str, clients: int, seconds: float, stream: bool, pid: int | None = None
+) -> dict[str, float]:
+    """`clients` loops sending requests back to back for `seconds`; requests/s, latency percentiles,
+    and with `pid` the CPU time of that process tree per request (warm-up excluded)."""
     body = json.dumps({**BODY, "stream": stream}).encode()
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
     latencies: list[float] = []
@@ -169,6 +215,7 @@ async def run_cell(url: str, key: str, clients: int, seconds: float, stream: boo
             await one()
         latencies.clear()
         errors = 0
+        cpu_before = tree_cpu_seconds(pid) if pid else 0.0
         stop_at = time.perf_counter() + seconds
 
         async def loop() -> None:
@@ -178,12 +225,14 @@ async def run_cell(url: str, key: str, clients: int, seconds: float, stream: boo
         started = time.perf_counter()
         await asyncio.gather(*(loop() for _ in range(clients)))
         elapsed = time.perf_counter() - started
+        cpu = tree_cpu_seconds(pid) - cpu_before if pid else float("nan")
     latencies.sort()
     n = len(latencies)
     return {
         "rps": n / elapsed,
         "p50_ms": latencies[n // 2] * 1000 if n else float("nan"),
         "p99_ms": latencies[min(n - 1, int(n * 0.99))] * 1000 if n else float("nan"),
+        "cpu_us": cpu / (n + errors) * 1e6 if n + errors else float("nan"),
         "requests": n,
         "errors": errors,
     }
@@ -196,6 +245,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--skip-litellm", action="store_true")
+    parser.add_argument(
+        "--keys",
+        type=lambda v: v.split(","),
+        default=["quota", "noquota"],
+        help="inferchain tenants to measure: quota (limits far above the load; the default row), noquota",
+    )
     parser.add_argument(
         "--proxy-workers", type=int, default=1, help="worker processes of the inferchain proxy (default 1)"
     )
@@ -253,11 +308,12 @@ def measure(args: argparse.Namespace, db_url: str) -> dict[str, Any]:
             )
         )
         wait_ready(f"http://127.0.0.1:{backend_port}/health", procs[-1])
-        targets: dict[str, tuple[str, str]] = {
-            "direct": (f"http://127.0.0.1:{backend_port}/v1/chat/completions", "unused"),
+        # name -> (url, key, pid of the process whose CPU is counted, or None)
+        targets: dict[str, tuple[str, str, int | None]] = {
+            "direct": (f"http://127.0.0.1:{backend_port}/v1/chat/completions", "unused", None),
         }
 
-        raw_key = setup_inferchain_db(db_url)
+        raw_keys = setup_inferchain_db(db_url)
         proxy_port = free_port()
         env = {
             **os.environ,
@@ -277,7 +333,13 @@ def measure(args: argparse.Namespace, db_url: str) -> dict[str, Any]:
             )
         )
         wait_ready(f"http://127.0.0.1:{proxy_port}/healthz", procs[-1])
-        targets["inferchain"] = (f"http://127.0.0.1:{proxy_port}/v1/chat/completions", raw_key)
+        for key_name in args.keys:
+            name = "inferchain" if key_name == "quota" else f"inferchain-{key_name}"
+            targets[name] = (
+                f"http://127.0.0.1:{proxy_port}/v1/chat/completions",
+                raw_keys[key_name],
+                procs[-1].pid,
+            )
 
         if not args.skip_litellm:
             exe, why = ensure_litellm()
@@ -310,7 +372,11 @@ def measure(args: argparse.Namespace, db_url: str) -> dict[str, Any]:
                 )
                 try:
                     wait_ready(f"http://127.0.0.1:{litellm_port}/health/liveliness", procs[-1], timeout=180)
-                    targets["litellm"] = (f"http://127.0.0.1:{litellm_port}/v1/chat/completions", master_key)
+                    targets["litellm"] = (
+                        f"http://127.0.0.1:{litellm_port}/v1/chat/completions",
+                        master_key,
+                        procs[-1].pid,
+                    )
                 except RuntimeError as exc:
                     tail = (logs / "litellm.log").read_text(errors="replace")[-1500:]
                     results["notes"]["litellm"] = f"{exc}; log tail: {tail}"
@@ -324,15 +390,16 @@ def measure(args: argparse.Namespace, db_url: str) -> dict[str, Any]:
             runs: dict[str, list[dict[str, float]]] = {name: [] for name in targets}
             # Reps interleaved across targets: a change in the shared machine's load hits all of them.
             for _ in range(args.reps):
-                for name, (url, key) in targets.items():
-                    runs[name].append(asyncio.run(run_cell(url, key, clients, args.seconds, stream)))
+                for name, (url, key, pid) in targets.items():
+                    runs[name].append(asyncio.run(run_cell(url, key, clients, args.seconds, stream, pid)))
             for name, cell_runs in runs.items():
                 cell = {k: statistics.median(r[k] for r in cell_runs) for k in cell_runs[0]}
                 results["targets"][name][label] = cell
-                results["runs"][name][label] = [r["rps"] for r in cell_runs]
+                results["runs"][name][label] = cell_runs
                 print(
-                    f"{name:11s} {label:10s} {cell['rps']:8.0f} req/s  p50 {cell['p50_ms']:6.2f} ms  "
-                    f"p99 {cell['p99_ms']:6.2f} ms  errors {cell['errors']:.0f}",
+                    f"{name:18s} {label:10s} {cell['rps']:8.0f} req/s  p50 {cell['p50_ms']:6.2f} ms  "
+                    f"p99 {cell['p99_ms']:6.2f} ms  CPU {cell['cpu_us']:6.0f} us/req  "
+                    f"errors {cell['errors']:.0f}",
                     flush=True,
                 )
     finally:
@@ -342,32 +409,55 @@ def measure(args: argparse.Namespace, db_url: str) -> dict[str, Any]:
     return results
 
 
+CELLS = ("json_c1", "json_c16", "json_c64", "stream_c1", "stream_c16", "stream_c64")
+
+
+def _per_rep_ratio(results: dict[str, Any], a: str, b: str, label: str, field: str) -> float:
+    """Median over reps of a's figure / b's figure in the same rep (the two ran back to back)."""
+    ra, rb = results["runs"][a][label], results["runs"][b][label]
+    return statistics.median(x[field] / y[field] for x, y in zip(ra, rb, strict=True) if y[field])
+
+
 def render_table(results: dict[str, Any]) -> str:
     t = results["targets"]
-    direct, ours, lite = t.get("direct", {}), t.get("inferchain", {}), t.get("litellm", {})
+    names = [n for n in t if n != "direct" and "direct" in t]
     lines = [
-        "| cell | direct | inferchain | LiteLLM | inferchain / direct | inferchain / LiteLLM |",
-        "|---|---|---|---|---|---|",
+        "| cell | direct | " + " | ".join(names) + " |",
+        "|---|---:|" + "---:|" * len(names),
     ]
-    for label in ("json_c1", "json_c16", "json_c64", "stream_c1", "stream_c16", "stream_c64"):
-        d, o, li = direct.get(label), ours.get(label), lite.get(label)
-        if d is None or o is None:
+    for label in CELLS:
+        if label not in t.get("direct", {}):
             continue
-        lrps = f"{li['rps']:.0f}" if li else "n/a"
-        vs_lite = f"{o['rps'] / li['rps']:.1f}x" if li and li["rps"] else "n/a"
-        ratio = o["rps"] / d["rps"]
+        cells = []
+        for name in names:
+            o = t[name].get(label)
+            ratio = _per_rep_ratio(results, name, "direct", label, "rps") if o else float("nan")
+            cells.append(f"{o['rps']:.0f} ({ratio:.2f})" if o else "n/a")
         lines.append(
-            f"| {label} req/s | {d['rps']:.0f} | {o['rps']:.0f} | {lrps} | {ratio:.2f} | {vs_lite} |"
+            f"| {label} req/s (vs direct) | {t['direct'][label]['rps']:.0f} | " + " | ".join(cells) + " |"
         )
     for label in ("json_c1", "stream_c1"):
-        d, o, li = direct.get(label), ours.get(label), lite.get(label)
-        if d is None or o is None:
+        if label not in t.get("direct", {}):
             continue
+        d = t["direct"][label]
         for pct in ("p50_ms", "p99_ms"):
-            lval = f"{li[pct]:.2f}" if li else "n/a"
-            ladd = f"+{li[pct] - d[pct]:.2f}" if li else "n/a"
-            ours_cell = f"{o[pct]:.2f} (+{o[pct] - d[pct]:.2f})"
-            lines.append(f"| {label} {pct} | {d[pct]:.2f} | {ours_cell} | {lval} ({ladd}) | | |")
+            cells = [
+                f"{t[n][label][pct]:.2f} (+{t[n][label][pct] - d[pct]:.2f})" for n in names if label in t[n]
+            ]
+            lines.append(f"| {label} {pct} (added) | {d[pct]:.2f} | " + " | ".join(cells) + " |")
+    for label in CELLS:
+        cells = [f"{t[n][label]['cpu_us']:.0f}" if label in t[n] else "n/a" for n in names]
+        if any(c != "n/a" for c in cells):
+            lines.append(f"| {label} proxy CPU us/request | | " + " | ".join(cells) + " |")
+    if "inferchain" in t and "inferchain-noquota" in t:
+        lines.append("")
+        lines.append("| cell | quota / no quota CPU per request | quota / no quota req/s |")
+        lines.append("|---|---:|---:|")
+        for label in CELLS:
+            if label in t["inferchain"] and label in t["inferchain-noquota"]:
+                cpu = _per_rep_ratio(results, "inferchain", "inferchain-noquota", label, "cpu_us")
+                rps = _per_rep_ratio(results, "inferchain", "inferchain-noquota", label, "rps")
+                lines.append(f"| {label} | {cpu:.2f} | {rps:.2f} |")
     return "\n".join(lines)
 
 

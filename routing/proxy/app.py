@@ -484,6 +484,8 @@ class Proxy:
         if self.pairs is not None:
             await self.pairs.close()
         self.upstream.close()
+        if self.limiter is not None:
+            await self.limiter.aclose()
         if self.redis is not None:
             await self.redis.aclose()
         self.db.shutdown(wait=False)

@@ -7,7 +7,13 @@ Per scope (the tenant, and the key when it has an override quota):
 - concurrency: leases (sorted set scored by expiry) renewed while the request runs, so a dead proxy's
   leases lapse within `LEASE_MS`;
 - daily token budget: a per-UTC-day counter, reserved and reconciled the same way.
-Time comes from Redis (`TIME`) so that processes with skewed clocks agree.
+Time comes from Redis (`TIME`, inside the script) so that processes with skewed clocks agree.
+
+Cost: the scripts go over `RedisPipe` (routing/proxy/redispipe.py), one pipelined socket per process
+whose commands queued in one loop iteration leave in one write; each key's constant part of both
+commands (digest, keys, limits) is packed once. A completion is sent without waiting for its reply:
+it runs in Redis before anything this process sends after it, and a failure could not be acted on
+anyway (the lease lapses by itself). Clients that the pipe cannot speak for (TLS) use redis-py.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +30,7 @@ import redis.asyncio as aioredis
 from core.redis_client import key as rkey
 from routing.proxy.config import KeyInfo, Limits
 from routing.proxy.errors import rate_limited, unavailable
+from routing.proxy.redispipe import RedisPipe, Script, bulk, lean_params
 
 WINDOW_MS = 60_000
 LEASE_MS = 30_000
@@ -179,6 +187,57 @@ class Admission:
     limit_args: list[int] = field(default_factory=list)
     lease_keys: list[str] = field(default_factory=list)
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    plan: _Plan | None = None
+
+
+class _Plan:
+    """One key's limiter commands with everything but the per-request values packed (for one UTC day)."""
+
+    __slots__ = (
+        "admit_mid",
+        "admit_nargs",
+        "admit_tail",
+        "day",
+        "finish_nargs",
+        "finish_tail",
+        "keys",
+        "keys_part",
+        "lease_keys",
+        "limit_args",
+        "n",
+    )
+
+    def __init__(self, scopes: list[tuple[str, Limits]], day: str, lease_ms: int) -> None:
+        self.day = day
+        self.keys: list[str] = []
+        self.limit_args: list[int] = []
+        self.lease_keys: list[str] = []
+        for name, lim in scopes:
+            self.keys += [
+                rkey("rl", name, "rpm"),
+                rkey("rl", name, "tpm"),
+                rkey("rl", name, "tpm_sum"),
+                rkey("rl", name, "conc"),
+                budget_key(name, day),
+            ]
+            self.limit_args += [
+                _arg(lim.requests_per_minute),
+                _arg(lim.tokens_per_minute),
+                _arg(lim.max_concurrent_requests),
+                _arg(lim.daily_token_budget),
+            ]
+            if lim.max_concurrent_requests is not None:
+                self.lease_keys.append(rkey("rl", name, "conc"))
+        self.n = len(scopes)
+        # EVALSHA digest numkeys KEYS... then ADMIT_LUA's ARGV: id, reserve, lease_ms, n, to_midnight,
+        # limits...; FINISH_LUA's: id, reserved, actual, n, limits...
+        self.keys_part = bulk(b"%d" % len(self.keys)) + b"".join(bulk(k.encode()) for k in self.keys)
+        limits = b"".join(bulk(b"%d" % v) for v in self.limit_args)
+        self.admit_mid = bulk(b"%d" % lease_ms) + bulk(b"%d" % self.n)
+        self.admit_tail = limits
+        self.finish_tail = bulk(b"%d" % self.n) + limits
+        self.admit_nargs = 1 + len(self.keys) + 5 + len(self.limit_args)
+        self.finish_nargs = 1 + len(self.keys) + 4 + len(self.limit_args)
 
 
 def _scopes(info: KeyInfo) -> list[tuple[str, Limits]]:
@@ -204,12 +263,6 @@ def _arg(v: int | None) -> int:
     return -1 if v is None else int(v)
 
 
-def _ms_to_midnight() -> int:
-    now = dt.datetime.now(dt.UTC)
-    midnight = (now + dt.timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
-    return int((midnight - now).total_seconds() * 1000)
-
-
 _MESSAGES = {
     "requests": ("Rate limit reached: requests per minute.", "rate_limit_exceeded"),
     "tokens": ("Rate limit reached: tokens per minute.", "rate_limit_exceeded"),
@@ -233,6 +286,16 @@ def _header_list(req_limit: int, req_left: int, tok_limit: int, tok_left: int) -
     return headers
 
 
+ADMIT_SCRIPT = Script(ADMIT_LUA)
+FINISH_SCRIPT = Script(FINISH_LUA)
+PLANS_MAX = 10_000
+# A completion waits at most this long for a write to share (the next admission's, usually): at low
+# concurrency that saves a write per request. Other processes see a lease released and unused tokens
+# refunded up to this much later (never earlier), so the limits only ever err on the strict side.
+FINISH_DELAY_S = 0.001
+PIPE_NAME = "inferchain-limiter"  # in CLIENT LIST
+
+
 class Limiter:
     """The Redis side of admission. Construct one per event loop (it holds an asyncio Redis client)."""
 
@@ -242,35 +305,68 @@ class Limiter:
         self._admit = client.register_script(ADMIT_LUA)
         self._finish = client.register_script(FINISH_LUA)
         self._renew = client.register_script(RENEW_LUA)
+        self.pipe: RedisPipe | None = None  # None until first used, and for clients it cannot serve
+        self.pipe_checked = False
+        self._plans: dict[tuple[int, int, Limits, Limits], _Plan] = {}
+        self._day = ""
+        self._day_end = 0.0  # epoch seconds of the next 00:00 UTC
+
+    def _lean(self) -> RedisPipe | None:
+        if not self.pipe_checked:
+            self.pipe_checked = True
+            params = lean_params(self.redis)
+            if params is not None:
+                self.pipe = RedisPipe(
+                    **params, scripts=(ADMIT_SCRIPT,), post_delay=FINISH_DELAY_S, name=PIPE_NAME
+                )
+        return self.pipe
+
+    def _today(self) -> tuple[str, int]:
+        """The UTC day's key suffix and the milliseconds left in it (the process's clock, as before)."""
+        now = time.time()
+        if now >= self._day_end:
+            today = dt.datetime.fromtimestamp(now, dt.UTC).date()
+            self._day = today.strftime("%Y%m%d")
+            midnight = dt.datetime.combine(today + dt.timedelta(days=1), dt.time(), dt.UTC)
+            self._day_end = midnight.timestamp()
+        return self._day, int((self._day_end - now) * 1000)
+
+    def _plan(self, info: KeyInfo, day: str) -> _Plan | None:
+        cache_key = (info.tenant_id, info.id, info.tenant_limits, info.key_limits)
+        plan = self._plans.get(cache_key)
+        if plan is None or plan.day != day:
+            scopes = _scopes(info)
+            if not scopes:
+                return None
+            if len(self._plans) >= PLANS_MAX:
+                self._plans.clear()  # bounded: limits change, keys come and go
+            plan = self._plans[cache_key] = _Plan(scopes, day, self.lease_ms)
+        return plan
 
     async def admit(self, info: KeyInfo, request_id: str, reserve: int) -> Admission | None:
         """Admit or raise a 429 ProxyError. None when no counted limit applies (no Redis call at all)."""
-        scopes = _scopes(info)
-        if not scopes:
+        if not info.tenant_limits.counted and not info.key_limits.counted:
             return None
-        keys: list[str] = []
-        limit_args: list[int] = []
-        lease_keys: list[str] = []
-        day = dt.datetime.now(dt.UTC).strftime("%Y%m%d")
-        for name, lim in scopes:
-            keys += [
-                rkey("rl", name, "rpm"),
-                rkey("rl", name, "tpm"),
-                rkey("rl", name, "tpm_sum"),
-                rkey("rl", name, "conc"),
-                budget_key(name, day),
-            ]
-            limit_args += [
-                _arg(lim.requests_per_minute),
-                _arg(lim.tokens_per_minute),
-                _arg(lim.max_concurrent_requests),
-                _arg(lim.daily_token_budget),
-            ]
-            if lim.max_concurrent_requests is not None:
-                lease_keys.append(rkey("rl", name, "conc"))
-        args: list[Any] = [request_id, reserve, self.lease_ms, len(scopes), _ms_to_midnight(), *limit_args]
+        day, to_midnight = self._today()
+        plan = self._plan(info, day)
+        if plan is None:
+            return None
+        pipe = self._lean()
         try:
-            result = await self._admit(keys=keys, args=args)
+            if pipe is not None:
+                result = await pipe.send(
+                    plan.keys_part
+                    + bulk(request_id.encode())
+                    + bulk(b"%d" % reserve)
+                    + plan.admit_mid
+                    + bulk(b"%d" % to_midnight)
+                    + plan.admit_tail,
+                    script=ADMIT_SCRIPT,
+                    nargs=plan.admit_nargs,
+                )
+            else:
+                args: list[Any] = [request_id, reserve, self.lease_ms, plan.n, to_midnight, *plan.limit_args]
+                result = await self._admit(keys=plan.keys, args=args)
         except (aioredis.RedisError, OSError) as exc:
             raise unavailable(
                 "Rate limiting is unavailable (Redis unreachable); request refused rather than admitted "
@@ -299,14 +395,33 @@ class Limiter:
         return Admission(
             request_id=request_id,
             reserved=reserve,
-            keys=keys,
-            limit_args=limit_args,
-            lease_keys=lease_keys,
+            keys=plan.keys,
+            limit_args=plan.limit_args,
+            lease_keys=plan.lease_keys,
             headers=headers,
+            plan=plan,
         )
 
     async def finish(self, admission: Admission, actual_tokens: int) -> None:
-        """Release the concurrency lease and true up the token reservation to what was used."""
+        """Release the concurrency lease and true up the token reservation to what was used.
+
+        Over the pipe this returns once the command is queued: it leaves in this loop iteration's
+        write, and Redis runs it before any later command of this process (its next admission sees
+        the refund); other processes see it within one round trip, as before.
+        """
+        plan = admission.plan
+        pipe = self._lean()
+        if plan is not None and pipe is not None:
+            # By source, not digest: no reply comes back, so a NOSCRIPT could not be seen and retried.
+            pipe.post(
+                FINISH_SCRIPT.head(plan.finish_nargs, by_digest=False)
+                + plan.keys_part
+                + bulk(admission.request_id.encode())
+                + bulk(b"%d" % admission.reserved)
+                + bulk(b"%d" % actual_tokens)
+                + plan.finish_tail
+            )
+            return
         n = len(admission.keys) // KEYS_PER_SCOPE
         args: list[Any] = [admission.request_id, admission.reserved, actual_tokens, n, *admission.limit_args]
         # On failure the lease lapses by itself within LEASE_MS; the reservation stays un-refunded.
@@ -318,3 +433,7 @@ class Limiter:
         if not leases:
             return
         await self._renew(keys=[k for k, _ in leases], args=[self.lease_ms, *[rid for _, rid in leases]])
+
+    async def aclose(self) -> None:
+        if self.pipe is not None:
+            await self.pipe.aclose()
