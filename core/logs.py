@@ -5,8 +5,14 @@ from __future__ import annotations
 import logging
 
 # Periodic tasks that run every few seconds: their "sending", "received" and "succeeded" lines would be
-# most of an idle install's log (three lines every two seconds for the heartbeat sweep alone).
-ROUTINE_TASKS = ("nodes.check_host_heartbeats", "nodes-host-heartbeat-sweep")
+# most of an idle install's log (three lines every two seconds for the heartbeat sweep alone). The rollout
+# gate task's decisions are in the rollout's history and the audit log, not in these lines.
+ROUTINE_TASKS = (
+    "nodes.check_host_heartbeats",
+    "nodes-host-heartbeat-sweep",
+    "routing.evaluate_rollouts",
+    "routing-rollout-gates",
+)
 
 
 class RoutineTaskFilter(logging.Filter):

@@ -87,6 +87,8 @@ class EngineLiveSerializer(serializers.Serializer):
     tokens_per_s = serializers.FloatField(help_text="Generated tokens per second over the last 10 s.")
     ttft_p50_s = serializers.FloatField(allow_null=True)
     itl_p50_s = serializers.FloatField(allow_null=True)
+    ttft_p95_s = serializers.FloatField(allow_null=True)
+    itl_p95_s = serializers.FloatField(allow_null=True)
     has_metrics = serializers.BooleanField()
 
 

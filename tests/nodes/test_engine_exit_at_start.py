@@ -17,15 +17,16 @@ def test_exit_at_start_ends_failed_with_log_lines(
     host: Any, make_deployment: Any, node_settings: Any
 ) -> None:
     node_settings.NODE_MAX_RESTARTS = 2
-    # The simulator's parser rejects an unknown flag and exits 2, as vLLM would.
-    deployment = make_deployment(extra_args=["--not-a-vllm-flag"])
+    # The simulator's parser rejects a bad value and exits 2, as vLLM's would. (An unknown flag no longer
+    # gets this far: extra_args are checked against vLLM's flags when saved and again at launch.)
+    deployment = make_deployment(extra_args=["--sim-time-scale", "fast"])
     supervisor = supervisor_for(host)
     supervisor.start()
     assert runtime.launch(deployment.pk) == "started"
 
     deployment = tick_until(supervisor, deployment, in_state(DeploymentState.FAILED), timeout=40)
     assert "Gave up after 2 restarts" in deployment.state_reason
-    assert "--not-a-vllm-flag" in deployment.last_log_lines  # argparse names the bad flag
+    assert "--sim-time-scale" in deployment.last_log_lines  # argparse names the bad flag
     crashes = deployment.events.filter(to_state=DeploymentState.CRASHED)
     assert crashes.count() == 2
     assert all("during start-up" in e.message for e in crashes)

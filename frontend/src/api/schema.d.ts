@@ -1882,6 +1882,10 @@ export interface components {
             ttft_p50_s: number | null;
             /** Format: double */
             itl_p50_s: number | null;
+            /** Format: double */
+            ttft_p95_s: number | null;
+            /** Format: double */
+            itl_p95_s: number | null;
             has_metrics: boolean;
         };
         /** @description A case; validated by the same rules as a JSONL line (suites.validate_case), errors per field. */
