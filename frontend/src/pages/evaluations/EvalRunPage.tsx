@@ -25,6 +25,7 @@ import {
 } from "./review";
 import { SampleSideBySide } from "./SampleSideBySide";
 import { sampleItem } from "./sideBySide";
+import { usePagedReview } from "./usePagedReview";
 import { useReviewKeys } from "./useReviewKeys";
 
 const PAGE_SIZE = 25;
@@ -401,48 +402,16 @@ interface SamplesCardProps {
 }
 
 function SamplesCard({ run, samples, loading, error, onRetry, offset, query, canReview, onMarked }: SamplesCardProps) {
-  // A mark's answer replaces its sample here at once; the next fetch brings the same.
-  const [updated, setUpdated] = useState<Record<number, EvalSample>>({});
-  const [selected, setSelected] = useState(0);
-  // After j on the last row (k on the first) the next (previous) page opens on its first (last) row.
-  const pendingSelect = useRef<"first" | "last" | null>(null);
+  const { rows, setSelected, current, count, move, replace } = usePagedReview<EvalSample>(samples, offset, PAGE_SIZE, query);
   const [comment, setComment] = useState("");
   const [saving, setSaving] = useState(false);
   const [markError, setMarkError] = useState<string | null>(null);
-
-  useEffect(() => setUpdated({}), [samples]);
-  const rows = useMemo(() => (samples?.results ?? []).map((s) => updated[s.id] ?? s), [samples, updated]);
-  useEffect(() => {
-    if (!samples) return;
-    if (pendingSelect.current === "first") setSelected(0);
-    else if (pendingSelect.current === "last") setSelected(Math.max(0, samples.results.length - 1));
-    else setSelected((index) => Math.min(index, Math.max(0, samples.results.length - 1)));
-    pendingSelect.current = null;
-  }, [samples]);
-  const current = rows[selected] as EvalSample | undefined;
   const currentId = current?.id;
   const currentComment = current?.review?.comment ?? "";
   useEffect(() => {
     setComment(currentComment);
     setMarkError(null);
   }, [currentId, currentComment]);
-
-  const count = samples?.count ?? 0;
-  const move = useCallback(
-    (step: 1 | -1) => {
-      const next = selected + step;
-      if (next >= 0 && next < rows.length) {
-        setSelected(next);
-      } else if (step === 1 && offset + PAGE_SIZE < count) {
-        pendingSelect.current = "first";
-        query.set("offset", String(offset + PAGE_SIZE));
-      } else if (step === -1 && offset > 0) {
-        pendingSelect.current = "last";
-        query.set("offset", String(Math.max(0, offset - PAGE_SIZE)));
-      }
-    },
-    [selected, rows.length, offset, count, query],
-  );
 
   const save = useCallback(
     async (sample: EvalSample, mark: SampleMark | null) => {
@@ -452,7 +421,7 @@ function SamplesCard({ run, samples, loading, error, onRetry, offset, query, can
       try {
         // Both answer the sample with its review (null once cleared).
         const answer = mark === null ? await api.delete<EvalSample>(url) : await api.post<EvalSample>(url, { mark, comment });
-        setUpdated((previous) => ({ ...previous, [sample.id]: answer }));
+        replace(answer);
         onMarked();
       } catch (err) {
         setMarkError(errorMessage(err));
@@ -460,7 +429,7 @@ function SamplesCard({ run, samples, loading, error, onRetry, offset, query, can
         setSaving(false);
       }
     },
-    [run.id, comment, onMarked],
+    [run.id, comment, onMarked, replace],
   );
 
   useReviewKeys({

@@ -1,4 +1,4 @@
-import { useCallback, useEffect, useMemo, useRef, useState } from "react";
+import { useCallback, useEffect, useMemo, useState } from "react";
 import { Link, useParams } from "react-router-dom";
 import { api, errorMessage } from "../../api/client";
 import type { Page as ApiPage, SampleMark, ShadowConfig, ShadowPair, ShadowPairPage } from "../../api/types";
@@ -14,6 +14,7 @@ import "../evaluations/review.css";
 import { MARKS, formatFixed, formatMs } from "../evaluations/review";
 import { SampleSideBySide } from "../evaluations/SampleSideBySide";
 import { pairItem } from "../evaluations/sideBySide";
+import { usePagedReview } from "../evaluations/usePagedReview";
 import { useReviewKeys } from "../evaluations/useReviewKeys";
 import { formatShare } from "./rollouts";
 
@@ -69,48 +70,16 @@ interface PairsCardProps {
 }
 
 function PairsCard({ config, pairs, loading, error, onRetry, offset, query, canReview }: PairsCardProps) {
-  // A mark's answer replaces its pair here at once; the next fetch brings the same.
-  const [updated, setUpdated] = useState<Record<number, ShadowPair>>({});
-  const [selected, setSelected] = useState(0);
-  // After j on the last row (k on the first) the next (previous) page opens on its first (last) row.
-  const pendingSelect = useRef<"first" | "last" | null>(null);
+  const { rows, setSelected, current, count, move, replace } = usePagedReview<ShadowPair>(pairs, offset, PAGE_SIZE, query);
   const [comment, setComment] = useState("");
   const [saving, setSaving] = useState(false);
   const [markError, setMarkError] = useState<string | null>(null);
-
-  useEffect(() => setUpdated({}), [pairs]);
-  const rows = useMemo(() => (pairs?.results ?? []).map((p) => updated[p.id] ?? p), [pairs, updated]);
-  useEffect(() => {
-    if (!pairs) return;
-    if (pendingSelect.current === "first") setSelected(0);
-    else if (pendingSelect.current === "last") setSelected(Math.max(0, pairs.results.length - 1));
-    else setSelected((index) => Math.min(index, Math.max(0, pairs.results.length - 1)));
-    pendingSelect.current = null;
-  }, [pairs]);
-  const current = rows[selected] as ShadowPair | undefined;
   const currentId = current?.id;
   const currentComment = current?.comment ?? "";
   useEffect(() => {
     setComment(currentComment);
     setMarkError(null);
   }, [currentId, currentComment]);
-
-  const count = pairs?.count ?? 0;
-  const move = useCallback(
-    (step: 1 | -1) => {
-      const next = selected + step;
-      if (next >= 0 && next < rows.length) {
-        setSelected(next);
-      } else if (step === 1 && offset + PAGE_SIZE < count) {
-        pendingSelect.current = "first";
-        query.set("offset", String(offset + PAGE_SIZE));
-      } else if (step === -1 && offset > 0) {
-        pendingSelect.current = "last";
-        query.set("offset", String(Math.max(0, offset - PAGE_SIZE)));
-      }
-    },
-    [selected, rows.length, offset, count, query],
-  );
 
   const save = useCallback(
     async (pair: ShadowPair, mark: SampleMark | null) => {
@@ -120,14 +89,14 @@ function PairsCard({ config, pairs, loading, error, onRetry, offset, query, canR
       try {
         // Both answer the pair (its mark empty once cleared).
         const answer = mark === null ? await api.delete<ShadowPair>(url) : await api.post<ShadowPair>(url, { mark, comment });
-        setUpdated((previous) => ({ ...previous, [pair.id]: answer }));
+        replace(answer);
       } catch (err) {
         setMarkError(errorMessage(err));
       } finally {
         setSaving(false);
       }
     },
-    [comment],
+    [comment, replace],
   );
 
   useReviewKeys({
