@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from nodes.sim.profiles import (  # noqa: E402
+from nodes.sim.profiles import (
     GIB,
     MIB,
     PROFILES,
@@ -45,7 +45,7 @@ from nodes.sim.profiles import (  # noqa: E402
 
 # Datasheet figures of the H200 SXM (NVIDIA H200 Tensor Core GPU datasheet): 141 GB HBM3e at 4.8 TB/s,
 # 989 TFLOPS dense bf16 (1,979 with sparsity), up to 700 W. Memory as NVML reports it comes from NVML.
-H200_DATASHEET = {"mem_bandwidth": 4.8e12, "dense_flops": 989e12, "power_max_watts": 700.0}
+H200_BANDWIDTH, H200_DENSE_FLOPS, H200_POWER_WATTS = 4.8e12, 989e12, 700.0
 
 DECODE_BATCHES = (1, 8, 32, 128, 256, 512)
 PREFILL_CHUNKS = (512, 2048, 8192)
@@ -89,7 +89,8 @@ def llama8b_layers(torch: Any, device: str) -> tuple[list[Any], Any]:
     weights = []
     for _ in range(layers):
         for out_f, in_f in shapes:
-            weights.append(torch.randn(out_f, in_f, device=device, dtype=torch.bfloat16, generator=gen) * 0.02)
+            w = torch.randn(out_f, in_f, device=device, dtype=torch.bfloat16, generator=gen)
+            weights.append(w * 0.02)
     lm_head = torch.randn(vocab, h, device=device, dtype=torch.bfloat16, generator=gen) * 0.02
     return weights, lm_head
 
@@ -122,7 +123,14 @@ def roofline_check(torch: Any, gpu_name: str, memory_bytes: int) -> dict[str, An
     weights, lm_head = llama8b_layers(torch, device)
     weight_bytes = sum(w.numel() for w in weights) * 2 + lm_head.numel() * 2
     base = PROFILES["h100-llama3-8b-fp16"]
-    gpu = GPUSpec(name=gpu_name, memory_bytes=memory_bytes, power_idle_watts=70.0, **H200_DATASHEET)
+    gpu = GPUSpec(
+        name=gpu_name,
+        memory_bytes=memory_bytes,
+        mem_bandwidth=H200_BANDWIDTH,
+        dense_flops=H200_DENSE_FLOPS,
+        power_max_watts=H200_POWER_WATTS,
+        power_idle_watts=70.0,
+    )
     # The model's weight bytes include the embedding table, which a step gathers rows of, not streams.
     profile = replace(base, gpu=gpu, model=replace(base.model, weight_bytes=weight_bytes))
     shape = derive_engine_shape(profile)
@@ -192,14 +200,15 @@ def main() -> int:
     free0, total = torch.cuda.mem_get_info()
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
 
-    def load(stop: threading.Event) -> None:
+    def load(stop: threading.Event, a: Any = a) -> None:
         while not stop.is_set():
             for _ in range(50):
                 a @ a
             torch.cuda.synchronize()
 
     result: dict[str, Any] = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
-    result["cuda_context"] = {"total_bytes": total, "free_after_init_bytes": free0, "used_mib": (total - free0) / MIB}
+    used_mib = (total - free0) / MIB
+    result["cuda_context"] = {"total_bytes": total, "free_after_init_bytes": free0, "used_mib": used_mib}
     result["nvml"] = nvml_check(load)
     del a
     torch.cuda.empty_cache()
@@ -209,7 +218,10 @@ def main() -> int:
     if args.out:
         args.out.write_text(text)
     print(f"\n{result['device']}: {total / GIB:.1f} GiB, CUDA context {(total - free0) / MIB:.0f} MiB used")
-    print(f"{'kind':8} {'tokens':>6} {'eager ms':>9} {'graph ms':>9} {'model ms':>9} {'graph/model':>11} {'TB/s':>6}")
+    print(
+        f"{'kind':8} {'tokens':>6} {'eager ms':>9} {'graph ms':>9} {'model ms':>9} "
+        f"{'graph/model':>11} {'TB/s':>6}"
+    )
     for r in result["roofline"]["rows"]:
         print(
             f"{r['kind']:8} {r['tokens']:>6} {r['measured_eager_ms']:>9} {r['measured_graph_ms']:>9} "

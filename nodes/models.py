@@ -168,3 +168,31 @@ class DeploymentEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.deployment_id}: {self.from_state} -> {self.to_state}"
+
+
+class PerformanceBaseline(models.Model):
+    """A load test of a deployment (`inferchain bench`) kept as what its normal speed looks like.
+
+    `levels` holds one row per load level (see nodes/baselines.py for the shape); the deployment page
+    draws them and compares the engine's live latency at its current load against them.
+    """
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="baselines")
+    name = models.CharField(max_length=120)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    target = models.CharField(max_length=300, blank=True, default="")
+    model = models.CharField(max_length=200, blank=True, default="")
+    mode = models.CharField(max_length=8)  # "closed" (clients) or "open" (requests/s)
+    slo_ttft_s = models.FloatField()
+    slo_itl_s = models.FloatField()
+    knee_index = models.IntegerField(null=True, blank=True)
+    levels = models.JSONField()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.deployment_id}: {self.name}"

@@ -10,9 +10,10 @@ from rest_framework import serializers
 from core.api.base import StrictModelSerializer, StrictSerializerMixin
 from models_registry.api.serializers import FitResultSerializer
 from models_registry.models import ModelVersion, QuantizationConfig
+from nodes import baselines
 from nodes.choices import ACTIVE_STATES, DeploymentState, Engine
 from nodes.lifecycle import host_is_reachable, live_deployment_key, live_gpu_key, read_live
-from nodes.models import Deployment, DeploymentEvent, Gpu, Host
+from nodes.models import Deployment, DeploymentEvent, Gpu, Host, PerformanceBaseline
 from nodes.preflight import preflight
 from nodes.spec import DeploySpec
 
@@ -393,3 +394,84 @@ class TelemetryHistorySerializer(serializers.Serializer):
     minutes = serializers.IntegerField()
     gpus = GpuHistorySerializer(many=True)
     engines = EngineHistorySerializer(many=True)
+
+
+class BaselineLevelSerializer(serializers.Serializer):
+    """One load level of a baseline (nodes/baselines.py reads it from a bench report)."""
+
+    clients = serializers.IntegerField(allow_null=True)
+    rate = serializers.FloatField(allow_null=True)
+    ok = serializers.IntegerField()
+    error_count = serializers.IntegerField(help_text="Requests of the level that failed.")
+    requests_per_s = serializers.FloatField()
+    output_tokens_per_s = serializers.FloatField()
+    goodput_requests_per_s = serializers.FloatField()
+    ttft_p50_s = serializers.FloatField(allow_null=True)
+    ttft_p95_s = serializers.FloatField(allow_null=True)
+    ttft_p99_s = serializers.FloatField(allow_null=True)
+    itl_p50_s = serializers.FloatField(allow_null=True)
+    itl_p95_s = serializers.FloatField(allow_null=True)
+    latency_p50_s = serializers.FloatField(allow_null=True)
+    latency_p95_s = serializers.FloatField(allow_null=True)
+    latency_p99_s = serializers.FloatField(allow_null=True)
+
+
+class PerformanceBaselineSerializer(StrictModelSerializer):
+    """A saved bench run; created from the report JSON `inferchain bench --out` writes."""
+
+    report = serializers.JSONField(write_only=True, help_text="The JSON `inferchain bench --out FILE` wrote.")
+    levels = BaselineLevelSerializer(many=True, read_only=True)
+    created_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
+
+    class Meta:
+        model = PerformanceBaseline
+        fields = [
+            "id",
+            "deployment",
+            "name",
+            "report",
+            "created_at",
+            "created_by",
+            "target",
+            "model",
+            "mode",
+            "slo_ttft_s",
+            "slo_itl_s",
+            "knee_index",
+            "levels",
+        ]
+        read_only_fields = [
+            "created_at",
+            "created_by",
+            "target",
+            "model",
+            "mode",
+            "slo_ttft_s",
+            "slo_itl_s",
+            "knee_index",
+            "levels",
+        ]
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        report = attrs.pop("report", None)
+        try:
+            attrs.update(baselines.parse_report(report))
+        except baselines.BaselineError as exc:
+            raise serializers.ValidationError(exc.errors) from None
+        return attrs
+
+
+class BaselineCheckSerializer(serializers.Serializer):
+    """The live engine against the deployment's newest baseline at the same load."""
+
+    baseline_id = serializers.IntegerField(allow_null=True)
+    load = serializers.FloatField(
+        allow_null=True, help_text="Requests in flight at the engine (running + waiting)."
+    )
+    live_ttft_p95_s = serializers.FloatField(allow_null=True)
+    expected_ttft_p95_s = serializers.FloatField(allow_null=True)
+    ratio = serializers.FloatField(allow_null=True)
+    status = serializers.ChoiceField(choices=["unknown", "within", "outside"])
+    message = serializers.CharField()

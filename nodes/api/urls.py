@@ -8,6 +8,7 @@ from nodes.api import views
 router = DefaultRouter()
 router.register("hosts", views.HostViewSet, basename="host")
 router.register("deployments", views.DeploymentViewSet, basename="deployment")
+router.register("baselines", views.PerformanceBaselineViewSet, basename="baseline")
 
 urlpatterns = [
     path("telemetry/history/", views.telemetry_history, name="telemetry-history"),

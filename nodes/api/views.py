@@ -18,20 +18,22 @@ from core.audit import record_audit
 from core.choices import AuditAction
 from core.redis_client import publish_config_change
 from models_registry.api.serializers import FitResultSerializer
-from nodes import history, lifecycle, process, services
+from nodes import baselines, history, lifecycle, process, services
 from nodes.api.serializers import (
+    BaselineCheckSerializer,
     DeploymentEventSerializer,
     DeploymentLogSerializer,
     DeploymentSerializer,
     HistoryQuerySerializer,
     HostSerializer,
+    PerformanceBaselineSerializer,
     PreflightResultSerializer,
     PreflightSerializer,
     StopSerializer,
     TelemetryHistorySerializer,
 )
 from nodes.choices import ACTIVE_STATES, DeploymentState
-from nodes.models import Deployment, Gpu, Host
+from nodes.models import Deployment, Gpu, Host, PerformanceBaseline
 from nodes.preflight import preflight
 from nodes.spec import DeploySpec
 
@@ -189,6 +191,17 @@ class DeploymentViewSet(LiveListMixin, AuditedModelViewSet):
         events = deployment.events.all()[:200]
         return Response(DeploymentEventSerializer(events, many=True).data)
 
+    @extend_schema(responses={200: BaselineCheckSerializer})
+    @action(
+        detail=True, methods=["get"], url_path="baseline-check", pagination_class=None, filter_backends=[]
+    )
+    def baseline_check(self, request: Request, pk: str | None = None) -> Response:
+        """The engine's live TTFT p95 at its current load against its newest performance baseline."""
+        deployment = self.get_object()
+        baseline = deployment.baselines.first()
+        live = lifecycle.read_live(lifecycle.live_deployment_key(deployment.pk))
+        return Response(BaselineCheckSerializer(baselines.compare(baseline, live)).data)
+
     @extend_schema(responses={200: DeploymentLogSerializer})
     @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def logs(self, request: Request, pk: str | None = None) -> Response:
@@ -215,6 +228,28 @@ class DeploymentViewSet(LiveListMixin, AuditedModelViewSet):
         check = preflight(DeploySpec.from_values(params.validated_data))
         fit = FitResultSerializer(check.fit).data if check.fit is not None else None
         return Response(PreflightResultSerializer({"ok": check.ok, "errors": check.errors, "fit": fit}).data)
+
+
+class PerformanceBaselineViewSet(AuditedModelViewSet):
+    """Saved `inferchain bench` runs of a deployment: what its normal speed looks like (docs/bench.md)."""
+
+    serializer_class = PerformanceBaselineSerializer
+    http_method_names = ["get", "post", "delete", "head", "options"]
+    filterset_fields = ["deployment"]
+    ordering_fields = ["created_at", "name"]
+
+    def get_queryset(self) -> Any:
+        return PerformanceBaseline.objects.select_related("created_by")
+
+    def perform_create(self, serializer: Any) -> None:
+        with transaction.atomic():
+            instance = serializer.save(created_by=self.request.user)
+            record_audit(
+                actor=self.request.user,
+                action=AuditAction.CREATE,
+                obj=instance,
+                after=self.snapshot(instance),
+            )
 
 
 @extend_schema(parameters=[HistoryQuerySerializer], responses={200: TelemetryHistorySerializer})

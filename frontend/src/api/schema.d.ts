@@ -101,6 +101,42 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/baselines/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Saved `inferchain bench` runs of a deployment: what its normal speed looks like (docs/bench.md). */
+        get: operations["baselines_list"];
+        put?: never;
+        /** @description Saved `inferchain bench` runs of a deployment: what its normal speed looks like (docs/bench.md). */
+        post: operations["baselines_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/baselines/{id}/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Saved `inferchain bench` runs of a deployment: what its normal speed looks like (docs/bench.md). */
+        get: operations["baselines_retrieve"];
+        put?: never;
+        post?: never;
+        /** @description Saved `inferchain bench` runs of a deployment: what its normal speed looks like (docs/bench.md). */
+        delete: operations["baselines_destroy"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/deployments/": {
         parameters: {
             query?: never;
@@ -137,6 +173,23 @@ export interface paths {
         head?: never;
         /** @description Deployments of model versions onto hosts, with start/stop/restart/drain actions. */
         patch: operations["deployments_partial_update"];
+        trace?: never;
+    };
+    "/api/deployments/{id}/baseline-check/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The engine's live TTFT p95 at its current load against its newest performance baseline. */
+        get: operations["deployments_baseline_check_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
         trace?: never;
     };
     "/api/deployments/{id}/drain/": {
@@ -1659,6 +1712,85 @@ export interface components {
             /** Format: date-time */
             readonly created_at: string;
         };
+        /** @description The live engine against the deployment's newest baseline at the same load. */
+        BaselineCheck: {
+            baseline_id: number | null;
+            /**
+             * Format: double
+             * @description Requests in flight at the engine (running + waiting).
+             */
+            load: number | null;
+            /** Format: double */
+            live_ttft_p95_s: number | null;
+            /** Format: double */
+            expected_ttft_p95_s: number | null;
+            /** Format: double */
+            ratio: number | null;
+            status: components["schemas"]["StatusEnum"];
+            message: string;
+        };
+        /** @description One load level of a baseline (nodes/baselines.py reads it from a bench report). */
+        BaselineLevel: {
+            clients: number | null;
+            /** Format: double */
+            rate: number | null;
+            ok: number;
+            /** @description Requests of the level that failed. */
+            error_count: number;
+            /** Format: double */
+            requests_per_s: number;
+            /** Format: double */
+            output_tokens_per_s: number;
+            /** Format: double */
+            goodput_requests_per_s: number;
+            /** Format: double */
+            ttft_p50_s: number | null;
+            /** Format: double */
+            ttft_p95_s: number | null;
+            /** Format: double */
+            ttft_p99_s: number | null;
+            /** Format: double */
+            itl_p50_s: number | null;
+            /** Format: double */
+            itl_p95_s: number | null;
+            /** Format: double */
+            latency_p50_s: number | null;
+            /** Format: double */
+            latency_p95_s: number | null;
+            /** Format: double */
+            latency_p99_s: number | null;
+        };
+        /** @description One load level of a baseline (nodes/baselines.py reads it from a bench report). */
+        BaselineLevelRequest: {
+            clients: number | null;
+            /** Format: double */
+            rate: number | null;
+            ok: number;
+            /** @description Requests of the level that failed. */
+            error_count: number;
+            /** Format: double */
+            requests_per_s: number;
+            /** Format: double */
+            output_tokens_per_s: number;
+            /** Format: double */
+            goodput_requests_per_s: number;
+            /** Format: double */
+            ttft_p50_s: number | null;
+            /** Format: double */
+            ttft_p95_s: number | null;
+            /** Format: double */
+            ttft_p99_s: number | null;
+            /** Format: double */
+            itl_p50_s: number | null;
+            /** Format: double */
+            itl_p95_s: number | null;
+            /** Format: double */
+            latency_p50_s: number | null;
+            /** Format: double */
+            latency_p95_s: number | null;
+            /** Format: double */
+            latency_p99_s: number | null;
+        };
         /**
          * @description * `max` - max
          *     * `min` - min
@@ -2675,6 +2807,21 @@ export interface components {
             previous?: string | null;
             results: components["schemas"]["ModelVersion"][];
         };
+        PaginatedPerformanceBaselineList: {
+            /** @example 123 */
+            count: number;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=400&limit=100
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=200&limit=100
+             */
+            previous?: string | null;
+            results: components["schemas"]["PerformanceBaseline"][];
+        };
         PaginatedQuantizationConfigList: {
             /** @example 123 */
             count: number;
@@ -2989,6 +3136,32 @@ export interface components {
              */
             is_active?: boolean;
             password?: string;
+        };
+        /** @description A saved bench run; created from the report JSON `inferchain bench --out` writes. */
+        PerformanceBaseline: {
+            readonly id: number;
+            deployment: number;
+            name: string;
+            /** Format: date-time */
+            readonly created_at: string;
+            /** @description Required. 150 characters or fewer. Letters, digits and @/./+/-/_ only. */
+            readonly created_by: string;
+            readonly target: string;
+            readonly model: string;
+            readonly mode: string;
+            /** Format: double */
+            readonly slo_ttft_s: number;
+            /** Format: double */
+            readonly slo_itl_s: number;
+            readonly knee_index: number | null;
+            readonly levels: components["schemas"]["BaselineLevel"][];
+        };
+        /** @description A saved bench run; created from the report JSON `inferchain bench --out` writes. */
+        PerformanceBaselineRequest: {
+            deployment: number;
+            name: string;
+            /** @description The JSON `inferchain bench --out FILE` wrote. */
+            report: unknown;
         };
         /** @description The deploy wizard's "check before launch": the same checks as create, nothing saved. */
         PreflightRequest: {
@@ -3621,6 +3794,13 @@ export interface components {
             /** Format: double */
             p95: number | null;
         };
+        /**
+         * @description * `unknown` - unknown
+         *     * `within` - within
+         *     * `outside` - outside
+         * @enum {string}
+         */
+        StatusEnum: "unknown" | "within" | "outside";
         Step: {
             label: string;
             formula: string;
@@ -3965,6 +4145,103 @@ export interface operations {
             };
         };
     };
+    baselines_list: {
+        parameters: {
+            query?: {
+                deployment?: number;
+                /** @description Number of results to return per page. */
+                limit?: number;
+                /** @description The initial index from which to return the results. */
+                offset?: number;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                /** @description A search term. */
+                search?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedPerformanceBaselineList"];
+                };
+            };
+        };
+    };
+    baselines_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PerformanceBaselineRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["PerformanceBaselineRequest"];
+                "multipart/form-data": components["schemas"]["PerformanceBaselineRequest"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PerformanceBaseline"];
+                };
+            };
+        };
+    };
+    baselines_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this performance baseline. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PerformanceBaseline"];
+                };
+            };
+        };
+    };
+    baselines_destroy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this performance baseline. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No response body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
     deployments_list: {
         parameters: {
             query?: {
@@ -4134,6 +4411,28 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Deployment"];
+                };
+            };
+        };
+    };
+    deployments_baseline_check_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this deployment. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BaselineCheck"];
                 };
             };
         };
