@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, disable_created_metrics, generate_latest
 
 from nodes.sim import logprobs, text
 from nodes.sim.engine import Sequence, SimEngine
@@ -113,19 +113,26 @@ class SimServer:
         self.served_names: list[str] = args.served_model_name or [args.model]
         self.api_keys: list[str] = args.api_key or []
         self.enable_prefix_caching = args.enable_prefix_caching is not False
-        self.metrics = EngineMetrics(
-            shape,
-            self.served_names[0],
-            self.enable_prefix_caching,
-            REGISTRY,
-            user_specified_block_size=args.block_size is not None,
-        )
-        self.engine = SimEngine(
-            shape,
-            self.metrics,
-            enable_prefix_caching=self.enable_prefix_caching,
-            time_scale=args.sim_time_scale,
-        )
+        # One engine core per data-parallel rank (-dp N), each with its own KV cache and its own
+        # `engine="i"` metric series; requests go to the least-loaded one (DPLBAsyncMPClient).
+        self.engines = [
+            SimEngine(
+                shape,
+                EngineMetrics(
+                    shape,
+                    self.served_names[0],
+                    self.enable_prefix_caching,
+                    REGISTRY,
+                    user_specified_block_size=args.block_size is not None,
+                    engine_index=i,
+                ),
+                enable_prefix_caching=self.enable_prefix_caching,
+                time_scale=args.sim_time_scale,
+            )
+            for i in range(max(1, args.data_parallel_size))
+        ]
+        self.engine = self.engines[0]
+        self.metrics = self.engine.metrics
         self.limits = ServingLimits(
             served_names=self.served_names,
             max_model_len=shape.max_model_len,
@@ -213,7 +220,7 @@ class SimServer:
 
     async def health(self, request: web.Request) -> web.Response:
         # instrumentator/health.py:22-33: 503 once the engine core is dead (EngineDeadError).
-        return web.Response(status=503 if self.engine.dead else 200)
+        return web.Response(status=503 if any(e.dead for e in self.engines) else 200)
 
     async def version(self, request: web.Request) -> web.Response:
         return _json({"version": VERSION})
@@ -223,7 +230,8 @@ class SimServer:
         return _json({"server_load": self.in_flight if self.load_tracking else 0})
 
     async def metrics_endpoint(self, request: web.Request) -> web.Response:
-        self.engine._update_gauges()
+        for e in self.engines:
+            e._update_gauges()
         return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def models(self, request: web.Request) -> web.Response:
@@ -321,22 +329,25 @@ class SimServer:
         # dev/sleep/api_router.py:21-29: level (default "1") and mode (default "abort"); empty 200.
         level = int(request.query.get("level", "1"))
         mode = request.query.get("mode", "abort")
-        self.engine.sleep(level, abort=mode == "abort")
-        self.metrics.set_sleep_state(level)
+        for e in self.engines:
+            e.sleep(level, abort=mode == "abort")
+            e.metrics.set_sleep_state(level)
         return web.Response(status=200)
 
     async def wake_up(self, request: web.Request) -> web.Response:
         # sleep/api_router.py:32-42: repeated `tags`; none wakes everything.
-        self.engine.wake_up(request.query.getall("tags", None))
-        if not self.engine.sleeping:
-            self.metrics.set_sleep_state(0)
+        for e in self.engines:
+            e.wake_up(request.query.getall("tags", None))
+            if not e.sleeping:
+                e.metrics.set_sleep_state(0)
         return web.Response(status=200)
 
     async def is_sleeping(self, request: web.Request) -> web.Response:
         return _json({"is_sleeping": self.engine.sleeping})
 
     async def reset_prefix_cache(self, request: web.Request) -> web.Response:
-        self.engine.pool.reset_cache()
+        for e in self.engines:
+            e.pool.reset_cache()
         return web.Response(status=200)
 
     async def server_info(self, request: web.Request) -> web.Response:
@@ -344,31 +355,38 @@ class SimServer:
 
     async def sim_gpu(self, request: web.Request) -> web.Response:
         seed = self.args.sim_gpu_uuid_seed or str(self.args.port)
-        return _json(
-            gpu_snapshot(self.engine, first_index=self.args.sim_gpu_index, uuid_seed=seed, ready=self.ready)
-        )
+        # Data-parallel rank i runs on GPUs first + i*TP .. first + (i+1)*TP - 1.
+        tp = self.shape.tensor_parallel_size
+        gpus: list[dict[str, Any]] = []
+        for i, e in enumerate(self.engines):
+            first = self.args.sim_gpu_index + i * tp
+            gpus.extend(gpu_snapshot(e, first_index=first, uuid_seed=seed, ready=self.ready)["gpus"])
+        return _json({"simulated": True, "profile": self.shape.profile.name, "gpus": gpus})
 
     async def sim_stats(self, request: web.Request) -> web.Response:
-        e = self.engine
+        es = self.engines
         return _json(
             {
                 "simulated": True,
                 "profile": self.shape.profile.name,
-                "time_scale": e.time_scale,
+                "time_scale": self.engine.time_scale,
+                "data_parallel_size": len(es),
+                # Per engine core; the totals below add them up.
                 "num_gpu_blocks": self.shape.num_gpu_blocks,
                 "block_size": self.shape.block_size,
-                "free_blocks": e.pool.num_free,
+                "free_blocks": sum(e.pool.num_free for e in es),
                 "max_num_seqs": self.shape.max_num_seqs,
                 "max_num_batched_tokens": self.shape.max_num_batched_tokens,
                 "max_model_len": self.shape.max_model_len,
-                "running": len(e.running),
-                "waiting": len(e.waiting),
-                "steps": e.total_steps,
-                "preemptions": e.num_preemptions,
-                "busy_model_s": round(e.busy_model_s, 6),
-                "lost_wall_s": round(e.lost_wall_s, 6),
+                "running": sum(len(e.running) for e in es),
+                "waiting": sum(len(e.waiting) for e in es),
+                "running_per_engine": [len(e.running) for e in es],
+                "steps": sum(e.total_steps for e in es),
+                "preemptions": sum(e.num_preemptions for e in es),
+                "busy_model_s": round(sum(e.busy_model_s for e in es), 6),
+                "lost_wall_s": round(max(e.lost_wall_s for e in es), 6),
                 "requests": self.request_count,
-                "hung": e.hung,
+                "hung": any(e.hung for e in es),
             }
         )
 
@@ -524,21 +542,22 @@ class SimServer:
         engine_checks(req, self.limits)
         event = asyncio.Event()
         seqs = self._sequences(req, event.set)
+        engine = self._pick_engine(None)
         self.in_flight += 1
         for s in seqs:
-            self.engine.add(s)
+            engine.add(s)
         try:
             while not all(s.finished for s in seqs):
                 event.clear()
                 await event.wait()
-            if self.engine.dead:
+            if engine.dead:
                 raise ApiError(500, "InternalServerError", ENGINE_DEAD_MESSAGE)
             return seqs
         finally:
             self.in_flight -= 1
             for s in seqs:
                 if not s.finished:
-                    self.engine.abort(s)
+                    engine.abort(s)
 
     def _faults(self) -> None:
         """Apply the fault knobs to a generation request that passed validation."""
@@ -552,17 +571,40 @@ class SimServer:
             logger.error(
                 "Simulated engine hang (--sim-hang-after %d): engine stops stepping.", a.sim_hang_after
             )
-            self.engine.hung = True
+            for e in self.engines:
+                e.hung = True
         if a.sim_engine_dead_after is not None and self.request_count > a.sim_engine_dead_after:
             if not self.engine.dead:
                 logger.error(
                     "Simulated engine death (--sim-engine-dead-after %d): EngineDeadError.",
                     a.sim_engine_dead_after,
                 )
-                self.engine.kill()
+                for e in self.engines:
+                    e.kill()
             raise ApiError(500, "InternalServerError", ENGINE_DEAD_MESSAGE)
         if a.sim_error_rate > 0 and self.error_rng.random() < a.sim_error_rate:
             raise ApiError(500, "InternalServerError", "Simulated engine error (--sim-error-rate).")
+
+    def _pick_engine(self, request: web.Request | None) -> SimEngine:
+        """The data-parallel engine core for a request: the `X-data-parallel-rank` header when it names
+        one (generate/base/serving.py:206-218), else the least loaded, lowest rank first on a tie
+        (DPLBAsyncMPClient.get_core_engine_for_request, v1/engine/core_client.py:1472-1510: waiting +
+        running, waiting penalised by KV-cache pressure above 50 %)."""
+        engines = self.engines
+        if len(engines) == 1:
+            return engines[0]
+        if request is not None:
+            raw = request.headers.get("X-data-parallel-rank")
+            with contextlib.suppress(TypeError, ValueError):
+                rank = int(raw)  # type: ignore[arg-type]
+                if 0 <= rank < len(engines):
+                    return engines[rank]
+
+        def score(e: SimEngine) -> float:
+            waiting = len(e.waiting)
+            return waiting + len(e.running) + waiting * 6.0 * max(0.0, e.kv_cache_usage - 0.5)
+
+        return min(engines, key=score)
 
     def _sequences(self, req: SamplingRequest, notify: Callable[[], None]) -> list[Sequence]:
         seqs = []
@@ -610,12 +652,13 @@ class SimServer:
         event = asyncio.Event()
         seqs = self._sequences(req, event.set)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        engine = self._pick_engine(request)
         self.in_flight += 1
-        self.metrics.request_params_n.observe(req.n)
-        self.metrics.request_params_max_tokens.observe(seqs[0].max_tokens)
-        self.metrics.request_max_num_generation_tokens.observe(seqs[0].max_tokens)
+        engine.metrics.request_params_n.observe(req.n)
+        engine.metrics.request_params_max_tokens.observe(seqs[0].max_tokens)
+        engine.metrics.request_max_num_generation_tokens.observe(seqs[0].max_tokens)
         for s in seqs:
-            self.engine.add(s)
+            engine.add(s)
         try:
             if req.stream:
                 return await self._stream(request, req, seqs, event, rid, chat)
@@ -624,14 +667,14 @@ class SimServer:
                 if all(s.finished for s in seqs):
                     break
                 await event.wait()
-            if self.engine.dead:
+            if engine.dead:
                 raise ApiError(500, "InternalServerError", ENGINE_DEAD_MESSAGE)
             return _json(self._full_response(req, seqs, rid, chat))
         finally:
             self.in_flight -= 1
             for s in seqs:
                 if not s.finished:
-                    self.engine.abort(s)
+                    engine.abort(s)
 
     @staticmethod
     async def _stream_error(request: web.Request, err: ApiError) -> web.StreamResponse:
@@ -961,6 +1004,11 @@ async def serve(args: argparse.Namespace) -> int:
             list(QUANTIZATION_METHODS_ORDER),
         )
         return 1
+    if args.data_parallel_size > 1:
+        # vLLM runs one API server per DP rank by default (api_server_count = data_parallel_size) and
+        # then serves metrics through prometheus_client's multiprocess collector, which has no
+        # `_created` series (vllm/entrypoints/cli/serve.py:272-273).
+        disable_created_metrics()
     try:
         shape = build_shape(args)
     except EngineConfigError as exc:
@@ -995,7 +1043,8 @@ async def serve(args: argparse.Namespace) -> int:
         if stop.is_set():
             sock.close()
             return 0
-    server.engine.start()
+    for engine in server.engines:
+        engine.start()
     # vLLM's default --shutdown-timeout is 0: in-flight requests are aborted on shutdown.
     runner = web.AppRunner(
         server.build_app(), handler_cancellation=True, access_log=None, shutdown_timeout=0.5
@@ -1011,6 +1060,7 @@ async def serve(args: argparse.Namespace) -> int:
     logger.info("Application startup complete.")
     await stop.wait()
     logger.info("Shutting down.")
-    await server.engine.stop()
+    for engine in server.engines:
+        await engine.stop()
     await runner.cleanup()
     return 0
