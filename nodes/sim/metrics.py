@@ -73,13 +73,13 @@ class EngineMetrics:
         r = registry
 
         def gauge(name: str, doc: str) -> Gauge:
-            return _family(r, Gauge, name, doc, LABELS, multiprocess_mode="mostrecent")  # type: ignore[no-any-return]
+            return _family(r, Gauge, name, doc, LABELS, multiprocess_mode="mostrecent")
 
         def counter(name: str, doc: str) -> Counter:
-            return _family(r, Counter, name, doc, LABELS)  # type: ignore[no-any-return]
+            return _family(r, Counter, name, doc, LABELS)
 
         def hist(name: str, doc: str, buckets: list[float]) -> Histogram:
-            return _family(r, Histogram, name, doc, LABELS, buckets=buckets)  # type: ignore[no-any-return]
+            return _family(r, Histogram, name, doc, LABELS, buckets=buckets)
 
         self.num_running = gauge(
             "vllm:num_requests_running", "Number of requests in model execution batches."

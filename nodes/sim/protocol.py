@@ -446,6 +446,41 @@ def parse_chat(body: Any, limits: ServingLimits) -> SamplingRequest:
     )
 
 
+def parse_batch_chat(body: dict[str, Any]) -> list[list[Any]]:
+    """BatchChatCompletionRequest (chat_completion/protocol.py:1047-1156): its check_batch_mode
+    validator first, then `messages` as a non-empty list of non-empty conversations."""
+    if body.get("use_beam_search"):
+        raise validator_error(
+            "Batch chat completions do not support beam search. Please set `use_beam_search` to False.",
+            "use_beam_search",
+            body,
+        )
+    if body.get("logprob_token_ids") and not body.get("logprobs"):
+        raise validator_error(
+            "when using `logprob_token_ids`, `logprobs` must be set to true.", "logprob_token_ids", body
+        )
+    n = body.get("n", 1)
+    if n is not None and n != 1:
+        raise validator_error(
+            "Batch chat completions do not support `n > 1`. Please set `n` to 1.", "n", body, n
+        )
+    if "messages" not in body:
+        raise body_error("missing", "messages", "Field required", body)
+    convs = body["messages"]
+    if not isinstance(convs, list):
+        raise body_error("list_type", "messages", "Input should be a valid list", convs)
+    too_short = "List should have at least 1 item after validation, not 0"
+    ctx = {"field_type": "List", "min_length": 1, "actual_length": 0}
+    if not convs:
+        raise body_error("too_short", "messages", too_short, convs, ctx=ctx)
+    for i, conv in enumerate(convs):
+        if not isinstance(conv, list):
+            raise body_error("list_type", f"messages.{i}", "Input should be a valid list", conv)
+        if not conv:
+            raise body_error("too_short", f"messages.{i}", too_short, conv, ctx=ctx)
+    return convs
+
+
 def parse_completion(body: Any, limits: ServingLimits) -> SamplingRequest:
     """Validate a completion body (prompt: str, [str], [int] or [[int]])."""
     if not isinstance(body, dict):

@@ -36,6 +36,7 @@ from nodes.sim.protocol import (
     body_error,
     engine_checks,
     messages_text,
+    parse_batch_chat,
     parse_chat,
     parse_completion,
 )
@@ -61,6 +62,11 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 def _json(data: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
+
+
+def _get_bool(body: dict[str, Any], name: str, default: bool) -> bool:
+    value = body.get(name)
+    return default if value is None else bool(value)
 
 
 def _error(err: ApiError) -> web.Response:
@@ -165,6 +171,7 @@ class SimServer:
         r.add_post("/tokenize", self.tokenize)
         r.add_post("/detokenize", self.detokenize)
         r.add_post("/v1/chat/completions", self.chat_completions)
+        r.add_post("/v1/chat/completions/batch", self.batch_chat_completions)
         r.add_post("/v1/completions", self.completions)
         r.add_post("/v1/responses", self.responses)
         # SageMaker's dispatcher (sagemaker/api_router.py:54-96): not under /v1, so never key-guarded.
@@ -442,6 +449,59 @@ class SimServer:
         req = parse_chat(await self._body(request), self.limits)
         return await self._generate(request, req, chat=True)
 
+    async def batch_chat_completions(self, request: web.Request) -> web.Response:
+        """POST /v1/chat/completions/batch (chat_completion/api_router.py:77-102): `messages` is a list of
+        conversations, each run as its own request; one choice per conversation, indexed in order, usage
+        summed (chat_completion/batch_serving.py:104-332). Not streamed; n must be 1."""
+        body = await self._body(request)
+        if not isinstance(body, dict):
+            raise body_error(
+                "model_attributes_type", "", "Input should be a valid dictionary or object", body
+            )
+        convs = parse_batch_chat(body)
+        # to_chat_completion_request (protocol.py:1158-1164): the shared fields plus one conversation;
+        # `stream` is not a field of the batch request, so each sub-request is non-streaming.
+        shared = {k: v for k, v in body.items() if k not in ("messages", "stream", "stream_options")}
+        reqs = [parse_chat({**shared, "messages": conv}, self.limits) for conv in convs]
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(self._collect(req, request)) for req in reqs]
+        results = [t.result() for t in tasks]
+        rid = "chatcmpl-" + uuid.uuid4().hex
+        choices = []
+        prompt_tokens = completion_tokens = 0
+        for i, (req, seqs, conv) in enumerate(zip(reqs, results, convs, strict=True)):
+            if body.get("echo"):
+                # The batch path echoes the last message whatever its role (batch_serving.py:288-297).
+                last = conv[-1].get("content") if isinstance(conv[-1], dict) else None
+                req.chat_echo = text.content_text(last) if isinstance(last, list) else (last or "")
+            choice = self._full_response(req, seqs, rid, chat=True)["choices"][0]
+            choice["index"] = i
+            if not _get_bool(body, "add_generation_prompt", True):
+                choice["message"]["role"] = conv[-1].get("role", "assistant")
+            choices.append(choice)
+            prompt_tokens += len(seqs[0].prompt_ids)
+            completion_tokens += len(seqs[0].out)
+        return _json(
+            {
+                "id": rid,
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": reqs[0].model,
+                "choices": choices,
+                "service_tier": None,
+                "system_fingerprint": None,
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens,
+                    "completion_tokens": completion_tokens,
+                    "prompt_tokens_details": None,
+                },
+                "prompt_logprobs": None,
+                "prompt_token_ids": None,
+                "kv_transfer_params": None,
+            }
+        )
+
     async def completions(self, request: web.Request) -> web.StreamResponse:
         req = parse_completion(await self._body(request), self.limits)
         return await self._generate(request, req, chat=False)
@@ -536,13 +596,13 @@ class SimServer:
             }
         )
 
-    async def _collect(self, req: SamplingRequest) -> list[Sequence]:
+    async def _collect(self, req: SamplingRequest, request: web.Request | None = None) -> list[Sequence]:
         """Run a validated request to completion (non-streaming paths)."""
         self._faults()
         engine_checks(req, self.limits)
         event = asyncio.Event()
         seqs = self._sequences(req, event.set)
-        engine = self._pick_engine(None)
+        engine = self._pick_engine(request)
         self.in_flight += 1
         for s in seqs:
             engine.add(s)
