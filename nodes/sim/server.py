@@ -24,7 +24,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, disable_created_metrics, generate_latest
 
-from nodes.sim import logprobs, text
+from nodes.sim import logprobs, model, text
 from nodes.sim.engine import Sequence, SimEngine
 from nodes.sim.gpu import gpu_snapshot
 from nodes.sim.metrics import EngineMetrics
@@ -669,6 +669,14 @@ class SimServer:
     def _sequences(self, req: SamplingRequest, notify: Callable[[], None]) -> list[Sequence]:
         seqs = []
         mean = self.args.sim_mean_output_tokens
+        # The simulated model writes only its output pieces: biases and allowed ids naming other tokens
+        # have nothing to act on. When no allowed id is one of them, sampling stays unconstrained.
+        bias = None
+        if req.logit_bias:
+            bias = {i: b for t, b in req.logit_bias.items() if (i := model.vocab_index(t)) is not None}
+        allowed = None
+        if req.allowed_token_ids:
+            allowed = frozenset(i for t in req.allowed_token_ids if (i := model.vocab_index(t)) is not None)
         for ids, _ in req.prompts:
             for j in range(req.n):
                 seed_part: object
@@ -695,6 +703,8 @@ class SimServer:
                         stop=req.stop,
                         notify=notify,
                         stream=req.stream,
+                        bias=bias,
+                        allowed=allowed,
                     )
                 )
         return seqs
