@@ -29,35 +29,65 @@ def token_name(idx: int, as_ids: bool) -> str:
     return f"token_id:{model.token_id(idx)}" if as_ids else VOCAB[idx]
 
 
-def _step(dist: model.Distribution, chosen: int, k: int) -> list[tuple[int, float]]:
-    """vLLM's per-position dict as (vocab index, logprob) pairs: the sampled token, then the top-k."""
-    out = [(chosen, dist.logprob(chosen))]
+def _step(
+    dist: model.Distribution,
+    chosen: int,
+    k: int,
+    as_ids: bool,
+    ids: list[int] | None = None,
+    tokenizer: PromptTokenizer | None = None,
+) -> list[tuple[str, float]]:
+    """vLLM's per-position dict as (token name, logprob) pairs: the sampled token, then the top-k; with
+    `logprob_token_ids`, the sampled token and then exactly those ids in their order (the sampler gathers
+    [sampled, *ids], v1/sample/sampler.py:152-225; a repeated id keeps its first place)."""
+    out = [(token_name(chosen, as_ids), dist.logprob(chosen))]
+    if ids:
+        seen = {model.token_id(chosen)}
+        for tid in ids:
+            if tid in seen:
+                continue
+            seen.add(tid)
+            idx = model.vocab_index(tid)
+            if as_ids:
+                name = f"token_id:{tid}"
+            elif idx is not None:
+                name = VOCAB[idx]
+            else:
+                name = tokenizer.decode([tid]) if tokenizer is not None else ""
+            out.append((name, dist.logprob(idx)))
+        return out
     for idx, lp in dist.top(k):
         if idx != chosen:
-            out.append((idx, lp))
+            out.append((token_name(idx, as_ids), lp))
     return out
 
 
-def chat_logprobs(seq: Sequence, start: int, end: int, k: int, as_ids: bool = False) -> dict[str, Any]:
+def chat_logprobs(
+    seq: Sequence,
+    start: int,
+    end: int,
+    k: int,
+    as_ids: bool = False,
+    ids: list[int] | None = None,
+    tokenizer: PromptTokenizer | None = None,
+) -> dict[str, Any]:
     k = whole_vocab(k)
     content = []
     for pos in range(start, end):
         tok = seq.out[pos]
         dist = model.distribution(seq.out_contexts[pos], seq.drift)
-        step = _step(dist, tok, k)
-        piece = token_name(tok, as_ids)
+        step = _step(dist, tok, k, as_ids, ids, tokenizer)
+        piece = step[0][0]
+        # _get_top_logprobs (chat_completion/serving.py:1187-1212): the first k entries, or all of them
+        # with logprob_token_ids (return_all).
+        listed = step if ids else step[:k]
         content.append(
             {
                 "token": piece,
                 "logprob": step[0][1],
                 "bytes": list(piece.encode()),
                 "top_logprobs": [
-                    {
-                        "token": token_name(a, as_ids),
-                        "logprob": lp,
-                        "bytes": list(token_name(a, as_ids).encode()),
-                    }
-                    for a, lp in step[:k]
+                    {"token": name, "logprob": lp, "bytes": list(name.encode())} for name, lp in listed
                 ],
             }
         )
@@ -65,16 +95,24 @@ def chat_logprobs(seq: Sequence, start: int, end: int, k: int, as_ids: bool = Fa
 
 
 def completion_logprobs(
-    seq: Sequence, start: int, end: int, k: int, offset: int, as_ids: bool = False
+    seq: Sequence,
+    start: int,
+    end: int,
+    k: int,
+    offset: int,
+    as_ids: bool = False,
+    ids: list[int] | None = None,
+    tokenizer: PromptTokenizer | None = None,
 ) -> dict[str, Any]:
     k = whole_vocab(k)
     tokens, lps, tops, offsets = [], [], [], []
     for pos in range(start, end):
         tok = seq.out[pos]
-        step = _step(model.distribution(seq.out_contexts[pos], seq.drift), tok, k)
-        tokens.append(token_name(tok, as_ids))
+        step = _step(model.distribution(seq.out_contexts[pos], seq.drift), tok, k, as_ids, ids, tokenizer)
+        tokens.append(step[0][0])
         lps.append(step[0][1])
-        tops.append({token_name(a, as_ids): lp for a, lp in step[: k + 1]})
+        listed = step if ids else step[: k + 1]
+        tops.append(dict(listed))
         offsets.append(offset)
         offset += len(VOCAB[tok])
     return {"text_offset": offsets, "token_logprobs": lps, "tokens": tokens, "top_logprobs": tops}

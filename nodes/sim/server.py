@@ -697,7 +697,7 @@ class SimServer:
                         mean_len=mean,
                         drift=self.args.sim_quality_drift,
                         greedy=req.temperature == 0.0,
-                        keep_contexts=req.logprobs is not None,
+                        keep_contexts=req.wants_logprobs,
                         ignore_eos=req.ignore_eos,
                         min_tokens=req.min_tokens,
                         stop=req.stop,
@@ -789,14 +789,18 @@ class SimServer:
         return out
 
     def _chat_logprobs(
-        self, seq: Sequence, start: int, end: int, k: int, as_ids: bool = False
+        self, seq: Sequence, start: int, end: int, req: SamplingRequest, as_ids: bool = False
     ) -> dict[str, Any]:
-        return logprobs.chat_logprobs(seq, start, end, k, as_ids)
+        return logprobs.chat_logprobs(
+            seq, start, end, req.logprobs or 0, as_ids, req.logprob_token_ids, self.limits.tokenizer
+        )
 
     def _completion_logprobs(
-        self, seq: Sequence, start: int, end: int, k: int, offset: int, as_ids: bool = False
+        self, seq: Sequence, start: int, end: int, req: SamplingRequest, offset: int, as_ids: bool = False
     ) -> dict[str, Any]:
-        return logprobs.completion_logprobs(seq, start, end, k, offset, as_ids)
+        return logprobs.completion_logprobs(
+            seq, start, end, req.logprobs or 0, offset, as_ids, req.logprob_token_ids, self.limits.tokenizer
+        )
 
     def _prompt_logprobs(self, req: SamplingRequest, ids: list[int]) -> list[Any] | None:
         if req.prompt_logprobs is None:
@@ -832,8 +836,8 @@ class SimServer:
                             "tool_calls": [],
                             "reasoning": None,
                         },
-                        "logprobs": self._chat_logprobs(s, 0, len(s.out), req.logprobs, as_ids)
-                        if req.logprobs is not None
+                        "logprobs": self._chat_logprobs(s, 0, len(s.out), req, as_ids)
+                        if req.wants_logprobs
                         else None,
                         "finish_reason": s.finish_reason,
                         "stop_reason": s.stop_reason,
@@ -847,10 +851,8 @@ class SimServer:
                     {
                         "index": i,
                         "text": prefix + content,
-                        "logprobs": self._completion_logprobs(
-                            s, 0, len(s.out), req.logprobs, len(prefix), as_ids
-                        )
-                        if req.logprobs is not None
+                        "logprobs": self._completion_logprobs(s, 0, len(s.out), req, len(prefix), as_ids)
+                        if req.wants_logprobs
                         else None,
                         "finish_reason": s.finish_reason,
                         "stop_reason": s.stop_reason,
@@ -986,12 +988,12 @@ class SimServer:
                     else None
                 )
                 lp: dict[str, Any] | None = None
-                if req.logprobs is not None:
+                if req.wants_logprobs:
                     as_ids = req.return_tokens_as_token_ids
                     if chat:
-                        lp = self._chat_logprobs(s, sent[i], end, req.logprobs, as_ids)
+                        lp = self._chat_logprobs(s, sent[i], end, req, as_ids)
                     else:
-                        lp = self._completion_logprobs(s, sent[i], end, req.logprobs, offsets[i], as_ids)
+                        lp = self._completion_logprobs(s, sent[i], end, req, offsets[i], as_ids)
                 offsets[i] += len(piece)
                 sent[i] = end
                 if finished:
