@@ -16,12 +16,29 @@ from typing import Any
 
 from nodes.sim import model
 from nodes.sim.engine import Sequence
-from nodes.sim.text import VOCAB, PromptTokenizer
+from nodes.sim.text import VOCAB, VOCAB_SIZE, PromptTokenizer
+
+_REST: dict[tuple[int, bool], list[tuple[int, str]]] = {}
 
 
 def whole_vocab(k: int) -> int:
-    """-1 asks for the whole vocabulary: the simulated model's is VOCAB (every other id has no mass)."""
+    """-1 asks for the whole vocabulary; its output pieces come first (the rest: rest_of_vocab)."""
     return len(VOCAB) if k == -1 else k
+
+
+def rest_of_vocab(tokenizer: PromptTokenizer | None, as_ids: bool) -> list[tuple[int, str]]:
+    """(token id, name) of every id of the modelled vocabulary (VOCAB_SIZE, Llama-3's 128256) that is not
+    an output piece: with -1, vLLM lists the whole vocabulary, and these ids have log-probability
+    model.OOV_LOGPROB. Decoded once per process and tokenizer."""
+    key = (id(tokenizer), as_ids)
+    if key not in _REST:
+        out_ids = {model.token_id(i) for i in range(len(VOCAB))}
+        _REST[key] = [
+            (t, f"token_id:{t}" if as_ids else (tokenizer.decode([t]) if tokenizer is not None else ""))
+            for t in range(VOCAB_SIZE)
+            if t not in out_ids
+        ]
+    return _REST[key]
 
 
 def token_name(idx: int, as_ids: bool) -> str:
@@ -71,6 +88,7 @@ def chat_logprobs(
     ids: list[int] | None = None,
     tokenizer: PromptTokenizer | None = None,
 ) -> dict[str, Any]:
+    whole = k == -1
     k = whole_vocab(k)
     content = []
     for pos in range(start, end):
@@ -79,8 +97,10 @@ def chat_logprobs(
         step = _step(dist, tok, k, as_ids, ids, tokenizer)
         piece = step[0][0]
         # _get_top_logprobs (chat_completion/serving.py:1187-1212): the first k entries, or all of them
-        # with logprob_token_ids (return_all).
+        # with logprob_token_ids (return_all) or top_logprobs -1 (the whole vocabulary).
         listed = step if ids else step[:k]
+        if whole and not ids:
+            listed = step + [(name, model.OOV_LOGPROB) for _, name in rest_of_vocab(tokenizer, as_ids)]
         content.append(
             {
                 "token": piece,
@@ -104,6 +124,8 @@ def completion_logprobs(
     ids: list[int] | None = None,
     tokenizer: PromptTokenizer | None = None,
 ) -> dict[str, Any]:
+    # completion/serving.py:703-719 lists entry i when `logprobs >= i`: with logprobs -1, none.
+    whole = k == -1
     k = whole_vocab(k)
     tokens, lps, tops, offsets = [], [], [], []
     for pos in range(start, end):
@@ -112,7 +134,7 @@ def completion_logprobs(
         tokens.append(step[0][0])
         lps.append(step[0][1])
         listed = step if ids else step[: k + 1]
-        tops.append(dict(listed))
+        tops.append({} if whole and not ids else dict(listed))
         offsets.append(offset)
         offset += len(VOCAB[tok])
     return {"text_offset": offsets, "token_logprobs": lps, "tokens": tokens, "top_logprobs": tops}
@@ -123,7 +145,9 @@ def prompt_logprobs(
 ) -> list[dict[str, dict[str, Any]] | None]:
     """The model's view of a prompt, token by token (teacher forcing): what a drifted twin thinks of the
     reference's text is read here."""
+    whole = k == -1
     k = whole_vocab(k)
+    rest = rest_of_vocab(tokenizer, False) if whole else []
     out: list[dict[str, dict[str, Any]] | None] = []
     for i, h in enumerate(model.contexts(ids)):
         if i == 0:
@@ -143,5 +167,8 @@ def prompt_logprobs(
             key = str(model.token_id(idx))
             if key not in entry:
                 entry[key] = {"logprob": lp, "rank": rank, "decoded_token": VOCAB[idx]}
+        for rank, (tid, name) in enumerate(rest, start=len(VOCAB) + 1):
+            if str(tid) not in entry:
+                entry[str(tid)] = {"logprob": model.OOV_LOGPROB, "rank": rank, "decoded_token": name}
         out.append(entry)
     return out

@@ -775,10 +775,12 @@ def engine_checks(req: SamplingRequest, limits: ServingLimits) -> None:
                 None,
                 f"The decoder prompt (length {len(ids)}) plus the number of requested output tokens "
                 f"(at least 1) is longer than the maximum model length of {mml}. Make sure that "
-                "`max_model_len` is no smaller than the number of text tokens plus the number of requested "
-                "output tokens.",
+                "`max_model_len` is no smaller than the number of text tokens (prompt + requested output "
+                "tokens).",
             )
-        top = max(ids)
+        low, top = min(ids), max(ids)
+        if low < 0:  # input_processor.py:533-541: a negative id is out of vocabulary too
+            raise validation_error(None, f"Token id {low} is out of vocabulary")
         if top > max(limits.tokenizer.max_token_id, vocab - 1):
             raise validation_error(None, f"Token id {top} is out of vocabulary")
 

@@ -276,20 +276,17 @@ class SimServer:
     # endpoints vLLM registers besides the generation ones ---------------------------------------------
 
     async def tokenizer_info(self, request: web.Request) -> web.Response:
-        # tokenize/api_router.py:86-99 (only with --enable-tokenizer-info-endpoint): the tokenizer's class
-        # and configuration.
-        tok = self.limits.tokenizer
-        return _json(
-            {
-                "tokenizer_class": "PreTrainedTokenizerFast",
-                "add_bos_token": True,
-                "bos_token": text.BOS,
-                "eos_token": "<|eot_id|>",
-                "model_max_length": self.shape.max_model_len,
-                "vocab_size": self.limits.vocab_size,
-                "source": tok.source,
-            }
-        )
+        # tokenize/api_router.py:86-99 (only with --enable-tokenizer-info-endpoint): TokenizerInfo
+        # (tokenize/serving.py:163-184) answers the tokenizer's init kwargs (its tokenizer_config.json, file
+        # paths removed) plus `tokenizer_class`, and `chat_template` only when --chat-template was given.
+        # The simulator reports the few keys of a Llama-3 tokenizer config that its tokenizer models.
+        info: dict[str, Any] = {
+            "bos_token": text.BOS,
+            "eos_token": "<|eot_id|>",
+            "model_max_length": self.shape.profile.model.max_position_embeddings,
+            "tokenizer_class": "PreTrainedTokenizerFast",
+        }
+        return _json(info)
 
     def _routes(self, request: web.Request) -> list[tuple[str, str]]:
         out = []
