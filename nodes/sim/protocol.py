@@ -48,23 +48,17 @@ def validation_error(param: str | None, message: str, value: object = None) -> A
     return ApiError(400, "BadRequestError", message, param)
 
 
-def _summarize_input(value: object) -> object:
-    """vLLM's validation handler echoes inputs bounded: containers are described, long text is cut."""
-    if isinstance(value, str):
-        return value[:200] + "...[truncated]" if len(value) > 200 else value
-    if isinstance(value, (list, tuple, dict)):
-        return f"<{type(value).__name__} of {len(value)} items>"
-    return str(value)
-
-
 def body_error(kind: str, loc: str, msg: str, value: object, *, ctx: dict[str, Any] | None = None,
                param: str | None = None) -> ApiError:  # fmt: skip
-    """A pydantic RequestValidationError as vLLM's handler renders it: type is the reason phrase
-    "Bad Request", the message lists the error with its dotted loc, `param` is that loc."""
-    loc_str = "body." + loc if loc else "body"
-    detail: dict[str, Any] = {"type": kind, "loc": loc_str, "msg": msg, "input": _summarize_input(value)}
+    """A pydantic RequestValidationError as vLLM's handler renders it
+    (exception_handling/handlers/validation.py:95-138): type is the reason phrase "Bad Request", the
+    message lists each error dict as pydantic gives it (`loc` a tuple, `input` the value sent), `param`
+    the dotted loc (clean_loc_for_param) unless a VLLMValidationError names one."""
+    parts: tuple[object, ...] = ("body", *(int(p) if p.isdigit() else p for p in loc.split(".") if loc))
+    detail: dict[str, Any] = {"type": kind, "loc": parts, "msg": msg, "input": value}
     if ctx is not None:
         detail["ctx"] = ctx
+    loc_str = "body." + loc if loc else "body"
     return ApiError(400, "Bad Request", f"1 validation error:\n  {detail}", param or loc_str)
 
 
@@ -77,9 +71,16 @@ def validator_error(message: str, param: str | None, body: object, value: object
         "",
         f"Value error, {text}",
         body,
-        ctx={"error": f"VLLMValidationError({message!r})"},
+        ctx={"error": _Repr(f"VLLMValidationError({message!r})")},
         param=param,
     )
+
+
+class _Repr(str):
+    """Printed as itself inside a dict: the exception object pydantic keeps in `ctx` shows its repr."""
+
+    def __repr__(self) -> str:
+        return str(self)
 
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -410,7 +411,8 @@ def parse_chat(body: Any, limits: ServingLimits) -> SamplingRequest:
     continue_final = bool(_get(body, "continue_final_message", (bool,), False))
     if continue_final and body.get("add_generation_prompt"):
         both = "Cannot set both `continue_final_message` and `add_generation_prompt` to True."
-        raise body_error("value_error", "", f"Value error, {both}", body, ctx={"error": both})
+        # A VLLMValidationError without a parameter (chat_completion/protocol.py:990-994).
+        raise validator_error(both, None, body)
     check_logprobs(body, chat=True)
     c = _common(body, limits, chat=True)
     logprobs = bool(_get(body, "logprobs", (bool,), False))
@@ -496,7 +498,7 @@ def parse_completion(body: Any, limits: ServingLimits) -> SamplingRequest:
     if raw is None or (isinstance(raw, (str, list)) and len(raw) == 0):
         # CompletionRequest's model validator (completion/protocol.py:560-572): `prompt` is optional
         # (prompt_embeds is the alternative) but one of them must be non-empty.
-        raise body_error("value_error", "", f"Value error, {EMPTY_PROMPT}", body, ctx={"error": EMPTY_PROMPT})
+        raise validator_error(EMPTY_PROMPT, "prompt", body)
     token_input = False
     texts: list[str] = []
     token_prompts: list[list[int]] = []
