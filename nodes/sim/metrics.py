@@ -91,7 +91,9 @@ class EngineMetrics:
             r,
             Gauge,
             "vllm:num_requests_waiting_by_reason",
-            "Number of requests waiting, broken down by reason.",
+            "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling "
+            "capacity; 'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked "
+            "status). Sum of all reasons equals vllm:num_requests_waiting.",
             [*LABELS, "reason"],
             multiprocess_mode="mostrecent",
         )
@@ -126,9 +128,6 @@ class EngineMetrics:
         }
         self.prompt_tokens_cached = counter(
             "vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external)."
-        ).labels(**lv)
-        self.prompt_tokens_recomputed = counter(
-            "vllm:prompt_tokens_recomputed", "Number of cached tokens recomputed for forward pass."
         ).labels(**lv)
         self.generation_tokens = counter(
             "vllm:generation_tokens", "Number of generation tokens processed."
@@ -236,13 +235,12 @@ class EngineMetrics:
 
     def record_prompt(self, total: int, cached: int, recomputed_last: bool) -> None:
         """PromptTokenStats of a request whose prefill finished: all its prompt tokens count in
-        vllm:prompt_tokens, split by source (vllm/v1/metrics/stats.py)."""
+        vllm:prompt_tokens, split by source (vllm/v1/metrics/stats.py). `recomputed_last` is not exported:
+        vLLM at 2f41c894 has no counter of recomputed cached tokens (loggers.py defines none)."""
         self.prompt_tokens.inc(total)
         self.prompt_tokens_by_source["local_compute"].inc(total - cached)
         self.prompt_tokens_by_source["local_cache_hit"].inc(cached)
         self.prompt_tokens_cached.inc(cached)
-        if recomputed_last:
-            self.prompt_tokens_recomputed.inc(1)
 
 
 def cache_config_labels(
