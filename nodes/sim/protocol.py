@@ -289,7 +289,9 @@ def _common(body: dict[str, Any], limits: ServingLimits, *, chat: bool) -> dict[
         max_tokens = mct if mct is not None else _get(body, "max_tokens", (int,), None)
         max_param = "max_completion_tokens" if mct is not None else "max_tokens"
     else:
-        max_tokens = _get(body, "max_tokens", (int,), 16)
+        # `max_tokens: int | None = 16` (completion/protocol.py:61): an explicit null means no limit.
+        max_tokens = None if "max_tokens" in body and body["max_tokens"] is None else _get(
+            body, "max_tokens", (int,), 16)  # fmt: skip
         max_param = "max_tokens"
     if stream_options and not stream:
         raise validator_error(
