@@ -175,6 +175,7 @@ class SamplingRequest:
     return_tokens_as_token_ids: bool = False  # logprobs name tokens "token_id:N"
     chat_echo: str = ""  # chat `echo`: the final assistant message's content, prefixed to the answer
     logprob_token_ids: list[int] | None = None  # logprobs of exactly these ids beside the sampled token
+    role: str = "assistant"  # get_chat_request_role: the last message's role without a generation prompt
 
     @property
     def wants_logprobs(self) -> bool:
@@ -432,9 +433,12 @@ def parse_chat(body: Any, limits: ServingLimits) -> SamplingRequest:
             prompt = prompt[: -len("<|eot_id|>")]
     else:
         prompt = text.render_chat(messages, add_gen)
+    # chat_completion/serving.py:398-401: the response role, or the last message's without a generation
+    # prompt.
+    role = "assistant" if add_gen or not messages else messages[-1]["role"]
     echo = ""
-    if _get(body, "echo", (bool,), False) and messages and messages[-1]["role"] == "assistant":
-        # chat_completion/serving.py: echo prefixes the last message when it has the response's role.
+    if _get(body, "echo", (bool,), False) and messages and messages[-1]["role"] == role:
+        # chat_completion/serving.py:1080-1090: echo prefixes the last message when it has that role.
         echo = messages[-1]["content"]
     if trunc is None:
         _check_chars(prompt, c["max_tokens"], limits)
@@ -451,6 +455,7 @@ def parse_chat(body: Any, limits: ServingLimits) -> SamplingRequest:
         return_token_ids=return_ids,
         chat_echo=echo,
         logprob_token_ids=lp_ids,
+        role=role,
         **_strip(c),
     )
 

@@ -64,11 +64,6 @@ def _json(data: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
 
 
-def _get_bool(body: dict[str, Any], name: str, default: bool) -> bool:
-    value = body.get(name)
-    return default if value is None else bool(value)
-
-
 def _error(err: ApiError) -> web.Response:
     return _json(err.body(), err.status)
 
@@ -460,8 +455,12 @@ class SimServer:
         # `stream` is not a field of the batch request, so each sub-request is non-streaming.
         shared = {k: v for k, v in body.items() if k not in ("messages", "stream", "stream_options")}
         reqs = [parse_chat({**shared, "messages": conv}, self.limits) for conv in convs]
-        async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(self._collect(req, request)) for req in reqs]
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(self._collect(req, request)) for req in reqs]
+        except* ApiError as errors:
+            # The first refusal answers the batch (the other conversations are cancelled).
+            raise errors.exceptions[0] from None
         results = [t.result() for t in tasks]
         rid = "chatcmpl-" + uuid.uuid4().hex
         choices = []
@@ -473,8 +472,6 @@ class SimServer:
                 req.chat_echo = text.content_text(last) if isinstance(last, list) else (last or "")
             choice = self._full_response(req, seqs, rid, chat=True)["choices"][0]
             choice["index"] = i
-            if not _get_bool(body, "add_generation_prompt", True):
-                choice["message"]["role"] = conv[-1].get("role", "assistant")
             choices.append(choice)
             prompt_tokens += len(seqs[0].prompt_ids)
             completion_tokens += len(seqs[0].out)
@@ -824,7 +821,7 @@ class SimServer:
                     {
                         "index": i,
                         "message": {
-                            "role": "assistant",
+                            "role": req.role,
                             "content": content,
                             "refusal": None,
                             "annotations": None,
@@ -902,7 +899,7 @@ class SimServer:
             for i in range(len(seqs)):
                 first_choice = {
                     "index": i,
-                    "delta": {"role": "assistant", "content": ""},
+                    "delta": {"role": req.role, "content": ""},
                     "logprobs": None,
                     "finish_reason": None,
                 }

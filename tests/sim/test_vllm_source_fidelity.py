@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import pathlib
-import threading
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -70,19 +70,19 @@ def sse_events(raw: bytes) -> list[str]:
 
 
 def test_data_parallel_engines_each_export_their_own_series(sim_factory: SimFactory) -> None:
-    h = sim_factory("--max-model-len", str(MAX_LEN), "-dp", "2", time_scale=20.0)
+    h = sim_factory("--max-model-len", str(MAX_LEN), "-dp", "2", time_scale=1.0)
     body = {"prompt": "Hi", "max_tokens": 20, "ignore_eos": True}
-    results: list[int] = []
-
-    def one() -> None:
-        results.append(call_json(h.base_url + COMP, body)[0])
-
-    threads = [threading.Thread(target=one) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert results == [200, 200]
+    # A stream that has produced its first token is running on a core; a request sent then goes to the
+    # other, idle one (least loaded first).
+    req = urllib.request.Request(
+        h.base_url + COMP,
+        data=json.dumps({**body, "stream": True}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=30) as stream:
+        assert stream.readline().startswith(b"data: ")
+        assert call_json(h.base_url + COMP, body)[0] == 200
+        stream.read()
     # The X-data-parallel-rank header picks the core (generate/base/serving.py:206-218).
     s, _ = call_json(h.base_url + COMP, {**body, "max_tokens": 5}, headers={"X-data-parallel-rank": "1"})
     assert s == 200
@@ -154,8 +154,23 @@ def test_batch_chat_completions(src: SimHandle) -> None:
     assert REF["batch_chat"]["n_template"] + suffix("n", 2) in msg
     s, body = call_json(src.base_url + CHAT + "/batch", {"messages": convs, "use_beam_search": True})
     assert s == 400 and REF["batch_chat"]["beam_template"] in err(body)[3]
+    # An engine-stage refusal of one conversation answers the whole batch.
+    s, body = call_json(src.base_url + CHAT + "/batch", {"messages": convs, "logit_bias": {"999999": 1}})
+    assert (s, err(body)[1]) == (400, "logit_bias") and "out-of-vocab token ids" in err(body)[3]
     s, body = call_json(src.base_url + CHAT + "/batch", {"messages": [[]]})
     assert s == 400 and err(body)[1] == "body.messages.0" and "'too_short'" in err(body)[3]
+
+
+def test_role_without_a_generation_prompt_is_the_last_messages(src: SimHandle) -> None:
+    # get_chat_request_role (chat_completion/serving.py:398-401), used for the message and the first
+    # stream chunk; echo then prefixes that last message (serving.py:1080-1090).
+    msgs = [{"role": "user", "content": "Hi"}, {"role": "narrator", "content": "Once"}]
+    body = {"messages": msgs, "max_tokens": 2, "add_generation_prompt": False, "echo": True}
+    s, plain = call_json(src.base_url + CHAT, body)
+    assert s == 200 and plain["choices"][0]["message"]["role"] == "narrator"
+    assert plain["choices"][0]["message"]["content"].startswith("Once")
+    s, _, raw = call(src.base_url + CHAT, {**body, "stream": True})
+    assert json.loads(sse_events(raw)[0])["choices"][0]["delta"]["role"] == "narrator"
 
 
 # (c) request options ----------------------------------------------------------------------------------
