@@ -342,19 +342,26 @@ def check_extra_args(args: list[str] | tuple[str, ...], *, allow_prefix: str | N
 
 # --- what the engine says about its quantization kernel -----------------------------------------
 
-# vLLM logs these from override_quantization_method in
-# vllm/model_executor/layers/quantization/awq_marlin.py and gptq_marlin.py when it reads an AWQ/GPTQ
-# checkpoint: the Marlin upgrade, or the admin's explicit method kept although Marlin would run.
+# What the engine's log says about its AWQ/GPTQ kernel. At vLLM 2f41c894 the AutoAWQ/AutoGPTQ linear
+# methods log the kernel they chose for the checkpoint ("Using MarlinLinearKernel for
+# AutoAWQMarlinLinearMethod", model_executor/layers/quantization/auto_awq.py:447-449, auto_gptq.py:356-358)
+# and warn when a layer falls back to the unoptimized AWQ kernels (auto_awq.py:322-326). Releases before
+# PR #42727 (AWQ, 2026-06-18) and PR #38288 (GPTQ, 2026-05-14) logged the Marlin upgrade or an explicit
+# method kept from override_quantization_method in awq_marlin.py / gptq_marlin.py; both forms are read.
 _CONVERTIBLE = re.compile(r"The model is convertible to (\S+) during runtime\. Using \S+ kernel\.")
 _FORCED = re.compile(
     r"Detected that the model can run with (\S+), however you specified quantization=(\S+) explicitly"
 )
+_CHOSEN = re.compile(r"Using (\S+) for Auto(AWQ|GPTQ)\w*LinearMethod")
+_FALLBACK = re.compile(r"is not supported by AutoAWQMarlin\. Falling back to unoptimized AWQ kernels")
 
 
 def reported_quantization_kernel(log_text: str) -> str | None:
-    """The quantization kernel the engine's log names (last start wins), e.g. "awq_marlin", or None.
+    """The quantization kernel the engine's log names (last start wins), e.g. "auto_awq (MarlinLinearKernel)"
+    or, from older vLLM, "awq_marlin"; None when the log names none.
 
-    A forced slow kernel reads "awq (awq_marlin available)".
+    A forced slow kernel reads "awq (awq_marlin available)"; a layer falling back to the unoptimized AWQ
+    kernels adds " + AWQ fallback" (the stored field holds 64 characters).
     """
     found: str | None = None
     for line in log_text.splitlines():
@@ -365,6 +372,13 @@ def reported_quantization_kernel(log_text: str) -> str | None:
         forced = _FORCED.search(line)
         if forced:
             found = f"{forced.group(2)} ({forced.group(1)} available)"
+            continue
+        chosen = _CHOSEN.search(line)
+        if chosen:
+            found = f"auto_{chosen.group(2).lower()} ({chosen.group(1)})"
+            continue
+        if _FALLBACK.search(line) and found is not None and "fallback" not in found:
+            found += " + AWQ fallback"
     return found
 
 

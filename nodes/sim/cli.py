@@ -58,7 +58,6 @@ IGNORED_VALUE_FLAGS = [
     "--disable-access-log-for-endpoints",
     "--middleware",
     "--pipeline-parallel-size",
-    "--data-parallel-size",
     "--api-server-count",
     "--uds",
     "--config",
@@ -181,6 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-num-seqs", type=int, default=None)
     p.add_argument("--max-num-batched-tokens", type=human_readable_int, default=None)
     p.add_argument("--tensor-parallel-size", type=int, default=1)
+    # Data parallel: N engine cores, each with its own TP GPUs, KV cache and `engine="i"` metric series.
+    p.add_argument("--data-parallel-size", type=int, default=1)
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quantization", default=None)

@@ -44,6 +44,9 @@ class Sequence:
     stop: tuple[str, ...] = ()
     notify: Callable[[], None] | None = None
     stream: bool = True  # notify on every token (streaming) or only when finished
+    # logit_bias / allowed_token_ids as output-vocabulary indices (model.constrained_token)
+    bias: dict[int, float] | None = None
+    allowed: frozenset[int] | None = None
     # scheduler state
     num_tokens: int = 0
     num_computed: int = 0
@@ -421,7 +424,10 @@ class SimEngine:
             if seq.num_computed < seq.num_tokens:
                 continue
             h = seq.context
-            if seq.greedy:
+            if seq.bias or seq.allowed:
+                u = model.sampling_uniform(seq.key, len(seq.out))
+                tok = model.constrained_token(h, seq.drift, seq.greedy, u, seq.bias, seq.allowed)
+            elif seq.greedy:
                 tok = model.greedy_token(h, seq.drift)
             else:
                 tok = model.sample_token(h, seq.drift, model.sampling_uniform(seq.key, len(seq.out)))

@@ -7,6 +7,9 @@ tests/data/vllm/metrics.md. Durations are observed in modelled time (wall time m
 
 from __future__ import annotations
 
+import weakref
+from typing import Any
+
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
 from nodes.sim.profiles import EngineShape
@@ -26,6 +29,18 @@ REQUEST_LATENCY_BUCKETS = [
     960.0, 1920.0, 7680.0,
 ]  # fmt: skip
 ITERATION_TOKEN_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+
+
+# One family per metric name and registry; each data-parallel engine core binds its own children
+# (`engine="0"`, `"1"`, ...), as vLLM's create_metric_per_engine does (vllm/v1/metrics/utils.py:11-19).
+_FAMILIES: weakref.WeakKeyDictionary[CollectorRegistry, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
+def _family(registry: CollectorRegistry, cls: type, name: str, doc: str, labels: list[str], **kw: Any) -> Any:
+    known = _FAMILIES.setdefault(registry, {})
+    if name not in known:
+        known[name] = cls(name, doc, labels, registry=registry, **kw)
+    return known[name]
 
 
 def build_1_2_5_buckets(max_value: int) -> list[float]:
@@ -51,18 +66,20 @@ class EngineMetrics:
         enable_prefix_caching: bool,
         registry: CollectorRegistry = REGISTRY,
         user_specified_block_size: bool = False,
+        engine_index: int = 0,
     ) -> None:
-        lv = {"model_name": model_name, "engine": "0"}
+        # `engine` is the data-parallel rank of the engine core (loggers.py:468-474).
+        lv = {"model_name": model_name, "engine": str(engine_index)}
         r = registry
 
         def gauge(name: str, doc: str) -> Gauge:
-            return Gauge(name, doc, LABELS, registry=r, multiprocess_mode="mostrecent")
+            return _family(r, Gauge, name, doc, LABELS, multiprocess_mode="mostrecent")
 
         def counter(name: str, doc: str) -> Counter:
-            return Counter(name, doc, LABELS, registry=r)
+            return _family(r, Counter, name, doc, LABELS)
 
         def hist(name: str, doc: str, buckets: list[float]) -> Histogram:
-            return Histogram(name, doc, LABELS, buckets=buckets, registry=r)
+            return _family(r, Histogram, name, doc, LABELS, buckets=buckets)
 
         self.num_running = gauge(
             "vllm:num_requests_running", "Number of requests in model execution batches."
@@ -70,11 +87,14 @@ class EngineMetrics:
         self.num_waiting = gauge(
             "vllm:num_requests_waiting", "Number of requests waiting to be processed."
         ).labels(**lv)
-        by_reason = Gauge(
+        by_reason = _family(
+            r,
+            Gauge,
             "vllm:num_requests_waiting_by_reason",
-            "Number of requests waiting, broken down by reason.",
+            "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling "
+            "capacity; 'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked "
+            "status). Sum of all reasons equals vllm:num_requests_waiting.",
             [*LABELS, "reason"],
-            registry=r,
             multiprocess_mode="mostrecent",
         )
         self.waiting_by_reason = {
@@ -95,11 +115,12 @@ class EngineMetrics:
             "vllm:num_preemptions", "Cumulative number of preemption from the engine."
         ).labels(**lv)
         self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.").labels(**lv)
-        by_source = Counter(
+        by_source = _family(
+            r,
+            Counter,
             "vllm:prompt_tokens_by_source",
             "Number of prompt tokens by source.",
             [*LABELS, "source"],
-            registry=r,
         )
         self.prompt_tokens_by_source = {
             src: by_source.labels(source=src, **lv)
@@ -108,17 +129,15 @@ class EngineMetrics:
         self.prompt_tokens_cached = counter(
             "vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external)."
         ).labels(**lv)
-        self.prompt_tokens_recomputed = counter(
-            "vllm:prompt_tokens_recomputed", "Number of cached tokens recomputed for forward pass."
-        ).labels(**lv)
         self.generation_tokens = counter(
             "vllm:generation_tokens", "Number of generation tokens processed."
         ).labels(**lv)
-        success = Counter(
+        success = _family(
+            r,
+            Counter,
             "vllm:request_success",
             "Count of successfully processed requests.",
             [*LABELS, "finished_reason"],
-            registry=r,
         )
         self.request_success = {
             reason: success.labels(finished_reason=reason, **lv) for reason in FINISHED_REASONS
@@ -182,12 +201,13 @@ class EngineMetrics:
             "Histogram of time spent in DECODE phase for request.",
             REQUEST_LATENCY_BUCKETS,
         ).labels(**lv)
-        sleep = Gauge(
+        sleep = _family(
+            r,
+            Gauge,
             "vllm:engine_sleep_state",
             "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; "
             "weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.",
             [*LABELS, "sleep_state"],
-            registry=r,
             multiprocess_mode="mostrecent",
         )
         self.sleep_state = {
@@ -196,14 +216,16 @@ class EngineMetrics:
         }
         self.set_sleep_state(0)
         info_labels = cache_config_labels(shape, enable_prefix_caching, user_specified_block_size)
-        info = Gauge(
+        info = _family(
+            r,
+            Gauge,
             "vllm:cache_config_info",
             "Information of the LLMEngine CacheConfig",
             [*info_labels, "engine"],
-            registry=r,
             multiprocess_mode="mostrecent",
         )
-        info.labels(engine="0", **info_labels).set(1)
+        # One sample per engine core (loggers.py:1095-1098).
+        info.labels(engine=str(engine_index), **info_labels).set(1)
 
     def set_sleep_state(self, level: int) -> None:
         """0 awake; 1 weights offloaded; 2 everything discarded (loggers.py, engine_sleep_state)."""
@@ -213,13 +235,12 @@ class EngineMetrics:
 
     def record_prompt(self, total: int, cached: int, recomputed_last: bool) -> None:
         """PromptTokenStats of a request whose prefill finished: all its prompt tokens count in
-        vllm:prompt_tokens, split by source (vllm/v1/metrics/stats.py)."""
+        vllm:prompt_tokens, split by source (vllm/v1/metrics/stats.py). `recomputed_last` is not exported:
+        vLLM at 2f41c894 has no counter of recomputed cached tokens (loggers.py defines none)."""
         self.prompt_tokens.inc(total)
         self.prompt_tokens_by_source["local_compute"].inc(total - cached)
         self.prompt_tokens_by_source["local_cache_hit"].inc(cached)
         self.prompt_tokens_cached.inc(cached)
-        if recomputed_last:
-            self.prompt_tokens_recomputed.inc(1)
 
 
 def cache_config_labels(

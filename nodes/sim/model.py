@@ -202,6 +202,35 @@ def sample_token(h: int, drift: float, u: float) -> int:
     return outside[int((u - HEAD_SHARE) / (1.0 - HEAD_SHARE) * len(outside)) % len(outside)]
 
 
+def constrained_token(
+    h: int,
+    drift: float,
+    greedy: bool,
+    u: float,
+    bias: dict[int, float] | None,
+    allowed: frozenset[int] | None,
+) -> int:
+    """The next token when the request sets `logit_bias` and/or `allowed_token_ids` (vocab indices): the
+    biases are added to the model's log-probabilities and every token outside `allowed` is masked, as
+    vLLM's logits processors do before sampling; greedy takes the best, otherwise a draw with u.
+    The log-probabilities a response reports stay the raw ones (vLLM's default logprobs_mode
+    "raw_logprobs", config/model.py:255)."""
+    dist = distribution(h, drift)
+    candidates = range(V) if not allowed else sorted(allowed)
+    scores = [(idx, dist.logprob(idx) + (bias.get(idx, 0.0) if bias else 0.0)) for idx in candidates]
+    if greedy:
+        return max(scores, key=lambda t: t[1])[0]
+    top = max(lp for _, lp in scores)
+    weights = [math.exp(lp - top) for _, lp in scores]
+    target = u * sum(weights)
+    acc = 0.0
+    for (idx, _), w in zip(scores, weights, strict=True):
+        acc += w
+        if target < acc:
+            return idx
+    return scores[-1][0]
+
+
 def vocab_index(token_id: int) -> int | None:
     """The output-vocabulary index of a token id, or None for a token the model never writes."""
     idx = token_id - VOCAB_ID_BASE

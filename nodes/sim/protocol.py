@@ -48,23 +48,17 @@ def validation_error(param: str | None, message: str, value: object = None) -> A
     return ApiError(400, "BadRequestError", message, param)
 
 
-def _summarize_input(value: object) -> object:
-    """vLLM's validation handler echoes inputs bounded: containers are described, long text is cut."""
-    if isinstance(value, str):
-        return value[:200] + "...[truncated]" if len(value) > 200 else value
-    if isinstance(value, (list, tuple, dict)):
-        return f"<{type(value).__name__} of {len(value)} items>"
-    return str(value)
-
-
 def body_error(kind: str, loc: str, msg: str, value: object, *, ctx: dict[str, Any] | None = None,
                param: str | None = None) -> ApiError:  # fmt: skip
-    """A pydantic RequestValidationError as vLLM's handler renders it: type is the reason phrase
-    "Bad Request", the message lists the error with its dotted loc, `param` is that loc."""
-    loc_str = "body." + loc if loc else "body"
-    detail: dict[str, Any] = {"type": kind, "loc": loc_str, "msg": msg, "input": _summarize_input(value)}
+    """A pydantic RequestValidationError as vLLM's handler renders it
+    (exception_handling/handlers/validation.py:95-138): type is the reason phrase "Bad Request", the
+    message lists each error dict as pydantic gives it (`loc` a tuple, `input` the value sent), `param`
+    the dotted loc (clean_loc_for_param) unless a VLLMValidationError names one."""
+    parts: tuple[object, ...] = ("body", *(int(p) if p.isdigit() else p for p in loc.split(".") if loc))
+    detail: dict[str, Any] = {"type": kind, "loc": parts, "msg": msg, "input": value}
     if ctx is not None:
         detail["ctx"] = ctx
+    loc_str = "body." + loc if loc else "body"
     return ApiError(400, "Bad Request", f"1 validation error:\n  {detail}", param or loc_str)
 
 
@@ -77,12 +71,20 @@ def validator_error(message: str, param: str | None, body: object, value: object
         "",
         f"Value error, {text}",
         body,
-        ctx={"error": f"VLLMValidationError({message!r})"},
+        ctx={"error": _Repr(f"VLLMValidationError({message!r})")},
         param=param,
     )
 
 
+class _Repr(str):
+    """Printed as itself inside a dict: the exception object pydantic keeps in `ctx` shows its repr."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_LOGPROB_TOKEN_IDS = 128  # sampling_params.py:30
 EMPTY_PROMPT = "Either prompt or prompt_embeds must be provided and non-empty."
 _MISSING = object()
 _PARSE = {
@@ -172,6 +174,12 @@ class SamplingRequest:
     allowed_token_ids: list[int] | None = None
     return_tokens_as_token_ids: bool = False  # logprobs name tokens "token_id:N"
     chat_echo: str = ""  # chat `echo`: the final assistant message's content, prefixed to the answer
+    logprob_token_ids: list[int] | None = None  # logprobs of exactly these ids beside the sampled token
+    role: str = "assistant"  # get_chat_request_role: the last message's role without a generation prompt
+
+    @property
+    def wants_logprobs(self) -> bool:
+        return self.logprobs is not None or bool(self.logprob_token_ids)
 
 
 @dataclass
@@ -270,6 +278,9 @@ def _common(body: dict[str, Any], limits: ServingLimits, *, chat: bool) -> dict[
         )  # fmt: skip
     logit_bias = _logit_bias(body)
     allowed = _token_id_list(body, "allowed_token_ids")
+    # dict[str, Any] | None. Without --kv-transfer-config (no KV connector, which the simulator does not
+    # model) vLLM answers kv_transfer_params: null whatever the request sent.
+    _get(body, "kv_transfer_params", (dict,), None)
     stream = bool(_get(body, "stream", (bool,), False))
     stream_options = _get(body, "stream_options", (dict,), None)
     ignore_eos = bool(_get(body, "ignore_eos", (bool,), False))
@@ -279,7 +290,9 @@ def _common(body: dict[str, Any], limits: ServingLimits, *, chat: bool) -> dict[
         max_tokens = mct if mct is not None else _get(body, "max_tokens", (int,), None)
         max_param = "max_completion_tokens" if mct is not None else "max_tokens"
     else:
-        max_tokens = _get(body, "max_tokens", (int,), 16)
+        # `max_tokens: int | None = 16` (completion/protocol.py:61): an explicit null means no limit.
+        max_tokens = None if "max_tokens" in body and body["max_tokens"] is None else _get(
+            body, "max_tokens", (int,), 16)  # fmt: skip
         max_param = "max_tokens"
     if stream_options and not stream:
         raise validator_error(
@@ -377,8 +390,11 @@ def _check_lengths(
     max_in = mml - max_out
     for ids, _ in prompts:
         if len(ids) > max_in:
+            # A text prompt is tokenized with max_length = max_input_tokens + 1 (params.py:314-325), so
+            # its count is that; "at least" is written whenever the count is exactly that
+            # (params.py:437-455), token-id prompts of that length included.
             count = len(ids) if token_input else max_in + 1
-            at_least = "" if token_input else "at least "
+            at_least = "at least " if count == max_in + 1 else ""
             raise validation_error(
                 "input_tokens",
                 f"This model's maximum context length is {mml} tokens. However, you requested {max_out} "
@@ -398,26 +414,18 @@ def parse_chat(body: Any, limits: ServingLimits) -> SamplingRequest:
     continue_final = bool(_get(body, "continue_final_message", (bool,), False))
     if continue_final and body.get("add_generation_prompt"):
         both = "Cannot set both `continue_final_message` and `add_generation_prompt` to True."
-        raise body_error("value_error", "", f"Value error, {both}", body, ctx={"error": both})
+        # A VLLMValidationError without a parameter (chat_completion/protocol.py:990-994).
+        raise validator_error(both, None, body)
+    check_logprobs(body, chat=True)
     c = _common(body, limits, chat=True)
     logprobs = bool(_get(body, "logprobs", (bool,), False))
     top = _get(body, "top_logprobs", (int,), None)
-    if top is not None and top < 0 and top != -1:
-        raise validator_error("`top_logprobs` must be a positive value or -1.", "top_logprobs", body, top)
-    if top is not None and (top == -1 or top > 0) and not logprobs:
-        raise validator_error(
-            "when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs", body
-        )
-    n_logprobs = (top or 0) if logprobs else None
-    if n_logprobs is not None and limits.max_logprobs != -1 and _all_vocab(n_logprobs) > limits.max_logprobs:
-        raise validation_error(
-            "logprobs",
-            f"Requested sample logprobs of {_all_vocab(n_logprobs)}, which is greater than max allowed: "
-            f"{limits.max_logprobs}",
-            _all_vocab(n_logprobs),
-        )
-    prompt_lp = _prompt_logprobs(body, limits)
+    lp_ids = _token_id_list(body, "logprob_token_ids")
+    # to_sampling_params (chat_completion/protocol.py:725-730): top_logprobs unless logprob_token_ids.
+    n_logprobs = (top or 0) if logprobs and not lp_ids else None
+    prompt_lp = _get(body, "prompt_logprobs", (int,), None)
     return_ids = bool(_get(body, "return_token_ids", (bool,), False))
+    trunc = _truncation(body, limits, c["max_tokens"], c["max_param"])
     if continue_final:
         # The final (assistant) message stays open: the answer continues it (no end-of-turn token).
         prompt = text.render_chat(messages, False)
@@ -425,14 +433,18 @@ def parse_chat(body: Any, limits: ServingLimits) -> SamplingRequest:
             prompt = prompt[: -len("<|eot_id|>")]
     else:
         prompt = text.render_chat(messages, add_gen)
+    # chat_completion/serving.py:398-401: the response role, or the last message's without a generation
+    # prompt.
+    role = "assistant" if add_gen or not messages else messages[-1]["role"]
     echo = ""
-    if _get(body, "echo", (bool,), False) and messages and messages[-1]["role"] == "assistant":
-        # chat_completion/serving.py: echo prefixes the last message when it has the response's role.
+    if _get(body, "echo", (bool,), False) and messages and messages[-1]["role"] == role:
+        # chat_completion/serving.py:1080-1090: echo prefixes the last message when it has that role.
         echo = messages[-1]["content"]
-    _check_chars(prompt, c["max_tokens"], limits)
+    if trunc is None:
+        _check_chars(prompt, c["max_tokens"], limits)
     ids = limits.tokenizer.encode_rendered(prompt)
-    prompts = [(ids, prompt)]
-    _check_lengths(prompts, c["max_tokens"], limits, token_input=False)
+    prompts = [_truncate(ids, prompt, trunc, limits)]
+    _check_lengths(prompts, c["max_tokens"], limits, token_input=trunc is not None)
     c["logit_bias"] = convert_logit_bias(c["logit_bias"])
     verify_sampling(c["sampling"], n_logprobs)
     return SamplingRequest(
@@ -442,20 +454,58 @@ def parse_chat(body: Any, limits: ServingLimits) -> SamplingRequest:
         prompt_logprobs=prompt_lp,
         return_token_ids=return_ids,
         chat_echo=echo,
+        logprob_token_ids=lp_ids,
+        role=role,
         **_strip(c),
     )
+
+
+def parse_batch_chat(body: dict[str, Any]) -> list[list[Any]]:
+    """BatchChatCompletionRequest (chat_completion/protocol.py:1047-1156): its check_batch_mode
+    validator first, then `messages` as a non-empty list of non-empty conversations."""
+    if body.get("use_beam_search"):
+        raise validator_error(
+            "Batch chat completions do not support beam search. Please set `use_beam_search` to False.",
+            "use_beam_search",
+            body,
+        )
+    if body.get("logprob_token_ids") and not body.get("logprobs"):
+        raise validator_error(
+            "when using `logprob_token_ids`, `logprobs` must be set to true.", "logprob_token_ids", body
+        )
+    n = body.get("n", 1)
+    if n is not None and n != 1:
+        raise validator_error(
+            "Batch chat completions do not support `n > 1`. Please set `n` to 1.", "n", body, n
+        )
+    if "messages" not in body:
+        raise body_error("missing", "messages", "Field required", body)
+    convs = body["messages"]
+    if not isinstance(convs, list):
+        raise body_error("list_type", "messages", "Input should be a valid list", convs)
+    too_short = "List should have at least 1 item after validation, not 0"
+    ctx = {"field_type": "List", "min_length": 1, "actual_length": 0}
+    if not convs:
+        raise body_error("too_short", "messages", too_short, convs, ctx=ctx)
+    for i, conv in enumerate(convs):
+        if not isinstance(conv, list):
+            raise body_error("list_type", f"messages.{i}", "Input should be a valid list", conv)
+        if not conv:
+            raise body_error("too_short", f"messages.{i}", too_short, conv, ctx=ctx)
+    return convs
 
 
 def parse_completion(body: Any, limits: ServingLimits) -> SamplingRequest:
     """Validate a completion body (prompt: str, [str], [int] or [[int]])."""
     if not isinstance(body, dict):
         raise body_error("model_attributes_type", "", "Input should be a valid dictionary or object", body)
+    check_logprobs(body, chat=False)
     model = check_model(body, limits)
     raw = body.get("prompt")
     if raw is None or (isinstance(raw, (str, list)) and len(raw) == 0):
         # CompletionRequest's model validator (completion/protocol.py:560-572): `prompt` is optional
         # (prompt_embeds is the alternative) but one of them must be non-empty.
-        raise body_error("value_error", "", f"Value error, {EMPTY_PROMPT}", body, ctx={"error": EMPTY_PROMPT})
+        raise validator_error(EMPTY_PROMPT, "prompt", body)
     token_input = False
     texts: list[str] = []
     token_prompts: list[list[int]] = []
@@ -480,24 +530,21 @@ def parse_completion(body: Any, limits: ServingLimits) -> SamplingRequest:
     if body.get("suffix") is not None:
         raise validation_error("suffix", "suffix is not currently supported", body.get("suffix"))
     c = _common(body, limits, chat=False)
-    lp = _get(body, "logprobs", (int,), None)
-    if lp is not None and limits.max_logprobs != -1 and _all_vocab(lp) > limits.max_logprobs:
-        raise validation_error(
-            "logprobs",
-            f"Requested sample logprobs of {_all_vocab(lp)}, which is greater than max allowed: "
-            f"{limits.max_logprobs}",
-            _all_vocab(lp),
-        )
-    prompt_lp = _prompt_logprobs(body, limits)
+    lp_ids = _token_id_list(body, "logprob_token_ids")
+    # to_sampling_params (completion/protocol.py:381): logprobs unless logprob_token_ids.
+    lp = None if lp_ids else _get(body, "logprobs", (int,), None)
+    prompt_lp = _get(body, "prompt_logprobs", (int,), None)
     return_ids = bool(_get(body, "return_token_ids", (bool,), False))
     echo = bool(_get(body, "echo", (bool,), False))
+    trunc = _truncation(body, limits, c["max_tokens"], c["max_param"])
     prompts: list[tuple[list[int], str]] = []
     for t in texts:
-        _check_chars(t, c["max_tokens"], limits)
-        prompts.append((limits.tokenizer.encode_prompt(t), t))
+        if trunc is None:
+            _check_chars(t, c["max_tokens"], limits)
+        prompts.append(_truncate(limits.tokenizer.encode_prompt(t), t, trunc, limits))
     for ids in token_prompts:
-        prompts.append((ids, limits.tokenizer.decode(ids)))
-    _check_lengths(prompts, c["max_tokens"], limits, token_input=token_input)
+        prompts.append(_truncate(ids, limits.tokenizer.decode(ids), trunc, limits))
+    _check_lengths(prompts, c["max_tokens"], limits, token_input=token_input or trunc is not None)
     c["logit_bias"] = convert_logit_bias(c["logit_bias"])
     verify_sampling(c["sampling"], lp)
     return SamplingRequest(
@@ -507,32 +554,103 @@ def parse_completion(body: Any, limits: ServingLimits) -> SamplingRequest:
         echo=echo,
         prompt_logprobs=prompt_lp,
         return_token_ids=return_ids,
+        logprob_token_ids=lp_ids,
         **_strip(c),
     )
 
 
-def _prompt_logprobs(body: dict[str, Any], limits: ServingLimits) -> int | None:
-    """vLLM's check_logprobs model validator for `prompt_logprobs`, then the processor's max_logprobs
-    check (an extra parameter of both endpoints; never returned in a stream)."""
-    value = _get(body, "prompt_logprobs", (int,), None)
-    if value is None:
+def check_logprobs(body: dict[str, Any], *, chat: bool) -> None:
+    """The check_logprobs model validator of ChatCompletionRequest (chat_completion/protocol.py:794-850)
+    and CompletionRequest (completion/protocol.py:476-540), in its order and wording. It runs on the raw
+    body before field validation, so a numeric string is refused here although pydantic would coerce it."""
+    ids = body.get("logprob_token_ids")
+    if ids and body.get("use_beam_search"):
+        raise validator_error(
+            "`logprob_token_ids` is not supported with beam search.", "logprob_token_ids", body
+        )
+    if chat:
+        if ids and not body.get("logprobs"):
+            raise validator_error(
+                "when using `logprob_token_ids`, `logprobs` must be set to true.", "logprob_token_ids", body
+            )
+    else:
+        if ids and body.get("echo") and body.get("max_tokens") == 0:
+            raise validator_error(
+                "`logprob_token_ids` is not supported when `echo=True` and `max_tokens=0` because no "
+                "output tokens are generated.",
+                "logprob_token_ids",
+                body,
+            )
+        if ids and body.get("logprobs") is None:
+            raise validator_error(
+                "when using `logprob_token_ids`, `logprobs` must be set.", "logprob_token_ids", body
+            )
+    sample = "top_logprobs" if chat else "logprobs"
+    for name in ("prompt_logprobs", sample):
+        value = body.get(name)
+        if value is not None and not isinstance(value, (int, float)):
+            raise validator_error(f"`{name}` must be an integer.", name, body, value)
+    prompt_lp = body.get("prompt_logprobs")
+    if prompt_lp is not None:
+        if body.get("stream") and (prompt_lp > 0 or prompt_lp == -1):
+            raise validator_error(
+                "`prompt_logprobs` are not available when `stream=True`.", "prompt_logprobs", body
+            )
+        if prompt_lp < 0 and prompt_lp != -1:
+            raise validator_error(
+                "`prompt_logprobs` must be a positive value or -1.", "prompt_logprobs", body, prompt_lp
+            )
+    value = body.get(sample)
+    if value is not None and value < 0 and value != -1:
+        raise validator_error(f"`{sample}` must be a positive value or -1.", sample, body, value)
+    if chat and value is not None and (value == -1 or value > 0) and not body.get("logprobs"):
+        raise validator_error(
+            "when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs", body
+        )
+
+
+def _truncation(
+    body: dict[str, Any], limits: ServingLimits, max_tokens: int | None, max_param: str
+) -> tuple[int, str | None] | None:
+    """`truncate_prompt_tokens` (Field(ge=-1, le=int64 max)) and `truncation_side` ("left" | "right"),
+    checked as TokenizeParams.__post_init__ does (renderers/params.py:239-251); -1 means
+    max_input_tokens. None when the prompt is not to be truncated."""
+    k = _get(body, "truncate_prompt_tokens", (int,), None)
+    side = body.get("truncation_side")
+    if side is not None and side not in ("left", "right"):
+        raise body_error(
+            "literal_error", "truncation_side", "Input should be 'left' or 'right'", side,
+            ctx={"expected": "'left' or 'right'"},
+        )  # fmt: skip
+    if k is None:
         return None
-    if body.get("stream") and (value > 0 or value == -1):
-        raise validator_error(
-            "`prompt_logprobs` are not available when `stream=True`.", "prompt_logprobs", body
-        )
-    if value < 0 and value != -1:
-        raise validator_error(
-            "`prompt_logprobs` must be a positive value or -1.", "prompt_logprobs", body, value
-        )
-    if value and limits.max_logprobs != -1 and _all_vocab(value) > limits.max_logprobs:
+    if k < -1:
+        raise body_error(
+            "greater_than_equal", "truncate_prompt_tokens", "Input should be greater than or equal to -1",
+            k, ctx={"ge": -1},
+        )  # fmt: skip
+    max_in = limits.max_model_len - (max_tokens or 0)
+    if k > max_in:
         raise validation_error(
-            "prompt_logprobs",
-            f"Requested prompt logprobs of {_all_vocab(value)}, which is greater than max allowed: "
-            f"{limits.max_logprobs}",
-            _all_vocab(value),
+            "truncate_prompt_tokens",
+            f"truncate_prompt_tokens={k} cannot be greater than max_model_len - {max_param} = {max_in}. "
+            "Please request a smaller truncation size.",
+            k,
         )
-    return value
+    return (max_in if k == -1 else k), side
+
+
+def _truncate(
+    ids: list[int], prompt: str, trunc: tuple[int, str | None] | None, limits: ServingLimits
+) -> tuple[list[int], str]:
+    """TokenizeParams._token_truncation (renderers/params.py:407-425): keep k tokens, the last ones with
+    truncation_side "left", else the first (the tokenizer's default side, "right" for Hugging Face
+    tokenizers without a truncation_side setting)."""
+    if trunc is None or trunc[0] >= len(ids):
+        return ids, prompt
+    k, side = trunc
+    kept = ids[len(ids) - k :] if side == "left" else ids[:k]
+    return kept, limits.tokenizer.decode(kept)
 
 
 def _all_vocab(n: int) -> int:
@@ -604,6 +722,42 @@ def engine_checks(req: SamplingRequest, limits: ServingLimits) -> None:
     against the vocabulary, then each prompt), after the response has begun: in a stream these errors
     arrive as an SSE error event, not as a 400."""
     vocab = limits.vocab_size
+    # SamplingParams._validate_logprobs (sampling_params.py:791-860), then _validate_logit_bias and
+    # _validate_allowed_token_ids: run by the engine's InputProcessor, so a stream gets them as an event.
+    max_lp = vocab if limits.max_logprobs == -1 else limits.max_logprobs
+    if req.logprobs:
+        n = _all_vocab(req.logprobs)
+        if n > max_lp:
+            raise validation_error(
+                "logprobs",
+                f"Requested sample logprobs of {n}, which is greater than max allowed: {max_lp}",
+                n,
+            )
+    if req.logprob_token_ids is not None:
+        n = len(req.logprob_token_ids)
+        if n > MAX_LOGPROB_TOKEN_IDS:
+            raise validation_error(
+                "logprob_token_ids",
+                f"Requested logprob_token_ids of length {n}, which is greater than max allowed: "
+                f"{MAX_LOGPROB_TOKEN_IDS}",
+                n,
+            )
+        bad = [t for t in req.logprob_token_ids if t < 0 or t >= vocab]
+        if bad:
+            raise validation_error(
+                "logprob_token_ids",
+                f"token_id(s) {bad} in logprob_token_ids contain out-of-vocab token ids. Vocabulary size: "
+                f"{vocab}",
+                bad,
+            )
+    if req.prompt_logprobs:
+        n = _all_vocab(req.prompt_logprobs)
+        if n > max_lp:
+            raise validation_error(
+                "prompt_logprobs",
+                f"Requested prompt logprobs of {n}, which is greater than max allowed: {max_lp}",
+                n,
+            )
     if req.logit_bias:
         bad = [t for t in req.logit_bias if t < 0 or t >= vocab]
         if bad:  # sampling_params.py:862-880 (_validate_logit_bias)
@@ -630,10 +784,12 @@ def engine_checks(req: SamplingRequest, limits: ServingLimits) -> None:
                 None,
                 f"The decoder prompt (length {len(ids)}) plus the number of requested output tokens "
                 f"(at least 1) is longer than the maximum model length of {mml}. Make sure that "
-                "`max_model_len` is no smaller than the number of text tokens plus the number of requested "
-                "output tokens.",
+                "`max_model_len` is no smaller than the number of text tokens (prompt + requested output "
+                "tokens).",
             )
-        top = max(ids)
+        low, top = min(ids), max(ids)
+        if low < 0:  # input_processor.py:533-541: a negative id is out of vocabulary too
+            raise validation_error(None, f"Token id {low} is out of vocabulary")
         if top > max(limits.tokenizer.max_token_id, vocab - 1):
             raise validation_error(None, f"Token id {top} is out of vocabulary")
 

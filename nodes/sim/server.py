@@ -22,9 +22,9 @@ from typing import Any
 
 import orjson
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, disable_created_metrics, generate_latest
 
-from nodes.sim import logprobs, text
+from nodes.sim import logprobs, model, text
 from nodes.sim.engine import Sequence, SimEngine
 from nodes.sim.gpu import gpu_snapshot
 from nodes.sim.metrics import EngineMetrics
@@ -36,6 +36,7 @@ from nodes.sim.protocol import (
     body_error,
     engine_checks,
     messages_text,
+    parse_batch_chat,
     parse_chat,
     parse_completion,
 )
@@ -113,19 +114,26 @@ class SimServer:
         self.served_names: list[str] = args.served_model_name or [args.model]
         self.api_keys: list[str] = args.api_key or []
         self.enable_prefix_caching = args.enable_prefix_caching is not False
-        self.metrics = EngineMetrics(
-            shape,
-            self.served_names[0],
-            self.enable_prefix_caching,
-            REGISTRY,
-            user_specified_block_size=args.block_size is not None,
-        )
-        self.engine = SimEngine(
-            shape,
-            self.metrics,
-            enable_prefix_caching=self.enable_prefix_caching,
-            time_scale=args.sim_time_scale,
-        )
+        # One engine core per data-parallel rank (-dp N), each with its own KV cache and its own
+        # `engine="i"` metric series; requests go to the least-loaded one (DPLBAsyncMPClient).
+        self.engines = [
+            SimEngine(
+                shape,
+                EngineMetrics(
+                    shape,
+                    self.served_names[0],
+                    self.enable_prefix_caching,
+                    REGISTRY,
+                    user_specified_block_size=args.block_size is not None,
+                    engine_index=i,
+                ),
+                enable_prefix_caching=self.enable_prefix_caching,
+                time_scale=args.sim_time_scale,
+            )
+            for i in range(max(1, args.data_parallel_size))
+        ]
+        self.engine = self.engines[0]
+        self.metrics = self.engine.metrics
         self.limits = ServingLimits(
             served_names=self.served_names,
             max_model_len=shape.max_model_len,
@@ -158,6 +166,7 @@ class SimServer:
         r.add_post("/tokenize", self.tokenize)
         r.add_post("/detokenize", self.detokenize)
         r.add_post("/v1/chat/completions", self.chat_completions)
+        r.add_post("/v1/chat/completions/batch", self.batch_chat_completions)
         r.add_post("/v1/completions", self.completions)
         r.add_post("/v1/responses", self.responses)
         # SageMaker's dispatcher (sagemaker/api_router.py:54-96): not under /v1, so never key-guarded.
@@ -213,7 +222,7 @@ class SimServer:
 
     async def health(self, request: web.Request) -> web.Response:
         # instrumentator/health.py:22-33: 503 once the engine core is dead (EngineDeadError).
-        return web.Response(status=503 if self.engine.dead else 200)
+        return web.Response(status=503 if any(e.dead for e in self.engines) else 200)
 
     async def version(self, request: web.Request) -> web.Response:
         return _json({"version": VERSION})
@@ -223,7 +232,8 @@ class SimServer:
         return _json({"server_load": self.in_flight if self.load_tracking else 0})
 
     async def metrics_endpoint(self, request: web.Request) -> web.Response:
-        self.engine._update_gauges()
+        for e in self.engines:
+            e._update_gauges()
         return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def models(self, request: web.Request) -> web.Response:
@@ -261,20 +271,17 @@ class SimServer:
     # endpoints vLLM registers besides the generation ones ---------------------------------------------
 
     async def tokenizer_info(self, request: web.Request) -> web.Response:
-        # tokenize/api_router.py:86-99 (only with --enable-tokenizer-info-endpoint): the tokenizer's class
-        # and configuration.
-        tok = self.limits.tokenizer
-        return _json(
-            {
-                "tokenizer_class": "PreTrainedTokenizerFast",
-                "add_bos_token": True,
-                "bos_token": text.BOS,
-                "eos_token": "<|eot_id|>",
-                "model_max_length": self.shape.max_model_len,
-                "vocab_size": self.limits.vocab_size,
-                "source": tok.source,
-            }
-        )
+        # tokenize/api_router.py:86-99 (only with --enable-tokenizer-info-endpoint): TokenizerInfo
+        # (tokenize/serving.py:163-184) answers the tokenizer's init kwargs (its tokenizer_config.json, file
+        # paths removed) plus `tokenizer_class`, and `chat_template` only when --chat-template was given.
+        # The simulator reports the few keys of a Llama-3 tokenizer config that its tokenizer models.
+        info: dict[str, Any] = {
+            "bos_token": text.BOS,
+            "eos_token": "<|eot_id|>",
+            "model_max_length": self.shape.profile.model.max_position_embeddings,
+            "tokenizer_class": "PreTrainedTokenizerFast",
+        }
+        return _json(info)
 
     def _routes(self, request: web.Request) -> list[tuple[str, str]]:
         out = []
@@ -321,22 +328,25 @@ class SimServer:
         # dev/sleep/api_router.py:21-29: level (default "1") and mode (default "abort"); empty 200.
         level = int(request.query.get("level", "1"))
         mode = request.query.get("mode", "abort")
-        self.engine.sleep(level, abort=mode == "abort")
-        self.metrics.set_sleep_state(level)
+        for e in self.engines:
+            e.sleep(level, abort=mode == "abort")
+            e.metrics.set_sleep_state(level)
         return web.Response(status=200)
 
     async def wake_up(self, request: web.Request) -> web.Response:
         # sleep/api_router.py:32-42: repeated `tags`; none wakes everything.
-        self.engine.wake_up(request.query.getall("tags", None))
-        if not self.engine.sleeping:
-            self.metrics.set_sleep_state(0)
+        for e in self.engines:
+            e.wake_up(request.query.getall("tags", None))
+            if not e.sleeping:
+                e.metrics.set_sleep_state(0)
         return web.Response(status=200)
 
     async def is_sleeping(self, request: web.Request) -> web.Response:
         return _json({"is_sleeping": self.engine.sleeping})
 
     async def reset_prefix_cache(self, request: web.Request) -> web.Response:
-        self.engine.pool.reset_cache()
+        for e in self.engines:
+            e.pool.reset_cache()
         return web.Response(status=200)
 
     async def server_info(self, request: web.Request) -> web.Response:
@@ -344,31 +354,38 @@ class SimServer:
 
     async def sim_gpu(self, request: web.Request) -> web.Response:
         seed = self.args.sim_gpu_uuid_seed or str(self.args.port)
-        return _json(
-            gpu_snapshot(self.engine, first_index=self.args.sim_gpu_index, uuid_seed=seed, ready=self.ready)
-        )
+        # Data-parallel rank i runs on GPUs first + i*TP .. first + (i+1)*TP - 1.
+        tp = self.shape.tensor_parallel_size
+        gpus: list[dict[str, Any]] = []
+        for i, e in enumerate(self.engines):
+            first = self.args.sim_gpu_index + i * tp
+            gpus.extend(gpu_snapshot(e, first_index=first, uuid_seed=seed, ready=self.ready)["gpus"])
+        return _json({"simulated": True, "profile": self.shape.profile.name, "gpus": gpus})
 
     async def sim_stats(self, request: web.Request) -> web.Response:
-        e = self.engine
+        es = self.engines
         return _json(
             {
                 "simulated": True,
                 "profile": self.shape.profile.name,
-                "time_scale": e.time_scale,
+                "time_scale": self.engine.time_scale,
+                "data_parallel_size": len(es),
+                # Per engine core; the totals below add them up.
                 "num_gpu_blocks": self.shape.num_gpu_blocks,
                 "block_size": self.shape.block_size,
-                "free_blocks": e.pool.num_free,
+                "free_blocks": sum(e.pool.num_free for e in es),
                 "max_num_seqs": self.shape.max_num_seqs,
                 "max_num_batched_tokens": self.shape.max_num_batched_tokens,
                 "max_model_len": self.shape.max_model_len,
-                "running": len(e.running),
-                "waiting": len(e.waiting),
-                "steps": e.total_steps,
-                "preemptions": e.num_preemptions,
-                "busy_model_s": round(e.busy_model_s, 6),
-                "lost_wall_s": round(e.lost_wall_s, 6),
+                "running": sum(len(e.running) for e in es),
+                "waiting": sum(len(e.waiting) for e in es),
+                "running_per_engine": [len(e.running) for e in es],
+                "steps": sum(e.total_steps for e in es),
+                "preemptions": sum(e.num_preemptions for e in es),
+                "busy_model_s": round(sum(e.busy_model_s for e in es), 6),
+                "lost_wall_s": round(max(e.lost_wall_s for e in es), 6),
                 "requests": self.request_count,
-                "hung": e.hung,
+                "hung": any(e.hung for e in es),
             }
         )
 
@@ -423,6 +440,61 @@ class SimServer:
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         req = parse_chat(await self._body(request), self.limits)
         return await self._generate(request, req, chat=True)
+
+    async def batch_chat_completions(self, request: web.Request) -> web.Response:
+        """POST /v1/chat/completions/batch (chat_completion/api_router.py:77-102): `messages` is a list of
+        conversations, each run as its own request; one choice per conversation, indexed in order, usage
+        summed (chat_completion/batch_serving.py:104-332). Not streamed; n must be 1."""
+        body = await self._body(request)
+        if not isinstance(body, dict):
+            raise body_error(
+                "model_attributes_type", "", "Input should be a valid dictionary or object", body
+            )
+        convs = parse_batch_chat(body)
+        # to_chat_completion_request (protocol.py:1158-1164): the shared fields plus one conversation;
+        # `stream` is not a field of the batch request, so each sub-request is non-streaming.
+        shared = {k: v for k, v in body.items() if k not in ("messages", "stream", "stream_options")}
+        reqs = [parse_chat({**shared, "messages": conv}, self.limits) for conv in convs]
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(self._collect(req, request)) for req in reqs]
+        except* ApiError as errors:
+            # The first refusal answers the batch (the other conversations are cancelled).
+            raise errors.exceptions[0] from None
+        results = [t.result() for t in tasks]
+        rid = "chatcmpl-" + uuid.uuid4().hex
+        choices = []
+        prompt_tokens = completion_tokens = 0
+        for i, (req, seqs, conv) in enumerate(zip(reqs, results, convs, strict=True)):
+            if body.get("echo"):
+                # The batch path echoes the last message whatever its role (batch_serving.py:288-297).
+                last = conv[-1].get("content") if isinstance(conv[-1], dict) else None
+                req.chat_echo = text.content_text(last) if isinstance(last, list) else (last or "")
+            choice = self._full_response(req, seqs, rid, chat=True)["choices"][0]
+            choice["index"] = i
+            choices.append(choice)
+            prompt_tokens += len(seqs[0].prompt_ids)
+            completion_tokens += len(seqs[0].out)
+        return _json(
+            {
+                "id": rid,
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": reqs[0].model,
+                "choices": choices,
+                "service_tier": None,
+                "system_fingerprint": None,
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens,
+                    "completion_tokens": completion_tokens,
+                    "prompt_tokens_details": None,
+                },
+                "prompt_logprobs": None,
+                "prompt_token_ids": None,
+                "kv_transfer_params": None,
+            }
+        )
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         req = parse_completion(await self._body(request), self.limits)
@@ -518,27 +590,28 @@ class SimServer:
             }
         )
 
-    async def _collect(self, req: SamplingRequest) -> list[Sequence]:
+    async def _collect(self, req: SamplingRequest, request: web.Request | None = None) -> list[Sequence]:
         """Run a validated request to completion (non-streaming paths)."""
         self._faults()
         engine_checks(req, self.limits)
         event = asyncio.Event()
         seqs = self._sequences(req, event.set)
+        engine = self._pick_engine(request)
         self.in_flight += 1
         for s in seqs:
-            self.engine.add(s)
+            engine.add(s)
         try:
             while not all(s.finished for s in seqs):
                 event.clear()
                 await event.wait()
-            if self.engine.dead:
+            if engine.dead:
                 raise ApiError(500, "InternalServerError", ENGINE_DEAD_MESSAGE)
             return seqs
         finally:
             self.in_flight -= 1
             for s in seqs:
                 if not s.finished:
-                    self.engine.abort(s)
+                    engine.abort(s)
 
     def _faults(self) -> None:
         """Apply the fault knobs to a generation request that passed validation."""
@@ -552,21 +625,52 @@ class SimServer:
             logger.error(
                 "Simulated engine hang (--sim-hang-after %d): engine stops stepping.", a.sim_hang_after
             )
-            self.engine.hung = True
+            for e in self.engines:
+                e.hung = True
         if a.sim_engine_dead_after is not None and self.request_count > a.sim_engine_dead_after:
             if not self.engine.dead:
                 logger.error(
                     "Simulated engine death (--sim-engine-dead-after %d): EngineDeadError.",
                     a.sim_engine_dead_after,
                 )
-                self.engine.kill()
+                for e in self.engines:
+                    e.kill()
             raise ApiError(500, "InternalServerError", ENGINE_DEAD_MESSAGE)
         if a.sim_error_rate > 0 and self.error_rng.random() < a.sim_error_rate:
             raise ApiError(500, "InternalServerError", "Simulated engine error (--sim-error-rate).")
 
+    def _pick_engine(self, request: web.Request | None) -> SimEngine:
+        """The data-parallel engine core for a request: the `X-data-parallel-rank` header when it names
+        one (generate/base/serving.py:206-218), else the least loaded, lowest rank first on a tie
+        (DPLBAsyncMPClient.get_core_engine_for_request, v1/engine/core_client.py:1472-1510: waiting +
+        running, waiting penalised by KV-cache pressure above 50 %)."""
+        engines = self.engines
+        if len(engines) == 1:
+            return engines[0]
+        if request is not None:
+            raw = request.headers.get("X-data-parallel-rank")
+            with contextlib.suppress(TypeError, ValueError):
+                rank = int(raw)  # type: ignore[arg-type]
+                if 0 <= rank < len(engines):
+                    return engines[rank]
+
+        def score(e: SimEngine) -> float:
+            waiting = len(e.waiting)
+            return waiting + len(e.running) + waiting * 6.0 * max(0.0, e.kv_cache_usage - 0.5)
+
+        return min(engines, key=score)
+
     def _sequences(self, req: SamplingRequest, notify: Callable[[], None]) -> list[Sequence]:
         seqs = []
         mean = self.args.sim_mean_output_tokens
+        # The simulated model writes only its output pieces: biases and allowed ids naming other tokens
+        # have nothing to act on. When no allowed id is one of them, sampling stays unconstrained.
+        bias = None
+        if req.logit_bias:
+            bias = {i: b for t, b in req.logit_bias.items() if (i := model.vocab_index(t)) is not None}
+        allowed = None
+        if req.allowed_token_ids:
+            allowed = frozenset(i for t in req.allowed_token_ids if (i := model.vocab_index(t)) is not None)
         for ids, _ in req.prompts:
             for j in range(req.n):
                 seed_part: object
@@ -587,12 +691,14 @@ class SimServer:
                         mean_len=mean,
                         drift=self.args.sim_quality_drift,
                         greedy=req.temperature == 0.0,
-                        keep_contexts=req.logprobs is not None,
+                        keep_contexts=req.wants_logprobs,
                         ignore_eos=req.ignore_eos,
                         min_tokens=req.min_tokens,
                         stop=req.stop,
                         notify=notify,
                         stream=req.stream,
+                        bias=bias,
+                        allowed=allowed,
                     )
                 )
         return seqs
@@ -610,12 +716,13 @@ class SimServer:
         event = asyncio.Event()
         seqs = self._sequences(req, event.set)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        engine = self._pick_engine(request)
         self.in_flight += 1
-        self.metrics.request_params_n.observe(req.n)
-        self.metrics.request_params_max_tokens.observe(seqs[0].max_tokens)
-        self.metrics.request_max_num_generation_tokens.observe(seqs[0].max_tokens)
+        engine.metrics.request_params_n.observe(req.n)
+        engine.metrics.request_params_max_tokens.observe(seqs[0].max_tokens)
+        engine.metrics.request_max_num_generation_tokens.observe(seqs[0].max_tokens)
         for s in seqs:
-            self.engine.add(s)
+            engine.add(s)
         try:
             if req.stream:
                 return await self._stream(request, req, seqs, event, rid, chat)
@@ -624,14 +731,14 @@ class SimServer:
                 if all(s.finished for s in seqs):
                     break
                 await event.wait()
-            if self.engine.dead:
+            if engine.dead:
                 raise ApiError(500, "InternalServerError", ENGINE_DEAD_MESSAGE)
             return _json(self._full_response(req, seqs, rid, chat))
         finally:
             self.in_flight -= 1
             for s in seqs:
                 if not s.finished:
-                    self.engine.abort(s)
+                    engine.abort(s)
 
     @staticmethod
     async def _stream_error(request: web.Request, err: ApiError) -> web.StreamResponse:
@@ -676,14 +783,18 @@ class SimServer:
         return out
 
     def _chat_logprobs(
-        self, seq: Sequence, start: int, end: int, k: int, as_ids: bool = False
+        self, seq: Sequence, start: int, end: int, req: SamplingRequest, as_ids: bool = False
     ) -> dict[str, Any]:
-        return logprobs.chat_logprobs(seq, start, end, k, as_ids)
+        return logprobs.chat_logprobs(
+            seq, start, end, req.logprobs or 0, as_ids, req.logprob_token_ids, self.limits.tokenizer
+        )
 
     def _completion_logprobs(
-        self, seq: Sequence, start: int, end: int, k: int, offset: int, as_ids: bool = False
+        self, seq: Sequence, start: int, end: int, req: SamplingRequest, offset: int, as_ids: bool = False
     ) -> dict[str, Any]:
-        return logprobs.completion_logprobs(seq, start, end, k, offset, as_ids)
+        return logprobs.completion_logprobs(
+            seq, start, end, req.logprobs or 0, offset, as_ids, req.logprob_token_ids, self.limits.tokenizer
+        )
 
     def _prompt_logprobs(self, req: SamplingRequest, ids: list[int]) -> list[Any] | None:
         if req.prompt_logprobs is None:
@@ -710,7 +821,7 @@ class SimServer:
                     {
                         "index": i,
                         "message": {
-                            "role": "assistant",
+                            "role": req.role,
                             "content": content,
                             "refusal": None,
                             "annotations": None,
@@ -719,8 +830,8 @@ class SimServer:
                             "tool_calls": [],
                             "reasoning": None,
                         },
-                        "logprobs": self._chat_logprobs(s, 0, len(s.out), req.logprobs, as_ids)
-                        if req.logprobs is not None
+                        "logprobs": self._chat_logprobs(s, 0, len(s.out), req, as_ids)
+                        if req.wants_logprobs
                         else None,
                         "finish_reason": s.finish_reason,
                         "stop_reason": s.stop_reason,
@@ -734,10 +845,8 @@ class SimServer:
                     {
                         "index": i,
                         "text": prefix + content,
-                        "logprobs": self._completion_logprobs(
-                            s, 0, len(s.out), req.logprobs, len(prefix), as_ids
-                        )
-                        if req.logprobs is not None
+                        "logprobs": self._completion_logprobs(s, 0, len(s.out), req, len(prefix), as_ids)
+                        if req.wants_logprobs
                         else None,
                         "finish_reason": s.finish_reason,
                         "stop_reason": s.stop_reason,
@@ -790,7 +899,7 @@ class SimServer:
             for i in range(len(seqs)):
                 first_choice = {
                     "index": i,
-                    "delta": {"role": "assistant", "content": ""},
+                    "delta": {"role": req.role, "content": ""},
                     "logprobs": None,
                     "finish_reason": None,
                 }
@@ -873,12 +982,12 @@ class SimServer:
                     else None
                 )
                 lp: dict[str, Any] | None = None
-                if req.logprobs is not None:
+                if req.wants_logprobs:
                     as_ids = req.return_tokens_as_token_ids
                     if chat:
-                        lp = self._chat_logprobs(s, sent[i], end, req.logprobs, as_ids)
+                        lp = self._chat_logprobs(s, sent[i], end, req, as_ids)
                     else:
-                        lp = self._completion_logprobs(s, sent[i], end, req.logprobs, offsets[i], as_ids)
+                        lp = self._completion_logprobs(s, sent[i], end, req, offsets[i], as_ids)
                 offsets[i] += len(piece)
                 sent[i] = end
                 if finished:
@@ -961,6 +1070,11 @@ async def serve(args: argparse.Namespace) -> int:
             list(QUANTIZATION_METHODS_ORDER),
         )
         return 1
+    if args.data_parallel_size > 1:
+        # vLLM runs one API server per DP rank by default (api_server_count = data_parallel_size) and
+        # then serves metrics through prometheus_client's multiprocess collector, which has no
+        # `_created` series (vllm/entrypoints/cli/serve.py:272-273).
+        disable_created_metrics()
     try:
         shape = build_shape(args)
     except EngineConfigError as exc:
@@ -995,7 +1109,8 @@ async def serve(args: argparse.Namespace) -> int:
         if stop.is_set():
             sock.close()
             return 0
-    server.engine.start()
+    for engine in server.engines:
+        engine.start()
     # vLLM's default --shutdown-timeout is 0: in-flight requests are aborted on shutdown.
     runner = web.AppRunner(
         server.build_app(), handler_cancellation=True, access_log=None, shutdown_timeout=0.5
@@ -1011,6 +1126,7 @@ async def serve(args: argparse.Namespace) -> int:
     logger.info("Application startup complete.")
     await stop.wait()
     logger.info("Shutting down.")
-    await server.engine.stop()
+    for engine in server.engines:
+        await engine.stop()
     await runner.cleanup()
     return 0

@@ -89,3 +89,24 @@ def test_data_parallel_engines_are_summed_and_usage_averaged() -> None:
     m = parse_vllm_metrics(text + "\n")
     assert m.num_requests_running == 7.0
     assert m.kv_cache_usage_perc == pytest.approx(0.3)
+
+
+def test_the_reference_exposition_with_two_engines_adds_up() -> None:
+    """vLLM labels every family with `engine`, one child per data-parallel engine core
+    (vllm/v1/metrics/loggers.py:451-474, cache_config_info per engine at 1076-1098, as recorded in
+    tests/data/vllm/source-2f41c894.json): the reference text with each engine="0" sample doubled as
+    engine="1" must read as twice the work and twice the KV cache, with the same usage fraction."""
+    one = REFERENCE.read_text()
+    lines: list[str] = []
+    for line in one.splitlines():
+        lines.append(line)
+        if not line.startswith("#") and 'engine="0"' in line:
+            lines.append(line.replace('engine="0"', 'engine="1"'))
+    two = "\n".join(lines) + "\n"
+    single, double = parse_vllm_metrics(one), parse_vllm_metrics(two)
+    for attr in ("prompt_tokens_total", "generation_tokens_total", "request_success_total",
+                 "num_requests_running", "num_requests_waiting", "prefix_cache_queries_total"):  # fmt: skip
+        assert getattr(double, attr) == pytest.approx(2 * getattr(single, attr)), attr
+    assert double.kv_cache_usage_perc == pytest.approx(single.kv_cache_usage_perc)
+    assert single.num_gpu_blocks and double.num_gpu_blocks == 2 * single.num_gpu_blocks
+    assert double.ttft_buckets == [(le, 2 * n) for le, n in single.ttft_buckets]

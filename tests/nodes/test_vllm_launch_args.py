@@ -6,6 +6,7 @@ unless said otherwise) and checks the console's behaviour against it.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -191,8 +192,8 @@ def test_good_extra_args_pass() -> None:
 
 
 def test_the_marlin_kernel_line_is_read_from_the_engine_log() -> None:
-    """AWQMarlinConfig/GPTQMarlinConfig.override_quantization_method log these two messages
-    (vllm/model_executor/layers/quantization/awq_marlin.py, gptq_marlin.py)."""
+    """Before PR #42727 / #38288, AWQMarlinConfig/GPTQMarlinConfig.override_quantization_method logged
+    these two messages (awq_marlin.py:263-276 before 8d4f54966c, per tests/data/vllm/source-2f41c894.json)."""
     upgraded = "INFO awq_marlin.py:1] The model is convertible to awq_marlin during runtime. " + (
         "Using awq_marlin kernel."
     )
@@ -203,6 +204,28 @@ def test_the_marlin_kernel_line_is_read_from_the_engine_log() -> None:
     assert vllm.reported_quantization_kernel("x\n" + upgraded + "\ny") == "awq_marlin"
     assert vllm.reported_quantization_kernel(forced) == "awq (awq_marlin available)"
     assert vllm.reported_quantization_kernel("nothing about kernels") is None
+
+
+def test_the_kernel_vllm_2f41c894_logs_is_read_and_awq_is_no_longer_forced() -> None:
+    """At 2f41c894 `--quantization awq` (or gptq) still takes the AutoAWQ/AutoGPTQ path, which picks the
+    Marlin kernel when it can (auto_awq.py:259-283, auto_gptq.py:218-238); the kernel is logged by the
+    linear method (auto_awq.py:448, auto_gptq.py:357)."""
+    ref = json.loads((REFERENCE.parent / "source-2f41c894.json").read_text())["quantization_override"]
+    assert "awq" in ref["awq_user_quant_upgraded"] and "gptq" in ref["gptq_user_quant_upgraded"]
+    assert ref["config_class_of"]["awq"] == ref["config_class_of"]["awq_marlin"] == "AutoAWQConfig"
+    lines = ref["kernel_log_lines"]
+    awq = "INFO 08-20 12:00:00 [auto_awq.py:448] " + lines["auto_awq.py:448"].format(
+        kernel="MarlinLinearKernel"
+    )
+    gptq = "INFO [auto_gptq.py:357] " + lines["auto_gptq.py:357"].format(kernel="MacheteLinearKernel")
+    fallback = "WARNING [auto_awq.py:322] " + lines["auto_awq.py:322-326"].format(prefix="lm_head")
+    assert vllm.reported_quantization_kernel(awq) == "auto_awq (MarlinLinearKernel)"
+    assert vllm.reported_quantization_kernel(gptq) == "auto_gptq (MacheteLinearKernel)"
+    got = vllm.reported_quantization_kernel(awq + "\n" + fallback)
+    assert got == "auto_awq (MarlinLinearKernel) + AWQ fallback"
+    # The longest kernel name still fits the stored field (nodes/models.py: max_length 64).
+    longest = lines["auto_awq.py:448"].format(kernel="RDNAHybridW4A16LinearKernel")
+    assert len(vllm.reported_quantization_kernel(longest + "\n" + fallback) or "") <= 64
 
 
 # --- with the database: preflight, API, agent ---------------------------------------------------

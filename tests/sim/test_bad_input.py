@@ -135,13 +135,14 @@ def test_wrong_types_and_missing_fields_are_pydantic_style_400(sim: SimHandle) -
     status, body = call_json(sim.base_url + CHAT, {"model": MODEL, "messages": MSGS, "temperature": "hot"})
     assert status == 400
     msg = assert_openai_error(body, 400, "Bad Request", "body.temperature")
-    assert msg.startswith("1 validation error:\n  {'type': 'float_parsing', 'loc': 'body.temperature'")
+    assert msg.startswith("1 validation error:\n  {'type': 'float_parsing', 'loc': ('body', 'temperature')")
     status, body = call_json(sim.base_url + CHAT, {"model": MODEL})
     assert status == 400 and "'missing'" in assert_openai_error(body, 400, "Bad Request", "body.messages")
     status, body = call_json(sim.base_url + "/v1/completions", {"model": MODEL})
     # `prompt` is optional in vLLM (prompt_embeds is the alternative); its model validator wants one of
-    # them non-empty (completion/protocol.py:560-572).
-    msg = assert_openai_error(body, 400, "Bad Request", "body")
+    # them non-empty (completion/protocol.py:556-575); the VLLMValidationError names `prompt`, which
+    # vLLM's validation handler takes as `param` (handlers/validation.py:100-107).
+    msg = assert_openai_error(body, 400, "Bad Request", "prompt")
     assert status == 400 and "Either prompt or prompt_embeds must be provided and non-empty." in msg
     # pydantic's lax mode: numeric strings are numbers.
     ok = call_json(
