@@ -7,16 +7,20 @@ adds and leaves) gets the inventory: hosts, GPUs, deployments of one model versi
 a daily budget. Redis (REDIS_URL, a key prefix of its own, removed at the end) gets a live record per
 GPU and per engine in the shape the agent writes, and each tenant's tokens of the day. Then it times
 the whole scrape, `routing.fleet_metrics.render()` (four queries, one MGET, the text), `--runs` times
-after one warm-up, and prints the median, p95 and max with the body's size and sample count (JSON in
-var/bench/fleet_exposition.json). The budget is 100 ms (issue 21).
+after one warm-up, and prints the median, p95 and max with the body's size and sample count, and the
+medians of its two halves timed apart in the same runs (`read_state`: the queries and the MGET;
+`render_state`: the text) (JSON in var/bench/fleet_exposition.json). `--profile` adds cProfile's
+top functions over as many more scrapes, on stderr. The budget is 100 ms (issue 21).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import datetime as dt
 import json
 import os
+import pstats
 import secrets
 import statistics
 import sys
@@ -36,6 +40,9 @@ def main() -> None:
     parser.add_argument("--tenants", type=int, default=200)
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--database-url", default="")
+    parser.add_argument(
+        "--profile", action="store_true", help="also print cProfile's top functions over --runs scrapes"
+    )
     options = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="fleet-exposition-bench-"))
@@ -60,7 +67,7 @@ def main() -> None:
     from nodes.choices import DeploymentState, DesiredState, Engine
     from nodes.lifecycle import live_deployment_key, live_gpu_key
     from nodes.models import Deployment, Gpu, Host
-    from routing.fleet_metrics import render
+    from routing.fleet_metrics import read_state, render, render_state
     from routing.proxy.limits import budget_key, tenant_scope
 
     call_command("migrate", verbosity=0)
@@ -133,11 +140,25 @@ def main() -> None:
 
     try:
         body = render()  # warm-up (connections, query compilation)
-        times = []
+        times, reads, renders = [], [], []
         for _ in range(options.runs):
             began = time.perf_counter()
             body = render()
             times.append((time.perf_counter() - began) * 1000)
+            # The two halves apart, interleaved with the whole: the database and Redis, then the text.
+            began = time.perf_counter()
+            state = read_state()
+            read = time.perf_counter()
+            render_state(state)
+            reads.append((read - began) * 1000)
+            renders.append((time.perf_counter() - read) * 1000)
+        if options.profile:
+            profiler = cProfile.Profile()
+            profiler.enable()
+            for _ in range(options.runs):
+                render()
+            profiler.disable()
+            pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(25)
     finally:
         for redis_key in r.scan_iter(match=f"{os.environ['REDIS_KEY_PREFIX']}*", count=1000):
             r.delete(redis_key)
@@ -153,6 +174,8 @@ def main() -> None:
         "median_ms": round(statistics.median(times), 2),
         "p95_ms": round(times[int(0.95 * (len(times) - 1))], 2),
         "max_ms": round(times[-1], 2),
+        "read_state_median_ms": round(statistics.median(reads), 2),
+        "render_state_median_ms": round(statistics.median(renders), 2),
         "body_bytes": len(body),
         "samples": samples,
     }
