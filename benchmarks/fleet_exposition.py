@@ -10,7 +10,9 @@ the whole scrape, `routing.fleet_metrics.render()` (four queries, one MGET, the 
 after one warm-up, and prints the median, p95 and max with the body's size and sample count, and the
 medians of its two halves timed apart in the same runs (`read_state`: the queries and the MGET;
 `render_state`: the text) (JSON in var/bench/fleet_exposition.json). `--profile` adds cProfile's
-top functions over as many more scrapes, on stderr. The budget is 100 ms (issue 21).
+top functions over as many more scrapes, on stderr. `--baseline FILE` (another version of
+routing/fleet_metrics.py) checks both render the same bytes, then times the two render_state
+alternately on one state, `--runs` pairs: the ratio in one run. The budget is 100 ms (issue 21).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import datetime as dt
+import importlib.util
 import json
 import os
 import pstats
@@ -27,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH_DIR = REPO / "var" / "bench"
@@ -40,6 +44,12 @@ def main() -> None:
     parser.add_argument("--tenants", type=int, default=200)
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--database-url", default="")
+    parser.add_argument(
+        "--baseline",
+        default="",
+        help="another version of routing/fleet_metrics.py (e.g. `git show main:routing/fleet_metrics.py`"
+        " saved to a file) whose render_state is timed interleaved with this one's, on the same state",
+    )
     parser.add_argument(
         "--profile", action="store_true", help="also print cProfile's top functions over --runs scrapes"
     )
@@ -152,6 +162,18 @@ def main() -> None:
             render_state(state)
             reads.append((read - began) * 1000)
             renders.append((time.perf_counter() - read) * 1000)
+        baseline_renders: list[float] = []
+        interleaved_renders: list[float] = []
+        if options.baseline:
+            baseline = _load(Path(options.baseline))
+            state = read_state()
+            assert baseline.render_state(state) == render_state(state), "the two renderers disagree"
+            for _ in range(options.runs):
+                pairs = ((baseline.render_state, baseline_renders), (render_state, interleaved_renders))
+                for fn, into in pairs:
+                    began = time.perf_counter()
+                    fn(state)
+                    into.append((time.perf_counter() - began) * 1000)
         if options.profile:
             profiler = cProfile.Profile()
             profiler.enable()
@@ -176,12 +198,30 @@ def main() -> None:
         "max_ms": round(times[-1], 2),
         "read_state_median_ms": round(statistics.median(reads), 2),
         "render_state_median_ms": round(statistics.median(renders), 2),
+        **(
+            {
+                "baseline_render_state_median_ms": round(statistics.median(baseline_renders), 2),
+                "render_state_interleaved_median_ms": round(statistics.median(interleaved_renders), 2),
+            }
+            if baseline_renders
+            else {}
+        ),
         "body_bytes": len(body),
         "samples": samples,
     }
     BENCH_DIR.mkdir(parents=True, exist_ok=True)
     (BENCH_DIR / "fleet_exposition.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
+
+
+def _load(path: Path) -> Any:
+    """A module from a file outside the package, registered so its dataclasses resolve their module."""
+    spec = importlib.util.spec_from_file_location("fleet_metrics_baseline", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 if __name__ == "__main__":
