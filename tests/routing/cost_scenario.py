@@ -8,15 +8,15 @@ Window: the 6 hours before `end`. Hosts: gpu-a ($8/h, 4 GPUs), cpu-b ($1/h, no G
 | chat-b | gpu-a [2]: 1/4 | created end-3h, ready since: 3 h | 8 x 1/4 x 3 = 6 | 500,000 | 12 |
 | spare-e | gpu-a [3]: 1/4 | created end-2h, ready, no traffic: 2 h | 8 x 1/4 x 2 = 4 | 0 | - |
 | idle-c | gpu-a [3] | failed at end-7h: 0 h | (left out) | 0 | - |
-| cpu-d | cpu-b, no GPUs: whole host | all 6 h | 1 x 1 x 6 = 6 | 200,000 | 30 |
+| cpu-d | cpu-b, no GPUs: whole host | to end-2h (stopped): 4 h | 1 x 1 x 4 = 4 | 200,000 | 20 |
 
 Pools: chat-a's tokens were 1.5M through chat-fast and 0.5M through chat-long, so its $20 splits 15 / 5;
 chat-b's $6 all to chat-fast; spare-e had no traffic and matches only chat-fast (chat-long wants role
 long-context): its $4 to chat-fast. chat-fast: 15 + 6 + 4 = $25 over 2.0M tokens = $12.5/M; chat-long:
-$5 over 0.5M = $10/M; small: $6 over 0.2M = $30/M.
+$5 over 0.5M = $10/M; small: $4 over 0.2M = $20/M.
 
-Tenants: acme 1.5M x 12.5/M + 0.5M x 10/M = 18.75 + 5 = $23.75; globex 0.5M x 12.5/M + 0.2M x 30/M =
-6.25 + 6 = $12.25, and 100,000 tokens of a static route, unpriced. 23.75 + 12.25 = 36 = 20 + 6 + 4 + 6.
+Tenants: acme 1.5M x 12.5/M + 0.5M x 10/M = 18.75 + 5 = $23.75; globex 0.5M x 12.5/M + 0.2M x 20/M =
+6.25 + 4 = $10.25, and 100,000 tokens of a static route, unpriced. 23.75 + 10.25 = 34 = 20 + 6 + 4 + 4.
 acme's daily budget: 4,000,000 tokens, 1,000,000 used today: 25%.
 """
 
@@ -88,7 +88,8 @@ def build(end: dt.datetime) -> CostScenario:
     spare = deployment("spare-e", gpu_host, [3], "chat", end - 2 * h, S.READY)
     idle = deployment("idle-c", gpu_host, [3], "chat", end - 8 * h, S.FAILED, role="long-context")
     event(idle, end - 7 * h, S.READY, S.FAILED)
-    cpu = deployment("cpu-d", cpu_host, [], "small", end - 20 * h, S.READY)
+    cpu = deployment("cpu-d", cpu_host, [], "small", end - 20 * h, S.STOPPED)
+    event(cpu, end - 2 * h, S.READY, S.STOPPED)
 
     pools = {
         "chat-fast": RoutePool.objects.create(name="chat-fast", alias="chat"),
@@ -123,7 +124,7 @@ def build(end: dt.datetime) -> CostScenario:
     log(globex, chat_b, "chat-fast", 500_000, end - 2 * h)
     log(globex, cpu, "small", 200_000, end - 30 * dt.timedelta(minutes=1))
     log(globex, None, "", 100_000, end - 20 * dt.timedelta(minutes=1))
-    log(acme, chat_a, "chat-fast", 999, end - 7 * h)  # before the window
+    log(acme, chat_a, "chat-fast", 999, end - 30 * h)  # before the window (and before a 24 h one)
     RequestLog.objects.bulk_create(rows)
     day = end.astimezone(dt.UTC).strftime("%Y%m%d")
     get_redis().set(budget_key(tenant_scope(acme.pk), day), 1_000_000, ex=3600)

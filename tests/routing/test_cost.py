@@ -46,7 +46,7 @@ def test_costs_on_a_hand_checked_case(redis_clean: None) -> None:
         "chat-a": (5.0, 20.0, 2_000_000, 10.0),
         "chat-b": (3.0, 6.0, 500_000, 12.0),
         "spare-e": (2.0, 4.0, 0, None),
-        "cpu-d": (6.0, 6.0, 200_000, 30.0),
+        "cpu-d": (4.0, 4.0, 200_000, 20.0),
     }
     assert (deployments["chat-a"].gpus_held, deployments["chat-a"].host_gpus) == (2, 4)
 
@@ -56,7 +56,7 @@ def test_costs_on_a_hand_checked_case(redis_clean: None) -> None:
     } == {
         "chat-fast": (25.0, 2_000_000, 12.5),
         "chat-long": (5.0, 500_000, 10.0),
-        "small": (6.0, 200_000, 30.0),
+        "small": (4.0, 200_000, 20.0),
     }
     assert pools["chat-fast"].deployments == ["chat-a", "chat-b", "spare-e"]
 
@@ -73,7 +73,7 @@ def test_costs_on_a_hand_checked_case(redis_clean: None) -> None:
         1_000_000,
         0.25,
     )
-    assert globex.spend == pytest.approx(12.25) and globex.unpriced_output_tokens == 100_000
+    assert globex.spend == pytest.approx(10.25) and globex.unpriced_output_tokens == 100_000
     assert globex.daily_token_budget is None and globex.daily_budget_used_ratio is None
     # Every dollar of the fleet's cost lands on a tenant.
     assert acme.spend + globex.spend == pytest.approx(sum(c.cost for c in deployments.values()))
@@ -90,7 +90,7 @@ def test_cost_api(admin_client: APIClient, redis_clean: None) -> None:
     assert {p["pool"]: p["cost_per_million_output_tokens"] for p in body["results"]} == {
         "chat-fast": 12.5,
         "chat-long": 10.0,
-        "small": 30.0,
+        "small": 20.0,
     }
     chat_a = scenario.deployments["chat-a"]
     body = admin_client.get("/api/routing/cost/deployments/", {**window, "deployment_id": chat_a.pk}).json()
