@@ -144,7 +144,8 @@ def deployment_costs(window: Window, deployment_ids: Iterable[int] | None = None
     )
     events: dict[int, list[tuple[dt.datetime, str, str]]] = defaultdict(list)
     for dep_id, at, from_state, to_state in (
-        DeploymentEvent.objects.filter(deployment_id__in=ids, at__lt=window.end)
+        # Events after the window too: the first of them says what state the window ended in.
+        DeploymentEvent.objects.filter(deployment_id__in=ids)
         .exclude(from_state=F("to_state"))  # notes and refusals: not state changes
         .order_by("at", "id")
         .values_list("deployment_id", "at", "from_state", "to_state")

@@ -5,8 +5,8 @@ Window: the 6 hours before `end`. Hosts: gpu-a ($8/h, 4 GPUs), cpu-b ($1/h, no G
 | deployment | host, GPUs | active in the window | cost | output tokens | $/M |
 |---|---|---|---|---|---|
 | chat-a | gpu-a [0, 1]: 1/2 | end-6h to end-1h (stopped at end-1h): 5 h | 8 x 1/2 x 5 = 20 | 2,000,000 | 10 |
-| chat-b | gpu-a [2]: 1/4 | created end-3h, ready since: 3 h | 8 x 1/4 x 3 = 6 | 500,000 | 12 |
-| spare-e | gpu-a [3]: 1/4 | created end-2h, ready, no traffic: 2 h | 8 x 1/4 x 2 = 4 | 0 | - |
+| chat-b | gpu-a [2]: 1/4 | created end-3h, stopped at end: 3 h | 8 x 1/4 x 3 = 6 | 500,000 | 12 |
+| spare-e | gpu-a [3]: 1/4 | created end-2h, stopped at end, no traffic: 2 h | 8 x 1/4 x 2 = 4 | 0 | - |
 | idle-c | gpu-a [3] | failed at end-7h: 0 h | (left out) | 0 | - |
 | cpu-d | cpu-b, no GPUs: whole host | to end-2h (stopped): 4 h | 1 x 1 x 4 = 4 | 200,000 | 20 |
 
@@ -83,9 +83,13 @@ def build(end: dt.datetime) -> CostScenario:
     event(chat_a, end - 4 * h, S.READY, S.READY)  # a note, not a state change
     event(chat_a, end - 2 * h, S.READY, S.STOPPING)
     event(chat_a, end - 1 * h, S.STOPPING, S.STOPPED)
-    chat_b = deployment("chat-b", gpu_host, [2], "chat", end - 3 * h, S.READY)
+    # chat-b and spare-e stop at `end`, so a window that ends later (the console's "last 24 h", read
+    # a few seconds after building) sees the same figures.
+    chat_b = deployment("chat-b", gpu_host, [2], "chat", end - 3 * h, S.STOPPED)
     event(chat_b, end - 3 * h + dt.timedelta(minutes=1), S.PENDING, S.READY)
-    spare = deployment("spare-e", gpu_host, [3], "chat", end - 2 * h, S.READY)
+    event(chat_b, end, S.READY, S.STOPPED)
+    spare = deployment("spare-e", gpu_host, [3], "chat", end - 2 * h, S.STOPPED)
+    event(spare, end, S.READY, S.STOPPED)
     idle = deployment("idle-c", gpu_host, [3], "chat", end - 8 * h, S.FAILED, role="long-context")
     event(idle, end - 7 * h, S.READY, S.FAILED)
     cpu = deployment("cpu-d", cpu_host, [], "small", end - 20 * h, S.STOPPED)

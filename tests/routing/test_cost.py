@@ -29,6 +29,8 @@ def test_active_hours_follows_the_state_history() -> None:
     assert cost.active_hours(t0, "ready", [], window) == 8  # no history: its state now, since creation
     assert cost.active_hours(t0, "stopped", [], window) == 0
     assert cost.active_hours(t0 + 12 * h, "ready", [], window) == 0  # created after the window
+    # Stopped after the window ended: the later event says it was ready all through the window.
+    assert cost.active_hours(t0, "stopped", [(t0 + 11 * h, "ready", "stopped")], window) == 8
 
 
 def test_costs_on_a_hand_checked_case(redis_clean: None) -> None:
