@@ -67,6 +67,7 @@ class DeploymentCost:
 class PoolCost:
     pool: str
     alias: str
+    implicit: bool  # the proxy's pool for an alias without pools of its own (no RoutePool row)
     deployments: list[str]
     cost: float
     output_tokens: int
@@ -190,35 +191,57 @@ def _tokens_by(window: Window, field: str, where: Q) -> dict[object, int]:
     return {key: int(out or 0) for key, out in rows}
 
 
-def _matches(pool: RoutePool, dep: Deployment) -> bool:
-    return (
-        dep.served_model_name == pool.alias
-        and (not pool.role or dep.role == pool.role)
-        and (pool.model_version_id is None or dep.model_version_id == pool.model_version_id)
-    )
+@dataclass(frozen=True)
+class _Pool:
+    name: str
+    alias: str
+    role: str = ""
+    version_id: int | None = None
+    implicit: bool = False
+    takes_idle: bool = True  # may take a share of an idle deployment's cost
+
+    def matches(self, dep: Deployment) -> bool:
+        return (
+            self.takes_idle
+            and dep.served_model_name == self.alias
+            and (not self.role or dep.role == self.role)
+            and (self.version_id is None or dep.model_version_id == self.version_id)
+        )
+
+
+def _pools(aliases: Iterable[str], routed_names: Iterable[str]) -> list[_Pool]:
+    """The route pools, and the implicit ones the proxy makes (routing/proxy/config.py): one per alias,
+    named after it, unless a pool has that name. An implicit pool takes an idle deployment's cost only
+    for an alias with no pool of its own; any pool name in the request log is a pool that routed."""
+    pools = {
+        p.name: _Pool(p.name, p.alias, p.role, p.model_version_id) for p in RoutePool.objects.order_by("name")
+    }
+    configured = {p.alias for p in pools.values()}
+    for alias in set(aliases) - configured:
+        pools.setdefault(alias, _Pool(alias, alias, implicit=True))
+    for name in routed_names:
+        # Routed through a pool named after its alias, but the alias has pools now: not an idle target.
+        pools.setdefault(name, _Pool(name, name, implicit=True, takes_idle=False))
+    return sorted(pools.values(), key=lambda p: p.name)
 
 
 def pool_costs(window: Window) -> list[PoolCost]:
     """Each pool's cost, output tokens and cost per million output tokens over `window`."""
-    pools = list(RoutePool.objects.order_by("name"))
-    names = {p.name for p in pools}
     routed: dict[tuple[str, int], int] = {}
     for pool_name, dep_id, out in (
-        RequestLog.objects.filter(
-            created_at__gte=window.start,
-            created_at__lt=window.end,
-            route_pool__in=names,
-            deployment_id__isnull=False,
-        )
+        RequestLog.objects.filter(created_at__gte=window.start, created_at__lt=window.end)
+        .exclude(route_pool="")
+        .filter(deployment_id__isnull=False)
         .values("route_pool", "deployment_id")
         .annotate(out=Sum("completion_tokens"))
         .values_list("route_pool", "deployment_id", "out")
     ):
         if dep_id is not None:
             routed[(pool_name, dep_id)] = int(out or 0)
-    pool_tokens = _tokens_by(window, "route_pool", Q(route_pool__in=names))
+    pool_tokens = _tokens_by(window, "route_pool", ~Q(route_pool=""))
     costs = {c.deployment_id: c for c in deployment_costs(window)}
     deployments = {d.pk: d for d in Deployment.objects.filter(pk__in=list(costs))}
+    pools = _pools((d.served_model_name for d in deployments.values()), (str(name) for name in pool_tokens))
 
     cost_of: dict[str, float] = defaultdict(float)
     members: dict[str, set[str]] = defaultdict(set)
@@ -228,7 +251,7 @@ def pool_costs(window: Window) -> list[PoolCost]:
         if total > 0:
             shares = {p: t / total for p, t in by_pool.items()}
         else:
-            matching = [p.name for p in pools if _matches(p, deployments[dep_id])]
+            matching = [p.name for p in pools if p.matches(deployments[dep_id])]
             shares = {p: 1 / len(matching) for p in matching}
         for pool_name, share in shares.items():
             cost_of[pool_name] += dep_cost.cost * share
@@ -237,6 +260,7 @@ def pool_costs(window: Window) -> list[PoolCost]:
         PoolCost(
             pool=p.name,
             alias=p.alias,
+            implicit=p.implicit,
             deployments=sorted(members[p.name]),
             cost=cost_of[p.name],
             output_tokens=pool_tokens.get(p.name, 0),

@@ -75,6 +75,9 @@ class DeploymentCostSerializer(serializers.Serializer):
 class PoolCostSerializer(serializers.Serializer):
     pool = serializers.CharField()
     alias = serializers.CharField()
+    implicit = serializers.BooleanField(
+        help_text="The proxy's own pool for an alias without pools (named after it; no route-pool row)."
+    )
     deployments = serializers.ListField(child=serializers.CharField())
     cost = serializers.FloatField()
     output_tokens = serializers.IntegerField()

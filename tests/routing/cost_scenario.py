@@ -13,7 +13,8 @@ Window: the 6 hours before `end`. Hosts: gpu-a ($8/h, 4 GPUs), cpu-b ($1/h, no G
 Pools: chat-a's tokens were 1.5M through chat-fast and 0.5M through chat-long, so its $20 splits 15 / 5;
 chat-b's $6 all to chat-fast; spare-e had no traffic and matches only chat-fast (chat-long wants role
 long-context): its $4 to chat-fast. chat-fast: 15 + 6 + 4 = $25 over 2.0M tokens = $12.5/M; chat-long:
-$5 over 0.5M = $10/M; small: $4 over 0.2M = $20/M.
+$5 over 0.5M = $10/M; small (the proxy's implicit pool of the alias "small", which has no pool of its
+own): $4 over 0.2M = $20/M. The alias "chat" has pools, so no implicit "chat" pool takes idle costs.
 
 Tenants: acme 1.5M x 12.5/M + 0.5M x 10/M = 18.75 + 5 = $23.75; globex 0.5M x 12.5/M + 0.2M x 20/M =
 6.25 + 4 = $10.25, and 100,000 tokens of a static route, unpriced. 23.75 + 10.25 = 34 = 20 + 6 + 4 + 4.
@@ -98,7 +99,6 @@ def build(end: dt.datetime) -> CostScenario:
     pools = {
         "chat-fast": RoutePool.objects.create(name="chat-fast", alias="chat"),
         "chat-long": RoutePool.objects.create(name="chat-long", alias="chat", role="long-context"),
-        "small": RoutePool.objects.create(name="small", alias="small"),
     }
     acme = Tenant.objects.create(name="acme")
     globex = Tenant.objects.create(name="globex")

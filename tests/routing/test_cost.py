@@ -61,6 +61,7 @@ def test_costs_on_a_hand_checked_case(redis_clean: None) -> None:
         "small": (4.0, 200_000, 20.0),
     }
     assert pools["chat-fast"].deployments == ["chat-a", "chat-b", "spare-e"]
+    assert [p.pool for p in pools.values() if p.implicit] == ["small"]
 
     tenants = {t.tenant: t for t in cost.tenant_usage(window)}
     acme, globex = tenants["acme"], tenants["globex"]

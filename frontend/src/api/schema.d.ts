@@ -3081,6 +3081,8 @@ export interface components {
         PoolCost: {
             pool: string;
             alias: string;
+            /** @description The proxy's own pool for an alias without pools (named after it; no route-pool row). */
+            implicit: boolean;
             deployments: string[];
             /** Format: double */
             cost: number;

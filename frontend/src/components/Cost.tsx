@@ -58,7 +58,20 @@ export function PoolCostCard() {
         rowKey={(p) => p.pool}
         empty="No pools."
         columns={[
-          { header: "Pool", cell: (p) => <strong>{p.pool}</strong> },
+          {
+            header: "Pool",
+            cell: (p) => (
+              <>
+                <strong>{p.pool}</strong>
+                {p.implicit && (
+                  <span className="muted" title="The proxy's own pool for an alias without pools">
+                    {" "}
+                    (implicit)
+                  </span>
+                )}
+              </>
+            ),
+          },
           { header: "Deployments", cell: (p) => p.deployments.join(", ") || <span className="muted">none</span> },
           { header: "Cost", cell: (p) => formatMoney(p.cost) },
           { header: "Output tokens", cell: (p) => formatNumber(p.output_tokens) },
