@@ -373,10 +373,6 @@ def _escape(value: str) -> str:
     return value
 
 
-def _labels(names: Sequence[str], values: Sequence[Any]) -> str:
-    return ",".join(f'{n}="{_escape(str(v))}"' for n, v in zip(names, values, strict=True))
-
-
 _GPU_VALUES = (
     ("inferchain_gpu_memory_used_bytes", "memory_used_bytes"),
     ("inferchain_gpu_memory_total_bytes", "memory_total_bytes"),
@@ -425,7 +421,6 @@ def render_state(state: FleetState) -> bytes:
         gpu_up(f"{gpu_up_s}{labels}}} {0.0 if live is None else 1.0}\n")
         if live is None:
             continue
-        tail = "} "
         for append, sample, field, scale in gpu_values:
             raw: Any = live.get(field)
             # The agent writes finite floats and ints: format them inline, anything else by _value.
@@ -435,7 +430,7 @@ def render_state(state: FleetState) -> bytes:
             else:
                 text = _value(raw, scale)
             if text is not None:
-                append(sample + labels + tail + text + "\n")
+                append(sample + labels + "} " + text + "\n")
 
     dep_up, dep_up_s = sink("inferchain_deployment_up")
     desired, desired_s = sink("inferchain_deployment_desired_running")
