@@ -38,8 +38,11 @@ class CostWindowQuerySerializer(StrictSerializerMixin, serializers.Serializer):
             raise serializers.ValidationError({"since": ["Must be before until."]})
         if until - since > MAX_WINDOW:
             raise serializers.ValidationError({"since": ["The window is at most 31 days."]})
-        if since > now:
-            raise serializers.ValidationError({"since": ["Must not be in the future."]})
+        if since >= now:
+            raise serializers.ValidationError({"since": ["Must be in the past."]})
+        # The future has cost nothing yet (a running deployment would be charged for hours to come):
+        # the window ends now at the latest, and the answer says which window it used.
+        until = min(until, now)
         return {**attrs, "window": cost.Window(start=since, end=until)}
 
 

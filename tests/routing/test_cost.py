@@ -104,9 +104,13 @@ def test_cost_api(admin_client: APIClient, redis_clean: None) -> None:
     body = admin_client.get("/api/routing/cost/tenants/", {**window, "tenant_id": acme.pk}).json()
     [usage] = body["results"]
     assert (usage["tenant"], usage["spend"], usage["daily_budget_used_ratio"]) == ("acme", 23.75, 0.25)
-    # The default window is the last 24 hours.
+    # The default window is the last 24 hours; one reaching into the future ends now.
     body = admin_client.get("/api/routing/cost/pools/").json()
     assert round(body["window"]["hours"]) == 24
+    ahead = (timezone.now() + dt.timedelta(hours=5)).isoformat()
+    body = admin_client.get("/api/routing/cost/deployments/", {"since": since, "until": ahead}).json()
+    assert round(body["window"]["hours"]) == 6
+    assert {d["deployment"]: d["cost"] for d in body["results"]}["chat-a"] == 20.0
 
 
 @pytest.mark.parametrize(
@@ -119,7 +123,7 @@ def test_cost_api(admin_client: APIClient, redis_clean: None) -> None:
         ({"since": "2026-01-02T00:00:00Z", "until": "2026-01-01T00:00:00Z"}, "since", "before until"),
         ({"since": "2026-01-01T00:00:00Z", "until": "2026-03-01T00:00:00Z"}, "since", "at most 31 days"),
         ({"hours": "2", "since": "2026-01-01T00:00:00Z"}, "hours", "not both"),
-        ({"since": "2999-01-01T00:00:00Z", "until": "2999-01-02T00:00:00Z"}, "since", "future"),
+        ({"since": "2999-01-01T00:00:00Z", "until": "2999-01-02T00:00:00Z"}, "since", "in the past"),
         ({"tenant_id": "acme"}, "tenant_id", "valid integer"),
     ],
 )
