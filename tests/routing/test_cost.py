@@ -133,3 +133,10 @@ def test_bad_windows_get_field_errors(
     response = admin_client.get("/api/routing/cost/tenants/", params)
     assert response.status_code == 400
     assert message in " ".join(response.json()[field]), response.json()
+
+
+def test_every_signed_in_role_reads_costs_and_nobody_else(
+    viewer_client: APIClient, anon_client: APIClient
+) -> None:
+    assert viewer_client.get("/api/routing/cost/tenants/").status_code == 200
+    assert anon_client.get("/api/routing/cost/tenants/").status_code in (401, 403)
