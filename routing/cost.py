@@ -111,7 +111,7 @@ def active_hours(
     `events` are its state history as (at, from_state, to_state), oldest first. Before its first event
     it was in that event's from_state (or, with no events, in its current state), from `created_at`.
     """
-    history = sorted(events)
+    history = sorted(events, key=lambda event: event[0])  # stable: same-instant events keep their order
     state = history[0][1] if history else current_state
     since = created_at
     total = 0.0

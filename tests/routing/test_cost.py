@@ -29,6 +29,10 @@ def test_active_hours_follows_the_state_history() -> None:
     assert cost.active_hours(t0, "ready", [], window) == 8  # no history: its state now, since creation
     assert cost.active_hours(t0, "stopped", [], window) == 0
     assert cost.active_hours(t0 + 12 * h, "ready", [], window) == 0  # created after the window
+    # Two changes at one instant keep their order (a restart: stopping -> stopped -> starting), not
+    # their names' ("stopped" sorts before "stopping"): it ends starting, active to the window's end.
+    same = [(t0 + h, "stopping", "stopped"), (t0 + h, "stopped", "starting")]
+    assert cost.active_hours(t0, "starting", same, window) == 8
     # Stopped after the window ended: the later event says it was ready all through the window.
     assert cost.active_hours(t0, "stopped", [(t0 + 11 * h, "ready", "stopped")], window) == 8
 
