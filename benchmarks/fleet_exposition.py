@@ -7,22 +7,30 @@ adds and leaves) gets the inventory: hosts, GPUs, deployments of one model versi
 a daily budget. Redis (REDIS_URL, a key prefix of its own, removed at the end) gets a live record per
 GPU and per engine in the shape the agent writes, and each tenant's tokens of the day. Then it times
 the whole scrape, `routing.fleet_metrics.render()` (four queries, one MGET, the text), `--runs` times
-after one warm-up, and prints the median, p95 and max with the body's size and sample count (JSON in
-var/bench/fleet_exposition.json). The budget is 100 ms (issue 21).
+after one warm-up, and prints the median, p95 and max with the body's size and sample count, and the
+medians of its two halves timed apart in the same runs (`read_state`: the queries and the MGET;
+`render_state`: the text) (JSON in var/bench/fleet_exposition.json). `--profile` adds cProfile's
+top functions over as many more scrapes, on stderr. `--baseline FILE` (another version of
+routing/fleet_metrics.py) checks both render the same bytes, then times the two render_state
+alternately on one state, `--runs` pairs: the ratio in one run. The budget is 100 ms (issue 21).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import datetime as dt
+import importlib.util
 import json
 import os
+import pstats
 import secrets
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH_DIR = REPO / "var" / "bench"
@@ -36,6 +44,15 @@ def main() -> None:
     parser.add_argument("--tenants", type=int, default=200)
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--database-url", default="")
+    parser.add_argument(
+        "--baseline",
+        default="",
+        help="another version of routing/fleet_metrics.py (e.g. `git show main:routing/fleet_metrics.py`"
+        " saved to a file) whose render_state is timed interleaved with this one's, on the same state",
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="also print cProfile's top functions over --runs scrapes"
+    )
     options = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="fleet-exposition-bench-"))
@@ -60,7 +77,7 @@ def main() -> None:
     from nodes.choices import DeploymentState, DesiredState, Engine
     from nodes.lifecycle import live_deployment_key, live_gpu_key
     from nodes.models import Deployment, Gpu, Host
-    from routing.fleet_metrics import render
+    from routing.fleet_metrics import read_state, render, render_state
     from routing.proxy.limits import budget_key, tenant_scope
 
     call_command("migrate", verbosity=0)
@@ -133,11 +150,37 @@ def main() -> None:
 
     try:
         body = render()  # warm-up (connections, query compilation)
-        times = []
+        times, reads, renders = [], [], []
         for _ in range(options.runs):
             began = time.perf_counter()
             body = render()
             times.append((time.perf_counter() - began) * 1000)
+            # The two halves apart, interleaved with the whole: the database and Redis, then the text.
+            began = time.perf_counter()
+            state = read_state()
+            read = time.perf_counter()
+            render_state(state)
+            reads.append((read - began) * 1000)
+            renders.append((time.perf_counter() - read) * 1000)
+        baseline_renders: list[float] = []
+        interleaved_renders: list[float] = []
+        if options.baseline:
+            baseline = _load(Path(options.baseline))
+            state = read_state()
+            assert baseline.render_state(state) == render_state(state), "the two renderers disagree"
+            for _ in range(options.runs):
+                pairs = ((baseline.render_state, baseline_renders), (render_state, interleaved_renders))
+                for fn, into in pairs:
+                    began = time.perf_counter()
+                    fn(state)
+                    into.append((time.perf_counter() - began) * 1000)
+        if options.profile:
+            profiler = cProfile.Profile()
+            profiler.enable()
+            for _ in range(options.runs):
+                render()
+            profiler.disable()
+            pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(25)
     finally:
         for redis_key in r.scan_iter(match=f"{os.environ['REDIS_KEY_PREFIX']}*", count=1000):
             r.delete(redis_key)
@@ -153,12 +196,32 @@ def main() -> None:
         "median_ms": round(statistics.median(times), 2),
         "p95_ms": round(times[int(0.95 * (len(times) - 1))], 2),
         "max_ms": round(times[-1], 2),
+        "read_state_median_ms": round(statistics.median(reads), 2),
+        "render_state_median_ms": round(statistics.median(renders), 2),
+        **(
+            {
+                "baseline_render_state_median_ms": round(statistics.median(baseline_renders), 2),
+                "render_state_interleaved_median_ms": round(statistics.median(interleaved_renders), 2),
+            }
+            if baseline_renders
+            else {}
+        ),
         "body_bytes": len(body),
         "samples": samples,
     }
     BENCH_DIR.mkdir(parents=True, exist_ok=True)
     (BENCH_DIR / "fleet_exposition.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
+
+
+def _load(path: Path) -> Any:
+    """A module from a file outside the package, registered so its dataclasses resolve their module."""
+    spec = importlib.util.spec_from_file_location("fleet_metrics_baseline", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 if __name__ == "__main__":

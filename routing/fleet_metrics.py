@@ -314,124 +314,164 @@ def _int(raw: Any) -> int:
         return 0
 
 
-def _num(value: Any) -> float | None:
-    if value is None or isinstance(value, bool):
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# The exposition is written here, not through prometheus_client's generate_latest: that one formats
+# every sample's labels afresh (about 25 us a sample), and a fleet of 100 hosts x 8 GPUs and 400
+# engines has 12,900 samples. Here each GPU's and each deployment's label string is escaped once and
+# shared by all its series, each family's header is made once at import, and each sample is one
+# concatenation appended to its family's list (docs/benchmarks.md "Fleet exposition"). The text is
+# what generate_latest writes for the same families: a counter's family is named by its `_total`
+# sample, values are Python's float repr (`+Inf`, `-Inf`, `NaN` spelled Prometheus' way), label
+# values escape backslash, double quote and newline; tests/nodes/test_fleet_metrics.py reads it back
+# with prometheus_client's parser.
+_SAMPLE = {m.name: m.name + "_total" if m.kind == "counter" else m.name for m in METRICS}
+
+
+def _header(m: MetricDoc) -> str:
+    doc = m.help.replace("\\", "\\\\").replace("\n", "\\n")
+    return f"# HELP {_SAMPLE[m.name]} {doc}\n# TYPE {_SAMPLE[m.name]} {m.kind}\n"
+
+
+_HEADER = {m.name: _header(m) for m in METRICS}
+
+
+def _float(raw: Any) -> float | None:
+    """A live record's number; None for a missing or non-numeric value."""
+    kind = type(raw)
+    if kind is float:
+        return raw
+    if kind is int:
+        return float(raw)
+    if raw is None or kind is bool:
         return None
     try:
-        return float(value)
+        return float(raw)
     except (TypeError, ValueError):
         return None
 
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _labels(names: Sequence[str], values: Sequence[Any]) -> str:
-    return ",".join(f'{n}="{_escape(str(v))}"' for n, v in zip(names, values, strict=True))
+def _value(raw: Any, scale: float = 1.0) -> str | None:
+    """A live record's number (times `scale`) as exposition text; None when there is none."""
+    value = _float(raw)
+    if value is None:
+        return None
+    return _fmt(value * scale if scale != 1.0 else value)
 
 
 def _fmt(value: float) -> str:
+    if value - value == 0.0:  # finite: the common case, one subtraction
+        return repr(value)
     if value != value:
         return "NaN"
-    if value in (float("inf"), float("-inf")):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value))
+    return "+Inf" if value > 0 else "-Inf"
 
 
-class _Text:
-    """Lines per family, in METRICS' order. Written here rather than through prometheus_client's
-    generate_latest: that one formats every sample's labels afresh (about 25 us a sample), 13,000
-    samples at 100 hosts x 8 GPUs and 400 engines; here each GPU's and each deployment's label string
-    is escaped once and reused by all its series (docs/benchmarks.md "Fleet exposition")."""
+def _escape(value: str) -> str:
+    if "\\" in value or '"' in value or "\n" in value:
+        return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    return value
 
-    def __init__(self) -> None:
-        self.lines: dict[str, list[str]] = {m.name: [] for m in METRICS}
 
-    def add(self, name: str, labels: str, value: float) -> None:
-        sample = name + "_total" if BY_NAME[name].kind == "counter" else name
-        self.lines[name].append(f"{sample}{{{labels}}} {_fmt(value)}\n")
-
-    def render(self) -> bytes:
-        out: list[str] = []
-        for m in METRICS:
-            doc = m.help.replace("\\", "\\\\").replace("\n", "\\n")
-            # A counter's family is named by its sample, `_total` included, as prometheus_client writes it.
-            family = m.name + "_total" if m.kind == "counter" else m.name
-            out.append(f"# HELP {family} {doc}\n# TYPE {family} {m.kind}\n")
-            out.extend(self.lines[m.name])
-        return "".join(out).encode()
+_GPU_VALUES = (
+    ("inferchain_gpu_memory_used_bytes", "memory_used_bytes"),
+    ("inferchain_gpu_memory_total_bytes", "memory_total_bytes"),
+    ("inferchain_gpu_utilization_ratio", "utilization_pct"),  # a percentage: scaled to 0-1
+    ("inferchain_gpu_temperature_celsius", "temperature_c"),
+    ("inferchain_gpu_power_watts", "power_watts"),
+)
+_ENGINE_VALUES = (
+    ("inferchain_engine_requests_running", "num_requests_running"),
+    ("inferchain_engine_requests_waiting", "num_requests_waiting"),
+    ("inferchain_engine_kv_cache_usage_ratio", "kv_cache_usage_perc"),
+    ("inferchain_engine_kv_cache_capacity_tokens", "kv_cache_total_tokens"),
+    ("inferchain_engine_prompt_tokens", "prompt_tokens_total"),
+    ("inferchain_engine_generation_tokens", "generation_tokens_total"),
+    ("inferchain_engine_prefix_cache_queries", "prefix_cache_queries_total"),
+    ("inferchain_engine_prefix_cache_hits", "prefix_cache_hits_total"),
+    ("inferchain_engine_generation_tokens_per_second", "tokens_per_s"),
+    ("inferchain_engine_ttft_seconds", "ttft_p50_s", "0.5"),
+    ("inferchain_engine_ttft_seconds", "ttft_p95_s", "0.95"),
+    ("inferchain_engine_itl_seconds", "itl_p50_s", "0.5"),
+    ("inferchain_engine_itl_seconds", "itl_p95_s", "0.95"),
+)
 
 
 def render_state(state: FleetState) -> bytes:
-    """The text exposition (format 0.0.4) of one scrape's state."""
-    text = _Text()
-    add = text.add
-    for host, up in state.hosts:
-        add("inferchain_host_up", _labels(("host",), (host,)), 1.0 if up else 0.0)
+    """The text exposition (format 0.0.4) of one scrape's state, families in METRICS' order."""
+    lines: dict[str, list[str]] = {m.name: [] for m in METRICS}
 
-    gpu_values = (
-        ("inferchain_gpu_memory_used_bytes", "memory_used_bytes", 1.0),
-        ("inferchain_gpu_memory_total_bytes", "memory_total_bytes", 1.0),
-        ("inferchain_gpu_utilization_ratio", "utilization_pct", 0.01),
-        ("inferchain_gpu_temperature_celsius", "temperature_c", 1.0),
-        ("inferchain_gpu_power_watts", "power_watts", 1.0),
-    )
-    for gpu_labels, name, simulated, live in state.gpus:
-        labels = _labels(GPU_LABELS, gpu_labels)
-        info = labels + "," + _labels(("name", "simulated"), (name, "true" if simulated else "false"))
-        add("inferchain_gpu_info", info, 1.0)
-        add("inferchain_gpu_up", labels, 0.0 if live is None else 1.0)
+    def sink(name: str) -> tuple[Any, str]:
+        return lines[name].append, _SAMPLE[name] + "{"
+
+    host_up, host_up_s = sink("inferchain_host_up")
+    for host, up in state.hosts:
+        host_up(f'{host_up_s}host="{_escape(host)}"}} {1.0 if up else 0.0}\n')
+
+    info, info_s = sink("inferchain_gpu_info")
+    gpu_up, gpu_up_s = sink("inferchain_gpu_up")
+    gpu_values = [
+        (*sink(metric), field, 0.01 if metric == "inferchain_gpu_utilization_ratio" else 1.0)
+        for metric, field in _GPU_VALUES
+    ]
+    for (host, index, uuid), name, simulated, live in state.gpus:
+        labels = f'host="{_escape(host)}",gpu="{_escape(index)}",uuid="{_escape(uuid)}"'
+        sim = "true" if simulated else "false"
+        info(f'{info_s}{labels},name="{_escape(name)}",simulated="{sim}"}} 1.0\n')
+        gpu_up(f"{gpu_up_s}{labels}}} {0.0 if live is None else 1.0}\n")
         if live is None:
             continue
-        for metric, field, scale in gpu_values:
-            value = _num(live.get(field))
-            if value is not None:
-                add(metric, labels, value * scale)
+        for append, sample, field, scale in gpu_values:
+            raw: Any = live.get(field)
+            # The agent writes finite floats and ints: format them inline, anything else by _value.
+            kind = type(raw)
+            if kind is int or (kind is float and raw - raw == 0.0):
+                text: str | None = repr(float(raw) * scale)
+            else:
+                text = _value(raw, scale)
+            if text is not None:
+                append(sample + labels + "} " + text + "\n")
 
-    engine_values = (
-        ("inferchain_engine_requests_running", "num_requests_running"),
-        ("inferchain_engine_requests_waiting", "num_requests_waiting"),
-        ("inferchain_engine_kv_cache_usage_ratio", "kv_cache_usage_perc"),
-        ("inferchain_engine_kv_cache_capacity_tokens", "kv_cache_total_tokens"),
-        ("inferchain_engine_prompt_tokens", "prompt_tokens_total"),
-        ("inferchain_engine_generation_tokens", "generation_tokens_total"),
-        ("inferchain_engine_prefix_cache_queries", "prefix_cache_queries_total"),
-        ("inferchain_engine_prefix_cache_hits", "prefix_cache_hits_total"),
-        ("inferchain_engine_generation_tokens_per_second", "tokens_per_s"),
-    )
-    quantiles = (
-        ("inferchain_engine_ttft_seconds", ("ttft_p50_s", "ttft_p95_s")),
-        ("inferchain_engine_itl_seconds", ("itl_p50_s", "itl_p95_s")),
-    )
-    for dep_labels, dep, live in state.deployments:
-        labels = _labels(DEPLOYMENT_LABELS, dep_labels)
+    dep_up, dep_up_s = sink("inferchain_deployment_up")
+    desired, desired_s = sink("inferchain_deployment_desired_running")
+    dep_state, dep_state_s = sink("inferchain_deployment_state")
+    restarts, restarts_s = sink("inferchain_deployment_restarts")
+    engine_values = [
+        (*sink(spec[0]), spec[1], f',quantile="{spec[2]}"}} ' if len(spec) == 3 else "} ")
+        for spec in _ENGINE_VALUES
+    ]
+    for (name, alias, version, host), dep, live in state.deployments:
+        labels = (
+            f'deployment="{_escape(name)}",alias="{_escape(alias)}",'
+            f'model_version="{_escape(version)}",host="{_escape(host)}"'
+        )
         ready = dep.state == DeploymentState.READY and live is not None
-        add("inferchain_deployment_up", f'{labels},engine="{_escape(dep.engine)}"', 1.0 if ready else 0.0)
+        dep_up(f'{dep_up_s}{labels},engine="{_escape(dep.engine)}"}} {1.0 if ready else 0.0}\n')
         running = 1.0 if dep.desired_state == DesiredState.RUNNING else 0.0
-        add("inferchain_deployment_desired_running", labels, running)
-        add("inferchain_deployment_state", f'{labels},state="{_escape(dep.state)}"', 1.0)
-        add("inferchain_deployment_restarts", labels, float(dep.restarts_total))
+        desired(f"{desired_s}{labels}}} {running}\n")
+        dep_state(f'{dep_state_s}{labels},state="{_escape(dep.state)}"}} 1.0\n')
+        restarts(f"{restarts_s}{labels}}} {float(dep.restarts_total)!r}\n")
         if live is None or not live.get("has_metrics", True):
             continue  # no record, or an engine without /metrics (llama.cpp): nothing was scraped
-        for metric, field in engine_values:
-            value = _num(live.get(field))
-            if value is not None:
-                add(metric, labels, value)
-        for metric, fields in quantiles:
-            for q, field in zip(QUANTILES, fields, strict=True):
-                value = _num(live.get(field))
-                if value is not None:
-                    add(metric, f'{labels},quantile="{q}"', value)
+        for append, sample, field, tail in engine_values:
+            raw = live.get(field)
+            kind = type(raw)
+            text = repr(float(raw)) if kind is int or (kind is float and raw - raw == 0.0) else _value(raw)
+            if text is not None:
+                append(sample + labels + tail + text + "\n")
 
-    for tenant, budget, used in state.tenants:
-        labels = _labels(("tenant",), (tenant,))
-        add("inferchain_tenant_daily_token_budget", labels, float(budget))
-        add("inferchain_tenant_daily_tokens_used", labels, float(used))
-    return text.render()
+    budget, budget_s = sink("inferchain_tenant_daily_token_budget")
+    used, used_s = sink("inferchain_tenant_daily_tokens_used")
+    for tenant, limit, spent in state.tenants:
+        labels = f'tenant="{_escape(tenant)}"}} '
+        budget(f"{budget_s}{labels}{float(limit)!r}\n")
+        used(f"{used_s}{labels}{float(spent)!r}\n")
+
+    out: list[str] = []
+    for m in METRICS:
+        out.append(_HEADER[m.name])
+        out.extend(lines[m.name])
+    return "".join(out).encode()
 
 
 def render(state: FleetState | None = None) -> bytes:

@@ -4,8 +4,10 @@ names, types, labels and HELP of routing.fleet_metrics.METRICS and of the table 
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -19,7 +21,7 @@ from nodes.agent.supervisor import Observation
 from nodes.choices import DeploymentState
 from nodes.engines.metrics import EngineMetrics
 from nodes.models import Deployment, Host
-from routing.fleet_metrics import METRICS
+from routing.fleet_metrics import METRICS, FleetState, render_state
 from routing.proxy.limits import budget_key, tenant_scope
 from tests.nodes.conftest import supervisor_for
 
@@ -154,3 +156,53 @@ def test_docs_table_lists_every_metric() -> None:
         assert sample in table, sample
         kind, labels, help_ = table[sample]
         assert kind == m.kind and labels == ", ".join(m.labels) and help_ == m.help, sample
+
+
+def test_rendered_text_escapes_labels_and_spells_special_values() -> None:
+    """The hand-written text round-trips through prometheus_client's parser: label values with quotes,
+    backslashes and newlines, NaN and infinities, numbers sent as ints or strings; junk values and
+    booleans are left out rather than written as numbers."""
+    host = 'rack "a"\\b\nc'
+    dep = SimpleNamespace(state="ready", desired_state="running", restarts_total=2, engine="vllm")
+    state = FleetState(
+        hosts=[(host, True)],
+        gpus=[
+            (
+                (host, "0", "GPU-1"),
+                'H100 "SXM"',
+                True,
+                {
+                    "memory_used_bytes": 2**36,
+                    "memory_total_bytes": float("inf"),
+                    "utilization_pct": "87.5",
+                    "temperature_c": float("nan"),
+                    "power_watts": True,
+                },
+            )
+        ],
+        deployments=[
+            (
+                ("chat\\1", 'say "hi"', "m@r", host),
+                dep,
+                {"num_requests_running": 3, "kv_cache_usage_perc": "junk", "ttft_p95_s": float("-inf")},
+            )
+        ],
+        tenants=[("t\n1", 10, 4)],
+    )
+    families = {f.name: f for f in text_string_to_metric_families(render_state(state).decode())}
+    assert [f.name for f in families.values()] == [m.name for m in METRICS]
+    gpu = {"host": host, "gpu": "0", "uuid": "GPU-1"}
+    assert value(families, "inferchain_host_up", host=host) == 1.0
+    [info] = families["inferchain_gpu_info"].samples
+    assert info.labels == {**gpu, "name": 'H100 "SXM"', "simulated": "true"} and info.value == 1.0
+    assert value(families, "inferchain_gpu_memory_used_bytes", **gpu) == 2**36
+    assert value(families, "inferchain_gpu_memory_total_bytes", **gpu) == float("inf")
+    assert value(families, "inferchain_gpu_utilization_ratio", **gpu) == 0.875
+    assert math.isnan(value(families, "inferchain_gpu_temperature_celsius", **gpu))
+    assert not families["inferchain_gpu_power_watts"].samples
+    deployment = {"deployment": "chat\\1", "alias": 'say "hi"', "model_version": "m@r", "host": host}
+    assert value(families, "inferchain_engine_requests_running", **deployment) == 3.0
+    assert value(families, "inferchain_deployment_restarts_total", **deployment) == 2.0
+    assert not families["inferchain_engine_kv_cache_usage_ratio"].samples
+    assert value(families, "inferchain_engine_ttft_seconds", quantile="0.95") == float("-inf")
+    assert value(families, "inferchain_tenant_daily_tokens_used", tenant="t\n1") == 4.0

@@ -33,7 +33,7 @@ def test_dashboard_metrics_exist(start_proxy: Callable[..., Proc], trivial_backe
     queried = {
         name
         for panel in dashboard["panels"]
-        for target in panel["targets"]
+        for target in panel.get("targets", [])
         for name in re.findall(r"inferchain_proxy_[a-z_]+", target["expr"])
     }
     assert queried and queried <= exported, queried - exported

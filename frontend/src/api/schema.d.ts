@@ -1349,6 +1349,57 @@ export interface paths {
         patch: operations["route_pools_partial_update"];
         trace?: never;
     };
+    "/api/routing/cost/deployments/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Each deployment's cost, output tokens and cost per million output tokens over the window. */
+        get: operations["routing_cost_deployments_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/routing/cost/pools/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Each route pool's cost, output tokens and cost per million output tokens over the window. */
+        get: operations["routing_cost_pools_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/routing/cost/tenants/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Each tenant's requests, tokens and spend over the window, and its daily token budget used today. */
+        get: operations["routing_cost_tenants_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/routing/serving/": {
         parameters: {
             query?: never;
@@ -1802,6 +1853,14 @@ export interface components {
             /** @default  */
             note: string;
         };
+        CostWindow: {
+            /** Format: date-time */
+            start: string;
+            /** Format: date-time */
+            end: string;
+            /** Format: double */
+            hours: number;
+        };
         Csrf: {
             /** @description Also set as the csrftoken cookie. */
             csrfToken: string;
@@ -1876,6 +1935,35 @@ export interface components {
             readonly created_at: string;
             /** Format: date-time */
             readonly updated_at: string;
+        };
+        DeploymentCost: {
+            deployment_id: number;
+            deployment: string;
+            host: string;
+            gpus_held: number;
+            host_gpus: number;
+            /** Format: double */
+            host_cost_per_hour: number;
+            /**
+             * Format: double
+             * @description Hours of the window it held its GPUs (active states).
+             */
+            running_hours: number;
+            /**
+             * Format: double
+             * @description Its share of its host's cost over the window.
+             */
+            cost: number;
+            output_tokens: number;
+            /**
+             * Format: double
+             * @description Null when it generated no tokens in the window.
+             */
+            cost_per_million_output_tokens: number | null;
+        };
+        DeploymentCostList: {
+            window: components["schemas"]["CostWindow"];
+            results: components["schemas"]["DeploymentCost"][];
         };
         DeploymentEvent: {
             readonly id: number;
@@ -3163,6 +3251,28 @@ export interface components {
             /** @description The JSON `inferchain bench --out FILE` wrote. */
             report: unknown;
         };
+        PoolCost: {
+            pool: string;
+            alias: string;
+            /** @description The proxy's own pool for an alias without pools (named after it; no route-pool row). */
+            implicit: boolean;
+            deployments: string[];
+            /** Format: double */
+            cost: number;
+            output_tokens: number;
+            /** Format: double */
+            cost_per_million_output_tokens: number | null;
+        };
+        PoolCostList: {
+            window: components["schemas"]["CostWindow"];
+            results: components["schemas"]["PoolCost"][];
+        };
+        PoolSpend: {
+            pool: string;
+            output_tokens: number;
+            /** Format: double */
+            spend: number;
+        };
         /** @description The deploy wizard's "check before launch": the same checks as create, nothing saved. */
         PreflightRequest: {
             model_version: number;
@@ -3877,6 +3987,30 @@ export interface components {
             log_prompts?: boolean;
             shadow_consent?: boolean;
             quota?: components["schemas"]["QuotaRequest"] | null;
+        };
+        TenantUsage: {
+            tenant_id: number;
+            tenant: string;
+            requests: number;
+            prompt_tokens: number;
+            output_tokens: number;
+            /**
+             * Format: double
+             * @description Its output tokens in each pool times that pool's cost per token.
+             */
+            spend: number;
+            /** @description Output tokens of requests no pool routed. */
+            unpriced_output_tokens: number;
+            by_pool: components["schemas"]["PoolSpend"][];
+            daily_token_budget: number | null;
+            /** @description Tokens used today (UTC), as the limiter counts. */
+            daily_tokens_used: number;
+            /** Format: double */
+            daily_budget_used_ratio: number | null;
+        };
+        TenantUsageList: {
+            window: components["schemas"]["CostWindow"];
+            results: components["schemas"]["TenantUsage"][];
         };
         Traffic: {
             minutes: number;
@@ -7224,6 +7358,88 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RoutePool"];
+                };
+            };
+        };
+    };
+    routing_cost_deployments_retrieve: {
+        parameters: {
+            query?: {
+                /** @description Only this deployment. */
+                deployment_id?: number;
+                /** @description The last N hours, 1 to 744 (default 24). */
+                hours?: number;
+                /** @description Window start (ISO 8601); not with hours. */
+                since?: string;
+                /** @description Window end (ISO 8601); default now. */
+                until?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeploymentCostList"];
+                };
+            };
+        };
+    };
+    routing_cost_pools_retrieve: {
+        parameters: {
+            query?: {
+                /** @description The last N hours, 1 to 744 (default 24). */
+                hours?: number;
+                /** @description Window start (ISO 8601); not with hours. */
+                since?: string;
+                /** @description Window end (ISO 8601); default now. */
+                until?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PoolCostList"];
+                };
+            };
+        };
+    };
+    routing_cost_tenants_retrieve: {
+        parameters: {
+            query?: {
+                /** @description The last N hours, 1 to 744 (default 24). */
+                hours?: number;
+                /** @description Window start (ISO 8601); not with hours. */
+                since?: string;
+                /** @description Only this tenant. */
+                tenant_id?: number;
+                /** @description Window end (ISO 8601); default now. */
+                until?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenantUsageList"];
                 };
             };
         };

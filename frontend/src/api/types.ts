@@ -62,6 +62,14 @@ export type Scorer = Schemas["ScorerEnum"];
 export type Traffic = Schemas["Traffic"];
 export type RoutedTraffic = Schemas["RoutedTraffic"];
 export type RefusedTraffic = Schemas["RefusedTraffic"];
+
+// Cost per output token (routing/cost.py)
+export type DeploymentCost = Schemas["DeploymentCost"];
+export type DeploymentCostList = Schemas["DeploymentCostList"];
+export type PoolCost = Schemas["PoolCost"];
+export type PoolCostList = Schemas["PoolCostList"];
+export type TenantUsage = Schemas["TenantUsage"];
+export type TenantUsageList = Schemas["TenantUsageList"];
 export type RequestLogRow = Schemas["RequestLog"];
 export type RequestLogPage = Schemas["PaginatedRequestLogList"];
 export type UsageBucket = Schemas["UsageBucket"];

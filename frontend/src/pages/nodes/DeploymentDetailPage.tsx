@@ -3,6 +3,7 @@ import { Link, useParams } from "react-router-dom";
 import { api, errorMessage } from "../../api/client";
 import type { Deployment, DeploymentEvent, DeploymentLog, DeploymentState, EngineLive, HostTelemetry } from "../../api/types";
 import { useAuth } from "../../auth";
+import { DeploymentCostCard } from "../../components/Cost";
 import { ConfirmDialog } from "../../components/Dialog";
 import { Card, ErrorState, Page } from "../../components/Page";
 import { StatusBadge } from "../../components/StatusBadge";
@@ -147,6 +148,8 @@ export function DeploymentDetailPage() {
               </div>
             </Card>
           </div>
+          <DeploymentCostCard deploymentId={String(d.id)} />
+          <div style={{ height: 16 }} />
           <Card title="Metrics" testId="deployment-charts">
             <div className="chart-grid">
               <EngineThroughputChart series={engineSeries} testId="deployment-tps-chart" />

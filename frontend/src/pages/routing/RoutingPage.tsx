@@ -2,6 +2,7 @@ import { useEffect, useState } from "react";
 import { ApiError, api } from "../../api/client";
 import type { Page as ApiPage, RefusedTraffic, RoutedTraffic, RoutePolicy, RoutePool, Scorer, Traffic } from "../../api/types";
 import { useAuth } from "../../auth";
+import { PoolCostCard } from "../../components/Cost";
 import { Dialog } from "../../components/Dialog";
 import { InputField, SelectField } from "../../components/Field";
 import { Card, ErrorState, Page } from "../../components/Page";
@@ -68,6 +69,7 @@ export function RoutingPage() {
           ]}
         />
       </Card>
+      <PoolCostCard />
       <Card title="Policies" testId="policies-card">
         <ErrorState error={policies.error} onRetry={policies.reload} />
         {policies.data?.results.length === 0 && <p className="muted">No policies: each alias uses its own pool.</p>}

@@ -3,6 +3,7 @@ import { Link, useNavigate, useParams } from "react-router-dom";
 import { api, errorMessage } from "../../api/client";
 import { QUOTA_FIELDS, type Page as ApiPage, type ApiKey, type Tenant } from "../../api/types";
 import { useAuth } from "../../auth";
+import { TenantUsageCard } from "../../components/Cost";
 import { ConfirmDialog } from "../../components/Dialog";
 import { CheckboxField, FormErrors, InputField, TextareaField } from "../../components/Field";
 import { Card, ErrorState, Page } from "../../components/Page";
@@ -62,6 +63,7 @@ export function TenantDetailPage() {
         <TenantSettingsCard key={`settings-${t.id}`} tenant={t} editable={isAdmin} onSaved={tenant.reload} />
         <QuotaCard key={`quota-${t.id}`} tenant={t} editable={isAdmin} onSaved={tenant.reload} />
       </div>
+      <TenantUsageCard tenantId={t.id} />
       <KeysCard key={`keys-${t.id}`} tenant={t} editable={isAdmin} onChanged={tenant.reload} />
       <ConfirmDialog
         open={deleting}
