@@ -18,7 +18,7 @@ import pytest
 from tools import architecture
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("inferchain", "routing", "nodes", "models_registry", "console", "core")
+PACKAGES = ("inferchain", "alerts", "routing", "nodes", "models_registry", "console", "core")
 LINT_IMPORTS = str(Path(sys.executable).parent / "lint-imports")
 
 

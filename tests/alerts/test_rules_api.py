@@ -167,7 +167,7 @@ def test_acknowledge_keeps_who_and_when(
     assert response.status_code == 200, response.content
     body = response.json()
     assert body["acknowledged_by_name"] == admin_user.username and body["acknowledged_at"]
-    # In the order they happened (the evaluations ran on a fabricated clock, the acknowledgement on the real one).
+    # In the order they happened (evaluations ran on a fabricated clock, the acknowledgement on the real one).
     events = sorted(body["events"], key=lambda e: e["id"])
     assert [e["kind"] for e in events] == [EventKind.PENDING, EventKind.FIRING, EventKind.ACKNOWLEDGED]
     assert events[-1]["actor_name"] == admin_user.username

@@ -36,7 +36,7 @@ def receiver(settings: Any, redis_clean: None) -> Iterator[Receiver]:
     state = Receiver([])
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["Content-Length"]))
             status = state.statuses.pop(0) if state.statuses else 200
             state.received.append((status, json.loads(body), self.headers["Content-Type"]))
