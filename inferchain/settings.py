@@ -210,6 +210,11 @@ SPECTACULAR_SETTINGS = {
         "KindEnum": "models_registry.choices.ProblemKind",
         "RoleEnum": "console.choices.Role",
         "RolloutStateEnum": "routing.models.RolloutState",
+        "AlertStateEnum": "alerts.choices.AlertState",
+        "AlertMetricEnum": "alerts.choices.Metric",
+        "AlertSeverityEnum": "alerts.choices.Severity",
+        "AlertTransitionEnum": "alerts.choices.Transition",
+        "AlertDeliveryStatusEnum": "alerts.choices.DeliveryStatus",
     },
 }
 
