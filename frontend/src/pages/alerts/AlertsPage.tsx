@@ -6,12 +6,13 @@ import { ApiError, api } from "../../api/client";
 import type { Alert, AlertEvent, AlertMetric, AlertRule, AlertRuleInfo, AlertSummary, Deployment, Page as ApiPage, RoutePool } from "../../api/types";
 import { useAuth } from "../../auth";
 import { Dialog } from "../../components/Dialog";
-import { InputField, SelectField } from "../../components/Field";
+import { CheckboxField, InputField, SelectField } from "../../components/Field";
 import { Card, ErrorState, Page } from "../../components/Page";
 import { StatusBadge, type BadgeTone } from "../../components/StatusBadge";
 import { Table } from "../../components/Table";
 import { formatDateTime } from "../../format";
 import { useApi } from "../../hooks/useApi";
+import { useLive } from "../../hooks/useLive";
 import { useQueryParams } from "../../hooks/useQueryParams";
 
 const REFRESH_MS = 10_000;
@@ -39,19 +40,21 @@ export function formatFor(seconds: number): string {
   return parts.join(" ");
 }
 
-function useTicker(ms: number): number {
+/** A counter that moves every `ms`, and at once when the live feed says an alert fired or resolved. */
+function useRefreshTick(ms: number): number {
   const [tick, setTick] = useState(0);
   useEffect(() => {
     const timer = window.setInterval(() => setTick((n) => n + 1), ms);
     return () => window.clearInterval(timer);
   }, [ms]);
+  useLive([], (event) => event.type === "alerts" && setTick((n) => n + 1));
   return tick;
 }
 
 export function AlertsPage() {
   const query = useQueryParams();
   const tab: Tab = TABS.find((t) => t.key === query.get("tab"))?.key ?? "firing";
-  const tick = useTicker(REFRESH_MS);
+  const tick = useRefreshTick(REFRESH_MS);
   const summary = useApi<AlertSummary>("/api/alerts/summary/", { tick });
   return (
     <Page
@@ -446,9 +449,15 @@ function RuleDialog({ rule, catalogue, onClose, onSaved }: { rule: AlertRule | n
           hint={definition ? `How long the condition must hold before it fires; default ${definition.for_seconds} (${formatFor(definition.for_seconds)}).` : undefined}
           onChange={(e) => setForm({ ...form, for_seconds: e.target.value })}
         />
-        <label className="checkbox">
-          <input type="checkbox" checked={form.enabled} data-testid="rule-enabled" onChange={(e) => setForm({ ...form, enabled: e.target.checked })} /> Enabled
-        </label>
+        <CheckboxField
+          label="Enabled"
+          name="enabled"
+          checked={form.enabled}
+          errors={errors}
+          data-testid="rule-enabled"
+          onChange={(e) => setForm({ ...form, enabled: e.target.checked })}
+          hint="Off: the rule is not evaluated and its open alerts resolve."
+        />
       </div>
     </Dialog>
   );
