@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
-from alerts.notify import deliver_due
+from django.conf import settings
+
+from alerts.notify import deliver_due, due_ids
 from alerts.services import evaluate
 from core.celery import app
 
@@ -14,7 +17,7 @@ def evaluate_alerts_task() -> dict[str, Any]:
     """Every ALERT_EVALUATE_INTERVAL_SECONDS. Idempotent: a re-run finds the same open alerts and owes no
     new message for them; messages from earlier runs still due (retries) go out with this run's."""
     result = evaluate().as_dict()
-    if not result["skipped"]:
+    if settings.ALERT_WEBHOOK_URL and due_ids(dt.datetime.now(dt.UTC)):
         # Its own task, so a slow webhook never delays the next evaluation.
         deliver_notifications_task.delay()
     return result

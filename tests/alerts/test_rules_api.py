@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db
 
 
 def fleet_rule(client: APIClient, metric: str) -> dict[str, Any]:
-    rows = client.get("/api/alert-rules/", {"metric": metric, "limit": 100}).json()["results"]
+    rows = client.get("/api/alert-rules/", {"metric": metric, "limit": "100"}).json()["results"]
     (row,) = [r for r in rows if r["scope"] == "fleet"]
     return row
 
@@ -79,12 +79,9 @@ def test_an_edit_is_saved_and_audited(admin_client: APIClient, admin_user: Any) 
     assert (response.json()["threshold"], response.json()["for_seconds"]) == (80.0, 60)
     event = AuditEvent.objects.get(object_type="alerts.alertrule", action="update")
     assert event.actor_name == admin_user.username
-    assert (event.before["threshold"], event.before["for_seconds"], event.before["enabled"]) == (
-        85.0,
-        300,
-        True,
-    )
-    assert (event.after["threshold"], event.after["for_seconds"], event.after["enabled"]) == (80.0, 60, False)
+    before, after = event.before or {}, event.after or {}
+    assert (before["threshold"], before["for_seconds"], before["enabled"]) == (85.0, 300, True)
+    assert (after["threshold"], after["for_seconds"], after["enabled"]) == (80.0, 60, False)
 
 
 def test_overrides_per_deployment_and_pool(admin_client: APIClient, make_engine: Any) -> None:

@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
-from alerts.choices import DeliveryStatus, Transition
-from alerts.models import AlertNotification
+from alerts.choices import DeliveryStatus, Metric, Transition
+from alerts.models import AlertNotification, AlertRule
 from alerts.notify import backoff_seconds, deliver_due
-from alerts.services import evaluate
+from alerts.services import ensure_default_rules, evaluate
+from alerts.tasks import evaluate_alerts_task
+from core.celery import app
 from nodes.choices import DeploymentState
 from nodes.models import Deployment, Host
 from tests.alerts.conftest import T0, heartbeat, publish_engine
@@ -153,3 +156,20 @@ def test_a_refused_connection_is_retried(
     row = AlertNotification.objects.get()
     assert row.status == DeliveryStatus.PENDING and "could not be reached" in row.last_error
     assert str(port) not in row.last_error
+
+
+def test_the_beat_task_evaluates_then_delivers(
+    receiver: Receiver, alert_host: Host, make_engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The delivery task the beat task queues runs here, at once, instead of on a worker.
+    monkeypatch.setitem(app.conf, "task_always_eager", True)
+    ensure_default_rules()
+    AlertRule.objects.filter(metric=Metric.ENGINE_DOWN, deployment=None, pool=None).update(for_seconds=0)
+    make_engine(state=DeploymentState.FAILED)
+    heartbeat(alert_host, time.time())  # the task runs on the real clock
+    assert len(evaluate_alerts_task()["fired"]) == 1
+    again = evaluate_alerts_task()
+    assert again["fired"] == [] and again["notifications"] == []
+    assert [r[1]["text"].split(":")[0] for r in receiver.received] == [
+        "[FIRING] [critical] InferchainEngineDown"
+    ]
