@@ -127,6 +127,7 @@ def test_killed_engine_fires_an_alert_in_the_console(
     dialog.get_by_label("For (seconds)").fill("-1")
     dialog.get_by_test_id("rule-save").click()
     expect(dialog).to_contain_text("Ensure this value is greater than or equal to 0.")
+    screenshot(page, "alerts-rule-editor", full_page=False)
     dialog.get_by_label("For (seconds)").fill("0")
     dialog.get_by_test_id("rule-save").click()
     expect(dialog).to_be_hidden()

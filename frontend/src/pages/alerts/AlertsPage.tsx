@@ -103,7 +103,7 @@ function alertColumns(extra: Array<{ header: string; cell: (a: Alert) => ReactNo
   return [
     { header: "Severity", cell: (a: Alert) => <StatusBadge status={a.severity} tone={SEVERITY_TONE[a.severity]} /> },
     { header: "Alert", cell: (a: Alert) => <code>{a.alert}</code> },
-    { header: "Summary", cell: (a: Alert) => <span data-testid="alert-summary">{a.summary}</span>, className: "wrap" },
+    { header: "Summary", cell: (a: Alert) => <span data-testid="alert-summary">{a.summary}</span>, className: "wrap cell-condition" },
     { header: "Subject", cell: (a: Alert) => a.subject },
     ...extra,
   ];
@@ -277,7 +277,7 @@ function RulesTab() {
           { header: "For", cell: (r) => formatFor(r.for_seconds) },
           { header: "Severity", cell: (r) => <StatusBadge status={r.severity} tone={SEVERITY_TONE[r.severity]} /> },
           { header: "Enabled", cell: (r) => (r.enabled ? "yes" : <span className="muted">off</span>) },
-          { header: "Condition", cell: (r) => info.get(r.metric)?.condition ?? "", className: "wrap" },
+          { header: "Condition", cell: (r) => info.get(r.metric)?.condition ?? "", className: "wrap cell-condition" },
         ]}
       />
       {editing !== null && (
