@@ -104,7 +104,6 @@ function alertColumns(extra: Array<{ header: string; cell: (a: Alert) => ReactNo
     { header: "Severity", cell: (a: Alert) => <StatusBadge status={a.severity} tone={SEVERITY_TONE[a.severity]} /> },
     { header: "Alert", cell: (a: Alert) => <code>{a.alert}</code> },
     { header: "Summary", cell: (a: Alert) => <span data-testid="alert-summary">{a.summary}</span>, className: "wrap cell-condition" },
-    { header: "Subject", cell: (a: Alert) => a.subject },
     ...extra,
   ];
 }
