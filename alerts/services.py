@@ -145,6 +145,10 @@ def _apply(observations: list[Observation], now_ts: float, result: EvaluationRes
     seen = {o.fingerprint: o for o in observations}
     open_alerts = {a.fingerprint: a for a in Alert.objects.select_for_update().filter(state__in=OPEN_STATES)}
 
+    # Alerts that stay open as they were (the usual case): one UPDATE of their last-seen time, and a
+    # row UPDATE only where the value or the rule changed (bulk_update's CASE over every row costs
+    # ~0.4 s at 120 alerts on PostgreSQL: benchmarks/alert_evaluation.py).
+    steady: list[int] = []
     for fp, obs in seen.items():
         alert = open_alerts.get(fp)
         if alert is None:
@@ -165,11 +169,18 @@ def _apply(observations: list[Observation], now_ts: float, result: EvaluationRes
             AlertEvent.objects.create(alert=alert, at=now, kind=EventKind.PENDING, value=obs.value)
             result.pending.append(alert.pk)
         else:
-            alert.value = obs.value
-            alert.summary = obs.summary[:500]
-            alert.threshold = obs.rule.threshold
-            alert.for_seconds = obs.rule.for_seconds
+            changed = {
+                "value": obs.value,
+                "summary": obs.summary[:500],
+                "threshold": obs.rule.threshold,
+                "for_seconds": obs.rule.for_seconds,
+            }
+            changed = {k: v for k, v in changed.items() if getattr(alert, k) != v}
+            for name, value in changed.items():
+                setattr(alert, name, value)
             alert.last_seen_at = now
+            if changed:
+                Alert.objects.filter(pk=alert.pk).update(**changed)
         if (
             alert.state == AlertState.PENDING
             and (now - alert.started_at).total_seconds() >= obs.rule.for_seconds
@@ -181,7 +192,11 @@ def _apply(observations: list[Observation], now_ts: float, result: EvaluationRes
             owed = _owe_message(alert, Transition.FIRING, now)
             if owed:
                 result.notifications.append(owed)
-        alert.save()
+            alert.save()
+        elif fp in open_alerts:
+            steady.append(alert.pk)
+    if steady:
+        Alert.objects.filter(pk__in=steady).update(last_seen_at=now)
 
     for fp, alert in open_alerts.items():
         if fp in seen:
