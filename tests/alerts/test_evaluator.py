@@ -14,7 +14,7 @@ from alerts.choices import AlertState, EventKind, Metric, Transition
 from alerts.models import Alert, AlertEvent, AlertNotification, AlertRule
 from alerts.services import evaluate
 from console.models import Quota, Tenant
-from core.redis_client import get_redis
+from core.redis_client import get_redis, key
 from nodes.choices import DeploymentState
 from nodes.lifecycle import live_deployment_key
 from nodes.models import Deployment, Host
@@ -213,3 +213,14 @@ def test_tenant_near_budget_fires_at_once(alert_host: Host) -> None:
     (alert,) = Alert.objects.filter(pk__in=result.fired)
     assert alert.metric == Metric.TENANT_NEAR_BUDGET and alert.severity == "info"
     assert alert.summary == "Tenant acme used 95.0% of its daily token budget"
+
+
+def test_an_overlapping_run_is_skipped(alert_host: Host, make_engine: Any) -> None:
+    make_engine(state=DeploymentState.FAILED)
+    get_redis().set(key("alerts", "evaluate", "lock"), "another-run", ex=60)
+    assert run(alert_host, T0).skipped
+    assert not Alert.objects.exists()
+    # The other run's lock is left alone; once it is gone, evaluation goes on.
+    assert get_redis().get(key("alerts", "evaluate", "lock")) == b"another-run"
+    get_redis().delete(key("alerts", "evaluate", "lock"))
+    assert len(run(alert_host, T0).pending) == 1
