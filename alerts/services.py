@@ -166,8 +166,9 @@ def _apply(observations: list[Observation], now_ts: float, result: EvaluationRes
                 started_at=now,
                 last_seen_at=now,
             )
-            AlertEvent.objects.create(alert=alert, at=now, kind=EventKind.PENDING, value=obs.value)
-            result.pending.append(alert.pk)
+            if obs.rule.for_seconds > 0:  # a rule without a for-duration fires at once: no pending event
+                AlertEvent.objects.create(alert=alert, at=now, kind=EventKind.PENDING, value=obs.value)
+                result.pending.append(alert.pk)
         else:
             changed = {
                 "value": obs.value,

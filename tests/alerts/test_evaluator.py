@@ -213,6 +213,9 @@ def test_tenant_near_budget_fires_at_once(alert_host: Host) -> None:
     (alert,) = Alert.objects.filter(pk__in=result.fired)
     assert alert.metric == Metric.TENANT_NEAR_BUDGET and alert.severity == "info"
     assert alert.summary == "Tenant acme used 95.0% of its daily token budget"
+    # No for-duration: fired at once, with no pending step in its history.
+    assert result.pending == []
+    assert list(alert.events.values_list("kind", flat=True)) == [EventKind.FIRING]
 
 
 def test_an_overlapping_run_is_skipped(alert_host: Host, make_engine: Any) -> None:
