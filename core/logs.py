@@ -12,6 +12,9 @@ ROUTINE_TASKS = (
     "nodes-host-heartbeat-sweep",
     "routing.evaluate_rollouts",
     "routing-rollout-gates",
+    "alerts.evaluate",
+    "alerts-evaluate",
+    "alerts.deliver_notifications",
 )
 
 

@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     "models_registry",
     "nodes",
     "routing",
+    "alerts",
     "inferchain",
 ]
 
@@ -115,6 +116,17 @@ ROLLOUT_GATE_INTERVAL_SECONDS = env_float("ROLLOUT_GATE_INTERVAL_SECONDS", 10.0)
 ROLLOUT_GATE_SAMPLES = env_int("ROLLOUT_GATE_SAMPLES", 2000)
 ROLLOUT_GATE_SAMPLES_TTL_SECONDS = env_float("ROLLOUT_GATE_SAMPLES_TTL_SECONDS", 14 * 86400.0)
 
+# Alerts in the console (docs/monitoring.md "Alerts in the console"): how often beat evaluates the rules.
+ALERT_EVALUATE_INTERVAL_SECONDS = env_float("ALERT_EVALUATE_INTERVAL_SECONDS", 15.0)
+# Where firing and resolved messages go ({"text": ...}, Slack's incoming-webhook shape); empty: nowhere.
+# A secret (a Slack URL carries its token): never logged; ALERT_WEBHOOK_URL_FILE works as for other secrets.
+ALERT_WEBHOOK_URL = env_secret("ALERT_WEBHOOK_URL", "")
+ALERT_WEBHOOK_TIMEOUT_SECONDS = env_float("ALERT_WEBHOOK_TIMEOUT_SECONDS", 5.0)
+# A failed delivery is tried again after this many seconds, doubling up to the cap, at most this often.
+ALERT_WEBHOOK_BACKOFF_SECONDS = env_float("ALERT_WEBHOOK_BACKOFF_SECONDS", 5.0)
+ALERT_WEBHOOK_BACKOFF_MAX_SECONDS = env_float("ALERT_WEBHOOK_BACKOFF_MAX_SECONDS", 300.0)
+ALERT_WEBHOOK_MAX_ATTEMPTS = env_int("ALERT_WEBHOOK_MAX_ATTEMPTS", 8)
+
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
 CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", "") or None
 CELERY_TASK_DEFAULT_QUEUE = "control"
@@ -130,6 +142,8 @@ CELERY_BEAT_SCHEDULE = {
     "routing-request-log-partitions-and-retention": {"task": "routing.prune_request_log", "schedule": 3600.0},
     # Canary gates (routing.rollouts): each running rollout advanced, held, promoted or rolled back.
     "routing-rollout-gates": {"task": "routing.evaluate_rollouts", "schedule": ROLLOUT_GATE_INTERVAL_SECONDS},
+    # Console alerts: the rules evaluated, state changes recorded, webhook messages queued and sent.
+    "alerts-evaluate": {"task": "alerts.evaluate", "schedule": ALERT_EVALUATE_INTERVAL_SECONDS},
 }
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -196,6 +210,11 @@ SPECTACULAR_SETTINGS = {
         "KindEnum": "models_registry.choices.ProblemKind",
         "RoleEnum": "console.choices.Role",
         "RolloutStateEnum": "routing.models.RolloutState",
+        "AlertStateEnum": "alerts.choices.AlertState",
+        "AlertMetricEnum": "alerts.choices.Metric",
+        "AlertSeverityEnum": "alerts.choices.Severity",
+        "AlertTransitionEnum": "alerts.choices.Transition",
+        "AlertDeliveryStatusEnum": "alerts.choices.DeliveryStatus",
     },
 }
 

@@ -16,6 +16,7 @@ api_patterns = [
     path("", include("models_registry.api.urls")),
     path("", include("nodes.api.urls")),
     path("", include("routing.api.urls")),
+    path("", include("alerts.api.urls")),
 ]
 
 urlpatterns = [

@@ -18,7 +18,7 @@ import pytest
 from tools import architecture
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("inferchain", "routing", "nodes", "models_registry", "console", "core", "bench")
+PACKAGES = ("inferchain", "alerts", "routing", "nodes", "models_registry", "console", "core", "bench")
 LINT_IMPORTS = str(Path(sys.executable).parent / "lint-imports")
 
 

@@ -1,6 +1,7 @@
 // The console's one route table. Add a page: create src/pages/<area>/<Name>Page.tsx, import it here, and add
 // one entry below; give it `nav` to show it in the sidebar (entries appear in this order).
 import type { ReactNode } from "react";
+import { AlertsPage } from "./pages/alerts/AlertsPage";
 import { AuditPage } from "./pages/audit/AuditPage";
 import { DashboardPage } from "./pages/dashboard/DashboardPage";
 import { EvalRunPage } from "./pages/evaluations/EvalRunPage";
@@ -31,6 +32,7 @@ export interface ConsoleRoute {
 
 export const routes: ConsoleRoute[] = [
   { path: "", element: <DashboardPage />, nav: { label: "Dashboard", section: "Overview" } },
+  { path: "alerts", element: <AlertsPage />, nav: { label: "Alerts", section: "Overview" } },
   { path: "nodes", element: <NodesPage />, nav: { label: "Nodes", section: "Fleet" } },
   { path: "nodes/deployments/:id", element: <DeploymentDetailPage /> },
   { path: "models", element: <ModelsPage />, nav: { label: "Models", section: "Fleet" } },

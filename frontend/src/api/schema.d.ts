@@ -4,6 +4,181 @@
  */
 
 export interface paths {
+    "/api/alert-catalogue/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The rules there are: the Prometheus alert each mirrors, its defaults, units and scopes. */
+        get: operations["alert_catalogue_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/alert-events/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The history of every alert: pending, firing, resolved, acknowledged (who, when), newest first. */
+        get: operations["alert_events_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/alert-events/{id}/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The history of every alert: pending, firing, resolved, acknowledged (who, when), newest first. */
+        get: operations["alert_events_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/alert-rules/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * @description Rules: the fleet-wide row of each (listed at the defaults until edited) and per-deployment or
+         *     per-pool overrides. Edits are refused with field errors and audited.
+         */
+        get: operations["alert_rules_list"];
+        put?: never;
+        /**
+         * @description Rules: the fleet-wide row of each (listed at the defaults until edited) and per-deployment or
+         *     per-pool overrides. Edits are refused with field errors and audited.
+         */
+        post: operations["alert_rules_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/alert-rules/{id}/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * @description Rules: the fleet-wide row of each (listed at the defaults until edited) and per-deployment or
+         *     per-pool overrides. Edits are refused with field errors and audited.
+         */
+        get: operations["alert_rules_retrieve"];
+        /**
+         * @description Rules: the fleet-wide row of each (listed at the defaults until edited) and per-deployment or
+         *     per-pool overrides. Edits are refused with field errors and audited.
+         */
+        put: operations["alert_rules_update"];
+        post?: never;
+        /**
+         * @description Rules: the fleet-wide row of each (listed at the defaults until edited) and per-deployment or
+         *     per-pool overrides. Edits are refused with field errors and audited.
+         */
+        delete: operations["alert_rules_destroy"];
+        options?: never;
+        head?: never;
+        /**
+         * @description Rules: the fleet-wide row of each (listed at the defaults until edited) and per-deployment or
+         *     per-pool overrides. Edits are refused with field errors and audited.
+         */
+        patch: operations["alert_rules_partial_update"];
+        trace?: never;
+    };
+    "/api/alerts/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Alerts, newest first; filter by state (firing, resolved, pending), metric or severity. */
+        get: operations["alerts_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/alerts/{id}/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Alerts, newest first; filter by state (firing, resolved, pending), metric or severity. */
+        get: operations["alerts_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/alerts/{id}/acknowledge/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Say you have seen a firing alert (kept with your name and the time, and audited). */
+        post: operations["alerts_acknowledge_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/alerts/summary/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Counts for the header badge. */
+        get: operations["alerts_summary_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/audit/": {
         parameters: {
             query?: never;
@@ -1693,6 +1868,183 @@ export interface components {
             /** Format: double */
             heartbeat_seconds?: number;
         };
+        Alert: {
+            readonly id: number;
+            readonly metric: components["schemas"]["AlertMetricEnum"];
+            readonly alert: string;
+            readonly fingerprint: string;
+            readonly subject: string;
+            readonly labels: unknown;
+            readonly severity: components["schemas"]["AlertSeverityEnum"];
+            /** @default pending */
+            readonly state: components["schemas"]["AlertStateEnum"];
+            readonly summary: string;
+            /** Format: double */
+            readonly value: number | null;
+            /** Format: double */
+            readonly threshold: number | null;
+            readonly for_seconds: number;
+            /** Format: date-time */
+            readonly started_at: string;
+            /** Format: date-time */
+            readonly last_seen_at: string;
+            /** Format: date-time */
+            readonly fired_at: string | null;
+            /** Format: date-time */
+            readonly resolved_at: string | null;
+            readonly acknowledged_by: number | null;
+            readonly acknowledged_by_name: string;
+            /** Format: date-time */
+            readonly acknowledged_at: string | null;
+        };
+        /**
+         * @description * `pending` - Pending
+         *     * `sent` - Sent
+         *     * `failed` - Failed (gave up)
+         * @enum {string}
+         */
+        AlertDeliveryStatusEnum: "pending" | "sent" | "failed";
+        AlertDetail: {
+            readonly id: number;
+            readonly metric: components["schemas"]["AlertMetricEnum"];
+            readonly alert: string;
+            readonly fingerprint: string;
+            readonly subject: string;
+            readonly labels: unknown;
+            readonly severity: components["schemas"]["AlertSeverityEnum"];
+            /** @default pending */
+            readonly state: components["schemas"]["AlertStateEnum"];
+            readonly summary: string;
+            /** Format: double */
+            readonly value: number | null;
+            /** Format: double */
+            readonly threshold: number | null;
+            readonly for_seconds: number;
+            /** Format: date-time */
+            readonly started_at: string;
+            /** Format: date-time */
+            readonly last_seen_at: string;
+            /** Format: date-time */
+            readonly fired_at: string | null;
+            /** Format: date-time */
+            readonly resolved_at: string | null;
+            readonly acknowledged_by: number | null;
+            readonly acknowledged_by_name: string;
+            /** Format: date-time */
+            readonly acknowledged_at: string | null;
+            readonly events: components["schemas"]["AlertEvent"][];
+            readonly notifications: components["schemas"]["AlertNotification"][];
+        };
+        AlertEvent: {
+            readonly id: number;
+            readonly alert: number;
+            /** Format: date-time */
+            readonly at: string;
+            readonly kind: components["schemas"]["AlertEventKindEnum"];
+            /** Format: double */
+            readonly value: number | null;
+            readonly actor: number | null;
+            readonly actor_name: string;
+            readonly metric: string;
+            readonly subject: string;
+            readonly severity: string;
+            readonly summary: string;
+        };
+        /**
+         * @description * `pending` - Pending
+         *     * `firing` - Firing
+         *     * `resolved` - Resolved
+         *     * `acknowledged` - Acknowledged
+         * @enum {string}
+         */
+        AlertEventKindEnum: "pending" | "firing" | "resolved" | "acknowledged";
+        /**
+         * @description * `engine_down` - Engine down
+         *     * `engine_crash_looping` - Engine crash-looping
+         *     * `host_down` - Host down
+         *     * `gpu_memory_high` - GPU memory high
+         *     * `gpu_temperature_high` - GPU temperature high
+         *     * `kv_cache_saturated` - KV cache saturated
+         *     * `queue_growing` - Queue growing
+         *     * `ttft_p95_over_baseline` - TTFT p95 over baseline
+         *     * `high_5xx_ratio` - 5xx ratio high
+         *     * `tenant_near_budget` - Tenant near its budget
+         * @enum {string}
+         */
+        AlertMetricEnum: "engine_down" | "engine_crash_looping" | "host_down" | "gpu_memory_high" | "gpu_temperature_high" | "kv_cache_saturated" | "queue_growing" | "ttft_p95_over_baseline" | "high_5xx_ratio" | "tenant_near_budget";
+        AlertNotification: {
+            readonly id: number;
+            readonly transition: components["schemas"]["AlertTransitionEnum"];
+            readonly text: string;
+            readonly status: components["schemas"]["AlertDeliveryStatusEnum"];
+            readonly attempts: number;
+            /** Format: date-time */
+            readonly next_attempt_at: string;
+            readonly last_error: string;
+            /** Format: date-time */
+            readonly sent_at: string | null;
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        AlertRule: {
+            readonly id: number;
+            metric: components["schemas"]["AlertMetricEnum"];
+            /** @description fleet, deployment or pool */
+            readonly scope: string;
+            deployment: number | null;
+            readonly deployment_name: string;
+            pool: number | null;
+            readonly pool_name: string;
+            /** Format: double */
+            threshold: number | null;
+            /** @description How long the condition must hold before it fires. */
+            for_seconds: number;
+            enabled: boolean;
+            readonly alert: string;
+            readonly severity: string;
+            readonly unit: string;
+            /** Format: date-time */
+            readonly updated_at: string;
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        AlertRuleRequest: {
+            metric: components["schemas"]["AlertMetricEnum"];
+            deployment?: number | null;
+            pool?: number | null;
+            /** Format: double */
+            threshold?: number | null;
+            /** @description How long the condition must hold before it fires. */
+            for_seconds: number;
+            enabled?: boolean;
+        };
+        /**
+         * @description * `critical` - Critical
+         *     * `warning` - Warning
+         *     * `info` - Info
+         * @enum {string}
+         */
+        AlertSeverityEnum: "critical" | "warning" | "info";
+        /**
+         * @description * `pending` - Pending
+         *     * `firing` - Firing
+         *     * `resolved` - Resolved
+         * @enum {string}
+         */
+        AlertStateEnum: "pending" | "firing" | "resolved";
+        AlertSummary: {
+            /** @description Alerts firing now (the header badge). */
+            firing: number;
+            /** @description Firing alerts nobody acknowledged yet. */
+            unacknowledged: number;
+            /** @description Conditions that hold but not yet for their for-duration. */
+            pending: number;
+            webhook_configured: boolean;
+        };
+        /**
+         * @description * `firing` - Firing
+         *     * `resolved` - Resolved
+         * @enum {string}
+         */
+        AlertTransitionEnum: "firing" | "resolved";
         AliasServing: {
             alias: number;
             alias_name: string;
@@ -1777,9 +2129,16 @@ export interface components {
             expected_ttft_p95_s: number | null;
             /** Format: double */
             ratio: number | null;
-            status: components["schemas"]["StatusEnum"];
+            status: components["schemas"]["BaselineCheckStatusEnum"];
             message: string;
         };
+        /**
+         * @description * `unknown` - unknown
+         *     * `within` - within
+         *     * `outside` - outside
+         * @enum {string}
+         */
+        BaselineCheckStatusEnum: "unknown" | "within" | "outside";
         /** @description One load level of a baseline (nodes/baselines.py reads it from a bench report). */
         BaselineLevel: {
             clients: number | null;
@@ -2685,6 +3044,51 @@ export interface components {
         };
         /** @enum {unknown} */
         NullEnum: null;
+        PaginatedAlertEventList: {
+            /** @example 123 */
+            count: number;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=400&limit=100
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=200&limit=100
+             */
+            previous?: string | null;
+            results: components["schemas"]["AlertEvent"][];
+        };
+        PaginatedAlertList: {
+            /** @example 123 */
+            count: number;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=400&limit=100
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=200&limit=100
+             */
+            previous?: string | null;
+            results: components["schemas"]["Alert"][];
+        };
+        PaginatedAlertRuleList: {
+            /** @example 123 */
+            count: number;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=400&limit=100
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=200&limit=100
+             */
+            previous?: string | null;
+            results: components["schemas"]["AlertRule"][];
+        };
         PaginatedApiKeyList: {
             /** @example 123 */
             count: number;
@@ -3063,6 +3467,17 @@ export interface components {
             mark: components["schemas"]["MarkEnum"];
             /** @default  */
             comment: string;
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        PatchedAlertRuleRequest: {
+            metric?: components["schemas"]["AlertMetricEnum"];
+            deployment?: number | null;
+            pool?: number | null;
+            /** Format: double */
+            threshold?: number | null;
+            /** @description How long the condition must hold before it fires. */
+            for_seconds?: number;
+            enabled?: boolean;
         };
         /** @description A key as listed and edited: never the secret, never the hash. */
         PatchedApiKeyRequest: {
@@ -3699,6 +4114,26 @@ export interface components {
             /** @description Completion tokens. */
             tokens: number | null;
         };
+        /** @description One rule of the catalogue: the Prometheus alert it mirrors and its defaults. */
+        RuleInfo: {
+            metric: components["schemas"]["AlertMetricEnum"];
+            alert: string;
+            title: string;
+            severity: string;
+            /**
+             * Format: double
+             * @description Default threshold; null: none to tune.
+             */
+            threshold: number | null;
+            /** Format: double */
+            threshold_max: number | null;
+            unit: string;
+            /** @description Default for-duration, seconds. */
+            for_seconds: number;
+            /** @description deployment and/or pool */
+            scopes: string[];
+            condition: string;
+        };
         /** @description A rule's conditions, all of which must hold; an absent key is no condition (see parse_rule). */
         RuleMatch: {
             alias?: string | string[];
@@ -3904,13 +4339,6 @@ export interface components {
             /** Format: double */
             p95: number | null;
         };
-        /**
-         * @description * `unknown` - unknown
-         *     * `within` - within
-         *     * `outside` - outside
-         * @enum {string}
-         */
-        StatusEnum: "unknown" | "within" | "outside";
         Step: {
             label: string;
             formula: string;
@@ -4133,6 +4561,367 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    alert_catalogue_list: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RuleInfo"][];
+                };
+            };
+        };
+    };
+    alert_events_list: {
+        parameters: {
+            query?: {
+                alert?: number;
+                /**
+                 * @description * `pending` - Pending
+                 *     * `firing` - Firing
+                 *     * `resolved` - Resolved
+                 *     * `acknowledged` - Acknowledged
+                 */
+                kind?: "acknowledged" | "firing" | "pending" | "resolved";
+                /** @description Number of results to return per page. */
+                limit?: number;
+                /** @description The initial index from which to return the results. */
+                offset?: number;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                /** @description A search term. */
+                search?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedAlertEventList"];
+                };
+            };
+        };
+    };
+    alert_events_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this alert event. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AlertEvent"];
+                };
+            };
+        };
+    };
+    alert_rules_list: {
+        parameters: {
+            query?: {
+                deployment?: number;
+                enabled?: boolean;
+                /** @description Number of results to return per page. */
+                limit?: number;
+                /**
+                 * @description * `engine_down` - Engine down
+                 *     * `engine_crash_looping` - Engine crash-looping
+                 *     * `host_down` - Host down
+                 *     * `gpu_memory_high` - GPU memory high
+                 *     * `gpu_temperature_high` - GPU temperature high
+                 *     * `kv_cache_saturated` - KV cache saturated
+                 *     * `queue_growing` - Queue growing
+                 *     * `ttft_p95_over_baseline` - TTFT p95 over baseline
+                 *     * `high_5xx_ratio` - 5xx ratio high
+                 *     * `tenant_near_budget` - Tenant near its budget
+                 */
+                metric?: "engine_crash_looping" | "engine_down" | "gpu_memory_high" | "gpu_temperature_high" | "high_5xx_ratio" | "host_down" | "kv_cache_saturated" | "queue_growing" | "tenant_near_budget" | "ttft_p95_over_baseline";
+                /** @description The initial index from which to return the results. */
+                offset?: number;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                pool?: number;
+                /** @description A search term. */
+                search?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedAlertRuleList"];
+                };
+            };
+        };
+    };
+    alert_rules_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AlertRuleRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["AlertRuleRequest"];
+                "multipart/form-data": components["schemas"]["AlertRuleRequest"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AlertRule"];
+                };
+            };
+        };
+    };
+    alert_rules_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this alert rule. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AlertRule"];
+                };
+            };
+        };
+    };
+    alert_rules_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this alert rule. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AlertRuleRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["AlertRuleRequest"];
+                "multipart/form-data": components["schemas"]["AlertRuleRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AlertRule"];
+                };
+            };
+        };
+    };
+    alert_rules_destroy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this alert rule. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No response body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    alert_rules_partial_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this alert rule. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["PatchedAlertRuleRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["PatchedAlertRuleRequest"];
+                "multipart/form-data": components["schemas"]["PatchedAlertRuleRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AlertRule"];
+                };
+            };
+        };
+    };
+    alerts_list: {
+        parameters: {
+            query?: {
+                /** @description Number of results to return per page. */
+                limit?: number;
+                /**
+                 * @description * `engine_down` - Engine down
+                 *     * `engine_crash_looping` - Engine crash-looping
+                 *     * `host_down` - Host down
+                 *     * `gpu_memory_high` - GPU memory high
+                 *     * `gpu_temperature_high` - GPU temperature high
+                 *     * `kv_cache_saturated` - KV cache saturated
+                 *     * `queue_growing` - Queue growing
+                 *     * `ttft_p95_over_baseline` - TTFT p95 over baseline
+                 *     * `high_5xx_ratio` - 5xx ratio high
+                 *     * `tenant_near_budget` - Tenant near its budget
+                 */
+                metric?: "engine_crash_looping" | "engine_down" | "gpu_memory_high" | "gpu_temperature_high" | "high_5xx_ratio" | "host_down" | "kv_cache_saturated" | "queue_growing" | "tenant_near_budget" | "ttft_p95_over_baseline";
+                /** @description The initial index from which to return the results. */
+                offset?: number;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                /** @description A search term. */
+                search?: string;
+                /**
+                 * @description * `critical` - Critical
+                 *     * `warning` - Warning
+                 *     * `info` - Info
+                 */
+                severity?: "critical" | "info" | "warning";
+                /**
+                 * @description * `pending` - Pending
+                 *     * `firing` - Firing
+                 *     * `resolved` - Resolved
+                 */
+                state?: "firing" | "pending" | "resolved";
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedAlertList"];
+                };
+            };
+        };
+    };
+    alerts_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this alert. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AlertDetail"];
+                };
+            };
+        };
+    };
+    alerts_acknowledge_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this alert. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AlertDetail"];
+                };
+            };
+        };
+    };
+    alerts_summary_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AlertSummary"];
+                };
+            };
+        };
+    };
     audit_list: {
         parameters: {
             query?: {

@@ -149,3 +149,20 @@ export const QUOTA_FIELDS: ReadonlyArray<{ name: keyof Quota; label: string; hin
   { name: "max_input_tokens", label: "Max input tokens", hint: "per request" },
   { name: "max_output_tokens", label: "Max output tokens", hint: "per request" },
 ];
+
+// Alerts (docs/monitoring.md "Alerts in the console")
+export type Alert = Schemas["Alert"];
+export type AlertDetail = Schemas["AlertDetail"];
+export type AlertState = Schemas["AlertStateEnum"];
+export type AlertEvent = Schemas["AlertEvent"];
+export type AlertRule = Schemas["AlertRule"];
+export type AlertMetric = Schemas["AlertMetricEnum"];
+export type AlertRuleInfo = Schemas["RuleInfo"];
+export type AlertSummary = Schemas["AlertSummary"];
+
+/** The `alerts` event of /ws/live/ on the fleet group (alerts/services.py pushes it when an alert fires or
+ * resolves): the number of firing alerts, for the header badge. */
+export interface AlertsLiveEvent {
+  type: "alerts";
+  firing: AlertSummary["firing"];
+}

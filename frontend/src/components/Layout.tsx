@@ -1,16 +1,16 @@
-import { NavLink, Outlet, useNavigate } from "react-router-dom";
+import { Link, NavLink, Outlet, useNavigate } from "react-router-dom";
 import { useAuth } from "../auth";
+import { useAlertCount } from "../hooks/useAlertCount";
 import { useLive } from "../hooks/useLive";
 import { navSections } from "../routes";
-
-function ignoreEvent(): void {}
 
 /** Sidebar navigation, the signed-in user with their role, and the current page. */
 export function Layout() {
   const { me, logout } = useAuth();
   const navigate = useNavigate();
   // Every signed-in page keeps the fleet feed open, so the top bar can say whether live data is flowing.
-  const live = useLive([], ignoreEvent);
+  const alerts = useAlertCount();
+  const live = useLive([], alerts.onLiveEvent);
   return (
     <div className="shell">
       <aside className="sidebar">
@@ -45,6 +45,15 @@ export function Layout() {
           >
             {live.connected ? "Live" : "Offline"}
           </span>
+          <Link
+            to="/alerts"
+            className={alerts.firing ? "alerts-badge alerts-badge-firing" : "alerts-badge"}
+            data-testid="alerts-badge"
+            data-count={alerts.firing ?? ""}
+            title={alerts.firing ? `${alerts.firing} alert${alerts.firing === 1 ? "" : "s"} firing` : "No alert firing"}
+          >
+            Alerts <span className="alerts-badge-count">{alerts.firing ?? "…"}</span>
+          </Link>
           <span className="user" data-testid="current-user">
             <span className="user-name">{me?.username}</span>
             <span className={`role role-${me?.role ?? "none"}`} data-testid="current-role">

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class AlertsConfig(AppConfig):
+    name = "alerts"
+    default_auto_field = "django.db.models.BigAutoField"

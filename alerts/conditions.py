@@ -1,0 +1,321 @@
+"""The rules' conditions on what the control plane has: which alerts hold now, with their values.
+
+One evaluation reads the fleet as the Prometheus exposition does (`routing.fleet_metrics.read_state`:
+the inventory, every live record in one MGET, tenants' token counters), the request log's last five
+minutes per alias (one grouped query), and the short series in Redis (alerts.samples). Each condition
+mirrors its rule in deploy/prometheus/inferchain-rules.yml; thresholds come from the rule that applies
+to the subject (RuleBook).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Count, Q
+
+from alerts import samples
+from alerts.choices import Metric
+from alerts.models import AlertRule
+from alerts.rules import (
+    BASELINE_SKIP_SECONDS,
+    BASELINE_SPAN_SECONDS,
+    BY_METRIC,
+    CRASH_WINDOW_SECONDS,
+    ERROR_WINDOW_SECONDS,
+    QUEUE_WINDOW_SECONDS,
+    TTFT_FLOOR_SECONDS,
+)
+from nodes.choices import DeploymentState, DesiredState
+from nodes.models import Deployment
+from routing.fleet_metrics import FleetState
+from routing.models import RequestLog, RoutePool
+
+
+@dataclass(frozen=True)
+class Effective:
+    """The rule that applies to one subject."""
+
+    threshold: float | None
+    for_seconds: int
+    enabled: bool
+    rule_id: int | None
+
+
+@dataclass(frozen=True)
+class DeploymentInfo:
+    pk: int
+    alias: str
+    role: str
+    version_id: int
+
+
+class RuleBook:
+    """Rule rows by scope: deployment override, then pool override, then the fleet-wide row."""
+
+    def __init__(self, rows: Iterable[AlertRule], pools: Iterable[RoutePool]) -> None:
+        self.fleet: dict[str, AlertRule] = {}
+        self.by_deployment: dict[tuple[str, int], AlertRule] = {}
+        self.by_pool: dict[tuple[str, int], AlertRule] = {}
+        for row in rows:
+            if row.deployment_id:
+                self.by_deployment[(row.metric, row.deployment_id)] = row
+            elif row.pool_id:
+                self.by_pool[(row.metric, row.pool_id)] = row
+            else:
+                self.fleet[row.metric] = row
+        self.pools = sorted(pools, key=lambda p: p.name)
+
+    @staticmethod
+    def _effective(row: AlertRule | None, metric: str) -> Effective:
+        if row is None:
+            d = BY_METRIC[metric]
+            return Effective(d.threshold, d.for_seconds, True, None)
+        return Effective(row.threshold, row.for_seconds, row.enabled, row.pk)
+
+    def for_fleet(self, metric: str) -> Effective:
+        return self._effective(self.fleet.get(metric), metric)
+
+    def for_alias(self, metric: str, alias: str) -> Effective:
+        for pool in self.pools:
+            row = self.by_pool.get((metric, pool.pk))
+            if row is not None and pool.alias == alias:
+                return self._effective(row, metric)
+        return self.for_fleet(metric)
+
+    def for_deployment(self, metric: str, dep: DeploymentInfo) -> Effective:
+        row = self.by_deployment.get((metric, dep.pk))
+        if row is not None:
+            return self._effective(row, metric)
+        # A pool holds the ready deployments serving its alias (with its role, and its version if pinned);
+        # when several pools with an override hold the deployment, the first by name applies.
+        for pool in self.pools:
+            row = self.by_pool.get((metric, pool.pk))
+            if (
+                row is not None
+                and pool.alias == dep.alias
+                and (not pool.role or pool.role == dep.role)
+                and (pool.model_version_id is None or pool.model_version_id == dep.version_id)
+            ):
+                return self._effective(row, metric)
+        return self.for_fleet(metric)
+
+
+@dataclass
+class Observation:
+    """A condition that holds now on one subject."""
+
+    metric: str
+    subject: str
+    labels: dict[str, str]
+    value: float | None
+    rule: Effective
+    summary: str
+    fingerprint: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        labels = ",".join(f"{k}={v}" for k, v in sorted(self.labels.items()))
+        self.fingerprint = f"{self.metric}:{labels}"[:300]
+
+
+def _num(value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _pct(value: float) -> str:
+    return f"{value * 100:.1f}%"
+
+
+def observe(state: FleetState, book: RuleBook, now: float) -> list[Observation]:
+    """Every condition that holds at `now` under its enabled rule (records the range series as it goes)."""
+    out: list[Observation] = []
+
+    def add(
+        metric: str, rule: Effective, subject: str, labels: dict[str, str], value: float | None, text: str
+    ) -> None:
+        if rule.enabled:
+            out.append(Observation(metric, subject, labels, value, rule, text))
+
+    rule = book.for_fleet(Metric.HOST_DOWN)
+    for host, up in state.hosts:
+        if not up:
+            add(
+                Metric.HOST_DOWN, rule, f"host {host}", {"host": host}, 0.0, f"Host {host} sends no heartbeat"
+            )
+
+    mem_rule = book.for_fleet(Metric.GPU_MEMORY_HIGH)
+    temp_rule = book.for_fleet(Metric.GPU_TEMPERATURE_HIGH)
+    for (host, gpu, _uuid), _name, _simulated, live in state.gpus:
+        if live is None:
+            continue
+        labels = {"host": host, "gpu": gpu}
+        used, total = _num(live.get("memory_used_bytes")), _num(live.get("memory_total_bytes"))
+        if (
+            used is not None
+            and total
+            and mem_rule.threshold is not None
+            and used / total > mem_rule.threshold
+        ):
+            ratio = used / total
+            add(
+                Metric.GPU_MEMORY_HIGH,
+                mem_rule,
+                f"GPU {gpu} of {host}",
+                labels,
+                ratio,
+                f"GPU {gpu} of {host} is {_pct(ratio)} full",
+            )
+        temp = _num(live.get("temperature_c"))
+        if temp is not None and temp_rule.threshold is not None and temp > temp_rule.threshold:
+            add(
+                Metric.GPU_TEMPERATURE_HIGH,
+                temp_rule,
+                f"GPU {gpu} of {host}",
+                labels,
+                temp,
+                f"GPU {gpu} of {host} at {temp:g} °C",
+            )
+
+    info = {
+        pk: DeploymentInfo(pk, alias, role, version)
+        for pk, alias, role, version in Deployment.objects.filter(
+            pk__in=[dep.pk for _, dep, _ in state.deployments]
+        ).values_list("pk", "served_model_name", "role", "model_version_id")
+    }
+    restarts: dict[str, float] = {}
+    waiting: dict[str, float] = {}
+    ttft: dict[str, float] = {}
+    by_key: dict[str, tuple[Any, DeploymentInfo, dict[str, Any] | None]] = {}
+    for _labels, dep, live in state.deployments:
+        d = info.get(dep.pk)
+        if d is None:
+            continue  # deleted between the two reads
+        k = str(dep.pk)
+        by_key[k] = (dep, d, live)
+        restarts[k] = float(dep.restarts_total)
+        if live is not None and live.get("has_metrics", True):
+            w = _num(live.get("num_requests_waiting"))
+            if w is not None:
+                waiting[k] = w
+            t = _num(live.get("ttft_p95_s"))
+            if t is not None:
+                ttft[k] = t
+    restart_windows = samples.record_windows("restarts", restarts, now, CRASH_WINDOW_SECONDS)
+    queue_windows = samples.record_windows("waiting", waiting, now, QUEUE_WINDOW_SECONDS)
+    baselines = samples.record_baselines(ttft, now, BASELINE_SKIP_SECONDS, BASELINE_SPAN_SECONDS)
+
+    for k, (dep, d, live) in by_key.items():
+        labels = {"deployment": dep.name, "alias": d.alias, "host": dep.host}
+        where = f"{dep.name} on {dep.host}"
+        rule = book.for_deployment(Metric.ENGINE_DOWN, d)
+        ready = dep.state == DeploymentState.READY and live is not None
+        if dep.desired_state == DesiredState.RUNNING and not ready:
+            add(
+                Metric.ENGINE_DOWN,
+                rule,
+                f"deployment {where}",
+                labels,
+                0.0,
+                f"Engine {where} is down ({dep.state})",
+            )
+
+        rule = book.for_deployment(Metric.ENGINE_CRASH_LOOPING, d)
+        window = restart_windows.get(k, [])
+        if window and rule.threshold is not None:
+            increase = window[-1][1] - window[0][1]
+            if increase >= rule.threshold:
+                add(
+                    Metric.ENGINE_CRASH_LOOPING,
+                    rule,
+                    f"deployment {where}",
+                    labels,
+                    increase,
+                    f"Engine {where} restarted {increase:.0f} times in 15 minutes",
+                )
+
+        rule = book.for_deployment(Metric.KV_CACHE_SATURATED, d)
+        kv = (
+            _num(live.get("kv_cache_usage_perc"))
+            if live is not None and live.get("has_metrics", True)
+            else None
+        )
+        if kv is not None and rule.threshold is not None and kv > rule.threshold:
+            add(
+                Metric.KV_CACHE_SATURATED,
+                rule,
+                f"deployment {where}",
+                labels,
+                kv,
+                f"KV cache of {dep.name} at {_pct(kv)}",
+            )
+
+        rule = book.for_deployment(Metric.QUEUE_GROWING, d)
+        if k in waiting and rule.threshold is not None and waiting[k] > rule.threshold:
+            growth = samples.slope(queue_windows.get(k, []))
+            if growth is not None and growth > 0:
+                add(
+                    Metric.QUEUE_GROWING,
+                    rule,
+                    f"deployment {where}",
+                    labels,
+                    waiting[k],
+                    f"Queue of {dep.name} keeps growing ({waiting[k]:.0f} waiting)",
+                )
+
+        rule = book.for_deployment(Metric.TTFT_P95_OVER_BASELINE, d)
+        base = baselines.get(k)
+        if k in ttft and base is not None and rule.threshold is not None:
+            value = ttft[k]
+            if value > TTFT_FLOOR_SECONDS and value > rule.threshold * base:
+                add(
+                    Metric.TTFT_P95_OVER_BASELINE,
+                    rule,
+                    f"deployment {where}",
+                    labels,
+                    value,
+                    f"TTFT p95 of {dep.name} is {value:.2f} s, over {rule.threshold:g}x "
+                    f"its baseline {base:.2f} s",
+                )
+
+    since = dt.datetime.fromtimestamp(now - ERROR_WINDOW_SECONDS, dt.UTC)
+    until = dt.datetime.fromtimestamp(now, dt.UTC)
+    rows = (
+        RequestLog.objects.filter(created_at__gt=since, created_at__lte=until)
+        .exclude(alias="")
+        .values("alias")
+        .annotate(total=Count("id"), errors=Count("id", filter=Q(status__gte=500)))
+    )
+    for row in rows:
+        rule = book.for_alias(Metric.HIGH_5XX_RATIO, row["alias"])
+        if row["total"] and rule.threshold is not None:
+            ratio = row["errors"] / row["total"]
+            if ratio > rule.threshold:
+                add(
+                    Metric.HIGH_5XX_RATIO,
+                    rule,
+                    f"alias {row['alias']}",
+                    {"alias": row["alias"]},
+                    ratio,
+                    f"{_pct(ratio)} of requests for {row['alias']} fail with 5xx",
+                )
+
+    rule = book.for_fleet(Metric.TENANT_NEAR_BUDGET)
+    for tenant, budget, used in state.tenants:
+        if budget > 0 and rule.threshold is not None and used / budget > rule.threshold:
+            ratio = used / budget
+            add(
+                Metric.TENANT_NEAR_BUDGET,
+                rule,
+                f"tenant {tenant}",
+                {"tenant": tenant},
+                ratio,
+                f"Tenant {tenant} used {_pct(ratio)} of its daily token budget",
+            )
+    return out

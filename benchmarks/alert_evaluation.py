@@ -1,0 +1,152 @@
+"""One run of the console's alert evaluator (alerts.evaluate) at 100 hosts x 8 GPUs and 400 engines.
+
+    .venv/bin/python benchmarks/alert_evaluation.py [--hosts 100 --gpus 8 --engines 400 --runs 40]
+
+The same inventory and live records as benchmarks/fleet_exposition.py (a scratch SQLite database, or
+`--database-url`; Redis under a key prefix of its own, removed at the end), plus what keeps alerts open:
+every 10th engine crashed while meant to run (engine_down) and every 10th GPU at 90 °C
+(gpu_temperature_high), so each run updates ~120 open alerts as the steady state of a troubled fleet
+would. Runs are 15 s apart on the evaluator's clock (the default ALERT_EVALUATE_INTERVAL_SECONDS), so
+the Redis windows fill as they would; the first runs open the alerts pending, later ones fire them.
+Prints the median, p95 and max of one evaluation (JSON in var/bench/alert_evaluation.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import secrets
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH_DIR = REPO / "var" / "bench"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hosts", type=int, default=100)
+    parser.add_argument("--gpus", type=int, default=8, help="GPUs per host")
+    parser.add_argument("--engines", type=int, default=400)
+    parser.add_argument("--runs", type=int, default=40)
+    parser.add_argument("--database-url", default="")
+    options = parser.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="alert-eval-bench-"))
+    os.environ.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "inferchain.settings",
+            "DATABASE_URL": options.database_url or f"sqlite:///{tmp / 'db.sqlite3'}",
+            "REDIS_KEY_PREFIX": f"benchalerts{os.getpid()}:",
+            "SECRET_KEY": secrets.token_urlsafe(40),
+            "ALERT_WEBHOOK_URL": "",
+        }
+    )
+    sys.path.insert(0, str(REPO))
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+
+    from alerts.models import Alert
+    from alerts.services import evaluate
+    from core.redis_client import get_redis
+    from models_registry.models import Model, ModelVersion
+    from nodes.choices import DeploymentState, DesiredState, Engine
+    from nodes.lifecycle import live_deployment_key, live_gpu_key
+    from nodes.models import Deployment, Gpu, Host
+
+    call_command("migrate", verbosity=0)
+    tag = secrets.token_hex(3)
+    version = ModelVersion.objects.create(
+        model=Model.objects.create(name=f"bench-llama-{tag}"),
+        revision="fp16",
+        source_kind="directory",
+        source_path="/models/llama",
+    )
+    hosts = Host.objects.bulk_create(
+        Host(name=f"b{tag}-gpu-{h:03d}", address=f"10.0.{h // 250}.{h % 250}") for h in range(options.hosts)
+    )
+    Gpu.objects.bulk_create(
+        Gpu(host=host, index=i, uuid=f"GPU-{tag}-{h}-{i}", name="H100", memory_total_bytes=80 * 2**30)
+        for h, host in enumerate(hosts)
+        for i in range(options.gpus)
+    )
+    deployments = Deployment.objects.bulk_create(
+        Deployment(
+            name=f"b{tag}-chat-{d:03d}",
+            model_version=version,
+            engine=Engine.VLLM,
+            host=hosts[d % len(hosts)],
+            gpu_indices=[(d // len(hosts)) % options.gpus],
+            port=8100 + d // len(hosts),
+            served_model_name=f"chat-{d % 12}",
+            state=DeploymentState.CRASHED if d % 10 == 0 else DeploymentState.READY,
+            desired_state=DesiredState.RUNNING,
+        )
+        for d in range(options.engines)
+    )
+
+    r = get_redis()
+    clock = time.time()
+
+    pipe = r.pipeline(transaction=False)
+    for h, host in enumerate(hosts):
+        for i in range(options.gpus):
+            hot = (h * options.gpus + i) % 10 == 0
+            sample = {
+                "memory_used_bytes": 72 * 2**30, "memory_total_bytes": 80 * 2**30,
+                "utilization_pct": 87.0, "temperature_c": 90.0 if hot else 66.0, "power_watts": 512.5,
+            }  # fmt: skip
+            pipe.set(live_gpu_key(host.name, i), json.dumps(sample), ex=3600)
+    for d, dep in enumerate(deployments):
+        if d % 10 == 0:
+            continue  # crashed: no live record
+        live = {
+            "num_requests_running": 12.0, "num_requests_waiting": 3.0, "kv_cache_usage_perc": 0.61,
+            "ttft_p95_s": 0.412, "itl_p95_s": 0.048, "tokens_per_s": 1432.5, "has_metrics": True,
+        }  # fmt: skip
+        pipe.set(live_deployment_key(dep.pk), json.dumps(live), ex=3600)
+    pipe.execute()
+
+    times = []
+    try:
+        for n in range(options.runs + 1):
+            now = clock + 15 * n
+            Host.objects.update(last_heartbeat=dt.datetime.fromtimestamp(now, dt.UTC))
+            began = time.perf_counter()
+            evaluate(now=now)
+            if n:  # the first run is the warm-up (connections, query compilation, the fleet rules)
+                times.append((time.perf_counter() - began) * 1000)
+        open_alerts = Alert.objects.exclude(state="resolved").count()
+        firing = Alert.objects.filter(state="firing").count()
+    finally:
+        for redis_key in r.scan_iter(match=f"{os.environ['REDIS_KEY_PREFIX']}*", count=1000):
+            r.delete(redis_key)
+    times.sort()
+    result = {
+        "hosts": options.hosts,
+        "gpus": options.hosts * options.gpus,
+        "engines": options.engines,
+        "database": connection.vendor,
+        "runs": options.runs,
+        "open_alerts": open_alerts,
+        "firing_at_end": firing,
+        "median_ms": round(statistics.median(times), 2),
+        "p95_ms": round(times[int(0.95 * (len(times) - 1))], 2),
+        "max_ms": round(times[-1], 2),
+        "load_average": os.getloadavg()[0],
+    }
+    BENCH_DIR.mkdir(parents=True, exist_ok=True)
+    (BENCH_DIR / "alert_evaluation.json").write_text(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
