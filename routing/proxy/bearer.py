@@ -113,7 +113,7 @@ class FailedAuthThrottle:
             try:
                 n, ttl = await self._count(keys=[rkey("authfail", address)], args=[self.window_ms])
                 return int(n), float(ttl)
-            except Exception:  # noqa: BLE001 - Redis down: fall back to counting in this process
+            except Exception:  # Redis down: fall back to counting in this process
                 pass
         now = time.monotonic()
         count, end = self._local.get(address, (0, 0.0))
