@@ -31,7 +31,7 @@ from django.db import close_old_connections
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from console.services import hash_api_key
-from core.redis_client import CONFIG_CHANNEL, key_cache_generation, key_cache_record
+from core.redis_client import CONFIG_CHANNEL, async_redis, key_cache_generation, key_cache_record
 from core.redis_client import key as rkey
 from routing.choices import Priority, Scorer
 from routing.proxy import bearer
@@ -451,9 +451,7 @@ class Proxy:
                 f"PROXY_LIMITS_ON_REDIS_DOWN={settings.PROXY_LIMITS_ON_REDIS_DOWN!r}: only 'reject' exists"
             )
         loop = asyncio.get_running_loop()
-        self.attach_redis(
-            aioredis.Redis.from_url(settings.REDIS_URL, socket_timeout=1.0, socket_connect_timeout=1.0)
-        )
+        self.attach_redis(async_redis(settings.REDIS_URL, socket_timeout=1.0, socket_connect_timeout=1.0))
         self.reqlog = RequestLogWriter(settings.REQUEST_LOG_SPOOL_DIR)
         self.reqlog.start(maintain=maintain_request_log)
         self.pairs = pair_writer(settings.REQUEST_LOG_SPOOL_DIR / "shadow_pairs")
