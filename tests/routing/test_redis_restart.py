@@ -15,7 +15,6 @@ import pytest
 import redis
 
 from core import redis_client
-from routing.proxy.limits import Limiter
 from routing.proxy.redispipe import RedisPipe, pack
 from tests.private_redis import PrivateRedis, private_redis  # noqa: F401 - fixture
 from tests.routing.conftest import Proc, make_tenant_key, post
