@@ -16,7 +16,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +122,9 @@ class KeyLeakCheck:
                     self.cmdline_leaks.append(f"pid {pid}'s command line holds the key {creator} created")
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
         leaks = [f"{r}" for r in self.cmdline_leaks] if call.when == "call" else []
         if call.when == "call":

@@ -17,6 +17,7 @@ from tests.keyleak import KeyLeakCheck
 @pytest.mark.django_db
 def test_every_key_a_test_creates_is_recorded_against_it(request: pytest.FixtureRequest) -> None:
     plugin = request.config.pluginmanager.get_plugin("keyleak")
+    assert isinstance(plugin, KeyLeakCheck)
     issued = issue_api_key(tenant=Tenant.objects.create(name="leak-check"), name="k")
     assert plugin.keys[issued.raw_key] == request.node.nodeid
 

@@ -67,7 +67,8 @@ def test_sync_client_survives_a_restart(private_redis: PrivateRedis, settings: o
         def hold() -> None:
             with client.pipeline(transaction=False) as pipe:
                 barrier.wait(5)
-                pipe.ping().execute()
+                pipe.ping()
+                pipe.execute()
 
         with ThreadPoolExecutor(6) as pool:
             list(pool.map(lambda _: hold(), range(6)))
