@@ -26,7 +26,7 @@ log = logging.getLogger("routing.proxy")
 
 _BODY = re.compile(r"[A-Za-z0-9_-]+")
 # The whole shape in one C call: the success path's only cost here.
-_KEY = re.compile(re.escape(KEY_PREFIX) + "[A-Za-z0-9_-]{%d}" % (KEY_LENGTH - len(KEY_PREFIX)))
+_KEY = re.compile(re.escape(KEY_PREFIX) + f"[A-Za-z0-9_-]{{{KEY_LENGTH - len(KEY_PREFIX)}}}")
 # Fixed window per address: the first failure starts it; the count and the time left come back together.
 COUNT_LUA = """
 local n = redis.call('INCR', KEYS[1])
