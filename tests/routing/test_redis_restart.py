@@ -111,6 +111,7 @@ def test_proxy_serves_every_request_after_a_redis_restart(
     private_redis: PrivateRedis,  # noqa: F811
     start_proxy: Callable[..., Proc],
     trivial_backend: Proc,
+    record_property: Callable[[str, object], None],
 ) -> None:
     limited = make_tenant_key("restart", requests_per_minute=100_000)
     proxy = start_proxy(static=f"trivial={trivial_backend.url}", REDIS_URL=private_redis.url)
@@ -133,6 +134,8 @@ def test_proxy_serves_every_request_after_a_redis_restart(
     while post(url, limited.raw_key, BODY).status != 200:
         assert time.monotonic() - back_at < 5, "the proxy did not recover by itself"
         time.sleep(0.01)
+    # Reported (e.g. --junitxml), not asserted beyond the bound above: docs/proxy.md quotes it.
+    record_property("served_again_after_redis_start_s", round(time.monotonic() - back_at, 3))
     assert burst(64) == [200] * 64
     log = proxy.log()
     assert log.count("Redis (limiter) unreachable") == log.count("Redis (limiter) reachable again") >= 1
