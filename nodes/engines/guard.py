@@ -9,8 +9,9 @@ reads (the key is never on the command line). `GET /health` stays open: it says 
 process serves, and liveness probes (the agent's, a load balancer's) need it without a secret.
 
 Why here rather than a relay or TLS: it costs one header comparison per request and nothing per
-token, where an authenticating relay re-sends every streamed chunk through one more process and mutual
-TLS encrypts every chunk twice (measured in benchmarks/engine_guard.py, docs/benchmarks.md).
+token (+0.07 us/token on 2.46, within noise), where an authenticating relay re-sends every streamed
+chunk through one more process (+3.46 us/token) and mutual TLS encrypts every chunk (+1.79 us/token
+on the engine's side alone), measured in benchmarks/engine_guard.py (docs/benchmarks.md).
 
 Stdlib only: it is imported by the engine's interpreter, which has vLLM but not necessarily Django.
 """
