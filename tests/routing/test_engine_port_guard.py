@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import tempfile
 import urllib.error
 import urllib.request
@@ -136,3 +137,13 @@ def test_through_the_proxy_the_guarded_engine_serves(
     assert reply.json()["choices"][0]["message"]["content"]
     streamed = post(proxy.url + "/v1/chat/completions", tenant.raw_key, {**CHAT, "stream": True})
     assert streamed.status == 200 and "[DONE]" in streamed.text
+
+
+def test_the_guard_imports_without_django() -> None:
+    """vLLM's interpreter imports it by path (`--middleware`): it must not need the console's settings."""
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    code = "import sys, nodes.engines.guard; print('django' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "False"
