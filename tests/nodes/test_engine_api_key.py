@@ -49,7 +49,8 @@ def test_engine_requires_the_key_and_the_database_never_holds_it(host: Any, make
     assert key.encode() not in Path(f"/proc/{deployment.pid}/cmdline").read_bytes()
     assert key not in deployment.launch_argv and "--api-key" not in deployment.launch_argv
     launch = deployment.events.filter(launch__isnull=False).latest("at").launch
-    assert key not in repr(launch) and launch["env"]["VLLM_API_KEY"] == "[redacted]"
+    assert launch is not None and key not in repr(launch)
+    assert launch["env"]["VLLM_API_KEY"] == "[redacted]"
     with connection.cursor() as cursor:
         for table in ("nodes_deployment", "nodes_deploymentevent", "console_auditevent"):
             cursor.execute(f"SELECT * FROM {table}")
