@@ -285,7 +285,7 @@ def parse_args(argv: list[str], env: Mapping[str, str] | None = None) -> argpars
     args.model = model
     environ = os.environ if env is None else env
     if args.api_key is None and environ.get("VLLM_API_KEY"):
-        args.api_key = environ["VLLM_API_KEY"].split()
+        args.api_key = [environ["VLLM_API_KEY"]]
     if args.sim_profile not in PROFILES:
         parser.error(f"unknown profile {args.sim_profile}")
     return args
