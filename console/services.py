@@ -18,6 +18,9 @@ from core.choices import AuditAction
 from core.redis_client import publish_config_change
 
 KEY_PREFIX = "ick_"
+KEY_SECRET_BYTES = 32
+# token_urlsafe(32): 32 bytes in unpadded URL-safe base64 (A-Z a-z 0-9 - _) are 43 characters.
+KEY_LENGTH = len(KEY_PREFIX) + 43
 VISIBLE_PREFIX_LEN = 12
 
 
@@ -46,7 +49,7 @@ def issue_api_key(
     expires_at: Any = None,
     created_by: User | None = None,
 ) -> IssuedKey:
-    raw = KEY_PREFIX + secrets.token_urlsafe(32)
+    raw = KEY_PREFIX + secrets.token_urlsafe(KEY_SECRET_BYTES)
     api_key = ApiKey.objects.create(
         tenant=tenant,
         name=name,

@@ -1,19 +1,131 @@
-"""One shared Redis connection pool per process, and the key names the product writes."""
+"""One shared Redis connection pool per process, and the key names the product writes.
+
+Every client made here retries a call that failed with a connection error once, on a fresh connection:
+after a Redis restart each pooled connection is dead, and without the retry every one of them would
+fail one request (seconds or minutes later, whenever it is next checked out). A call that fails again
+fails for good: Redis is down, and the caller's degraded mode applies. Loss and recovery are logged
+once each per process and link (`RedisLink`), not once per call.
+"""
 
 from __future__ import annotations
 
 import functools
 import json
-from typing import Any
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import redis
+import redis.asyncio as aioredis
 from django.conf import settings
 from django.db import transaction
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
+
+log = logging.getLogger("core.redis")
+T = TypeVar("T")
+_LOST = (RedisConnectionError, RedisTimeoutError)
+
+
+class RedisLink:
+    """Whether this process reaches Redis over one named link; logs the loss and the recovery once each."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.down_since: float | None = None
+        self._lock = threading.Lock()
+
+    def lost(self, error: BaseException) -> None:
+        if self.down_since is not None:
+            return
+        with self._lock:
+            if self.down_since is None:
+                self.down_since = time.monotonic()
+                log.warning(
+                    "Redis (%s) unreachable: %s: %s. Calls fail until it is back.",
+                    self.name,
+                    type(error).__name__,
+                    error,
+                )
+
+    def ok(self) -> None:
+        if self.down_since is None:  # the success path: one attribute read
+            return
+        with self._lock:
+            if self.down_since is not None:
+                down = time.monotonic() - self.down_since
+                self.down_since = None
+                log.warning("Redis (%s) reachable again after %.2f s.", self.name, down)
+
+
+_LINKS: dict[str, RedisLink] = {}
+
+
+def redis_link(name: str) -> RedisLink:
+    """The process-wide state of link `name` (redis-py deep-copies its Retry per connection)."""
+    found = _LINKS.get(name)
+    if found is None:
+        found = _LINKS.setdefault(name, RedisLink(name))
+    return found
+
+
+class RetryOnce(Retry):
+    """redis-py's Retry: once, at once, on a connection error; loss and recovery reported to a RedisLink."""
+
+    def __init__(self, link: str) -> None:
+        super().__init__(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
+        self.link = link
+
+    def call_with_retry(self, do: Callable[[], T], fail: Any, *args: Any, **kwargs: Any) -> T:
+        try:
+            result = super().call_with_retry(do, fail, *args, **kwargs)
+        except _LOST as exc:
+            redis_link(self.link).lost(exc)
+            raise
+        redis_link(self.link).ok()
+        return result
+
+
+class AsyncRetryOnce(AsyncRetry):
+    """The asyncio twin of RetryOnce."""
+
+    def __init__(self, link: str) -> None:
+        super().__init__(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
+        self.link = link
+
+    async def call_with_retry(
+        self, do: Callable[[], Awaitable[T]], fail: Any, *args: Any, **kwargs: Any
+    ) -> T:
+        try:
+            result = await super().call_with_retry(do, fail, *args, **kwargs)
+        except _LOST as exc:
+            redis_link(self.link).lost(exc)
+            raise
+        redis_link(self.link).ok()
+        return result
+
+
+def async_redis(url: str, *, link: str = "proxy", **kwargs: Any) -> aioredis.Redis:
+    """An asyncio client whose calls are retried once on a fresh connection after a connection error."""
+    return aioredis.Redis.from_url(
+        url, retry=AsyncRetryOnce(link), retry_on_error=[RedisConnectionError], **kwargs
+    )
 
 
 @functools.cache
 def get_redis() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+    return redis.Redis.from_url(
+        settings.REDIS_URL,
+        socket_timeout=2,
+        socket_connect_timeout=2,
+        retry=RetryOnce("shared"),
+        retry_on_error=[RedisConnectionError],
+    )
 
 
 def key(*parts: str) -> str:

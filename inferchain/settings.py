@@ -271,6 +271,10 @@ PROXY_LIMITS_ON_REDIS_DOWN = env_str("PROXY_LIMITS_ON_REDIS_DOWN", "reject")
 # Extra endpoints outside the fleet, "alias=http://host:port[|engine-key],...", e.g. for benchmarks.
 PROXY_STATIC_ENDPOINTS = env_str("PROXY_STATIC_ENDPOINTS", "")
 PROXY_CONFIG_REFRESH_SECONDS = env_float("PROXY_CONFIG_REFRESH_SECONDS", 30.0)
+# Failed API-key attempts (malformed or unknown keys) one source address may make per window, counted
+# across proxy processes in Redis; beyond it the address gets 429 until the window ends. 0 turns it off.
+PROXY_AUTH_FAILURES_PER_WINDOW = env_int("PROXY_AUTH_FAILURES_PER_WINDOW", 60)
+PROXY_AUTH_FAILURE_WINDOW_SECONDS = env_float("PROXY_AUTH_FAILURE_WINDOW_SECONDS", 60.0)
 REQUEST_LOG_RETENTION_DAYS = env_int("REQUEST_LOG_RETENTION_DAYS", 30)
 REQUEST_LOG_PARTITIONS_AHEAD = env_int("REQUEST_LOG_PARTITIONS_AHEAD", 3)
 REQUEST_LOG_SPOOL_DIR = Path(

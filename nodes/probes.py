@@ -43,8 +43,8 @@ def lists_model(result: HttpResult, served_model_name: str) -> bool:
         return False
 
 
-def get_json(host: str, port: int, path: str, *, timeout: float) -> Any:
-    result = http_get(host, port, path, timeout=timeout)
+def get_json(host: str, port: int, path: str, *, timeout: float, api_key: str | None = None) -> Any:
+    result = http_get(host, port, path, timeout=timeout, api_key=api_key)
     if not result.ok:
         return None
     try:

@@ -15,6 +15,14 @@ from core.redis_client import get_redis
 PASSWORD = "correct-horse-battery-9"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    from tests.keyleak import KeyLeakCheck
+
+    # Every raw key the suite creates is looked for in captured output, process lists and logs.
+    if not config.pluginmanager.has_plugin("keyleak"):
+        config.pluginmanager.register(KeyLeakCheck(), "keyleak")
+
+
 def make_user(username: str, role: str) -> User:
     user = User(username=username, role=role)
     user.set_password(PASSWORD)

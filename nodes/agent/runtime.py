@@ -24,7 +24,7 @@ from nodes.agent.services import bind_host_for, engine_spec, launch_record, new_
 from nodes.choices import DeploymentState, DesiredState, Engine
 from nodes.engines import get_adapter
 from nodes.engines import vllm as vllm_adapter
-from nodes.lifecycle import transition
+from nodes.lifecycle import engine_api_key, transition
 from nodes.models import Deployment
 from nodes.preflight import preflight_deployment
 from nodes.probes import http_get
@@ -210,7 +210,13 @@ def _in_flight(deployment: Deployment) -> float | None:
     adapter = get_adapter(deployment.engine)
     if adapter.metrics_path is None:
         return None
-    result = http_get(deployment.host.address, deployment.port, adapter.metrics_path, timeout=1.0)
+    result = http_get(
+        deployment.host.address,
+        deployment.port,
+        adapter.metrics_path,
+        timeout=1.0,
+        api_key=engine_api_key(deployment),
+    )
     if not result.ok:
         return None
     metrics = adapter.parse_metrics(result.body.decode("utf-8", errors="replace"))

@@ -88,14 +88,14 @@ def observe(deployment: Deployment) -> Observation:
     adapter = get_adapter(deployment.engine)
     address, port = deployment.host.address, deployment.port
     obs = Observation(alive=True)
+    # Every engine path but /health wants the engine key (nodes/engines/guard.py).
+    key = engine_api_key(deployment)
     health = http_get(address, port, adapter.health_path, timeout=PROBE_TIMEOUT)
     obs.health_ok = health.ok
     if not health.ok:
         obs.error = health.error or f"{adapter.health_path} answered {health.status}"
     else:
-        models = http_get(
-            address, port, adapter.models_path, timeout=PROBE_TIMEOUT, api_key=engine_api_key(deployment)
-        )
+        models = http_get(address, port, adapter.models_path, timeout=PROBE_TIMEOUT, api_key=key)
         obs.ready = lists_model(models, deployment.served_model_name)
         if not obs.ready:
             obs.error = (
@@ -103,14 +103,14 @@ def observe(deployment: Deployment) -> Observation:
                 or f"{adapter.models_path} answered {models.status} without '{deployment.served_model_name}'"
             )
     if adapter.metrics_path is not None:
-        scraped = http_get(address, port, adapter.metrics_path, timeout=PROBE_TIMEOUT)
+        scraped = http_get(address, port, adapter.metrics_path, timeout=PROBE_TIMEOUT, api_key=key)
         if scraped.ok:
             try:
                 obs.metrics = adapter.parse_metrics(scraped.body.decode("utf-8", errors="replace"))
             except ValueError as exc:
                 obs.error = obs.error or f"unreadable /metrics: {exc}"
     if deployment.engine == Engine.SIM:
-        data = get_json(address, port, "/sim/gpu", timeout=PROBE_TIMEOUT)
+        data = get_json(address, port, "/sim/gpu", timeout=PROBE_TIMEOUT, api_key=key)
         if isinstance(data, dict) and isinstance(data.get("gpus"), list):
             obs.sim_gpus = [g for g in data["gpus"] if isinstance(g, dict)]
     return obs

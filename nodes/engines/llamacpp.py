@@ -35,8 +35,6 @@ def build_argv(spec: EngineSpec) -> list[str]:
         spec.bind_host,
         "--port",
         str(spec.port),
-        "--api_key",
-        spec.api_key,
         "--n_ctx",
         str(spec.max_model_len),
         "--interrupt_requests",
@@ -55,6 +53,10 @@ def build_env(spec: EngineSpec) -> dict[str, str]:
         # ...))), and process managers set PORT (honcho does): pin both to the deployment's values.
         "HOST": spec.bind_host,
         "PORT": str(spec.port),
+        # Its settings are pydantic-settings fields: a flag left out is read from the environment, so the
+        # key stays out of the command line (`ps`). Every route it serves but /docs and /openapi.json
+        # depends on this key (llama_cpp/server/app.py `authenticate`), /tokenize and /detokenize included.
+        "API_KEY": spec.api_key,
     }
 
 

@@ -2,13 +2,16 @@
 
 Flag spellings follow current vLLM (see tests/data/vllm/serve-flags.md): the model is the
 positional argument of `serve` (`--model` is deprecated there), booleans are BooleanOptionalAction
-pairs, and `--api-key` guards /v1 while /health and /metrics stay open for the agent's probes.
+pairs. The engine key is passed as `VLLM_API_KEY` (never in argv) and `--middleware` loads
+nodes/engines/guard.py, which requires it on every path but `GET /health` (vLLM's `--api-key` alone
+guards only /v1, /v2, /inference and /cohere).
 """
 
 from __future__ import annotations
 
 import re
 
+from nodes.engines import guard
 from nodes.engines.base import EngineSpec
 from nodes.engines.metrics import EngineMetrics, parse_vllm_metrics
 
@@ -96,8 +99,9 @@ def serve_flags(spec: EngineSpec) -> list[str]:
         str(spec.port),
         "--served-model-name",
         spec.served_model_name,
-        "--api-key",
-        spec.api_key,
+        # Every path needs the engine key (VLLM_API_KEY in build_env), not only /v1: see guard.py.
+        "--middleware",
+        guard.IMPORT_PATH,
         "--max-model-len",
         str(spec.max_model_len),
         "--tensor-parallel-size",
@@ -383,7 +387,9 @@ def reported_quantization_kernel(log_text: str) -> str | None:
 
 
 def build_env(spec: EngineSpec) -> dict[str, str]:
-    env = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    # The key goes in the environment, which vLLM reads when --api-key is absent
+    # (serve/middleware/register.py:32-36): a command line is readable by every user of the host (`ps`).
+    env = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", guard.KEY_ENV: spec.api_key}
     if spec.gpu_indices:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in spec.gpu_indices)
     return env

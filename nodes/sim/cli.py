@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+from collections.abc import Mapping
 
 from nodes.engines.vllm import KV_CACHE_DTYPES
 from nodes.sim.profiles import DEFAULT_PROFILE, PROFILES
@@ -56,7 +57,6 @@ IGNORED_VALUE_FLAGS = [
     "--allowed-methods",
     "--allowed-headers",
     "--disable-access-log-for-endpoints",
-    "--middleware",
     "--pipeline-parallel-size",
     "--api-server-count",
     "--uds",
@@ -173,6 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default=None)
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", nargs="+", default=None)
+    # vLLM's `--middleware` (append): import paths of ASGI middleware classes; the simulator runs each
+    # as a filter in front of its routes (server.asgi_filter), e.g. nodes/engines/guard.py.
+    p.add_argument("--middleware", action="append", default=[])
     p.add_argument("--served-model-name", nargs="+", default=None)
     p.add_argument("--max-model-len", type=max_model_len_type, default=None)
     p.add_argument("--gpu-memory-utilization", type=unit_fraction, default=0.92)
@@ -268,7 +271,7 @@ def normalize_argv(argv: list[str]) -> list[str]:
     return out
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
+def parse_args(argv: list[str], env: Mapping[str, str] | None = None) -> argparse.Namespace:
     """Parse and resolve the model: the positional wins over --model, VLLM_API_KEY is the key fallback."""
     parser = build_parser()
     args = parser.parse_args(normalize_argv(argv))
@@ -281,8 +284,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             )
         model = "Qwen/Qwen3-0.6B"  # vLLM's default ModelConfig.model
     args.model = model
-    if args.api_key is None and os.environ.get("VLLM_API_KEY"):
-        args.api_key = [os.environ["VLLM_API_KEY"]]
+    environ = os.environ if env is None else env
+    if args.api_key is None and environ.get("VLLM_API_KEY"):
+        args.api_key = [environ["VLLM_API_KEY"]]
     if args.sim_profile not in PROFILES:
         parser.error(f"unknown profile {args.sim_profile}")
     return args

@@ -24,7 +24,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, disable_created_metrics, generate_latest
 
-from nodes.sim import logprobs, model, text
+from nodes.sim import asgi_filter, logprobs, model, text
 from nodes.sim.engine import Sequence, SimEngine
 from nodes.sim.gpu import gpu_snapshot
 from nodes.sim.metrics import EngineMetrics
@@ -154,7 +154,11 @@ class SimServer:
     # app ---------------------------------------------------------------------------------------------
 
     def build_app(self) -> web.Application:
-        app = web.Application(middlewares=[self._errors_mw, self._auth_mw], client_max_size=64 * 1024**2)
+        # vLLM adds --middleware classes outside its own auth middleware, so they see every request first.
+        extra = [asgi_filter.asgi_filter(asgi_filter.load(path)) for path in self.args.middleware or []]
+        app = web.Application(
+            middlewares=[*extra, self._errors_mw, self._auth_mw], client_max_size=64 * 1024**2
+        )
         r = app.router
         r.add_get("/health", self.health)
         r.add_get("/ping", self.health)
@@ -171,6 +175,10 @@ class SimServer:
         r.add_post("/v1/responses", self.responses)
         # SageMaker's dispatcher (sagemaker/api_router.py:54-96): not under /v1, so never key-guarded.
         r.add_post("/invocations", self.invocations)
+        # Also served by vLLM for generate models and not key-guarded (tests/data/vllm/endpoints.md).
+        r.add_post("/generative_scoring", self.generative_scoring)
+        r.add_post("/scale_elastic_ep", self.scale_elastic_ep)
+        r.add_post("/is_scaling_elastic_ep", self.is_scaling_elastic_ep)
         if self.args.enable_tokenizer_info_endpoint:
             r.add_get("/tokenizer_info", self.tokenizer_info)
         if not self.args.disable_fastapi_docs:
@@ -321,6 +329,19 @@ class SimServer:
             "Cannot find suitable handler for request. Expected one of: "
             "['ChatCompletionRequest', 'CompletionRequest']",
         )
+
+    async def generative_scoring(self, request: web.Request) -> web.Response:
+        # generative_scoring/api_router.py:29-30: served, unguarded; the simulator has no scores to give.
+        await self._body(request)
+        raise ApiError(501, "NotImplementedError", "The simulator does not implement generative scoring.")
+
+    async def scale_elastic_ep(self, request: web.Request) -> web.Response:
+        # elastic_ep/api_router.py:29: an engine without elastic expert parallelism refuses to scale.
+        await self._body(request)
+        raise ApiError(400, "BadRequestError", "Elastic expert parallelism is not enabled on this engine.")
+
+    async def is_scaling_elastic_ep(self, request: web.Request) -> web.Response:
+        return _json({"is_scaling_elastic_ep": False})
 
     # dev endpoints (VLLM_SERVER_DEV_MODE=1) ------------------------------------------------------------
 

@@ -136,8 +136,6 @@ def start_sim(
     """
     port = port or free_port()
     cmd = [sys.executable, "-m", "nodes.sim", "serve", model, "--host", host, "--port", str(port)]
-    if api_key is not None:
-        cmd += ["--api-key", api_key]
     if profile is not None:
         cmd += ["--sim-profile", profile]
     if time_scale is not None:
@@ -152,6 +150,9 @@ def start_sim(
     if env is None or "VLLM_API_KEY" not in env:
         # A key inherited from the caller's environment would silently guard the simulator.
         proc_env.pop("VLLM_API_KEY", None)
+    if api_key is not None:
+        # As the agent passes it: in the environment, never on the command line (`ps` shows argv).
+        proc_env["VLLM_API_KEY"] = api_key
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, env=proc_env)
     handle = SimHandle(
         proc=proc,

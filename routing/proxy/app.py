@@ -31,9 +31,10 @@ from django.db import close_old_connections
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from console.services import hash_api_key
-from core.redis_client import CONFIG_CHANNEL, key_cache_generation, key_cache_record
+from core.redis_client import CONFIG_CHANNEL, async_redis, key_cache_generation, key_cache_record
 from core.redis_client import key as rkey
 from routing.choices import Priority, Scorer
+from routing.proxy import bearer
 from routing.proxy import metrics as m
 from routing.proxy.canary import draw
 from routing.proxy.config import (
@@ -412,6 +413,9 @@ class Proxy:
         self.snapshot = RoutingSnapshot()
         self.keys: dict[str, tuple[KeyInfo, float]] = {}
         self.negative: dict[str, float] = {}
+        self.failed_auth = bearer.FailedAuthThrottle(
+            settings.PROXY_AUTH_FAILURES_PER_WINDOW, settings.PROXY_AUTH_FAILURE_WINDOW_SECONDS
+        )
         self._key_loads: dict[str, asyncio.Future[KeyInfo | None]] = {}
         # Bumped whenever cached keys are dropped: a lookup that began before a drop must not store
         # what it read (it may predate the revocation that caused the drop).
@@ -447,9 +451,7 @@ class Proxy:
                 f"PROXY_LIMITS_ON_REDIS_DOWN={settings.PROXY_LIMITS_ON_REDIS_DOWN!r}: only 'reject' exists"
             )
         loop = asyncio.get_running_loop()
-        self.attach_redis(
-            aioredis.Redis.from_url(settings.REDIS_URL, socket_timeout=1.0, socket_connect_timeout=1.0)
-        )
+        self.attach_redis(async_redis(settings.REDIS_URL, socket_timeout=1.0, socket_connect_timeout=1.0))
         self.reqlog = RequestLogWriter(settings.REQUEST_LOG_SPOOL_DIR)
         self.reqlog.start(maintain=maintain_request_log)
         self.pairs = pair_writer(settings.REQUEST_LOG_SPOOL_DIR / "shadow_pairs")
@@ -471,6 +473,7 @@ class Proxy:
         self.redis = client
         self.limiter = Limiter(client)
         self._write_back = client.register_script(WRITE_BACK_LUA)
+        self.failed_auth.attach(client)
 
     async def shutdown(self) -> None:
         for task in self._tasks:
@@ -703,6 +706,10 @@ class Proxy:
         raw = _bearer(scope)
         if raw is None:
             raise unauthorized("Missing API key. Send 'Authorization: Bearer <key>'.")
+        problem = bearer.malformed(raw)
+        if problem is not None:
+            self.failed_auth.check(scope)
+            raise await self.failed_auth.failed(scope, unauthorized(problem))
         digest = hash_api_key(raw)
         now = time.monotonic()
         cached = self.keys.get(digest)
@@ -711,14 +718,15 @@ class Proxy:
         if cached is not None and (self.pubsub_healthy or now - cached[1] < 1.0):
             info = cached[0]
         else:
+            self.failed_auth.check(scope)
             if self.negative.get(digest, 0.0) > now:
-                raise unauthorized()
+                raise await self.failed_auth.failed(scope, unauthorized())
             info_or_none = await self._load_key(digest)
             if info_or_none is None:
                 if len(self.negative) > NEGATIVE_CACHE_MAX:
                     self.negative.clear()
                 self.negative[digest] = now + NEGATIVE_CACHE_S
-                raise unauthorized()
+                raise await self.failed_auth.failed(scope, unauthorized())
             info = info_or_none
         # The dict lookup is by digest; compare once more in constant time before trusting it.
         if not hmac.compare_digest(info.hashed_key, digest):

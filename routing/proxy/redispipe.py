@@ -32,6 +32,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from core.redis_client import redis_link
+
 hiredis: Any
 try:
     hiredis = importlib.import_module("hiredis")
@@ -93,9 +95,10 @@ def lean_params(client: aioredis.Redis) -> dict[str, Any] | None:
     }
 
 
-# One pending command: the future of its reply (None: nobody waits), and for a script call the script
-# and the packed command after its head, so that a NOSCRIPT reply can resend it with the source.
-_Pending = tuple[asyncio.Future[Any] | None, Script | None, int, bytes]
+# One pending command: the future of its reply (None: nobody waits), for a script call the script and
+# the packed command after its head (so that a NOSCRIPT reply can resend it with the source), and
+# whether it was already resent after a lost connection.
+_Pending = tuple[asyncio.Future[Any] | None, Script | None, int, bytes, bool]
 _SETUP = -1  # in place of `nargs`: a set-up command, whose error reply is its result (connect raises it)
 _SKIP = pack("CLIENT", "REPLY", "SKIP")  # Redis sends no reply to the command after this one (nor to it)
 
@@ -117,6 +120,7 @@ class RedisPipe(asyncio.Protocol):
         scripts: tuple[Script, ...] = (),
         post_delay: float = 0.0,
         name: str = "",
+        link: str = "limiter",
     ) -> None:
         self._where = (host, port, path)
         self._setup: list[bytes] = []
@@ -142,6 +146,8 @@ class RedisPipe(asyncio.Protocol):
         self._flush_scheduled = False
         self._watchdog: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._link = redis_link(link)
+        self._closing = False
 
     # ---- sending ---------------------------------------------------------------------------------
 
@@ -156,7 +162,7 @@ class RedisPipe(asyncio.Protocol):
             loop = self._loop = asyncio.get_running_loop()
         fut = loop.create_future() if wait else None
         self._out.append(script.head(nargs) + command if script is not None else command)
-        self._pending.append((fut, script, nargs, command))
+        self._pending.append((fut, script, nargs, command, False))
         if not self._flush_scheduled:
             self._flush_scheduled = True
             loop.call_soon(self._flush)
@@ -217,7 +223,7 @@ class RedisPipe(asyncio.Protocol):
                 if setup:
                     # Set-up replies come before any queued command's, in the same order.
                     for f in reversed(setup):
-                        self._pending.appendleft((f, None, _SETUP, b""))
+                        self._pending.appendleft((f, None, _SETUP, b"", False))
                     self._sent_at.extendleft([self._loop.time()] * len(setup))
                     transport.write(b"".join(self._setup))
                     for f in setup:
@@ -226,14 +232,17 @@ class RedisPipe(asyncio.Protocol):
                             raise reply
         except (OSError, TimeoutError, ResponseError, RedisConnectionError) as exc:
             self._connecting = None
+            error = RedisConnectionError(f"Redis unreachable: {type(exc).__name__}: {exc}")
+            self._link.lost(error)
             if self._transport is not None:
                 self._transport.abort()  # connection_lost fails what is pending
-            self._fail_all(RedisConnectionError(f"Redis unreachable: {type(exc).__name__}: {exc}"))
+            self._fail_all(error)
             for f in setup:  # nobody else waits for these
                 if f.done() and not f.cancelled():
                     f.exception()
             return
         self._connecting = None
+        self._link.ok()
         self._flush()
 
     # ---- receiving -------------------------------------------------------------------------------
@@ -245,13 +254,13 @@ class RedisPipe(asyncio.Protocol):
         self._reader.feed(data)
         pending, sent_at = self._pending, self._sent_at
         while (reply := self._reader.gets()) is not False:
-            fut, script, nargs, command = pending.popleft()
+            fut, script, nargs, command, resent = pending.popleft()
             sent_at.popleft()
             if script is not None and isinstance(reply, ResponseError) and str(reply).startswith("NOSCRIPT"):
                 # Redis lost its script cache (restart, SCRIPT FLUSH): the script did not run; run it
                 # from source, which also caches it again.
                 self._out.append(script.head(nargs, by_digest=False) + command)
-                self._pending.append((fut, script, nargs, command))
+                self._pending.append((fut, script, nargs, command, resent))
                 if not self._flush_scheduled:
                     self._flush_scheduled = True
                     assert self._loop is not None
@@ -269,8 +278,36 @@ class RedisPipe(asyncio.Protocol):
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
-        # Commands written but unanswered may or may not have run: their callers get an error.
-        self._fail_all(RedisConnectionError(f"Redis connection lost: {exc}" if exc else "Redis closed"))
+        error = RedisConnectionError(
+            f"Redis connection lost: {exc}" if exc else "Redis closed the connection"
+        )
+        if self._closing:
+            self._fail_all(error)
+            return
+        self._link.lost(error)
+        # Resend each awaited command once, on a fresh connection: after a Redis restart the old socket
+        # is dead but the new server answers. A command that already ran may run twice (its reply was
+        # lost); for the limiter that over-counts one admission, the safe direction. Nothing is resent
+        # twice: a second loss fails it. Replies nobody awaits (posted completions) are dropped.
+        again = [
+            p for p in self._pending if p[0] is not None and not p[0].done() and not p[4] and p[2] != _SETUP
+        ]
+        given_up = [p for p in self._pending if p not in again]
+        self._pending.clear()
+        self._sent_at.clear()
+        self._out.clear()
+        self._posted.clear()
+        for fut, *_ in given_up:
+            if fut is not None and not fut.done():
+                fut.set_exception(error)
+        if not again or self._loop is None:
+            return
+        for fut, script, nargs, command, _ in again:
+            self._out.append(script.head(nargs) + command if script is not None else command)
+            self._pending.append((fut, script, nargs, command, True))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
 
     def _fail_all(self, exc: Exception) -> None:
         pending = list(self._pending)
@@ -308,6 +345,7 @@ class RedisPipe(asyncio.Protocol):
         return f"{name[0]}:{name[1]}" if isinstance(name, tuple) else None
 
     async def aclose(self) -> None:
+        self._closing = True
         if self._connecting is not None:
             self._connecting.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,7 +41,16 @@ def test_engine_requires_the_key_and_the_database_never_holds_it(host: Any, make
     assert http_get("127.0.0.1", deployment.port, "/v1/models", timeout=2, api_key="guess").status == 401
     assert http_get("127.0.0.1", deployment.port, "/v1/models", timeout=2, api_key=key).status == 200
 
-    assert "[engine key]" in deployment.launch_argv and key not in deployment.launch_argv
+    # Paths vLLM's own --api-key leaves open need the key too (nodes/engines/guard.py).
+    assert http_get("127.0.0.1", deployment.port, "/metrics", timeout=2).status == 401
+    assert http_get("127.0.0.1", deployment.port, "/metrics", timeout=2, api_key=key).status == 200
+
+    # Not on the command line (`ps` shows it to every user of the host), nor in the launch record.
+    assert key.encode() not in Path(f"/proc/{deployment.pid}/cmdline").read_bytes()
+    assert key not in deployment.launch_argv and "--api-key" not in deployment.launch_argv
+    launch = deployment.events.filter(launch__isnull=False).latest("at").launch
+    assert launch is not None and key not in repr(launch)
+    assert launch["env"]["VLLM_API_KEY"] == "[redacted]"
     with connection.cursor() as cursor:
         for table in ("nodes_deployment", "nodes_deploymentevent", "console_auditevent"):
             cursor.execute(f"SELECT * FROM {table}")

@@ -19,3 +19,11 @@ def test_llamacpp_does_not_interrupt_a_stream_for_the_next_request() -> None:
     # llama-cpp-python's default (true) ends a stream with [DONE] when a probe waits for the model.
     assert argv[argv.index("--interrupt_requests") + 1] == "false"
     assert argv[argv.index("--model") + 1] == "/models/m.gguf"
+
+
+def test_llamacpp_key_is_in_the_environment_not_the_command_line() -> None:
+    spec = EngineSpec(model_path="/models/m.gguf", served_model_name="m", port=8100, api_key="k-secret")
+    argv = llamacpp.build_argv(spec)
+    assert "k-secret" not in argv and "--api_key" not in argv
+    # llama_cpp.server's settings are pydantic-settings fields: API_KEY fills api_key.
+    assert llamacpp.build_env(spec)["API_KEY"] == "k-secret"

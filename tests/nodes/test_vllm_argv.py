@@ -67,7 +67,10 @@ def test_model_is_the_positional_of_serve_and_values_are_passed_through() -> Non
     assert argv[serve + 1] == s.model_path
     assert "--model" not in argv
     assert option_value(argv, "--served-model-name") == s.served_model_name
-    assert option_value(argv, "--api-key") == s.api_key
+    # The key travels in the environment (VLLM_API_KEY), where `ps` cannot read it.
+    assert "--api-key" not in argv and s.api_key not in argv
+    assert vllm.build_env(s)["VLLM_API_KEY"] == s.api_key
+    assert option_value(argv, "--middleware") == "nodes.engines.guard.EngineKeyGuard"
     assert option_value(argv, "--port") == str(s.port)
     assert float(option_value(argv, "--gpu-memory-utilization")) == s.gpu_memory_utilization
     assert int(option_value(argv, "--max-model-len")) == s.max_model_len
@@ -119,10 +122,11 @@ def test_simulator_takes_the_same_flags_and_its_parser_accepts_them() -> None:
     s = spec(extra_args=("--sim-time-scale", "10"))
     argv = sim.build_argv(s)
     serve = argv.index("serve")
-    args = parse_args(argv[serve:])
+    args = parse_args(argv[serve:], env=sim.build_env(s))
     assert args.model == s.model_path
     assert args.served_model_name == [s.served_model_name]
     assert args.api_key == [s.api_key]
+    assert args.middleware == ["nodes.engines.guard.EngineKeyGuard"]
     assert args.max_model_len == s.max_model_len
     assert args.enable_prefix_caching is False
     assert args.sim_time_scale == 10

@@ -357,7 +357,8 @@ def test_each_launch_keeps_its_record_in_the_event_history(make_deployment: Any,
     assert first["vllm_version"].endswith("+sim")
     assert first["manifest_digest"] == dep.model_version.manifest_digest != ""
     assert "CUDA_VISIBLE_DEVICES" in first["env"]
-    assert "[engine key]" in first["argv"] and key not in first["argv"]
+    assert key not in first["argv"] and key not in str(first)
+    assert first["env"]["VLLM_API_KEY"] == "[redacted]"
     assert engine_api_key(dep) not in records[1]["argv"]
     runtime.Deployment.objects.filter(pk=dep.pk).update(desired_state="stopped")
     runtime.stop(dep.pk)
