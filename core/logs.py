@@ -12,6 +12,10 @@ ROUTINE_TASKS = (
     "nodes-host-heartbeat-sweep",
     "routing.evaluate_rollouts",
     "routing-rollout-gates",
+    "routing.rollup_history",
+    "routing-history-rollup",
+    "routing.aggregate_history",
+    "routing-history-aggregate",
 )
 
 

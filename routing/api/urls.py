@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from routing.api import rollouts, shadow_pairs, views
+from routing.api import history, rollouts, shadow_pairs, views
 
 router = DefaultRouter()
 router.register("route-pools", views.RoutePoolViewSet, basename="routepool")
@@ -17,5 +17,6 @@ urlpatterns = [
     path("routing/usage/", views.usage, name="routing-usage"),
     path("routing/traffic/", views.traffic, name="routing-traffic"),
     path("routing/serving/", rollouts.serving, name="routing-serving"),
+    path("history/", history.history, name="history"),
     *router.urls,
 ]
