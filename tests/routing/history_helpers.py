@@ -28,7 +28,9 @@ class Fleet:
 
 
 def make_fleet(name: str = "hist-a", gpus: int = 2) -> Fleet:
-    host = Host.objects.create(name=name, address="127.0.0.1", state=HostState.ONLINE, last_heartbeat=timezone.now())
+    host = Host.objects.create(
+        name=name, address="127.0.0.1", state=HostState.ONLINE, last_heartbeat=timezone.now()
+    )
     for index in range(gpus):
         Gpu.objects.create(host=host, index=index, uuid=f"sim-{name}-{index}", memory_total_bytes=80 * GIB)
     version = ModelVersion.objects.create(

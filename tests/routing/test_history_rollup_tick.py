@@ -18,13 +18,19 @@ pytestmark = pytest.mark.django_db
 
 
 def writes(ctx: CaptureQueriesContext) -> list[str]:
-    return [q["sql"] for q in ctx.captured_queries if q["sql"].lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE"))]
+    return [
+        q["sql"]
+        for q in ctx.captured_queries
+        if q["sql"].lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE"))
+    ]
 
 
 def test_one_insert_per_tick_from_live_records_and_request_log(redis_clean: None, settings: object) -> None:
     fleet = make_fleet()
     now = services.bucket_start(time.time(), 10) + 3.0
-    publish_gpu("hist-a", 0, utilization_pct=55.0, memory_used_bytes=70 * GIB, temperature_c=61.0, power_watts=410.0)
+    publish_gpu(
+        "hist-a", 0, utilization_pct=55.0, memory_used_bytes=70 * GIB, temperature_c=61.0, power_watts=410.0
+    )
     # GPU 1 has no live record (agent gone): no point, a gap, not zeros.
     publish_engine(
         fleet.deployment.pk,
@@ -51,7 +57,12 @@ def test_one_insert_per_tick_from_live_records_and_request_log(redis_clean: None
     assert offered == 4
 
     rows = {(r.kind, r.subject): r for r in MetricRollup.objects.all()}
-    assert set(rows) == {("gpu", "hist-a:0"), ("engine", str(fleet.deployment.pk)), ("pool", pool), ("tenant", str(fleet.tenant.pk))}
+    assert set(rows) == {
+        ("gpu", "hist-a:0"),
+        ("engine", str(fleet.deployment.pk)),
+        ("pool", pool),
+        ("tenant", str(fleet.tenant.pk)),
+    }
     gpu = rows[("gpu", "hist-a:0")]
     assert gpu.resolution_s == 10 and gpu.bucket.timestamp() == services.bucket_start(now, 10)
     assert gpu.values == {
@@ -63,7 +74,11 @@ def test_one_insert_per_tick_from_live_records_and_request_log(redis_clean: None
         "power_watts": 410.0,
     }
     engine = rows[("engine", str(fleet.deployment.pk))].values
-    assert engine["tokens_per_s"] == 300.0 and engine["ttft_p95_s"] == 0.2 and engine["num_requests_waiting"] == 1.0
+    assert (
+        engine["tokens_per_s"] == 300.0
+        and engine["ttft_p95_s"] == 0.2
+        and engine["num_requests_waiting"] == 1.0
+    )
 
     pool_row = rows[("pool", pool)]
     assert pool_row.bucket.timestamp() == start
