@@ -62,6 +62,11 @@ class HistorySeriesSerializer(serializers.Serializer):
         "latency_p50_ms, latency_p95_ms, prompt_tokens_per_s, completion_tokens_per_s; a pool also "
         "each of them as short_* and long_* (prompts under and at least PROXY_LONG_PROMPT_TOKENS).",
     )
+    summary = serializers.DictField(
+        child=serializers.FloatField(allow_null=True),
+        help_text="The whole range as one value per field: gauge means; request rates over the range, "
+        "and the success rate and latency percentiles of all its requests.",
+    )
 
 
 class HistorySerializer(serializers.Serializer):

@@ -177,7 +177,16 @@ def read(subjects: list[Subject], range_key: str, end: dt.datetime) -> dict[str,
                     for f in fields:
                         v = values.get(f)
                         columns[f][i] = None if v is None else float(v)
-        series.append({"subject": s.name, "kind": s.kind, "label": s.label, "values": columns})
+        in_range = [v for t, v in rows.items() if t in index]
+        series.append(
+            {
+                "subject": s.name,
+                "kind": s.kind,
+                "label": s.label,
+                "values": columns,
+                "summary": _summary(s.kind, in_range, span),
+            }
+        )
     return {
         "range": range_key,
         "resolution_s": resolution,
@@ -187,6 +196,20 @@ def read(subjects: list[Subject], range_key: str, end: dt.datetime) -> dict[str,
         "units": {f: UNITS[_base(f)] for s in subjects for f in _fields(s.kind)},
         "series": series,
     }
+
+
+def _summary(kind: str, rows: list[dict[str, Any]], span: float) -> dict[str, float | None]:
+    """The whole range as one point: gauge means over its samples, or request figures over all its
+    requests (rates over the range; success rate and percentiles of every request in it)."""
+    if kind not in REQUEST_KINDS:
+        means = stats.combine_gauges(rows)
+        return {f: (float(means[f]) if f in means else None) for f in _fields(kind)}
+    total = stats.combine_requests(rows)
+    out: dict[str, float | None] = {}
+    for part in POOL_PARTS if kind == RollupKind.POOL else ("all",):
+        for f, v in stats.request_series_point(total.get(part), span).items():
+            out[f if part == "all" else f"{part}_{f}"] = v
+    return out
 
 
 def _base(field: str) -> str:

@@ -85,6 +85,11 @@ def test_pool_tenant_and_engine_series(viewer_client: APIClient) -> None:
     assert body["units"]["long_latency_p95_ms"] == "ms" and body["units"]["success_rate"] == "ratio"
     assert tenant["label"] == fleet.tenant.name and tenant["values"]["completion_tokens_per_s"][-4] == 8.0
     assert "short_success_rate" not in tenant["values"]
+    # The range as one figure: every request of it (4 in 15 min), their success rate and p95.
+    assert pool["summary"]["requests_per_s"] == pytest.approx(4 / 900)
+    assert pool["summary"]["success_rate"] == 0.75 and pool["summary"]["long_success_rate"] == 0.0
+    assert pool["summary"]["latency_p95_ms"] == pytest.approx(900.0, rel=0.19)
+    assert engine["summary"]["tokens_per_s"] == 250.0 and engine["summary"]["itl_p95_s"] is None
     assert engine["label"] == fleet.deployment.name and engine["values"]["tokens_per_s"][-1] == 250.0
 
 
