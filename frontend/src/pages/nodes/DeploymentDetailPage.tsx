@@ -10,6 +10,7 @@ import { formatDateTime, formatPct, formatSeconds } from "../../format";
 import { useApi } from "../../hooks/useApi";
 import type { LiveEvent } from "../../hooks/useLive";
 import { useLive } from "../../hooks/useLive";
+import { DeploymentHistory } from "./DeploymentHistory";
 import { EngineKvCacheChart, EngineLatencyChart, EngineRequestsChart, EngineThroughputChart, GpuUtilizationChart } from "./charts";
 import "./nodes.css";
 import { gpuKey, useTelemetrySeries } from "./telemetry";
@@ -161,6 +162,8 @@ export function DeploymentDetailPage() {
               ))}
             </div>
           </Card>
+          <div style={{ height: 16 }} />
+          <DeploymentHistory deployment={d} />
           <div style={{ height: 16 }} />
           <Card title="Launch command">
             <pre className="argv" data-testid="launch-argv">{d.launch_argv.length ? d.launch_argv.join(" ") : "Not launched yet."}</pre>

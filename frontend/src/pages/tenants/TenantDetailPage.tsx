@@ -11,6 +11,7 @@ import { Table } from "../../components/Table";
 import { formatDateTime, formatNumber, formatShortDateTime } from "../../format";
 import { useApi } from "../../hooks/useApi";
 import { useFormState } from "../../hooks/useFormState";
+import { TenantHistory } from "./TenantHistory";
 import { CreateKeyDialog, EditKeyDialog, NewKeySecretDialog, quotaBody, quotaDraft } from "./KeyDialogs";
 
 /** One tenant: its settings, its quota and its API keys (create with a copy-once secret, revoke). */
@@ -63,6 +64,7 @@ export function TenantDetailPage() {
         <QuotaCard key={`quota-${t.id}`} tenant={t} editable={isAdmin} onSaved={tenant.reload} />
       </div>
       <KeysCard key={`keys-${t.id}`} tenant={t} editable={isAdmin} onChanged={tenant.reload} />
+      <TenantHistory key={`history-${t.id}`} tenantId={t.id} />
       <ConfirmDialog
         open={deleting}
         title={`Delete tenant ${t.name}?`}
