@@ -53,7 +53,7 @@ class HistorySeriesSerializer(serializers.Serializer):
 
     subject = serializers.CharField()
     kind = serializers.ChoiceField(choices=["gpu", "engine", "pool", "tenant"])
-    label = serializers.CharField(help_text="The GPU, deployment, pool or tenant as people name it.")
+    name = serializers.CharField(help_text="The GPU, deployment, pool or tenant as people name it.")
     values = serializers.DictField(
         child=serializers.ListField(child=serializers.FloatField(allow_null=True)),
         help_text="GPU: utilization_pct, memory_used_bytes, memory_total_bytes, temperature_c, "

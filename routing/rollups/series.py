@@ -182,7 +182,7 @@ def read(subjects: list[Subject], range_key: str, end: dt.datetime) -> dict[str,
             {
                 "subject": s.name,
                 "kind": s.kind,
-                "label": s.label,
+                "name": s.label,
                 "values": columns,
                 "summary": _summary(s.kind, in_range, span),
             }

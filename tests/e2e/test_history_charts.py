@@ -47,6 +47,7 @@ def seed(fleet: Any) -> None:
             ts = last - k * resolution
             util = 80.0 if now - ts < 900 else 30.0
             gauges = {"n": 1, "utilization_pct": util, "memory_used_bytes": 60.0 * GIB, "temperature_c": 60.0}
+            gauges["power_watts"] = 150.0 + 3.0 * util
             rows.append(
                 MetricRollup(resolution_s=resolution, kind="gpu", subject=gpu, bucket=at(ts), values=gauges)
             )
@@ -56,7 +57,12 @@ def seed(fleet: Any) -> None:
                     kind="engine",
                     subject=engine,
                     bucket=at(ts),
-                    values={"n": 1, "tokens_per_s": 300.0, "ttft_p95_s": 0.25, "itl_p95_s": 0.03},
+                    values={
+                        "n": 1,
+                        "tokens_per_s": 3.5 * util,
+                        "num_requests_waiting": util / 20,
+                        "ttft_p95_s": 0.25,
+                    },
                 )
             )
             # Short prompts all succeed in ~100 ms; long ones: 1 of 2 fails, ~2 s.
@@ -124,12 +130,13 @@ def test_history_charts_follow_the_range_picker(
     expect(util).to_have_attribute("data-points", "360")
     assert span(util) == 3600
     expect(page.get_by_test_id("history-gpu-util-box")).to_have_attribute("data-resolution", "10")
-    # Ticks on the value axis are numbers, the axis label carries the unit.
-    expect(util.locator(".u-axis").nth(1)).to_contain_text("%")
+    # The legend names each line (uPlot draws the axes and their unit label on the canvas).
+    expect(util.locator(".u-legend")).to_contain_text("hist-a GPU 0")
     mem = page.get_by_test_id("history-gpu-mem")
     mem.locator(".u-over").hover()
     expect(page.get_by_test_id("history-gpu-mem-tooltip")).to_contain_text("60 GiB")
     card.scroll_into_view_if_needed()
+    util.locator(".u-over").hover()
     card.screenshot(path=str(screenshot(page, "chart-1h")))
 
     card.get_by_test_id("range-picker-24h").click()

@@ -50,7 +50,7 @@ def test_each_range_picks_its_resolution(
     assert body["t"][-1] == last and body["t"][1] - body["t"][0] == resolution
     assert body["end"] - body["start"] == points * resolution
     [gpu] = body["series"]
-    assert gpu["subject"] == "gpu:hist-a:0" and gpu["label"] == "hist-a GPU 0"
+    assert gpu["subject"] == "gpu:hist-a:0" and gpu["name"] == "hist-a GPU 0"
     util = gpu["values"]["utilization_pct"]
     assert util[-2] == 42.0 and [v for v in util if v is not None] == [42.0]
     assert body["units"]["utilization_pct"] == "%" and body["units"]["memory_used_bytes"] == "bytes"
@@ -83,14 +83,14 @@ def test_pool_tenant_and_engine_series(viewer_client: APIClient) -> None:
     assert pool["values"]["requests_per_s"][-5] == 0.0 and pool["values"]["success_rate"][-5] is None
     assert pool["values"]["requests_per_s"][-1] is None
     assert body["units"]["long_latency_p95_ms"] == "ms" and body["units"]["success_rate"] == "ratio"
-    assert tenant["label"] == fleet.tenant.name and tenant["values"]["completion_tokens_per_s"][-4] == 8.0
+    assert tenant["name"] == fleet.tenant.name and tenant["values"]["completion_tokens_per_s"][-4] == 8.0
     assert "short_success_rate" not in tenant["values"]
     # The range as one figure: every request of it (4 in 15 min), their success rate and p95.
     assert pool["summary"]["requests_per_s"] == pytest.approx(4 / 900)
     assert pool["summary"]["success_rate"] == 0.75 and pool["summary"]["long_success_rate"] == 0.0
     assert pool["summary"]["latency_p95_ms"] == pytest.approx(900.0, rel=0.19)
     assert engine["summary"]["tokens_per_s"] == 250.0 and engine["summary"]["itl_p95_s"] is None
-    assert engine["label"] == fleet.deployment.name and engine["values"]["tokens_per_s"][-1] == 250.0
+    assert engine["name"] == fleet.deployment.name and engine["values"]["tokens_per_s"][-1] == 250.0
 
 
 def test_bad_range_and_subjects_are_field_errors(viewer_client: APIClient) -> None:
@@ -114,7 +114,7 @@ def test_bad_range_and_subjects_are_field_errors(viewer_client: APIClient) -> No
     assert any("host hist-a has no GPU 7" in p for p in problems)
     assert any("no deployment with id 999999" in p for p in problems)
     assert any("unknown kind 'disk'" in p for p in problems)
-    unknown_param = viewer_client.get("/api/history/", {"subject": "gpu:hist-a:0", "minutes": 5})
+    unknown_param = viewer_client.get("/api/history/", {"subject": "gpu:hist-a:0", "minutes": "5"})
     assert unknown_param.status_code == 400 and "minutes" in unknown_param.json()
     too_many = viewer_client.get("/api/history/", {"subject": ["gpu:hist-a:0"] * 65})
     assert too_many.status_code == 400 and "subject" in too_many.json()

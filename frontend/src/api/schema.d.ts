@@ -2280,7 +2280,7 @@ export interface components {
             subject: string;
             kind: components["schemas"]["HistorySeriesKindEnum"];
             /** @description The GPU, deployment, pool or tenant as people name it. */
-            label: string;
+            name: string;
             /** @description GPU: utilization_pct, memory_used_bytes, memory_total_bytes, temperature_c, power_watts. Engine: num_requests_running, num_requests_waiting, kv_cache_usage_perc, tokens_per_s, ttft_p95_s, itl_p95_s. Pool and tenant: requests_per_s, success_rate, latency_p50_ms, latency_p95_ms, prompt_tokens_per_s, completion_tokens_per_s; a pool also each of them as short_* and long_* (prompts under and at least PROXY_LONG_PROMPT_TOKENS). */
             values: {
                 [key: string]: (number | null)[];

@@ -7,7 +7,7 @@ export interface HistoryLine {
   /** The subject's name in the answer, e.g. "gpu:demo-a:0", "pool:fast". */
   subject: string;
   field: string;
-  /** Legend label; default: the subject's label. */
+  /** Legend label; default: the subject's name. */
   label?: string;
   /** Multiplies each value, e.g. 100 for a ratio drawn in %, 1e3 for seconds drawn in ms. */
   scale?: number;
@@ -42,7 +42,7 @@ export function HistoryChart({
       const values = s?.values[line.field] ?? [];
       const scale = line.scale ?? 1;
       return {
-        label: line.label ?? s?.label ?? line.subject,
+        label: line.label ?? s?.name ?? line.subject,
         values: scale === 1 ? values : values.map((v) => (v === null ? null : v * scale)),
         color: line.color ?? PALETTE[i % PALETTE.length],
       };
