@@ -321,10 +321,10 @@ class MetricRollup(models.Model):
     """One subject's numbers over one time bucket at one resolution (10 s, 1 min or 1 h).
 
     Subjects: a GPU (`<host>:<index>`), an engine (the deployment's id), a route pool (its name) or a
-    tenant (its id). `values` holds a GPU's or engine's gauge means (with `n`, the samples behind them)
-    or a pool's or tenant's request counts, tokens and latency histogram (routing/rollups/stats.py),
-    so a coarser bucket is computed from finer ones exactly. Written in bulk by beat (one insert per
-    tick), pruned past each resolution's retention.
+    tenant (its id). `values` holds a GPU's or engine's gauge means (`[n, mean, ...]`, n the samples
+    behind them) or a pool's or tenant's request counts, tokens and latency histogram
+    (routing/rollups/stats.py), so a coarser bucket is computed from finer ones exactly. Written in
+    bulk by beat (one insert per tick), pruned past each resolution's retention.
     """
 
     resolution_s = models.PositiveIntegerField()

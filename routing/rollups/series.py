@@ -139,7 +139,7 @@ def read(subjects: list[Subject], range_key: str, end: dt.datetime) -> dict[str,
     grid = [first + i * resolution for i in range(int(span // resolution))]
     index = {t: i for i, t in enumerate(grid)}
     at = {t: dt.datetime.fromtimestamp(t, dt.UTC) for t in (first, last)}
-    points: dict[tuple[str, str], dict[float, dict[str, Any]]] = {}
+    points: dict[tuple[str, str], dict[float, Any]] = {}
     if subjects:
         by_kind: dict[str, list[str]] = {}
         for s in subjects:
@@ -171,11 +171,10 @@ def read(subjects: list[Subject], range_key: str, end: dt.datetime) -> dict[str,
                     for f, v in point.items():
                         columns[f if part == "all" else f"{part}_{f}"][index[t]] = v
         else:
-            for t, values in rows.items():
+            for t, point in rows.items():
                 i = index.get(t)
                 if i is not None:
-                    for f in fields:
-                        v = values.get(f)
+                    for f, v in zip(fields, point[1:], strict=False):
                         columns[f][i] = None if v is None else float(v)
         in_range = [v for t, v in rows.items() if t in index]
         series.append(
@@ -198,12 +197,12 @@ def read(subjects: list[Subject], range_key: str, end: dt.datetime) -> dict[str,
     }
 
 
-def _summary(kind: str, rows: list[dict[str, Any]], span: float) -> dict[str, float | None]:
+def _summary(kind: str, rows: list[Any], span: float) -> dict[str, float | None]:
     """The whole range as one point: gauge means over its samples, or request figures over all its
     requests (rates over the range; success rate and percentiles of every request in it)."""
     if kind not in REQUEST_KINDS:
-        means = stats.combine_gauges(rows)
-        return {f: (float(means[f]) if f in means else None) for f in _fields(kind)}
+        means = stats.combine_gauges(rows)[1:]
+        return {f: (means[i] if i < len(means) else None) for i, f in enumerate(_fields(kind))}
     total = stats.combine_requests(rows)
     out: dict[str, float | None] = {}
     for part in POOL_PARTS if kind == RollupKind.POOL else ("all",):

@@ -38,6 +38,7 @@ ENGINE_FIELDS = (
     "ttft_p95_s",
     "itl_p95_s",
 )
+GAUGE_FIELDS: dict[str, tuple[str, ...]] = {RollupKind.GPU: GPU_FIELDS, RollupKind.ENGINE: ENGINE_FIELDS}
 # The request log is written by the proxy in batches (every 0.5 s, later after a database outage), so a
 # tick rolls up the request bucket that ended one whole bucket ago, not the one that just ended.
 REQUEST_LAG_SECONDS = 2 * TICK_SECONDS
@@ -70,13 +71,27 @@ def gpu_subject(host: str, index: int) -> str:
     return f"{host}:{index}"
 
 
-def _gauges(live: dict[str, Any], fields: Iterable[str]) -> dict[str, Any]:
-    values: dict[str, Any] = {"n": 1}
+def _gauges(live: dict[str, Any], fields: Iterable[str]) -> list[float | None]:
+    values: list[float | None] = []
     for name in fields:
         value = live.get(name)
         if isinstance(value, int | float) and not isinstance(value, bool):
-            values[name] = float(value)
-    return values
+            values.append(float(value))
+        else:
+            values.append(None)
+    return stats.gauge_point(values)
+
+
+def gauge_values(kind: str, n: int = 1, **fields: float) -> list[float | None]:
+    """A gauge point of `kind` from named fields (absent ones null): `[n, value, ...]`."""
+    return [n, *(fields.get(name) for name in GAUGE_FIELDS[kind])]
+
+
+def named_gauges(kind: str, point: list[Any]) -> dict[str, Any]:
+    """A gauge point's fields by name, `n` first, absent (null) ones left out: for people and tests."""
+    out: dict[str, Any] = {"n": point[0]}
+    out.update({f: v for f, v in zip(GAUGE_FIELDS[kind], point[1:], strict=False) if v is not None})
+    return out
 
 
 def _json(raw: Any) -> dict[str, Any] | None:
@@ -144,7 +159,7 @@ def collect_requests(now: float) -> list[MetricRollup]:
     ]
 
 
-def _row(resolution: int, kind: str, subject: str, at: dt.datetime, values: dict[str, Any]) -> MetricRollup:
+def _row(resolution: int, kind: str, subject: str, at: dt.datetime, values: Any) -> MetricRollup:
     return MetricRollup(resolution_s=resolution, kind=kind, subject=subject, bucket=at, values=values)
 
 
@@ -187,7 +202,7 @@ def aggregate(resolution: int, now: float | None = None) -> Aggregated:
     missing = sorted(b for b in candidates if b not in done)
     if not missing:
         return Aggregated(resolution, 0, 0)
-    groups: dict[tuple[str, str, float], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, str, float], list[Any]] = {}
     finer_rows = MetricRollup.objects.filter(
         resolution_s=finer, bucket__gte=_at(missing[0]), bucket__lt=_at(missing[-1] + resolution)
     ).values_list("kind", "subject", "bucket", "values")

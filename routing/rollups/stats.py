@@ -2,8 +2,11 @@
 
 Two shapes of `MetricRollup.values`:
 
-- gauges (a GPU, an engine): `{"n": samples, field: mean, ...}`; a field with no value in any sample is
-  absent. Combined as means weighted by `n`.
+- gauges (a GPU, an engine): `[n, mean, mean, ...]`, the number of samples and then each field's mean
+  in the kind's field order (routing/rollups/services.py GPU_FIELDS, ENGINE_FIELDS; null where no sample
+  had the field). A list, not named fields: the names would be most of a point's bytes, and the
+  history holds millions of points (docs/benchmarks.md "History rollup writes"). A field added later
+  goes at the end; older, shorter points read as null there. Combined as means weighted by `n`.
 - requests (a pool, a tenant): `{part: stats}` with part `all` (and, for a pool, `short` and `long`,
   by prompt length against PROXY_LONG_PROMPT_TOKENS). `stats` is `{"requests", "ok", "prompt_tokens",
   "completion_tokens", "latency"}` where `latency` is a histogram of request latencies (bucket index ->
@@ -17,7 +20,7 @@ so a percentile read from a histogram is within 19% of the true one; 80 buckets 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 STEPS_PER_DOUBLING = 4
@@ -89,22 +92,27 @@ def combine_requests(buckets: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def combine_gauges(buckets: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """Gauge values of several buckets as one: each field's mean over all samples behind them."""
-    sums: dict[str, float] = {}
-    weights: dict[str, int] = {}
+def gauge_point(values: Sequence[float | None]) -> list[float | None]:
+    """One sample's gauge point: `[1, value, ...]`."""
+    return [1, *values]
+
+
+def combine_gauges(buckets: Iterable[Sequence[float | None]]) -> list[float | None]:
+    """Gauge points of several buckets as one: each field's mean over all the samples behind them."""
+    sums: list[float] = []
+    weights: list[int] = []
     total = 0
-    for values in buckets:
-        n = int(values.get("n", 1))
+    for point in buckets:
+        n = int(point[0] or 0) if point else 0
         total += n
-        for name, value in values.items():
-            if name == "n" or value is None:
-                continue
-            sums[name] = sums.get(name, 0.0) + float(value) * n
-            weights[name] = weights.get(name, 0) + n
-    out: dict[str, Any] = {"n": total}
-    out.update({name: sums[name] / weights[name] for name in sums if weights[name]})
-    return out
+        for i, value in enumerate(point[1:]):
+            if i >= len(sums):
+                sums.append(0.0)
+                weights.append(0)
+            if value is not None:
+                sums[i] += float(value) * n
+                weights[i] += n
+    return [total, *(sums[i] / weights[i] if weights[i] else None for i in range(len(sums)))]
 
 
 def request_series_point(stats: Mapping[str, Any] | None, seconds: float) -> dict[str, float | None]:

@@ -14,6 +14,7 @@ from playwright.sync_api import expect
 from console.models import User
 from routing.models import MetricRollup
 from routing.rollups import services
+from routing.rollups.services import gauge_values
 from routing.rollups.stats import latency_bucket
 from tests.conftest import PASSWORD
 from tests.e2e.harness import login, screenshot
@@ -46,8 +47,13 @@ def seed(fleet: Any) -> None:
         for k in range(count):
             ts = last - k * resolution
             util = 80.0 if now - ts < 900 else 30.0
-            gauges = {"n": 1, "utilization_pct": util, "memory_used_bytes": 60.0 * GIB, "temperature_c": 60.0}
-            gauges["power_watts"] = 150.0 + 3.0 * util
+            gauges = gauge_values(
+                "gpu",
+                utilization_pct=util,
+                memory_used_bytes=60.0 * GIB,
+                temperature_c=60.0,
+                power_watts=150.0 + 3.0 * util,
+            )
             rows.append(
                 MetricRollup(resolution_s=resolution, kind="gpu", subject=gpu, bucket=at(ts), values=gauges)
             )
@@ -57,12 +63,9 @@ def seed(fleet: Any) -> None:
                     kind="engine",
                     subject=engine,
                     bucket=at(ts),
-                    values={
-                        "n": 1,
-                        "tokens_per_s": 3.5 * util,
-                        "num_requests_waiting": util / 20,
-                        "ttft_p95_s": 0.25,
-                    },
+                    values=gauge_values(
+                        "engine", tokens_per_s=3.5 * util, num_requests_waiting=util / 20, ttft_p95_s=0.25
+                    ),
                 )
             )
             # Short prompts all succeed in ~100 ms; long ones: 1 of 2 fails, ~2 s.

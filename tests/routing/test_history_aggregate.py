@@ -14,6 +14,7 @@ from django.test.utils import CaptureQueriesContext
 
 from routing.models import MetricRollup
 from routing.rollups import services
+from routing.rollups.services import GPU_FIELDS, gauge_values, named_gauges
 from routing.rollups.stats import latency_bucket, percentile, request_series_point
 
 pytestmark = pytest.mark.django_db
@@ -23,7 +24,7 @@ def at(ts: float) -> dt.datetime:
     return dt.datetime.fromtimestamp(ts, dt.UTC)
 
 
-def put(resolution: int, kind: str, subject: str, ts: float, values: dict[str, Any]) -> None:
+def put(resolution: int, kind: str, subject: str, ts: float, values: Any) -> None:
     MetricRollup.objects.create(
         resolution_s=resolution, kind=kind, subject=subject, bucket=at(ts), values=values
     )
@@ -40,13 +41,14 @@ def test_ten_seconds_to_one_minute_to_one_hour() -> None:
     hour = services.bucket_start(time.time(), 3600) - 2 * 3600
     # Minute 1: six 10 s points of one GPU, utilization 10..60 (mean 35); the last has no temperature.
     for k, util in enumerate([10.0, 20.0, 30.0, 40.0, 50.0, 60.0]):
-        values: dict[str, Any] = {"n": 1, "utilization_pct": util}
-        if k < 5:
-            values["temperature_c"] = 60.0 + k  # 60..64: mean 62 over the five that have one
-        put(10, "gpu", "h:0", hour + 10 * k, values)
+        # Temperatures 60..64: mean 62 over the five that have one.
+        point = gauge_values("gpu", utilization_pct=util, temperature_c=60.0 + k)
+        if k == 5:
+            point[GPU_FIELDS.index("temperature_c") + 1] = None
+        put(10, "gpu", "h:0", hour + 10 * k, point)
     # Minute 2: three points at 80%.
     for k in range(3):
-        put(10, "gpu", "h:0", hour + 60 + 10 * k, {"n": 1, "utilization_pct": 80.0})
+        put(10, "gpu", "h:0", hour + 60 + 10 * k, gauge_values("gpu", utilization_pct=80.0))
     # A pool: two 10 s points in minute 1 (4 requests, 3 ok; 100, 100, 400, 900 ms), one in minute 2.
     put(
         10,
@@ -64,35 +66,42 @@ def test_ten_seconds_to_one_minute_to_one_hour() -> None:
     )
     put(10, "pool", "fast", hour + 70, {"all": requests(1, 0, [5000.0])})
     # A point of the next hour stays out of this hour's aggregate.
-    put(10, "gpu", "h:0", hour + 3600, {"n": 1, "utilization_pct": 0.0})
+    put(10, "gpu", "h:0", hour + 3600, gauge_values("gpu", utilization_pct=0.0))
 
     with CaptureQueriesContext(connection) as ctx:
         minute = services.aggregate(60, now=hour + 160)
     inserts = [q for q in ctx.captured_queries if q["sql"].startswith("INSERT")]
     assert len(inserts) == 1 and minute.buckets == 2 and minute.rows == 4
 
-    m1 = MetricRollup.objects.get(resolution_s=60, kind="gpu", subject="h:0", bucket=at(hour)).values
+    m1 = named_gauges(
+        "gpu", MetricRollup.objects.get(resolution_s=60, kind="gpu", subject="h:0", bucket=at(hour)).values
+    )
     assert m1 == {"n": 6, "utilization_pct": pytest.approx(35.0), "temperature_c": pytest.approx(62.0)}
-    m2 = MetricRollup.objects.get(resolution_s=60, kind="gpu", subject="h:0", bucket=at(hour + 60)).values
+    m2 = named_gauges(
+        "gpu",
+        MetricRollup.objects.get(resolution_s=60, kind="gpu", subject="h:0", bucket=at(hour + 60)).values,
+    )
     assert m2 == {"n": 3, "utilization_pct": pytest.approx(80.0)}
     pool = MetricRollup.objects.get(resolution_s=60, kind="pool", subject="fast", bucket=at(hour)).values
     assert pool["all"]["requests"] == 4 and pool["all"]["ok"] == 3 and pool["all"]["prompt_tokens"] == 40
     assert pool["short"]["requests"] == 2 and pool["long"]["requests"] == 2 and pool["long"]["ok"] == 1
-    point = request_series_point(pool["all"], 60)
-    assert point["success_rate"] == 0.75
-    assert point["requests_per_s"] == pytest.approx(4 / 60)
+    figures = request_series_point(pool["all"], 60)
+    assert figures["success_rate"] == 0.75
+    assert figures["requests_per_s"] == pytest.approx(4 / 60)
     # By hand: 100 ms is in bucket 27 ((2^6.5, 2^6.75] ms); the median (rank 2 of 4) is its top, 2^6.75.
-    assert point["latency_p50_ms"] == pytest.approx(2**6.75)  # 107.6 ms, true median 100-400 ms
+    assert figures["latency_p50_ms"] == pytest.approx(2**6.75)  # 107.6 ms, true median 100-400 ms
     # p95 is rank 3.8: in 900 ms's bucket 40 ((2^9.75, 2^10]), 0.8 of the way up.
-    assert point["latency_p95_ms"] == pytest.approx(2**9.75 + 0.8 * (2**10 - 2**9.75))  # 991.4 ms
-    assert point["latency_p95_ms"] == pytest.approx(900.0, rel=0.19)
+    assert figures["latency_p95_ms"] == pytest.approx(2**9.75 + 0.8 * (2**10 - 2**9.75))  # 991.4 ms
+    assert figures["latency_p95_ms"] == pytest.approx(900.0, rel=0.19)
 
     # Run again: nothing left to aggregate, nothing written.
     assert services.aggregate(60, now=hour + 160).rows == 0
 
     hourly = services.aggregate(3600, now=hour + 3700)
     assert hourly.buckets == 1
-    h = MetricRollup.objects.get(resolution_s=3600, kind="gpu", subject="h:0", bucket=at(hour)).values
+    h = named_gauges(
+        "gpu", MetricRollup.objects.get(resolution_s=3600, kind="gpu", subject="h:0", bucket=at(hour)).values
+    )
     # (6 x 35 + 3 x 80) / 9 = 50; the temperature's mean stays over its five samples.
     assert h == {"n": 9, "utilization_pct": pytest.approx(50.0), "temperature_c": pytest.approx(62.0)}
     hp = MetricRollup.objects.get(resolution_s=3600, kind="pool", subject="fast", bucket=at(hour)).values
@@ -104,7 +113,7 @@ def test_ten_seconds_to_one_minute_to_one_hour() -> None:
 
 def test_a_bucket_is_aggregated_only_once_settled() -> None:
     minute = services.bucket_start(time.time(), 60) - 600
-    put(10, "gpu", "h:0", minute, {"n": 1, "utilization_pct": 5.0})
+    put(10, "gpu", "h:0", minute, gauge_values("gpu", utilization_pct=5.0))
     # 20 s after the minute ended, its last request points may not be written yet: not aggregated.
     assert services.aggregate(60, now=minute + 80).rows == 0
     assert services.aggregate(60, now=minute + 90).rows == 1

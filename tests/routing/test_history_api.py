@@ -12,13 +12,14 @@ from rest_framework.test import APIClient
 
 from routing.models import MetricRollup
 from routing.rollups import services
+from routing.rollups.services import gauge_values
 from routing.rollups.stats import latency_bucket
 from tests.routing.history_helpers import make_fleet
 
 pytestmark = pytest.mark.django_db
 
 
-def put(resolution: int, kind: str, subject: str, ts: float, values: dict[str, Any]) -> None:
+def put(resolution: int, kind: str, subject: str, ts: float, values: Any) -> None:
     MetricRollup.objects.create(
         resolution_s=resolution,
         kind=kind,
@@ -38,11 +39,17 @@ def test_each_range_picks_its_resolution(
     make_fleet()
     now = time.time()
     last = services.bucket_start(now, resolution)
-    put(resolution, "gpu", "hist-a:0", last - resolution, {"n": 1, "utilization_pct": 42.0})
+    put(resolution, "gpu", "hist-a:0", last - resolution, gauge_values("gpu", utilization_pct=42.0))
     # Outside the range (and at another resolution): not in the answer.
-    put(resolution, "gpu", "hist-a:0", last - points * resolution, {"n": 1, "utilization_pct": 99.0})
+    put(resolution, "gpu", "hist-a:0", last - points * resolution, gauge_values("gpu", utilization_pct=99.0))
     other = 60 if resolution == 10 else 10
-    put(other, "gpu", "hist-a:0", services.bucket_start(now, other) - other, {"n": 1, "utilization_pct": 7.0})
+    put(
+        other,
+        "gpu",
+        "hist-a:0",
+        services.bucket_start(now, other) - other,
+        gauge_values("gpu", utilization_pct=7.0),
+    )
 
     body = viewer_client.get("/api/history/", {"range": range_key, "subject": "gpu:hist-a:0"}).json()
     assert body["resolution_s"] == resolution and body["range"] == range_key
@@ -71,7 +78,13 @@ def test_pool_tenant_and_engine_series(viewer_client: APIClient) -> None:
     }
     put(10, "pool", fleet.pool.name, last - 30, {"all": stats, "short": stats, "long": long})
     put(10, "tenant", str(fleet.tenant.pk), last - 30, {"all": stats})
-    put(10, "engine", str(fleet.deployment.pk), last, {"n": 1, "tokens_per_s": 250.0, "ttft_p95_s": 0.3})
+    put(
+        10,
+        "engine",
+        str(fleet.deployment.pk),
+        last,
+        gauge_values("engine", tokens_per_s=250.0, ttft_p95_s=0.3),
+    )
     subjects = [f"pool:{fleet.pool.name}", f"tenant:{fleet.tenant.pk}", f"engine:{fleet.deployment.pk}"]
     body = viewer_client.get("/api/history/", {"range": "15m", "subject": subjects}).json()
     pool, tenant, engine = body["series"]

@@ -26,7 +26,7 @@ def test_prune_by_age_per_resolution(settings: object) -> None:
                 kind="gpu",
                 subject=f"{label}:{resolution}",
                 bucket=dt.datetime.fromtimestamp(now - age, dt.UTC),
-                values={"n": 1},
+                values=[1],
             )
     with CaptureQueriesContext(connection) as ctx:
         deleted = services.prune(now)

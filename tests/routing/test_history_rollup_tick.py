@@ -11,6 +11,7 @@ from django.test.utils import CaptureQueriesContext
 
 from routing.models import MetricRollup
 from routing.rollups import services
+from routing.rollups.services import named_gauges
 from routing.rollups.stats import latency_bucket
 from tests.routing.history_helpers import GIB, log_request, make_fleet, publish_engine, publish_gpu
 
@@ -65,7 +66,7 @@ def test_one_insert_per_tick_from_live_records_and_request_log(redis_clean: None
     }
     gpu = rows[("gpu", "hist-a:0")]
     assert gpu.resolution_s == 10 and gpu.bucket.timestamp() == services.bucket_start(now, 10)
-    assert gpu.values == {
+    assert named_gauges("gpu", gpu.values) == {
         "n": 1,
         "utilization_pct": 55.0,
         "memory_used_bytes": 70.0 * GIB,
@@ -73,7 +74,7 @@ def test_one_insert_per_tick_from_live_records_and_request_log(redis_clean: None
         "temperature_c": 61.0,
         "power_watts": 410.0,
     }
-    engine = rows[("engine", str(fleet.deployment.pk))].values
+    engine = named_gauges("engine", rows[("engine", str(fleet.deployment.pk))].values)
     assert (
         engine["tokens_per_s"] == 300.0
         and engine["ttft_p95_s"] == 0.2

@@ -10,6 +10,7 @@ import pytest
 
 from core.celery import app
 from routing.models import MetricRollup
+from routing.rollups.services import named_gauges
 from tests.routing.history_helpers import GIB, make_fleet, publish_gpu
 
 pytestmark = pytest.mark.django_db
@@ -21,7 +22,7 @@ def test_tasks_by_name(redis_clean: None) -> None:
     publish_gpu("hist-a", 0, utilization_pct=40.0, memory_used_bytes=10 * GIB, temperature_c=50.0)
     assert app.tasks["routing.rollup_history"].apply().get() == 1
     point = MetricRollup.objects.get(resolution_s=10, kind="gpu", subject="hist-a:0")
-    assert point.values["utilization_pct"] == 40.0
+    assert named_gauges("gpu", point.values)["utilization_pct"] == 40.0
 
     # A 10 s point of a minute that settled five minutes ago (the tick's own minute has not), and one
     # older than a day.
@@ -31,10 +32,10 @@ def test_tasks_by_name(redis_clean: None) -> None:
         kind="gpu",
         subject="hist-a:0",
         bucket=dt.datetime.fromtimestamp(minute, dt.UTC),
-        values={"n": 1},
+        values=[1],
     )
     old = dt.datetime.fromtimestamp(time.time() - 2 * 86400, dt.UTC)
-    MetricRollup.objects.create(resolution_s=10, kind="gpu", subject="hist-a:0", bucket=old, values={"n": 1})
+    MetricRollup.objects.create(resolution_s=10, kind="gpu", subject="hist-a:0", bucket=old, values=[1])
     assert app.tasks["routing.aggregate_history"].apply().get() == {"60": 1, "3600": 0}
     assert MetricRollup.objects.filter(
         resolution_s=60, bucket=dt.datetime.fromtimestamp(minute, dt.UTC)
