@@ -15,6 +15,7 @@ from typing import Any
 from django.db.models import Max, Q
 
 from console.models import Tenant
+from models_registry.models import ModelAlias
 from nodes.models import Deployment, Gpu
 from routing.choices import RollupKind
 from routing.models import MetricRollup, RoutePool
@@ -102,9 +103,11 @@ def parse_subject(text: str) -> Subject:
             raise ValueError(f"'{text}': no deployment with id {rest}.")
         return Subject(RollupKind.ENGINE, str(int(rest)), name)
     if kind == RollupKind.POOL:
-        # A pool is a RoutePool or an alias routed as its own pool; either has points once it had traffic.
+        # A pool is a RoutePool, or an alias without a policy, which the proxy routes as a pool of its own
+        # name (routing/proxy/app.py); a pool since removed still has its history.
         known = (
             RoutePool.objects.filter(name=rest).exists()
+            or ModelAlias.objects.filter(name=rest).exists()
             or MetricRollup.objects.filter(kind=RollupKind.POOL, subject=rest).exists()
         )
         if not rest or not known:

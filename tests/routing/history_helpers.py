@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from console.models import Tenant
 from core.redis_client import get_redis
-from models_registry.models import Model, ModelVersion
+from models_registry.models import Model, ModelAlias, ModelVersion
 from nodes.choices import DeploymentState, Engine, HostState
 from nodes.lifecycle import live_deployment_key, live_gpu_key
 from nodes.models import Deployment, Gpu, Host
@@ -25,6 +25,7 @@ class Fleet:
     deployment: Deployment
     pool: RoutePool
     tenant: Tenant
+    alias: ModelAlias
 
 
 def make_fleet(name: str = "hist-a", gpus: int = 2) -> Fleet:
@@ -51,7 +52,8 @@ def make_fleet(name: str = "hist-a", gpus: int = 2) -> Fleet:
     )
     pool = RoutePool.objects.create(name=f"{name}-pool", alias="llama")
     tenant = Tenant.objects.create(name=f"{name}-tenant")
-    return Fleet(host, deployment, pool, tenant)
+    alias = ModelAlias.objects.create(name=f"{name}-alias", active_version=version)
+    return Fleet(host, deployment, pool, tenant, alias)
 
 
 def publish_gpu(host: str, index: int, **values: float) -> None:

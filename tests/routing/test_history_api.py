@@ -127,6 +127,8 @@ def test_bad_range_and_subjects_are_field_errors(viewer_client: APIClient) -> No
     assert any("host hist-a has no GPU 7" in p for p in problems)
     assert any("no deployment with id 999999" in p for p in problems)
     assert any("unknown kind 'disk'" in p for p in problems)
+    # An alias without a policy is routed as a pool of its own name: a pool subject too.
+    assert viewer_client.get("/api/history/", {"subject": f"pool:{fleet.alias.name}"}).status_code == 200
     unknown_param = viewer_client.get("/api/history/", {"subject": "gpu:hist-a:0", "minutes": "5"})
     assert unknown_param.status_code == 400 and "minutes" in unknown_param.json()
     too_many = viewer_client.get("/api/history/", {"subject": ["gpu:hist-a:0"] * 65})

@@ -1,15 +1,21 @@
-// A route pool's request history on the routing page: pick a pool and a range (15 min, 1 h, 24 h).
+// A route pool's request history on the routing page: pick a pool and a range (15 min, 1 h, 24 h). An alias
+// without a policy is routed as a pool of its own name, so aliases that are not pools are listed too.
 import { useState } from "react";
-import type { RoutePool } from "../../api/types";
+import type { Page as ApiPage, ModelAlias, RoutePool } from "../../api/types";
 import { Card, ErrorState } from "../../components/Page";
 import { RangePicker, type RangeKey } from "../../components/RangePicker";
 import { RequestHistory } from "../../components/RequestHistory";
+import { useApi } from "../../hooks/useApi";
 import { useHistory } from "../../hooks/useHistory";
 
 export function PoolHistory({ pools }: { pools: RoutePool[] }) {
   const [range, setRange] = useState<RangeKey>("1h");
   const [chosen, setChosen] = useState<string | null>(null);
-  const pool = chosen ?? pools[0]?.name ?? null;
+  const aliases = useApi<ApiPage<ModelAlias>>("/api/model-aliases/", { limit: 200 });
+  const poolNames = pools.map((p) => p.name);
+  const ownPools = (aliases.data?.results ?? []).map((a) => a.name).filter((name) => !poolNames.includes(name));
+  const options = [...poolNames.map((name) => ({ name, label: name })), ...ownPools.map((name) => ({ name, label: `${name} (alias, its own pool)` }))];
+  const pool = chosen ?? options[0]?.name ?? null;
   const subject = pool === null ? "" : `pool:${pool}`;
   const history = useHistory(pool === null ? [] : [subject], range);
   return (
@@ -18,11 +24,11 @@ export function PoolHistory({ pools }: { pools: RoutePool[] }) {
       testId="pool-history"
       actions={
         <>
-          {pools.length > 0 && (
+          {options.length > 0 && (
             <select aria-label="Pool" value={pool ?? ""} onChange={(e) => setChosen(e.target.value)} data-testid="pool-history-pool">
-              {pools.map((p) => (
-                <option key={p.id} value={p.name}>
-                  {p.name}
+              {options.map((o) => (
+                <option key={o.name} value={o.name}>
+                  {o.label}
                 </option>
               ))}
             </select>
@@ -33,7 +39,7 @@ export function PoolHistory({ pools }: { pools: RoutePool[] }) {
     >
       <ErrorState error={history.error} onRetry={history.reload} />
       {pool === null ? (
-        <p className="muted">No pools yet.</p>
+        <p className="muted">No pools or aliases yet.</p>
       ) : (
         <RequestHistory history={history.data} subject={subject} breakdown testId="pool-history" />
       )}
