@@ -51,7 +51,11 @@ def test_each_range_picks_its_resolution(
         gauge_values("gpu", utilization_pct=7.0),
     )
 
-    body = viewer_client.get("/api/history/", {"range": range_key, "subject": "gpu:hist-a:0"}).json()
+    # `end` given: a bucket boundary passing between here and the server's clock cannot move the grid.
+    end = dt.datetime.fromtimestamp(now, dt.UTC).isoformat()
+    body = viewer_client.get(
+        "/api/history/", {"range": range_key, "subject": "gpu:hist-a:0", "end": end}
+    ).json()
     assert body["resolution_s"] == resolution and body["range"] == range_key
     assert len(body["t"]) == points
     assert body["t"][-1] == last and body["t"][1] - body["t"][0] == resolution
@@ -86,7 +90,8 @@ def test_pool_tenant_and_engine_series(viewer_client: APIClient) -> None:
         gauge_values("engine", tokens_per_s=250.0, ttft_p95_s=0.3),
     )
     subjects = [f"pool:{fleet.pool.name}", f"tenant:{fleet.tenant.pk}", f"engine:{fleet.deployment.pk}"]
-    body = viewer_client.get("/api/history/", {"range": "15m", "subject": subjects}).json()
+    end = dt.datetime.fromtimestamp(now, dt.UTC).isoformat()
+    body = viewer_client.get("/api/history/", {"range": "15m", "subject": subjects, "end": end}).json()
     pool, tenant, engine = body["series"]
     assert pool["values"]["requests_per_s"][-4] == pytest.approx(0.4)
     assert pool["values"]["success_rate"][-4] == 0.75
