@@ -15,6 +15,10 @@ ROUTINE_TASKS = (
     "alerts.evaluate",
     "alerts-evaluate",
     "alerts.deliver_notifications",
+    "routing.rollup_history",
+    "routing-history-rollup",
+    "routing.aggregate_history",
+    "routing-history-aggregate",
 )
 
 

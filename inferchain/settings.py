@@ -144,6 +144,11 @@ CELERY_BEAT_SCHEDULE = {
     "routing-rollout-gates": {"task": "routing.evaluate_rollouts", "schedule": ROLLOUT_GATE_INTERVAL_SECONDS},
     # Console alerts: the rules evaluated, state changes recorded, webhook messages queued and sent.
     "alerts-evaluate": {"task": "alerts.evaluate", "schedule": ALERT_EVALUATE_INTERVAL_SECONDS},
+    # Charts' history (routing/rollups/, docs/monitoring.md "History"): one bulk insert of 10 s points per
+    # tick, their 1 min and 1 h aggregates once a minute, pruning past each resolution's retention hourly.
+    "routing-history-rollup": {"task": "routing.rollup_history", "schedule": 10.0},
+    "routing-history-aggregate": {"task": "routing.aggregate_history", "schedule": 60.0},
+    "routing-history-prune": {"task": "routing.prune_history", "schedule": 3600.0},
 }
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -276,6 +281,10 @@ PROXY_CONFIG_REFRESH_SECONDS = env_float("PROXY_CONFIG_REFRESH_SECONDS", 30.0)
 PROXY_AUTH_FAILURES_PER_WINDOW = env_int("PROXY_AUTH_FAILURES_PER_WINDOW", 60)
 PROXY_AUTH_FAILURE_WINDOW_SECONDS = env_float("PROXY_AUTH_FAILURE_WINDOW_SECONDS", 60.0)
 REQUEST_LOG_RETENTION_DAYS = env_int("REQUEST_LOG_RETENTION_DAYS", 30)
+# How long the charts' history keeps each resolution (routing/rollups/): 10 s points, 1 min, 1 h.
+HISTORY_KEEP_10S_HOURS = env_float("HISTORY_KEEP_10S_HOURS", 24.0)
+HISTORY_KEEP_1MIN_DAYS = env_float("HISTORY_KEEP_1MIN_DAYS", 7.0)
+HISTORY_KEEP_1H_DAYS = env_float("HISTORY_KEEP_1H_DAYS", 90.0)
 REQUEST_LOG_PARTITIONS_AHEAD = env_int("REQUEST_LOG_PARTITIONS_AHEAD", 3)
 REQUEST_LOG_SPOOL_DIR = Path(
     env_str("REQUEST_LOG_SPOOL_DIR", str(BASE_DIR / "var" / "spool" / "request_log"))

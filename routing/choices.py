@@ -18,3 +18,12 @@ class Scorer(models.TextChoices):
 class Priority(models.TextChoices):
     INTERACTIVE = "interactive", "Interactive"
     BATCH = "batch", "Batch"
+
+
+class RollupKind(models.TextChoices):
+    """What a history series is of (routing/rollups/): its subject names one of these."""
+
+    GPU = "gpu", "GPU"
+    ENGINE = "engine", "Engine (deployment)"
+    POOL = "pool", "Route pool"
+    TENANT = "tenant", "Tenant"

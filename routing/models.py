@@ -7,7 +7,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
-from routing.choices import Scorer
+from routing.choices import RollupKind, Scorer
 
 
 class RoutePool(models.Model):
@@ -312,3 +312,35 @@ class ShadowPair(models.Model):
 
     def __str__(self) -> str:
         return f"{self.alias} {self.request_id}"
+
+
+# -- history: the charts' downsampled rollups ---------------------------------------------------------------
+
+
+class MetricRollup(models.Model):
+    """One subject's numbers over one time bucket at one resolution (10 s, 1 min or 1 h).
+
+    Subjects: a GPU (`<host>:<index>`), an engine (the deployment's id), a route pool (its name) or a
+    tenant (its id). `values` holds a GPU's or engine's gauge means (`[n, mean, ...]`, n the samples
+    behind them) or a pool's or tenant's request counts, tokens and latency histogram
+    (routing/rollups/stats.py), so a coarser bucket is computed from finer ones exactly. Written in
+    bulk by beat (one insert per tick), pruned past each resolution's retention.
+    """
+
+    resolution_s = models.PositiveIntegerField()
+    kind = models.CharField(max_length=16, choices=RollupKind.choices)
+    subject = models.CharField(max_length=120)
+    bucket = models.DateTimeField(help_text="Start of the bucket (UTC).")
+    values = models.JSONField(default=dict)
+
+    class Meta:
+        constraints = [
+            # Also the read path: one subject's buckets at one resolution, in time order.
+            models.UniqueConstraint(
+                fields=["kind", "subject", "resolution_s", "bucket"], name="rollup_subject_bucket"
+            )
+        ]
+        indexes = [models.Index(fields=["resolution_s", "bucket"], name="rollup_resolution_bucket")]
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.subject} {self.resolution_s}s {self.bucket:%Y-%m-%d %H:%M:%S}"

@@ -1,4 +1,5 @@
-"""Celery tasks of routing, run by beat: request-log partitions and retention, and the canary gates."""
+"""Celery tasks of routing, run by beat: request-log partitions and retention, the canary gates, and the
+charts' history (rollups of GPU, engine, pool and tenant series)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Any
 
 from core.celery import app
 from routing.rollouts.services import evaluate_all
+from routing.rollups import services as rollups
 from routing.services import maintain_request_log
 
 
@@ -20,3 +22,23 @@ def prune_request_log_task() -> dict[str, Any]:
 def evaluate_rollouts_task() -> dict[str, str]:
     """The canary gates, every ROLLOUT_GATE_INTERVAL_SECONDS: advance, hold, promote or roll back each one."""
     return {str(k): v for k, v in evaluate_all().items()}
+
+
+@app.task(name="routing.rollup_history")
+def rollup_history_task() -> int:
+    """Every 10 s: the 10 s points of every GPU, engine, pool and tenant, in one insert (idempotent:
+    a bucket already written is skipped). Returns the rows offered."""
+    return rollups.rollup_tick()
+
+
+@app.task(name="routing.aggregate_history")
+def aggregate_history_task() -> dict[str, int]:
+    """Every minute: 1 min points from 10 s ones and 1 h points from 1 min ones, for every settled
+    bucket not yet written (idempotent). Returns the rows written per resolution."""
+    return {str(a.resolution_s): a.rows for a in rollups.aggregate_all()}
+
+
+@app.task(name="routing.prune_history")
+def prune_history_task() -> dict[str, int]:
+    """Hourly: drops each resolution's points past its retention (HISTORY_KEEP_*)."""
+    return {str(k): v for k, v in rollups.prune().items()}

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from routing.api import cost, rollouts, shadow_pairs, views
+from routing.api import cost, history, rollouts, shadow_pairs, views
 
 router = DefaultRouter()
 router.register("route-pools", views.RoutePoolViewSet, basename="routepool")
@@ -20,5 +20,6 @@ urlpatterns = [
     path("routing/cost/deployments/", cost.deployment_costs, name="routing-cost-deployments"),
     path("routing/cost/pools/", cost.pool_costs, name="routing-cost-pools"),
     path("routing/cost/tenants/", cost.tenant_usage, name="routing-cost-tenants"),
+    path("history/", history.history, name="history"),
     *router.urls,
 ]

@@ -48,6 +48,9 @@ def test_beat_schedules_every_periodic_task_by_a_registered_name() -> None:
         "nodes.check_host_heartbeats",
         "routing.prune_request_log",
         "routing.evaluate_rollouts",
+        "routing.rollup_history",
+        "routing.aggregate_history",
+        "routing.prune_history",
     }
     for entry in schedule.values():
         assert entry["task"] in app.tasks

@@ -74,15 +74,17 @@ async function csrfToken(refresh = false): Promise<string> {
   return readCookie("csrftoken") ?? body.csrfToken;
 }
 
-export type Query = Record<string, string | number | boolean | null | undefined>;
+export type Query = Record<string, string | number | boolean | null | undefined | readonly (string | number)[]>;
 
-/** `/api/tenants/` + {limit: 25, search: ""} -> `/api/tenants/?limit=25` (empty values dropped). */
+/** `/api/tenants/` + {limit: 25, search: ""} -> `/api/tenants/?limit=25` (empty values dropped; a list repeats
+ * its name: {subject: ["a", "b"]} -> `subject=a&subject=b`). */
 export function withQuery(path: string, query?: Query): string {
   if (!query) return path;
   const params = new URLSearchParams();
   for (const [name, value] of Object.entries(query)) {
     if (value === undefined || value === null || value === "") continue;
-    params.set(name, String(value));
+    if (Array.isArray(value)) for (const item of value) params.append(name, String(item));
+    else params.set(name, String(value));
   }
   const qs = params.toString();
   return qs ? `${path}?${qs}` : path;

@@ -879,6 +879,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/history/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * @description Series of GPUs, engines, route pools and tenants over `range` (15m, 1h, 6h, 24h, 7d, 30d, 90d),
+         *     from the downsampled rollups that beat writes (docs/monitoring.md "History").
+         */
+        get: operations["history_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/hosts/": {
         parameters: {
             query?: never;
@@ -2812,6 +2832,51 @@ export interface components {
             /** Format: double */
             power_watts: number | null;
         };
+        History: {
+            range: string;
+            /** @description Seconds per point: 10, 60 or 3600. */
+            resolution_s: number;
+            /**
+             * Format: double
+             * @description Start of the first bucket, unix seconds.
+             */
+            start: number;
+            /**
+             * Format: double
+             * @description End of the last bucket, unix seconds.
+             */
+            end: number;
+            /** @description Bucket starts, unix seconds. */
+            t: number[];
+            /** @description Each field's unit. */
+            units: {
+                [key: string]: string;
+            };
+            series: components["schemas"]["HistorySeries"][];
+        };
+        /** @description One subject's columns: for each field, one value per time of `t` (null: no point there). */
+        HistorySeries: {
+            subject: string;
+            kind: components["schemas"]["HistorySeriesKindEnum"];
+            /** @description The GPU, deployment, pool or tenant as people name it. */
+            name: string;
+            /** @description GPU: utilization_pct, memory_used_bytes, memory_total_bytes, temperature_c, power_watts. Engine: num_requests_running, num_requests_waiting, kv_cache_usage_perc, tokens_per_s, ttft_p95_s, itl_p95_s. Pool and tenant: requests_per_s, success_rate, latency_p50_ms, latency_p95_ms, prompt_tokens_per_s, completion_tokens_per_s; a pool also each of them as short_* and long_* (prompts under and at least PROXY_LONG_PROMPT_TOKENS). */
+            values: {
+                [key: string]: (number | null)[];
+            };
+            /** @description The whole range as one value per field: gauge means; request rates over the range, and the success rate and latency percentiles of all its requests. */
+            summary: {
+                [key: string]: number | null;
+            };
+        };
+        /**
+         * @description * `gpu` - gpu
+         *     * `engine` - engine
+         *     * `pool` - pool
+         *     * `tenant` - tenant
+         * @enum {string}
+         */
+        HistorySeriesKindEnum: "gpu" | "engine" | "pool" | "tenant";
         /** @description A host; GPUs, heartbeat and state come from its agent and are read-only here. */
         Host: {
             readonly id: number;
@@ -6374,6 +6439,42 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["FitResult"];
+                };
+            };
+        };
+    };
+    history_retrieve: {
+        parameters: {
+            query: {
+                /** @description End of the range (default: now). */
+                end?: string;
+                /**
+                 * @description The time range ending at `end`; the resolution follows from it (10 s up to 1 h, 1 min up to 24 h, then 1 h).
+                 *
+                 *     * `15m` - 15m
+                 *     * `1h` - 1h
+                 *     * `6h` - 6h
+                 *     * `24h` - 24h
+                 *     * `7d` - 7d
+                 *     * `30d` - 30d
+                 *     * `90d` - 90d
+                 */
+                range?: "15m" | "1h" | "6h" | "24h" | "7d" | "30d" | "90d";
+                /** @description Repeat for several: gpu:<host>:<index>, engine:<deployment id>, pool:<pool name>, tenant:<tenant id>. */
+                subject: string[];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["History"];
                 };
             };
         };

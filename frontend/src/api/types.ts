@@ -52,6 +52,9 @@ export type Preflight = Schemas["PreflightResult"];
 export type TelemetryHistory = Schemas["TelemetryHistory"];
 export type GpuHistory = Schemas["GpuHistory"];
 export type EngineHistory = Schemas["EngineHistory"];
+// The charts' history (GET /api/history/): downsampled rollups of GPUs, engines, pools and tenants.
+export type History = Schemas["History"];
+export type HistorySeries = Schemas["HistorySeries"];
 
 // Routing and the request log
 export type RoutePool = Schemas["RoutePool"];

@@ -26,6 +26,8 @@ interface TimeChartProps {
   range?: [number, number];
   height?: number;
   testId?: string;
+  /** End of the time window, unix seconds (default: now, or the last sample if later). */
+  end?: number;
 }
 
 export const PALETTE = ["#2f5bd3", "#1e8a4c", "#c2372f", "#a86a00", "#7a3fc2", "#138a8a"];
@@ -99,7 +101,7 @@ function tooltipPlugin(format: (value: number) => string, testId: string | undef
   };
 }
 
-export function TimeChart({ t, series, format, unit, title, windowSeconds = 3600, range, height = 160, testId }: TimeChartProps) {
+export function TimeChart({ t, series, format, unit, title, windowSeconds = 3600, range, height = 160, testId, end }: TimeChartProps) {
   const container = useRef<HTMLDivElement>(null);
   const chart = useRef<uPlot | null>(null);
   const window_ = useRef<[number, number]>([0, 1]);
@@ -160,7 +162,7 @@ export function TimeChart({ t, series, format, unit, title, windowSeconds = 3600
         ],
       },
     };
-    const u = new uPlot(opts, toData(latest.current.t, latest.current.series, window_, windowSeconds), el);
+    const u = new uPlot(opts, toData(latest.current.t, latest.current.series, window_, windowSeconds, end), el);
     chart.current = u;
     const resize = new ResizeObserver(() => u.setSize({ width: Math.max(200, el.clientWidth), height }));
     resize.observe(el);
@@ -173,8 +175,8 @@ export function TimeChart({ t, series, format, unit, title, windowSeconds = 3600
   }, [shape]);
 
   useEffect(() => {
-    chart.current?.setData(toData(t, series, window_, windowSeconds));
-  }, [t, series, windowSeconds]);
+    chart.current?.setData(toData(t, series, window_, windowSeconds, end));
+  }, [t, series, windowSeconds, end]);
 
   const points = t.length;
   return (
@@ -193,8 +195,9 @@ function toData(
   series: ChartSeries[],
   window_: { current: [number, number] },
   windowSeconds: number,
+  endAt?: number,
 ): uPlot.AlignedData {
-  const end = Math.max(Date.now() / 1000, t[t.length - 1] ?? 0);
+  const end = endAt ?? Math.max(Date.now() / 1000, t[t.length - 1] ?? 0);
   window_.current = [end - windowSeconds, end];
   return [t, ...series.map((s) => s.values)];
 }

@@ -7,6 +7,7 @@ import { EngineThroughputChart, GpuMemoryChart, GpuUtilizationChart } from "../n
 import "../nodes/nodes.css";
 import { useFleet } from "../nodes/useFleet";
 import { gpuKey, median } from "../nodes/useFleetLive";
+import { FleetHistory } from "./FleetHistory";
 
 /** The fleet at a glance: every GPU and engine, updated live from the node agents (about once a second). */
 export function DashboardPage() {
@@ -123,6 +124,8 @@ export function DashboardPage() {
           ))}
         </div>
       </Card>
+      <div style={{ height: 16 }} />
+      <FleetHistory hosts={hosts.data?.results ?? []} deployments={deployments.data?.results ?? []} />
     </Page>
   );
 }

@@ -12,6 +12,7 @@ import { useApi } from "../../hooks/useApi";
 import type { LiveEvent } from "../../hooks/useLive";
 import { useLive } from "../../hooks/useLive";
 import { BaselinePanel } from "./BaselinePanel";
+import { DeploymentHistory } from "./DeploymentHistory";
 import { EngineKvCacheChart, EngineLatencyChart, EngineRequestsChart, EngineThroughputChart, GpuUtilizationChart } from "./charts";
 import "./nodes.css";
 import { gpuKey, useTelemetrySeries } from "./telemetry";
@@ -167,6 +168,7 @@ export function DeploymentDetailPage() {
           </Card>
           <div style={{ height: 16 }} />
           <BaselinePanel deploymentId={String(id)} isAdmin={isAdmin} />
+          <DeploymentHistory deployment={d} />
           <div style={{ height: 16 }} />
           <Card title="Launch command">
             <pre className="argv" data-testid="launch-argv">{d.launch_argv.length ? d.launch_argv.join(" ") : "Not launched yet."}</pre>

@@ -9,6 +9,7 @@ import { Card, ErrorState, Page } from "../../components/Page";
 import { Table } from "../../components/Table";
 import { formatNumber } from "../../format";
 import { useApi } from "../../hooks/useApi";
+import { PoolHistory } from "./PoolHistory";
 import "./routing.css";
 import { SCORERS, describeMatch } from "./rules";
 
@@ -35,6 +36,7 @@ export function RoutingPage() {
       }
     >
       <TrafficCard />
+      <PoolHistory pools={pools.data?.results ?? []} />
       <Card title="Pools" testId="pools-card">
         <ErrorState error={pools.error} onRetry={pools.reload} />
         <Table

@@ -12,6 +12,7 @@ import { Table } from "../../components/Table";
 import { formatDateTime, formatNumber, formatShortDateTime } from "../../format";
 import { useApi } from "../../hooks/useApi";
 import { useFormState } from "../../hooks/useFormState";
+import { TenantHistory } from "./TenantHistory";
 import { CreateKeyDialog, EditKeyDialog, NewKeySecretDialog, quotaBody, quotaDraft } from "./KeyDialogs";
 
 /** One tenant: its settings, its quota and its API keys (create with a copy-once secret, revoke). */
@@ -65,6 +66,7 @@ export function TenantDetailPage() {
       </div>
       <TenantUsageCard tenantId={t.id} />
       <KeysCard key={`keys-${t.id}`} tenant={t} editable={isAdmin} onChanged={tenant.reload} />
+      <TenantHistory key={`history-${t.id}`} tenantId={t.id} />
       <ConfirmDialog
         open={deleting}
         title={`Delete tenant ${t.name}?`}

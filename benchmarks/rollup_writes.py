@@ -1,0 +1,246 @@
+"""Database writes of the charts' history (routing/rollups/) with simulated agents, per beat tick.
+
+    .venv/bin/python benchmarks/rollup_writes.py --database-url postgres://.../scratch \
+        [--hosts 100 --gpus 8 --engines 400 --pools 20 --tenants 200 --requests 2000 --ticks 60]
+
+A database of your own (PostgreSQL, whose inventory rows it adds and leaves; default a scratch SQLite
+file) gets the inventory: hosts, GPUs, deployments of one model version, route pools and tenants.
+Simulated agents then write, before every tick, a fresh live record per GPU and per engine to Redis
+(REDIS_URL, a key prefix of its own, removed at the end) in the shape the agent writes, and the proxy's
+request-log rows of one 10 s bucket (`--requests` rows over the pools and tenants, a quarter of them long
+prompts) are inserted. Each tick runs what beat runs every 10 s (`rollup_tick`), with the 1 min / 1 h
+aggregation every sixth tick (beat: every minute) and pruning at the end, over `--ticks` ticks of
+simulated time ending now. Every SQL statement the rollup code runs is counted (execute_wrapper):
+writes (INSERT, UPDATE, DELETE) per tick and per host per 10 s, reads, rows written, and each tick's
+time. Budget (issue 21): under one database write per host per 10 s. JSON in var/bench/rollup_writes.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import random
+import secrets
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH_DIR = REPO / "var" / "bench"
+WRITES = ("INSERT", "UPDATE", "DELETE")
+
+
+class StatementCounter:
+    """Counts the statements run through a connection (execute_wrapper), by their first word."""
+
+    def __init__(self) -> None:
+        self.writes = 0
+        self.reads = 0
+
+    def __call__(self, execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
+        if sql.lstrip().upper().startswith(WRITES):
+            self.writes += 1
+        else:
+            self.reads += 1
+        return execute(sql, params, many, context)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hosts", type=int, default=100)
+    parser.add_argument("--gpus", type=int, default=8, help="GPUs per host")
+    parser.add_argument("--engines", type=int, default=400)
+    parser.add_argument("--pools", type=int, default=20)
+    parser.add_argument("--tenants", type=int, default=200)
+    parser.add_argument("--requests", type=int, default=2000, help="request-log rows per 10 s bucket")
+    parser.add_argument("--ticks", type=int, default=60)
+    parser.add_argument("--database-url", default="")
+    options = parser.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="rollup-writes-bench-"))
+    os.environ.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "inferchain.settings",
+            "DATABASE_URL": options.database_url or f"sqlite:///{tmp / 'db.sqlite3'}",
+            "REDIS_KEY_PREFIX": f"benchrollup{os.getpid()}:",
+            "SECRET_KEY": secrets.token_urlsafe(40),
+        }
+    )
+    sys.path.insert(0, str(REPO))
+    # After the environment is set: settings are read at import.
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+    from django.utils import timezone
+
+    from console.models import Tenant
+    from core.redis_client import get_redis
+    from models_registry.models import Model, ModelVersion
+    from nodes.choices import DeploymentState, DesiredState, Engine
+    from nodes.lifecycle import live_deployment_key, live_gpu_key
+    from nodes.models import Deployment, Gpu, Host
+    from routing.models import MetricRollup, RequestLog, RoutePool
+    from routing.rollups import services
+    from routing.services import maintain_request_log
+
+    call_command("migrate", verbosity=0)
+    maintain_request_log()
+    tag = secrets.token_hex(3)
+    version = ModelVersion.objects.create(
+        model=Model.objects.create(name=f"bench-rollup-{tag}"),
+        revision="fp16",
+        source_kind="directory",
+        source_path="/models/llama",
+    )
+    hosts = Host.objects.bulk_create(
+        Host(name=f"r{tag}-gpu-{h:03d}", address=f"10.1.{h // 250}.{h % 250}", last_heartbeat=timezone.now())
+        for h in range(options.hosts)
+    )
+    Gpu.objects.bulk_create(
+        Gpu(host=host, index=i, uuid=f"GPU-{tag}-{h}-{i}", memory_total_bytes=80 * 2**30)
+        for h, host in enumerate(hosts)
+        for i in range(options.gpus)
+    )
+    deployments = Deployment.objects.bulk_create(
+        Deployment(
+            name=f"r{tag}-chat-{d:03d}",
+            model_version=version,
+            engine=Engine.VLLM,
+            host=hosts[d % len(hosts)],
+            gpu_indices=[(d // len(hosts)) % options.gpus],
+            port=8100 + d // len(hosts),
+            served_model_name=f"chat-{d % 12}",
+            state=DeploymentState.READY,
+            desired_state=DesiredState.RUNNING,
+        )
+        for d in range(options.engines)
+    )
+    pools = [p.name for p in RoutePool.objects.bulk_create(
+        RoutePool(name=f"r{tag}-pool-{p:02d}", alias=f"chat-{p % 12}") for p in range(options.pools)
+    )]  # fmt: skip
+    tenants = [
+        t.pk
+        for t in Tenant.objects.bulk_create(
+            Tenant(name=f"r{tag}-tenant-{t:03d}") for t in range(options.tenants)
+        )
+    ]
+
+    r = get_redis()
+    rng = random.Random(7)
+    first = services.bucket_start(time.time(), 10) - 10 * options.ticks
+
+    def simulate_agents(ts: float) -> None:
+        """Every agent's tick: one live record per GPU and per engine (what the rollup reads)."""
+        pipe = r.pipeline(transaction=False)
+        for host in hosts:
+            for i in range(options.gpus):
+                sample = {
+                    "index": i, "ts": ts, "simulated": False, "utilization_pct": rng.uniform(20, 100),
+                    "memory_used_bytes": rng.uniform(40, 78) * 2**30, "memory_total_bytes": 80 * 2**30,
+                    "temperature_c": rng.uniform(40, 80), "power_watts": rng.uniform(150, 700),
+                }  # fmt: skip
+                pipe.set(live_gpu_key(host.name, i), json.dumps(sample), ex=600)
+        for dep in deployments:
+            live = {
+                "ts": ts, "deployment_id": dep.pk, "state": "ready",
+                "num_requests_running": rng.randint(0, 64), "num_requests_waiting": rng.randint(0, 8),
+                "kv_cache_usage_perc": rng.random(),
+                "tokens_per_s": rng.uniform(0, 3000), "ttft_p95_s": rng.uniform(0.05, 2),
+                "itl_p95_s": rng.uniform(0.01, 0.1), "has_metrics": True,
+            }  # fmt: skip
+            pipe.set(live_deployment_key(dep.pk), json.dumps(live), ex=600)
+        pipe.execute()
+
+    def proxy_writes(bucket: float) -> None:
+        """The proxy's request-log rows of one 10 s bucket (not counted: the proxy writes them)."""
+        RequestLog.objects.bulk_create(
+            RequestLog(
+                created_at=dt.datetime.fromtimestamp(bucket + rng.uniform(0, 9.99), dt.UTC),
+                tenant_id=rng.choice(tenants),
+                alias="chat",
+                route_pool=rng.choice(pools),
+                status=200 if rng.random() < 0.98 else 502,
+                prompt_tokens=rng.choice((200, 500, 900, 4000)),
+                completion_tokens=rng.randint(10, 500),
+                latency_ms=rng.lognormvariate(6, 1),
+            )
+            for _ in range(options.requests)
+        )
+
+    counter = StatementCounter()
+    rows_before = MetricRollup.objects.count()
+    per_tick: list[dict[str, float]] = []
+    try:
+        for k in range(options.ticks):
+            now = first + 10 * k + 3.0
+            simulate_agents(now)
+            proxy_writes(services.bucket_start(now, 10) - services.REQUEST_LAG_SECONDS)
+            writes, reads = counter.writes, counter.reads
+            began = time.perf_counter()
+            with connection.execute_wrapper(counter):
+                offered = services.rollup_tick(now)
+                if k % 6 == 5:
+                    services.aggregate_all(now)
+            per_tick.append(
+                {
+                    "ms": (time.perf_counter() - began) * 1000,
+                    "writes": counter.writes - writes,
+                    "reads": counter.reads - reads,
+                    "rows": offered,
+                }
+            )
+        prune_writes = counter.writes
+        with connection.execute_wrapper(counter):
+            prune_began = time.perf_counter()
+            services.prune(first + 10 * options.ticks)
+            prune_ms = (time.perf_counter() - prune_began) * 1000
+        prune_writes = counter.writes - prune_writes
+    finally:
+        for redis_key in r.scan_iter(match=f"{os.environ['REDIS_KEY_PREFIX']}*", count=1000):
+            r.delete(redis_key)
+    rows_written = MetricRollup.objects.count() - rows_before
+    table_bytes = None
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_total_relation_size('routing_metricrollup')")
+            table_bytes = cursor.fetchone()[0]
+    total_writes = sum(t["writes"] for t in per_tick)
+    times = sorted(t["ms"] for t in per_tick)
+    result = {
+        "hosts": options.hosts,
+        "gpus": options.hosts * options.gpus,
+        "engines": options.engines,
+        "pools": options.pools,
+        "tenants": options.tenants,
+        "requests_per_tick": options.requests,
+        "database": connection.vendor,
+        "ticks": options.ticks,
+        "writes_total": total_writes,
+        "writes_per_tick_max": max(t["writes"] for t in per_tick),
+        "writes_per_10s_mean": round(total_writes / options.ticks, 3),
+        "writes_per_host_per_10s": round(total_writes / options.ticks / options.hosts, 5),
+        "reads_per_tick_median": statistics.median(t["reads"] for t in per_tick),
+        "rows_per_tick_median": statistics.median(t["rows"] for t in per_tick),
+        "rows_written": rows_written,
+        "tick_ms_median": round(statistics.median(times), 1),
+        "tick_ms_p95": round(times[int(0.95 * (len(times) - 1))], 1),
+        "tick_ms_max": round(times[-1], 1),
+        "prune_writes": prune_writes,
+        "prune_ms": round(prune_ms, 1),
+        "table_bytes": table_bytes,
+    }
+    BENCH_DIR.mkdir(parents=True, exist_ok=True)
+    (BENCH_DIR / "rollup_writes.json").write_text(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

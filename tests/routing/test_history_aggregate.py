@@ -1,0 +1,119 @@
+"""Coarser history points are computed from finer ones exactly: gauge means weighted by their samples,
+request counts and latency histograms summed (so percentiles are those of all the requests). Checked
+by hand on a small case, 10 s -> 1 min -> 1 h."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from routing.models import MetricRollup
+from routing.rollups import services
+from routing.rollups.services import GPU_FIELDS, gauge_values, named_gauges
+from routing.rollups.stats import latency_bucket, percentile, request_series_point
+
+pytestmark = pytest.mark.django_db
+
+
+def at(ts: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ts, dt.UTC)
+
+
+def put(resolution: int, kind: str, subject: str, ts: float, values: Any) -> None:
+    MetricRollup.objects.create(
+        resolution_s=resolution, kind=kind, subject=subject, bucket=at(ts), values=values
+    )
+
+
+def requests(n: int, ok: int, latencies: list[float]) -> dict[str, Any]:
+    hist: dict[str, int] = {}
+    for ms in latencies:
+        hist[str(latency_bucket(ms))] = hist.get(str(latency_bucket(ms)), 0) + 1
+    return {"requests": n, "ok": ok, "prompt_tokens": 10 * n, "completion_tokens": 2 * n, "latency": hist}
+
+
+def test_ten_seconds_to_one_minute_to_one_hour() -> None:
+    hour = services.bucket_start(time.time(), 3600) - 2 * 3600
+    # Minute 1: six 10 s points of one GPU, utilization 10..60 (mean 35); the last has no temperature.
+    for k, util in enumerate([10.0, 20.0, 30.0, 40.0, 50.0, 60.0]):
+        # Temperatures 60..64: mean 62 over the five that have one.
+        point = gauge_values("gpu", utilization_pct=util, temperature_c=60.0 + k)
+        if k == 5:
+            point[GPU_FIELDS.index("temperature_c") + 1] = None
+        put(10, "gpu", "h:0", hour + 10 * k, point)
+    # Minute 2: three points at 80%.
+    for k in range(3):
+        put(10, "gpu", "h:0", hour + 60 + 10 * k, gauge_values("gpu", utilization_pct=80.0))
+    # A pool: two 10 s points in minute 1 (4 requests, 3 ok; 100, 100, 400, 900 ms), one in minute 2.
+    put(
+        10,
+        "pool",
+        "fast",
+        hour,
+        {"all": requests(2, 2, [100.0, 100.0]), "short": requests(2, 2, [100.0, 100.0])},
+    )
+    put(
+        10,
+        "pool",
+        "fast",
+        hour + 30,
+        {"all": requests(2, 1, [400.0, 900.0]), "long": requests(2, 1, [400.0, 900.0])},
+    )
+    put(10, "pool", "fast", hour + 70, {"all": requests(1, 0, [5000.0])})
+    # A point of the next hour stays out of this hour's aggregate.
+    put(10, "gpu", "h:0", hour + 3600, gauge_values("gpu", utilization_pct=0.0))
+
+    with CaptureQueriesContext(connection) as ctx:
+        minute = services.aggregate(60, now=hour + 160)
+    inserts = [q for q in ctx.captured_queries if q["sql"].startswith("INSERT")]
+    assert len(inserts) == 1 and minute.buckets == 2 and minute.rows == 4
+
+    m1 = named_gauges(
+        "gpu", MetricRollup.objects.get(resolution_s=60, kind="gpu", subject="h:0", bucket=at(hour)).values
+    )
+    assert m1 == {"n": 6, "utilization_pct": pytest.approx(35.0), "temperature_c": pytest.approx(62.0)}
+    m2 = named_gauges(
+        "gpu",
+        MetricRollup.objects.get(resolution_s=60, kind="gpu", subject="h:0", bucket=at(hour + 60)).values,
+    )
+    assert m2 == {"n": 3, "utilization_pct": pytest.approx(80.0)}
+    pool = MetricRollup.objects.get(resolution_s=60, kind="pool", subject="fast", bucket=at(hour)).values
+    assert pool["all"]["requests"] == 4 and pool["all"]["ok"] == 3 and pool["all"]["prompt_tokens"] == 40
+    assert pool["short"]["requests"] == 2 and pool["long"]["requests"] == 2 and pool["long"]["ok"] == 1
+    figures = request_series_point(pool["all"], 60)
+    assert figures["success_rate"] == 0.75
+    assert figures["requests_per_s"] == pytest.approx(4 / 60)
+    # By hand: 100 ms is in bucket 27 ((2^6.5, 2^6.75] ms); the median (rank 2 of 4) is its top, 2^6.75.
+    assert figures["latency_p50_ms"] == pytest.approx(2**6.75)  # 107.6 ms, true median 100-400 ms
+    # p95 is rank 3.8: in 900 ms's bucket 40 ((2^9.75, 2^10]), 0.8 of the way up.
+    assert figures["latency_p95_ms"] == pytest.approx(2**9.75 + 0.8 * (2**10 - 2**9.75))  # 991.4 ms
+    assert figures["latency_p95_ms"] == pytest.approx(900.0, rel=0.19)
+
+    # Run again: nothing left to aggregate, nothing written.
+    assert services.aggregate(60, now=hour + 160).rows == 0
+
+    hourly = services.aggregate(3600, now=hour + 3700)
+    assert hourly.buckets == 1
+    h = named_gauges(
+        "gpu", MetricRollup.objects.get(resolution_s=3600, kind="gpu", subject="h:0", bucket=at(hour)).values
+    )
+    # (6 x 35 + 3 x 80) / 9 = 50; the temperature's mean stays over its five samples.
+    assert h == {"n": 9, "utilization_pct": pytest.approx(50.0), "temperature_c": pytest.approx(62.0)}
+    hp = MetricRollup.objects.get(resolution_s=3600, kind="pool", subject="fast", bucket=at(hour)).values
+    assert hp["all"]["requests"] == 5 and hp["all"]["ok"] == 3
+    # The hour's p95 is that of all 5 requests (rank 4.75: the 5 s one), not a mean of minute p95s.
+    assert percentile(hp["all"]["latency"], 0.95) == pytest.approx(5000.0, rel=0.19)
+    assert not MetricRollup.objects.filter(resolution_s=60, bucket=at(hour + 3600)).exists()
+
+
+def test_a_bucket_is_aggregated_only_once_settled() -> None:
+    minute = services.bucket_start(time.time(), 60) - 600
+    put(10, "gpu", "h:0", minute, gauge_values("gpu", utilization_pct=5.0))
+    # 20 s after the minute ended, its last request points may not be written yet: not aggregated.
+    assert services.aggregate(60, now=minute + 80).rows == 0
+    assert services.aggregate(60, now=minute + 90).rows == 1

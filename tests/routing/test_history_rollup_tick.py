@@ -1,0 +1,97 @@
+"""A beat tick writes the 10 s points of every GPU, engine, pool and tenant from the live records and the
+request log, in one INSERT, and writes nothing twice when it runs again in the same bucket."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from routing.models import MetricRollup
+from routing.rollups import services
+from routing.rollups.services import named_gauges
+from routing.rollups.stats import latency_bucket
+from tests.routing.history_helpers import GIB, log_request, make_fleet, publish_engine, publish_gpu
+
+pytestmark = pytest.mark.django_db
+
+
+def writes(ctx: CaptureQueriesContext) -> list[str]:
+    return [
+        q["sql"]
+        for q in ctx.captured_queries
+        if q["sql"].lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE"))
+    ]
+
+
+def test_one_insert_per_tick_from_live_records_and_request_log(redis_clean: None, settings: object) -> None:
+    fleet = make_fleet()
+    now = services.bucket_start(time.time(), 10) + 3.0
+    publish_gpu(
+        "hist-a", 0, utilization_pct=55.0, memory_used_bytes=70 * GIB, temperature_c=61.0, power_watts=410.0
+    )
+    # GPU 1 has no live record (agent gone): no point, a gap, not zeros.
+    publish_engine(
+        fleet.deployment.pk,
+        num_requests_running=4,
+        num_requests_waiting=1,
+        kv_cache_usage_perc=0.25,
+        tokens_per_s=300.0,
+        ttft_p95_s=0.2,
+        itl_p95_s=0.02,
+    )
+    # The request bucket a tick rolls up is the one that ended REQUEST_LAG_SECONDS - 10 s ago.
+    start = services.bucket_start(now, 10) - services.REQUEST_LAG_SECONDS
+    pool = fleet.pool.name
+    log_request(start + 1, pool, fleet.tenant.pk, latency_ms=100.0, prompt_tokens=100)
+    log_request(start + 2, pool, fleet.tenant.pk, status=502, latency_ms=400.0, prompt_tokens=100)
+    log_request(start + 3, pool, fleet.tenant.pk, latency_ms=900.0, prompt_tokens=3000)  # long
+    log_request(start + 4, "", fleet.tenant.pk, status=401, latency_ms=1.0)  # refused before a pool
+    log_request(start - 1, pool, fleet.tenant.pk)  # the bucket before: not this tick's
+    log_request(start + 10, pool, fleet.tenant.pk)  # the bucket after: the next tick's
+
+    with CaptureQueriesContext(connection) as ctx:
+        offered = services.rollup_tick(now)
+    assert len(writes(ctx)) == 1, writes(ctx)
+    assert offered == 4
+
+    rows = {(r.kind, r.subject): r for r in MetricRollup.objects.all()}
+    assert set(rows) == {
+        ("gpu", "hist-a:0"),
+        ("engine", str(fleet.deployment.pk)),
+        ("pool", pool),
+        ("tenant", str(fleet.tenant.pk)),
+    }
+    gpu = rows[("gpu", "hist-a:0")]
+    assert gpu.resolution_s == 10 and gpu.bucket.timestamp() == services.bucket_start(now, 10)
+    assert named_gauges("gpu", gpu.values) == {
+        "n": 1,
+        "utilization_pct": 55.0,
+        "memory_used_bytes": 70.0 * GIB,
+        "memory_total_bytes": 80.0 * GIB,
+        "temperature_c": 61.0,
+        "power_watts": 410.0,
+    }
+    engine = named_gauges("engine", rows[("engine", str(fleet.deployment.pk))].values)
+    assert (
+        engine["tokens_per_s"] == 300.0
+        and engine["ttft_p95_s"] == 0.2
+        and engine["num_requests_waiting"] == 1.0
+    )
+
+    pool_row = rows[("pool", pool)]
+    assert pool_row.bucket.timestamp() == start
+    parts = pool_row.values
+    assert parts["all"]["requests"] == 3 and parts["all"]["ok"] == 2
+    assert parts["all"]["prompt_tokens"] == 3200 and parts["all"]["completion_tokens"] == 60
+    assert parts["short"]["requests"] == 2 and parts["short"]["ok"] == 1
+    assert parts["long"]["requests"] == 1 and parts["long"]["ok"] == 1
+    assert parts["long"]["latency"] == {str(latency_bucket(900.0)): 1}
+    tenant = rows[("tenant", str(fleet.tenant.pk))].values
+    assert set(tenant) == {"all"} and tenant["all"]["requests"] == 4 and tenant["all"]["ok"] == 2
+
+    # Beat firing twice in one bucket: the same rows are offered and none is written twice.
+    services.rollup_tick(now + 1)
+    assert MetricRollup.objects.count() == 4
