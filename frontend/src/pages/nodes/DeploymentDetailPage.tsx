@@ -167,8 +167,9 @@ export function DeploymentDetailPage() {
             </div>
           </Card>
           <div style={{ height: 16 }} />
-          <BaselinePanel deploymentId={String(id)} isAdmin={isAdmin} />
           <DeploymentHistory deployment={d} />
+          <div style={{ height: 16 }} />
+          <BaselinePanel deploymentId={String(id)} isAdmin={isAdmin} />
           <div style={{ height: 16 }} />
           <Card title="Launch command">
             <pre className="argv" data-testid="launch-argv">{d.launch_argv.length ? d.launch_argv.join(" ") : "Not launched yet."}</pre>
