@@ -19,7 +19,9 @@ from rest_framework.routers import APIRootView
 from rest_framework.views import APIView
 
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-PARAM = re.compile(r"\{[^}]+\}")
+PARAM = re.compile(r"\{([^}]+)\}")
+# Parameters whose route accepts only some values (the rest of the path is then a 404 from the router).
+FIXED_PARAMS = {"kind": "csv"}
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,7 @@ class Operation:
 
     def url(self, value: str = "999999") -> str:
         """The path with every parameter filled (a missing object: role checks come before lookups)."""
-        return PARAM.sub(value, self.path)
+        return PARAM.sub(lambda m: FIXED_PARAMS.get(m.group(1), value), self.path)
 
     def __str__(self) -> str:
         return f"{self.method} {self.path}"
