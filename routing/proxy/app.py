@@ -62,6 +62,7 @@ from routing.proxy.errors import (
 )
 from routing.proxy.health import EndpointState
 from routing.proxy.limits import LEASE_MS, Admission, Limiter
+from routing.proxy.nesting import check_nesting
 from routing.proxy.requestlog import RequestLogWriter
 from routing.proxy.scorers import EndpointLoad, ScoreRequest, choose, prefix_key, token_prefix_key
 from routing.proxy.shadow import MirrorJob, ShadowMirror, pair_writer
@@ -895,6 +896,7 @@ class Proxy:
             ) from None
         if not isinstance(body, dict):
             raise bad_request("The request body must be a JSON object.", code="invalid_json")
+        check_nesting(raw, body)
         _validate_common(body, ctx.kind)
         alias: str = body["model"]
         ctx.alias = alias
