@@ -50,7 +50,9 @@ def refusal(username: str, address: str) -> Refusal | None:
     user_key, addr_key = _keys(username, address)
     try:
         pipe = get_redis().pipeline(transaction=False)
-        pipe.get(user_key).ttl(user_key).get(addr_key).ttl(addr_key)
+        for name in (user_key, addr_key):
+            pipe.get(name)
+            pipe.ttl(name)
         user_count, user_ttl, addr_count, addr_ttl = pipe.execute()
     except Exception as exc:
         log.warning("login throttle: Redis unavailable, sign-in not throttled (%s)", type(exc).__name__)

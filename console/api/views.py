@@ -128,7 +128,7 @@ class UserViewSet(AuditedModelViewSet):
 
 def _enforce_csrf(request: Request) -> None:
     """Refuse (403 "CSRF Failed: ...") a browser write without the CSRF token, as for signed-in writes."""
-    SessionAuthentication().enforce_csrf(request._request)
+    SessionAuthentication().enforce_csrf(request)
 
 
 @extend_schema(request=None, responses={200: CsrfSerializer})

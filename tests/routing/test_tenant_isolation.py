@@ -165,7 +165,7 @@ def test_every_api_route_refuses_a_tenant_key() -> None:
     assert unlisted_api_patterns() == []
     ops = [op for op in api_operations() if str(op) not in PUBLIC_API]
     assert len(ops) >= 140 and {str(op) for op in api_operations()} >= PUBLIC_API
-    styles = {
+    styles: dict[str, dict[str, Any]] = {
         "bearer": {"HTTP_AUTHORIZATION": f"Bearer {a.raw_key}"},
         "token": {"HTTP_AUTHORIZATION": f"Token {a.raw_key}"},
         "x-api-key": {"HTTP_X_API_KEY": a.raw_key},
