@@ -179,6 +179,9 @@ LOGIN_MAX_FAILURES_PER_ADDRESS = env_int("LOGIN_MAX_FAILURES_PER_ADDRESS", 20)
 # The header that carries the client's address when a proxy sits in front (e.g. X-Forwarded-For; its
 # last entry, the one the nearest proxy appended, is used); empty: the socket's peer address.
 LOGIN_CLIENT_ADDRESS_HEADER = env_str("LOGIN_CLIENT_ADDRESS_HEADER", "")
+# The bearer token Prometheus sends to read /metrics and the proxy's /metrics (core/metrics_access.py);
+# empty: open, for the demo (they show per-tenant counts: keep them off networks tenants reach).
+METRICS_TOKEN = env_secret("METRICS_TOKEN", "")
 # The console's Content-Security-Policy (core/security.py): scripts only from this origin, no inline ones.
 CONTENT_SECURITY_POLICY = env_str(
     "CONTENT_SECURITY_POLICY",

@@ -31,6 +31,8 @@ from django.db import close_old_connections
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from console.services import hash_api_key
+from core.metrics_access import REFUSAL as METRICS_REFUSAL
+from core.metrics_access import metrics_allowed
 from core.redis_client import CONFIG_CHANNEL, key_cache_generation, key_cache_record
 from core.redis_client import key as rkey
 from routing.choices import Priority, Scorer
@@ -656,6 +658,14 @@ class Proxy:
         elif path == "/v1/models" or path.startswith("/v1/models/"):
             await self.handle_models(scope, send)
         elif path in ("/metrics", "/v1/metrics"):
+            if not metrics_allowed(_header(scope, b"authorization")):
+                await self._send_error(
+                    send,
+                    ProxyError(
+                        401, METRICS_REFUSAL, type="authentication_error", code="invalid_metrics_token"
+                    ),
+                )
+                return
             body = generate_latest(m.REGISTRY)
             await self._send_raw(send, 200, body, [(b"content-type", CONTENT_TYPE_LATEST.encode())])
         elif path in ("/healthz", "/v1/healthz"):

@@ -186,3 +186,35 @@ def test_every_api_route_refuses_a_tenant_key() -> None:
     # The routers' index page too.
     assert client.get("/api/", HTTP_AUTHORIZATION=f"Bearer {a.raw_key}").status_code == 401
     assert checked == len(ops) * len(styles)
+
+
+def test_metrics_answer_only_the_metrics_token_once_it_is_set(
+    start_proxy: Callable[..., Proc], trivial_backend: Proc, redis_clean: None, tmp_path: Path
+) -> None:
+    """The expositions count requests per tenant by name: with METRICS_TOKEN set, a tenant's key reads
+    nothing there, on the proxy (/metrics, /v1/metrics) and the web process (/v1/metrics, /metrics)."""
+    a = make_tenant_key("tenant-a", scopes=["alpha"])
+    env = {"METRICS_TOKEN": "scrape-secret-1"}
+    static = f"alpha={trivial_backend.url}"
+    proxy = start_proxy(static=static, **env)
+    console = start_console(tmp_path, {"PROXY_STATIC_ENDPOINTS": static, **env})
+    try:
+        post(proxy.url + "/v1/chat/completions", a.raw_key, {"model": "alpha", **BODIES["chat"]})
+        for url in (proxy.url + "/metrics", proxy.url + "/v1/metrics", console.url + "/v1/metrics"):
+            for key in (a.raw_key, None, "scrape-secret-2"):
+                status, body = _get(url, key)
+                assert status == 401 and body["error"]["code"] == "invalid_metrics_token", (url, key)
+            req = urllib.request.Request(url, headers={"Authorization": "Bearer scrape-secret-1"})
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                assert resp.status == 200 and b"inferchain_proxy" in resp.read()
+        fleet = console.url + "/metrics"
+        for key in (a.raw_key, None):
+            req = urllib.request.Request(fleet, headers={"Authorization": f"Bearer {key}"} if key else {})
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(req, timeout=10)
+            assert refused.value.code == 401
+        req = urllib.request.Request(fleet, headers={"Authorization": "Bearer scrape-secret-1"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            assert resp.status == 200
+    finally:
+        console.stop()
