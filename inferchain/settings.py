@@ -57,6 +57,7 @@ MIDDLEWARE = [
     # First: it sees every other layer's answer, and turns error pages under /api/ into JSON.
     "core.api.errors.ApiJsonErrorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "core.security.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -172,9 +173,40 @@ STATICFILES_DIRS = [FRONTEND_DIST] if FRONTEND_DIST.exists() else []
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
+# Security of the console (docs/security.md). Behind a TLS-terminating proxy (BEHIND_TLS_PROXY=true) Django
+# trusts that proxy's X-Forwarded-Proto for request.is_secure(), and the cookies are sent over HTTPS only.
+# Only set it when such a proxy overwrites the header: a client could otherwise claim HTTPS.
+BEHIND_TLS_PROXY = env_bool("BEHIND_TLS_PROXY", False)
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if BEHIND_TLS_PROXY else None
 SESSION_COOKIE_HTTPONLY = True
-SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", False)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", BEHIND_TLS_PROXY)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+# The SPA reads the CSRF cookie to echo it in X-CSRFToken, so it cannot be HttpOnly (Django's docs: no
+# protection is lost, the token is not a secret from the page). Lax: a cross-site POST carries neither.
+SESSION_COOKIE_SAMESITE = env_str("SESSION_COOKIE_SAMESITE", "Lax")
+CSRF_COOKIE_SAMESITE = SESSION_COOKIE_SAMESITE
+# A console session ends this long after sign-in, whatever the activity (then the SPA sends you to sign in).
+SESSION_COOKIE_AGE = env_int("SESSION_COOKIE_AGE_SECONDS", 12 * 3600)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+# Failed console sign-ins, counted in Redis so the limit holds across web processes: past the limit per
+# username or per source address within the window, sign-in answers 429 until the window ends.
+LOGIN_FAILURE_WINDOW_SECONDS = env_int("LOGIN_FAILURE_WINDOW_SECONDS", 900)
+LOGIN_MAX_FAILURES_PER_USERNAME = env_int("LOGIN_MAX_FAILURES_PER_USERNAME", 5)
+LOGIN_MAX_FAILURES_PER_ADDRESS = env_int("LOGIN_MAX_FAILURES_PER_ADDRESS", 20)
+# The header that carries the client's address when a proxy sits in front (e.g. X-Forwarded-For; its
+# last entry, the one the nearest proxy appended, is used); empty: the socket's peer address.
+LOGIN_CLIENT_ADDRESS_HEADER = env_str("LOGIN_CLIENT_ADDRESS_HEADER", "")
+# The bearer token Prometheus sends to read /metrics and the proxy's /metrics (core/metrics_access.py);
+# empty: open, for the demo (they show per-tenant counts: keep them off networks tenants reach).
+METRICS_TOKEN = env_secret("METRICS_TOKEN", "")
+# The console's Content-Security-Policy (core/security.py): scripts only from this origin, no inline ones.
+CONTENT_SECURITY_POLICY = env_str(
+    "CONTENT_SECURITY_POLICY",
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; font-src 'self' data:; "
+    "connect-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; frame-ancestors 'none'",
+)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

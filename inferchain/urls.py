@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.urls import include, path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from inferchain.views import spa_index
 from routing.fleet_metrics import metrics_view
@@ -21,7 +21,8 @@ api_patterns = [
 
 urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    # Swagger UI's init script is served as a file here, so the page runs under a CSP with no inline script.
+    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),
     path("api/", include(api_patterns)),
     path("django-admin/", admin.site.urls),
     # The fleet's Prometheus exposition (GPUs, engines, tenants' budgets); the proxy's is /v1/metrics.

@@ -27,6 +27,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 
 from console.models import Quota
+from core.metrics_access import REFUSAL, metrics_allowed
 from core.redis_client import get_redis
 from nodes.choices import DeploymentState, DesiredState
 from nodes.lifecycle import live_deployment_key, live_gpu_key
@@ -487,9 +488,13 @@ def names_with_samples(kind: str, name: str) -> Sequence[str]:
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """GET /metrics of the control plane: the fleet exposition.
 
-    Open like the proxy's /metrics (routing/proxy/app.py serves that one without a key): Prometheus
-    scrapes without credentials, so keep the port on the monitoring network (docs/monitoring.md).
+    Guarded like the proxy's /metrics: with METRICS_TOKEN set, only a scrape that sends it may read
+    (core/metrics_access.py); unset, open, so keep the port on the monitoring network (docs/security.md).
     """
     if request.method not in ("GET", "HEAD"):
         return HttpResponse("Use GET.\n", status=405, content_type="text/plain", headers={"Allow": "GET"})
+    if not metrics_allowed(request.headers.get("Authorization")):
+        return HttpResponse(
+            REFUSAL + "\n", status=401, content_type="text/plain", headers={"WWW-Authenticate": "Bearer"}
+        )
     return HttpResponse(render(), content_type=CONTENT_TYPE)

@@ -7,13 +7,15 @@ from django.contrib.auth import authenticate, login, logout
 from django.db import transaction
 from django.db.models import Prefetch
 from django.middleware.csrf import get_token
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.decorators import action, api_view, permission_classes
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from console import login_throttle
 from console.api.serializers import (
     ApiKeyCreatedSerializer,
     ApiKeySerializer,
@@ -124,6 +126,11 @@ class UserViewSet(AuditedModelViewSet):
     search_fields = ["username", "email"]
 
 
+def _enforce_csrf(request: Request) -> None:
+    """Refuse (403 "CSRF Failed: ...") a browser write without the CSRF token, as for signed-in writes."""
+    SessionAuthentication().enforce_csrf(request)
+
+
 @extend_schema(request=None, responses={200: CsrfSerializer})
 @api_view(["GET"])
 @permission_classes([AllowAny])
@@ -132,21 +139,45 @@ def csrf(request: Request) -> Response:
     return Response(CsrfSerializer({"csrfToken": get_token(request._request)}).data)
 
 
-@extend_schema(request=LoginSerializer, responses={200: MeSerializer})
+@extend_schema(
+    request=LoginSerializer,
+    responses={
+        200: MeSerializer,
+        403: OpenApiResponse(description="No valid CSRF token (fetch one from /api/auth/csrf/)."),
+        429: OpenApiResponse(
+            description="Too many failed sign-ins for this username or from this address; "
+            "`detail` says when to try again (also in `retry_after` and the Retry-After header)."
+        ),
+    },
+)
 @api_view(["POST"])
 @permission_classes([AllowAny])
 def login_view(request: Request) -> Response:
+    # DRF checks CSRF only for a signed-in session; sign-in itself is checked too, so another site
+    # cannot sign a browser into an account of its choosing.
+    _enforce_csrf(request)
     serializer = LoginSerializer(data=request.data)
     serializer.is_valid(raise_exception=True)
-    user = authenticate(
-        request._request,
-        username=serializer.validated_data["username"],
-        password=serializer.validated_data["password"],
-    )
+    username = serializer.validated_data["username"]
+    address = login_throttle.client_address(request._request)
+    refused = login_throttle.refusal(username, address)
+    if refused is not None:
+        return Response(
+            {
+                "detail": f"Too many failed sign-ins from this {refused.by}. "
+                f"Try again in {refused.retry_after} seconds.",
+                "retry_after": refused.retry_after,
+            },
+            status=status.HTTP_429_TOO_MANY_REQUESTS,
+            headers={"Retry-After": str(refused.retry_after)},
+        )
+    user = authenticate(request._request, username=username, password=serializer.validated_data["password"])
     if user is None or not user.is_active:
+        login_throttle.record_failure(username, address)
         return Response(
             {"non_field_errors": ["Wrong username or password."]}, status=status.HTTP_400_BAD_REQUEST
         )
+    login_throttle.record_success(username, address)
     login(request._request, user)
     return Response(MeSerializer(user).data)
 
@@ -155,6 +186,7 @@ def login_view(request: Request) -> Response:
 @api_view(["POST"])
 @permission_classes([AllowAny])
 def logout_view(request: Request) -> Response:
+    _enforce_csrf(request)
     logout(request._request)
     return Response(status=status.HTTP_204_NO_CONTENT)
 

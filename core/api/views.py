@@ -3,13 +3,14 @@ from __future__ import annotations
 import django_filters
 from rest_framework import viewsets
 
+from core.api.filters import UtcIsoDateTimeFilter
 from core.api.serializers import AuditEventSerializer
 from core.models import AuditEvent
 
 
 class AuditEventFilter(django_filters.FilterSet):
-    since = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    until = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    since = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    until = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
 
     class Meta:
         model = AuditEvent

@@ -184,6 +184,9 @@ class ModelVersionViewSet(
         runs = version.verifications.all()
         host = request.query_params.get("host_name")
         if host:
+            # PostgreSQL refuses NUL in text: the query would fail as a 500 instead of matching nothing.
+            if "\x00" in host:
+                raise ValidationError({"host_name": ["Null characters are not allowed."]})
             runs = runs.filter(host_name=host)
         page = self.paginate_queryset(runs)
         return self.get_paginated_response(VerificationRunSerializer(page, many=True).data)

@@ -18,6 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.api.base import AuditedModelViewSet
+from core.api.filters import UtcIsoDateTimeFilter
 from core.redis_client import publish_config_change
 from routing.api.serializers import (
     RequestLogSerializer,
@@ -64,8 +65,8 @@ class RoutePolicyViewSet(NotifyProxiesMixin, AuditedModelViewSet):
 
 
 class RequestLogFilter(django_filters.FilterSet):
-    since = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    until = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    since = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    until = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
     status_min = django_filters.NumberFilter(field_name="status", lookup_expr="gte")
     status_max = django_filters.NumberFilter(field_name="status", lookup_expr="lte")
 
@@ -118,7 +119,8 @@ def usage(request: Request) -> Response:
     rows = RequestLog.objects.filter(created_at__gte=since)
     tenant = request.query_params.get("tenant_id")
     if tenant:
-        if not tenant.isdigit():
+        # isascii: str.isdigit() also accepts digits int() refuses ("²"), which was a 500.
+        if not (tenant.isascii() and tenant.isdigit()):
             raise ValidationError({"tenant_id": ["Must be an integer."]})
         rows = rows.filter(tenant_id=int(tenant))
     buckets = (
@@ -154,7 +156,7 @@ def traffic(request: Request) -> Response:
     """Traffic over the last `minutes` (default 5): routed requests per pool and deployment, and apart
     from them the requests refused before routing (no pool chosen), per status and error type."""
     raw = request.query_params.get("minutes", "5")
-    if not raw.isdigit() or not 1 <= int(raw) <= 1440:
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= 1440:
         raise ValidationError({"minutes": ["Must be an integer from 1 to 1440."]})
     since = timezone.now() - dt.timedelta(minutes=int(raw))
     recent = RequestLog.objects.filter(created_at__gte=since)

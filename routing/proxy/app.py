@@ -31,6 +31,8 @@ from django.db import close_old_connections
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from console.services import hash_api_key
+from core.metrics_access import REFUSAL as METRICS_REFUSAL
+from core.metrics_access import metrics_allowed
 from core.redis_client import CONFIG_CHANNEL, async_redis, key_cache_generation, key_cache_record
 from core.redis_client import key as rkey
 from routing.choices import Priority, Scorer
@@ -63,6 +65,7 @@ from routing.proxy.errors import (
 )
 from routing.proxy.health import EndpointState
 from routing.proxy.limits import LEASE_MS, Admission, Limiter
+from routing.proxy.nesting import check_nesting
 from routing.proxy.requestlog import RequestLogWriter
 from routing.proxy.scorers import EndpointLoad, ScoreRequest, choose, prefix_key, token_prefix_key
 from routing.proxy.shadow import MirrorJob, ShadowMirror, pair_writer
@@ -658,6 +661,14 @@ class Proxy:
         elif path == "/v1/models" or path.startswith("/v1/models/"):
             await self.handle_models(scope, send)
         elif path in ("/metrics", "/v1/metrics"):
+            if not metrics_allowed(_header(scope, b"authorization")):
+                await self._send_error(
+                    send,
+                    ProxyError(
+                        401, METRICS_REFUSAL, type="authentication_error", code="invalid_metrics_token"
+                    ),
+                )
+                return
             body = generate_latest(m.REGISTRY)
             await self._send_raw(send, 200, body, [(b"content-type", CONTENT_TYPE_LATEST.encode())])
         elif path in ("/healthz", "/v1/healthz"):
@@ -903,6 +914,7 @@ class Proxy:
             ) from None
         if not isinstance(body, dict):
             raise bad_request("The request body must be a JSON object.", code="invalid_json")
+        check_nesting(raw, body)
         _validate_common(body, ctx.kind)
         alias: str = body["model"]
         ctx.alias = alias

@@ -5094,6 +5094,20 @@ export interface operations {
                     "application/json": components["schemas"]["Me"];
                 };
             };
+            /** @description No valid CSRF token (fetch one from /api/auth/csrf/). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Too many failed sign-ins for this username or from this address; `detail` says when to try again (also in `retry_after` and the Retry-After header). */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
         };
     };
     auth_logout_create: {
