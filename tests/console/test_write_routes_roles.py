@@ -41,6 +41,9 @@ ADMIN_ONLY_PATHS = (
     "/api/model-versions/",
     "/api/model-aliases/",
     "/api/quantization-configs/",
+    "/api/alerts/",
+    "/api/alert-rules/",
+    "/api/baselines/",
 )
 ROLE_REFUSAL = "Your role does not allow this action."
 
