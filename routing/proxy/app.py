@@ -381,7 +381,7 @@ def context_length_error(
         return bad_request(
             f"The decoder prompt (length {tokens}) plus the number of requested output tokens (at least 1) "
             f"is longer than the maximum model length of {max_model_len}. Make sure that `max_model_len` "
-            "is no smaller than the number of text tokens plus the number of requested output tokens.",
+            "is no smaller than the number of text tokens (prompt + requested output tokens).",
             code="context_length_exceeded",
         )
     return None

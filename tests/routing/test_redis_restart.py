@@ -123,7 +123,12 @@ def test_proxy_serves_every_request_after_a_redis_restart(
 
     assert burst(32) == [200] * 32
     private_redis.restart()
-    assert burst(64) == [200] * 64, "a request failed on a connection pooled before the restart"
+    after = burst(64)
+    # The proxy's log says which call failed, if one did (it failed once under a loaded full suite).
+    assert after == [200] * 64, (
+        f"a request failed on a connection pooled before the restart: {after}\n"
+        + proxy.log_path.read_text(errors="replace")[-4000:]
+    )
 
     private_redis.stop()
     refused = post(url, limited.raw_key, BODY)
