@@ -37,7 +37,17 @@ class PrivateRedis:
     def start(self) -> None:
         log = (self.dir / "redis.log").open("ab")
         self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
             cwd=self.dir,
             stdout=log,
             stderr=subprocess.STDOUT,

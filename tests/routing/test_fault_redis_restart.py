@@ -34,7 +34,9 @@ def test_redis_restart_under_load(
 ) -> None:
     limited = make_tenant_key("limited", requests_per_minute=1_000_000)
     unlimited = make_tenant_key("unlimited")
-    proxies = [start_proxy(static=f"trivial={trivial_backend.url}", REDIS_URL=private_redis.url) for _ in range(2)]
+    proxies = [
+        start_proxy(static=f"trivial={trivial_backend.url}", REDIS_URL=private_redis.url) for _ in range(2)
+    ]
     clients = [
         Client(label, p.url + "/v1/chat/completions", key, BODY, concurrency=2)
         for p in proxies
