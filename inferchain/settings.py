@@ -251,6 +251,9 @@ PROXY_LONG_PROMPT_TOKENS = env_int("PROXY_LONG_PROMPT_TOKENS", 2048)
 PROXY_LIMITS_ON_REDIS_DOWN = env_str("PROXY_LIMITS_ON_REDIS_DOWN", "reject")
 # Extra endpoints outside the fleet, "alias=http://host:port[|engine-key],...", e.g. for benchmarks.
 PROXY_STATIC_ENDPOINTS = env_str("PROXY_STATIC_ENDPOINTS", "")
+# How long a concurrency lease outlives the last renewal: a killed proxy's in-flight requests stop
+# counting against max_concurrent_requests after at most this long. Renewed every third of it.
+PROXY_LEASE_MS = env_int("PROXY_LEASE_MS", 30_000)
 PROXY_CONFIG_REFRESH_SECONDS = env_float("PROXY_CONFIG_REFRESH_SECONDS", 30.0)
 REQUEST_LOG_RETENTION_DAYS = env_int("REQUEST_LOG_RETENTION_DAYS", 30)
 REQUEST_LOG_PARTITIONS_AHEAD = env_int("REQUEST_LOG_PARTITIONS_AHEAD", 3)

@@ -61,7 +61,7 @@ from routing.proxy.errors import (
     unavailable,
 )
 from routing.proxy.health import EndpointState
-from routing.proxy.limits import LEASE_MS, Admission, Limiter
+from routing.proxy.limits import Admission, Limiter
 from routing.proxy.requestlog import RequestLogWriter
 from routing.proxy.scorers import EndpointLoad, ScoreRequest, choose, prefix_key, token_prefix_key
 from routing.proxy.shadow import MirrorJob, ShadowMirror, pair_writer
@@ -469,7 +469,7 @@ class Proxy:
     def attach_redis(self, client: aioredis.Redis) -> None:
         """Use `client` for limits and the shared key records (startup does this; tests may too)."""
         self.redis = client
-        self.limiter = Limiter(client)
+        self.limiter = Limiter(client, lease_ms=settings.PROXY_LEASE_MS)
         self._write_back = client.register_script(WRITE_BACK_LUA)
 
     async def shutdown(self) -> None:
@@ -632,7 +632,7 @@ class Proxy:
     async def _renew_leases(self) -> None:
         assert self.limiter is not None
         while True:
-            await asyncio.sleep(LEASE_MS / 3000)
+            await asyncio.sleep(settings.PROXY_LEASE_MS / 3000)
             pairs = [(k, rid) for rid, keys in self.leases.items() for k in keys]
             with contextlib.suppress(Exception):
                 await self.limiter.renew(pairs)

@@ -90,7 +90,9 @@ def test_postgres_down_under_load(
         console = start_console(tmp_path, {"DATABASE_URL": private_pg.url})
         browser = Browser(console.url)
         browser.call("GET", "/api/auth/csrf/")
-        status, _, _ = browser.call("POST", "/api/auth/login/", {"username": "olga-operator", "password": PASSWORD})
+        status, _, _ = browser.call(
+            "POST", "/api/auth/login/", {"username": "olga-operator", "password": PASSWORD}
+        )
         assert status == 200
         assert browser.call("GET", "/api/tenants/")[0] == 200
 
@@ -100,7 +102,9 @@ def test_postgres_down_under_load(
             down_at = time.monotonic()
             private_pg.stop()
             time.sleep(1.0)
-            console_during = [browser.call("GET", path) for path in ("/api/tenants/", "/api/auth/me/", "/api/hosts/")]
+            console_during = [
+                browser.call("GET", path) for path in ("/api/tenants/", "/api/auth/me/", "/api/hosts/")
+            ]
             time.sleep(OUTAGE_S - 1.0)
             spooled_files = len(list(spool.glob("*.jsonl")))
             spooled_rows = _metric(proxy.url, "inferchain_proxy_request_log_spooled_total")
