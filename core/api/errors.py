@@ -8,8 +8,8 @@ admin keep Django's pages.
 
 from __future__ import annotations
 
-from http import HTTPStatus
 import logging
+from http import HTTPStatus
 from typing import Any
 
 from django.conf import settings

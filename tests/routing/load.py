@@ -100,7 +100,7 @@ class Load:
                             if line.startswith(b"data: {") and b'"error"' in line:
                                 err = orjson.loads(line[6:]).get("error", {})
                                 sample.code = str(err.get("code") or err.get("type") or "")
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, aiohttp.ClientError) as exc:
                 sample.transport_error = type(exc).__name__
             sample.ended = time.monotonic()
             self.samples.append(sample)

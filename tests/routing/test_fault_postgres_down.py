@@ -125,7 +125,8 @@ def test_postgres_down_under_load(
         arrived_s = time.monotonic() - up_at
         console_after = browser.call("GET", "/api/tenants/")
         print(
-            f"\npostgres down {OUTAGE_S:.0f} s: clients saw {summary(load.samples)} ({len(during)} during the outage); "
+            f"\npostgres down {OUTAGE_S:.0f} s: clients saw {summary(load.samples)} "
+            f"({len(during)} during the outage); "
             f"rows spooled {spooled_rows:.0f} in {spooled_files} files; request-log rows {rows} for "
             f"{len(answered)} answered requests, all in {arrived_s:.1f} s after the database returned; "
             f"console during: {[c[0] for c in console_during]}, after: {console_after[0]}"
