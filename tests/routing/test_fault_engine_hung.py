@@ -81,8 +81,8 @@ def test_hung_engine_under_load(start_proxy: Callable[..., Proc]) -> None:
         print(
             f"\nengine hung under {CLIENTS} streaming clients: clients saw {summary(samples)}; "
             f"{len(stalled)} streams stalled mid-way ended at the inter-token timeout; "
-            f"rows {summary_rows(rows)}, {sum(1 for r in rows if r['retries'])} retried on the healthy engine "
-            f"after a first-byte timeout; longest client wait {waits[-1]:.2f} s, p99 "
+            f"rows {summary_rows(rows)}, {sum(1 for r in rows if r['retries'])} retried on the healthy "
+            f"engine after a first-byte timeout; longest client wait {waits[-1]:.2f} s, p99 "
             f"{waits[int(len(waits) * 0.99)]:.2f} s; at most {peak_on_hung:.0f} requests waiting on the hung "
             f"engine at once, {left_on_hung:.0f} left at the end"
         )
