@@ -8,9 +8,10 @@ clients saw before, during and after the fault it injected.
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,8 @@ class Client:
     key: str
     body: dict[str, Any]
     concurrency: int = 1
+    # When set, each request's (body, extra headers) comes from it instead of `body` (mixed load).
+    make: Callable[[random.Random], tuple[dict[str, Any], dict[str, str]]] | None = None
 
 
 class Load:
@@ -77,16 +80,16 @@ class Load:
             await asyncio.gather(*workers)
 
     async def _worker(self, session: aiohttp.ClientSession, client: Client) -> None:
-        headers = {"Authorization": f"Bearer {client.key}"}
-        payload = orjson.dumps(client.body)
-        stream = bool(client.body.get("stream"))
+        headers = {"Authorization": f"Bearer {client.key}", "Content-Type": "application/json"}
+        rng = random.Random(id(client) ^ len(self.samples))
         while not self._stop.is_set():
+            body, extra = client.make(rng) if client.make else (client.body, {})
+            payload = orjson.dumps(body)
+            stream = bool(body.get("stream"))
             started = time.monotonic()
             sample = Sample(client.label, started, started, 0)
             try:
-                async with session.post(
-                    client.url, data=payload, headers={**headers, "Content-Type": "application/json"}
-                ) as resp:
+                async with session.post(client.url, data=payload, headers={**headers, **extra}) as resp:
                     sample.status = resp.status
                     body = await resp.read()
                     if resp.status != 200:
