@@ -2947,6 +2947,8 @@ export interface components {
             /** Format: double */
             first_byte_timeout_s?: number;
             /** Format: double */
+            inter_token_timeout_s?: number;
+            /** Format: double */
             total_timeout_s?: number;
             max_retries?: number;
             max_inflight_per_endpoint?: number;
@@ -3365,6 +3367,8 @@ export interface components {
             /** Format: double */
             first_byte_timeout_s: number;
             /** Format: double */
+            inter_token_timeout_s: number;
+            /** Format: double */
             total_timeout_s: number;
             max_retries: number;
             max_inflight_per_endpoint: number;
@@ -3388,6 +3392,8 @@ export interface components {
             connect_timeout_s?: number;
             /** Format: double */
             first_byte_timeout_s?: number;
+            /** Format: double */
+            inter_token_timeout_s?: number;
             /** Format: double */
             total_timeout_s?: number;
             max_retries?: number;
