@@ -121,7 +121,14 @@ CELERY_TASK_DEFAULT_QUEUE = "control"
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
-CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": REDIS_KEY_PREFIX}
+# With acks late, a task whose worker died (SIGKILL, OOM, lost host) stays unacknowledged in Redis and is
+# delivered again to a live worker once this long has passed since its delivery; every task is
+# idempotent, so the rerun finishes the work without doing any of it twice. Longer than any task runs.
+CELERY_VISIBILITY_TIMEOUT_S = env_float("CELERY_VISIBILITY_TIMEOUT_S", 3600.0)
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "global_keyprefix": REDIS_KEY_PREFIX,
+    "visibility_timeout": CELERY_VISIBILITY_TIMEOUT_S,
+}
 # Every periodic task, in one place (beat reads it); each task is idempotent.
 CELERY_BEAT_SCHEDULE = {
     # The bound for "unreachable" is NODE_UNREACHABLE_SECONDS after the last heartbeat plus this period
