@@ -91,15 +91,15 @@ class Load:
             try:
                 async with session.post(client.url, data=payload, headers={**headers, **extra}) as resp:
                     sample.status = resp.status
-                    body = await resp.read()
+                    data = await resp.read()
                     if resp.status != 200:
                         try:
-                            sample.code = str(orjson.loads(body)["error"].get("code") or "")
+                            sample.code = str(orjson.loads(data)["error"].get("code") or "")
                         except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
                             sample.code = "unparsed"
-                    elif stream and b'"error"' in body:
+                    elif stream and b'"error"' in data:
                         sample.stream_error = True
-                        for line in body.splitlines():
+                        for line in data.splitlines():
                             if line.startswith(b"data: {") and b'"error"' in line:
                                 err = orjson.loads(line[6:]).get("error", {})
                                 sample.code = str(err.get("code") or err.get("type") or "")

@@ -146,7 +146,7 @@ class PrivatePostgres:
         import psycopg
 
         with psycopg.connect(self.url, connect_timeout=5) as conn:
-            return list(conn.execute(sql).fetchall())  # type: ignore[arg-type]
+            return list(conn.execute(sql.encode()).fetchall())
 
     def close(self) -> None:
         try:

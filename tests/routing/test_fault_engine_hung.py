@@ -9,7 +9,8 @@ import re
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import pytest
 
@@ -110,7 +111,7 @@ def test_hung_engine_under_load(start_proxy: Callable[..., Proc]) -> None:
         healthy.sim.stop()
 
 
-def summary_rows(rows: list[dict[str, object]]) -> dict[str, int]:
+def summary_rows(rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for r in rows:
         key = f"{r['status']} {r['error_type'] or ''}".strip()

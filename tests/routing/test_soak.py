@@ -69,7 +69,8 @@ def test_soak(start_proxy: Callable[..., Proc]) -> None:
     ]
     try:
         seed_demo_routing()
-        quota_key = make_tenant_key("soak-quota", **DEMO_TENANT_QUOTA)
+        quota: dict[str, Any] = dict(DEMO_TENANT_QUOTA)
+        quota_key = make_tenant_key("soak-quota", **quota)
         open_key = make_tenant_key("soak-open")
         proxies = [start_proxy() for _ in range(2)]
         clients = [
@@ -117,7 +118,7 @@ def test_soak(start_proxy: Callable[..., Proc]) -> None:
             )
             if growth > warm[0] * GROWTH_SHARE + GROWTH_ALLOWANCE_MIB:
                 grown.append(name)
-        roles = {m.deployment.pk: m.deployment.role for m in fleet}
+        roles: dict[int | None, str] = {m.deployment.pk: m.deployment.role for m in fleet}
         routes: dict[str, int] = {}
         for dep_id in RequestLog.objects.values_list("deployment_id", flat=True):
             routes[roles.get(dep_id, "none")] = routes.get(roles.get(dep_id, "none"), 0) + 1
