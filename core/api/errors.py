@@ -34,6 +34,9 @@ def database_unavailable() -> JsonResponse:
     """A 503 the SPA recognises by its code (it shows a banner instead of a failed page)."""
     response = JsonResponse({"detail": DATABASE_DOWN_DETAIL, "code": "database_unavailable"}, status=503)
     response["Retry-After"] = str(DATABASE_DOWN_RETRY_AFTER_S)
+    # Logged once as a WARNING where it is caught; without this Django adds an ERROR line per request
+    # (django.request logs every 5xx), which would flood the log for the length of an outage.
+    setattr(response, "_has_been_logged", True)  # noqa: B010
     return response
 
 
