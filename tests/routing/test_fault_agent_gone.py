@@ -56,6 +56,7 @@ def test_unreachable_host_engines_are_not_routed_to(start_proxy: Callable[..., P
 
         # The console's heartbeat sweep notices the silent agent.
         Host.objects.filter(pk=lost_host.pk).update(last_heartbeat=timezone.now() - timedelta(minutes=5))
+        Host.objects.filter(name="sim-host").update(last_heartbeat=timezone.now())  # its agent still beats
         assert mark_unreachable_hosts() == ["lost-host"]
         marked_at = time.monotonic()
         assert Deployment.objects.get(pk=lost.deployment.pk).state == DeploymentState.DEGRADED
