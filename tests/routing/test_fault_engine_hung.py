@@ -1,11 +1,13 @@
-"""An engine that hangs under streaming load (it stops stepping: streams in flight stall mid-way, new
-requests get headers and nothing else, /health stays 200): stalled streams end at the inter-token
+"""An engine that hangs under streaming load (frozen with SIGSTOP: its socket still accepts connections,
+streams in flight stall mid-way, new requests get nothing at all): stalled streams end at the inter-token
 timeout with an SSE error and a logged 504, new requests time out at first byte and are retried on the
 healthy engine, the hung one is ejected, and clients do not pile up on it (measured)."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import threading
 import time
 import urllib.request
@@ -25,7 +27,7 @@ CLIENTS = 16
 STREAM = {
     "model": "llama",
     "messages": [{"role": "user", "content": "hi"}],
-    "max_tokens": 64,
+    "max_tokens": 200,
     "ignore_eos": True,
     "stream": True,
 }
@@ -38,8 +40,8 @@ def _inflight(proxy: Proc) -> dict[str, float]:
 
 
 def test_hung_engine_under_load(start_proxy: Callable[..., Proc]) -> None:
-    hung = start_member("llama", "--sim-hang-after", "30", time_scale=5.0)
-    healthy = start_member("llama", time_scale=5.0)
+    hung = start_member("llama", time_scale=2.0)
+    healthy = start_member("llama", time_scale=2.0)
     try:
         RoutePool.objects.create(
             name="llama",
@@ -62,8 +64,20 @@ def test_hung_engine_under_load(start_proxy: Callable[..., Proc]) -> None:
 
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
-        with Load([Client("s", proxy.url + "/v1/chat/completions", tk.raw_key, STREAM, CLIENTS)]) as load:
-            time.sleep(8.0)
+        # Lengths vary so the clients fall out of step: when the engine hangs, most of its streams are
+        # mid-way rather than all starting together.
+        client = Client(
+            "s",
+            proxy.url + "/v1/chat/completions",
+            tk.raw_key,
+            STREAM,
+            CLIENTS,
+            make=lambda rng: ({**STREAM, "max_tokens": rng.randint(50, 300)}, {}),
+        )
+        with Load([client]) as load:
+            time.sleep(1.5)
+            os.kill(hung.sim.proc.pid, signal.SIGSTOP)
+            time.sleep(5.0)
         stop.set()
         watcher.join(5)
         samples = load.samples
@@ -107,6 +121,7 @@ def test_hung_engine_under_load(start_proxy: Callable[..., Proc]) -> None:
         late = [r for r in rows[-len(rows) // 2 :] if r["deployment_id"] == hung.deployment.pk]
         assert len(late) <= 5, late
     finally:
+        os.kill(hung.sim.proc.pid, signal.SIGCONT)
         hung.sim.stop()
         healthy.sim.stop()
 

@@ -69,9 +69,12 @@ def test_engine_killed_under_load(start_proxy: Callable[..., Proc]) -> None:
                 time_scale=TIME_SCALE,
             )
             restarted_at = time.monotonic()
-            time.sleep(
-                8.0
-            )  # the breaker's half-open probe comes after its cooldown (2 s, doubled per failed probe)
+            # The breaker's half-open probe comes after its cooldown (2 s, doubled per failed probe).
+            served = RequestLog.objects.filter(deployment_id=dep.pk, status=200)
+            seen = served.count()
+            while served.count() == seen and time.monotonic() - restarted_at < 10:
+                time.sleep(0.2)
+            time.sleep(0.5)
         samples = load.samples
 
         deadline = time.monotonic() + 10

@@ -18,7 +18,7 @@ from tests.routing.private_services import PrivateRedis
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 BODY = {"model": "trivial", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
 OUTAGE_S = 3.0
-AFTER_S = 6.0
+AFTER_S = 4.0
 
 
 @pytest.fixture
@@ -43,7 +43,7 @@ def test_redis_restart_under_load(
         for label, key in (("limited", limited.raw_key), ("unlimited", unlimited.raw_key))
     ]
     with Load(clients, timeout=10, pause=0.01) as load:
-        time.sleep(2.0)
+        time.sleep(1.5)
         down_at = time.monotonic()
         private_redis.stop()
         time.sleep(OUTAGE_S)
