@@ -79,7 +79,8 @@ class PrivatePostgres:
         self.dir = Path(tempfile.mkdtemp(prefix="fault-pg-"))
         self.data = self.dir / "data"
         self.dbname = "faults"
-        shutil.chown(self.dir, "postgres", "postgres")
+        if os.geteuid() == 0:  # initdb refuses to run as root: the cluster belongs to `postgres`
+            shutil.chown(self.dir, "postgres", "postgres")
 
     @property
     def url(self) -> str:
