@@ -19,7 +19,17 @@ from django.db import connection
 
 from tests.routing.conftest import free_port
 
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+def _pg_bin() -> Path:
+    """Debian keeps initdb and pg_ctl out of PATH, under /usr/lib/postgresql/<version>/bin."""
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parts[-3]))
+    if found:
+        return found[-1].parent
+    initdb = shutil.which("initdb")
+    return Path(initdb).parent if initdb else Path("/usr/lib/postgresql/15/bin")
+
+
+PG_BIN = _pg_bin()
 
 
 class PrivateRedis:
