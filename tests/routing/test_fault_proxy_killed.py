@@ -58,7 +58,9 @@ def test_killed_proxy_leases_lapse_within_the_lease_time(start_proxy: Callable[.
             f"(lease {LEASE_MS} ms, renewed every {LEASE_MS / 3000:.0f} s); refused meanwhile: "
             f"{statuses.count(429)}; the killed proxy's clients saw {summary(load.samples)}"
         )
-        assert returned_s <= LEASE_MS / 1000 + 0.5
+        # Within the lease time of the kill (its last renewal came before it), plus the probe round trip
+        # on a busy machine.
+        assert returned_s <= LEASE_MS / 1000 + 1.0
         assert statuses[0] == 429  # still held right after the kill: leases lapse, they are not dropped
         # All four slots are back, not one: five at once, four admitted.
         body = {**SHORT, "max_tokens": 60, "ignore_eos": True}
