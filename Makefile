@@ -11,7 +11,7 @@ export REDIS_URL
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF
 FRONTEND_SRC := $(shell find frontend/src frontend/index.html frontend/vite.config.ts frontend/tsconfig.json -type f 2>/dev/null)
 
-.PHONY: stop run test install frontend llama chromium promtool lint typecheck services migrate seed schema pytest clean
+.PHONY: stop run test soak install frontend llama chromium promtool lint typecheck services migrate seed schema pytest clean
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -100,6 +100,15 @@ pytest: install
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 test: install frontend llama chromium promtool lint typecheck pytest
+
+# The long reliability runs (docs/operations.md): SOAK_SECONDS of steady mixed load against a demo-like
+# fleet (`make test` runs the same test for 3 minutes), then the limits under contention for 55 s (the
+# most that fits the 60 s window). Prints each process's memory and the counts it checked.
+SOAK_SECONDS ?= 1800
+soak: install
+	@$(PYTHON) scripts/local_services.py --redis "$(REDIS_URL)" --postgres "$${DATABASE_URL:-$(TEST_DATABASE_URL)}"
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} SOAK_SECONDS=$(SOAK_SECONDS) LIMITS_CONTENTION_SECONDS=55 \
+		$(VENV)/bin/pytest -s -q tests/routing/test_soak.py tests/routing/test_limits_contention.py
 
 clean:
 	rm -rf $(VENV) frontend/node_modules frontend/dist staticfiles var

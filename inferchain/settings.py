@@ -134,7 +134,14 @@ CELERY_TASK_DEFAULT_QUEUE = "control"
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
-CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": REDIS_KEY_PREFIX}
+# With acks late, a task whose worker died (SIGKILL, OOM, lost host) stays unacknowledged in Redis and is
+# delivered again to a live worker once this long has passed since its delivery; every task is
+# idempotent, so the rerun finishes the work without doing any of it twice. Longer than any task runs.
+CELERY_VISIBILITY_TIMEOUT_S = env_float("CELERY_VISIBILITY_TIMEOUT_S", 3600.0)
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "global_keyprefix": REDIS_KEY_PREFIX,
+    "visibility_timeout": CELERY_VISIBILITY_TIMEOUT_S,
+}
 # Every periodic task, in one place (beat reads it); each task is idempotent.
 CELERY_BEAT_SCHEDULE = {
     # The bound for "unreachable" is NODE_UNREACHABLE_SECONDS after the last heartbeat plus this period
@@ -307,6 +314,9 @@ PROXY_LONG_PROMPT_TOKENS = env_int("PROXY_LONG_PROMPT_TOKENS", 2048)
 PROXY_LIMITS_ON_REDIS_DOWN = env_str("PROXY_LIMITS_ON_REDIS_DOWN", "reject")
 # Extra endpoints outside the fleet, "alias=http://host:port[|engine-key],...", e.g. for benchmarks.
 PROXY_STATIC_ENDPOINTS = env_str("PROXY_STATIC_ENDPOINTS", "")
+# How long a concurrency lease outlives the last renewal: a killed proxy's in-flight requests stop
+# counting against max_concurrent_requests after at most this long. Renewed every third of it.
+PROXY_LEASE_MS = env_int("PROXY_LEASE_MS", 30_000)
 PROXY_CONFIG_REFRESH_SECONDS = env_float("PROXY_CONFIG_REFRESH_SECONDS", 30.0)
 # Failed API-key attempts (malformed or unknown keys) one source address may make per window, counted
 # across proxy processes in Redis; beyond it the address gets 429 until the window ends. 0 turns it off.

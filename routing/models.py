@@ -36,6 +36,9 @@ class RoutePool(models.Model):
     session_header = models.CharField(max_length=64, default="x-session-id")
     connect_timeout_s = models.FloatField(default=2.0)
     first_byte_timeout_s = models.FloatField(default=60.0)
+    # A stream that sends nothing for this long after its first byte has stalled (a hung engine): it
+    # ends with an SSE error and counts as the endpoint's failure.
+    inter_token_timeout_s = models.FloatField(default=30.0)
     total_timeout_s = models.FloatField(default=600.0)
     max_retries = models.PositiveSmallIntegerField(default=2)
     # The pool's capacity is this times its endpoints: in-flight requests up to it count as room.

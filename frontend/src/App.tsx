@@ -1,5 +1,6 @@
 import { BrowserRouter, Navigate, Route, Routes, useLocation } from "react-router-dom";
 import { AuthProvider, useAuth } from "./auth";
+import { DatabaseBanner } from "./components/DatabaseBanner";
 import { Layout } from "./components/Layout";
 import { LoginPage } from "./pages/login/LoginPage";
 import { NotFoundPage } from "./pages/placeholder/NotFoundPage";
@@ -20,6 +21,7 @@ function RequireSession() {
 export function App() {
   return (
     <AuthProvider>
+      <DatabaseBanner />
       <BrowserRouter>
         <Routes>
           <Route path="/login" element={<LoginPage />} />

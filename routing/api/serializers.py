@@ -66,6 +66,7 @@ class RoutePoolSerializer(StrictModelSerializer):
             "session_header",
             "connect_timeout_s",
             "first_byte_timeout_s",
+            "inter_token_timeout_s",
             "total_timeout_s",
             "max_retries",
             "max_inflight_per_endpoint",
@@ -87,7 +88,7 @@ class RoutePoolSerializer(StrictModelSerializer):
 
     def validate(self, attrs: Any) -> Any:
         attrs = super().validate(attrs)
-        for name in ("connect_timeout_s", "first_byte_timeout_s", "total_timeout_s"):
+        for name in ("connect_timeout_s", "first_byte_timeout_s", "inter_token_timeout_s", "total_timeout_s"):
             value = attrs.get(name)
             if value is not None and value <= 0:
                 raise serializers.ValidationError({name: ["Must be greater than 0 seconds."]})

@@ -64,7 +64,7 @@ from routing.proxy.errors import (
     unavailable,
 )
 from routing.proxy.health import EndpointState
-from routing.proxy.limits import LEASE_MS, Admission, Limiter
+from routing.proxy.limits import Admission, Limiter
 from routing.proxy.nesting import check_nesting
 from routing.proxy.requestlog import RequestLogWriter
 from routing.proxy.scorers import EndpointLoad, ScoreRequest, choose, prefix_key, token_prefix_key
@@ -152,6 +152,11 @@ class RequestContext:
     upstream: UpstreamResponse | None = None
     timer: asyncio.TimerHandle | None = None
     timed_out: bool = False
+    # Inter-token timeout of a stream: `progress_at` moves on each chunk; the one timer, when it fires
+    # early, re-arms itself for the later of the two bounds instead of failing (see _expire).
+    deadline_at: float = 0.0
+    idle_s: float = 0.0
+    progress_at: float = 0.0
     # "canary" when the request was drawn for its pool's rollout candidate and sent there.
     arm: str = "primary"
     # Drawn for shadow traffic: the request as the client sent it, mirrored once the answer is out.
@@ -168,14 +173,18 @@ class RequestContext:
         elif self.timed_out:
             resp.fail(UpstreamTimeout("deadline passed"))
 
-    def deadline(self, at: float) -> None:
+    def deadline(self, at: float, idle_s: float = 0.0) -> None:
         """Fail the engine call in flight once `time.perf_counter()` passes `at` (replacing any earlier
-        deadline). One timer moved along the call instead of an `asyncio.timeout` per wait: a third of
-        its cost, and a timeout surfaces as UpstreamTimeout (a TimeoutError) from the wait in progress."""
+        deadline), or, with `idle_s`, once that long passes without `progress_at` moving. One timer moved
+        along the call instead of an `asyncio.timeout` per wait: a third of its cost, and a timeout
+        surfaces as UpstreamTimeout (a TimeoutError) from the wait in progress."""
         if self.timer is not None:
             self.timer.cancel()
         self.timed_out = False
-        self.timer = asyncio.get_running_loop().call_later(max(0.0, at - time.perf_counter()), self._expire)
+        now = time.perf_counter()
+        self.deadline_at, self.idle_s, self.progress_at = at, idle_s, now
+        first = min(at, now + idle_s) if idle_s else at
+        self.timer = asyncio.get_running_loop().call_later(max(0.0, first - now), self._expire)
 
     def clear_deadline(self) -> None:
         if self.timer is not None:
@@ -184,6 +193,12 @@ class RequestContext:
 
     def _expire(self) -> None:
         self.timer = None
+        if self.idle_s:
+            now = time.perf_counter()
+            due = min(self.deadline_at, self.progress_at + self.idle_s)
+            if due > now:  # tokens arrived since the timer was set: wait for the next bound
+                self.timer = asyncio.get_running_loop().call_later(due - now, self._expire)
+                return
         self.timed_out = True
         if self.upstream is not None:
             self.upstream.fail(UpstreamTimeout("deadline passed"))
@@ -474,7 +489,7 @@ class Proxy:
     def attach_redis(self, client: aioredis.Redis) -> None:
         """Use `client` for limits and the shared key records (startup does this; tests may too)."""
         self.redis = client
-        self.limiter = Limiter(client)
+        self.limiter = Limiter(client, lease_ms=settings.PROXY_LEASE_MS)
         self._write_back = client.register_script(WRITE_BACK_LUA)
         self.failed_auth.attach(client)
 
@@ -638,7 +653,7 @@ class Proxy:
     async def _renew_leases(self) -> None:
         assert self.limiter is not None
         while True:
-            await asyncio.sleep(LEASE_MS / 3000)
+            await asyncio.sleep(settings.PROXY_LEASE_MS / 3000)
             pairs = [(k, rid) for rid, keys in self.leases.items() for k in keys]
             with contextlib.suppress(Exception):
                 await self.limiter.renew(pairs)
@@ -1449,9 +1464,10 @@ class Proxy:
         if resp.complete:
             ctx.clear_deadline()
         else:
-            ctx.deadline(deadline)
+            ctx.deadline(deadline, pool.inter_token_timeout_s)
         try:
             while True:
+                ctx.progress_at = time.perf_counter()
                 buffer += chunk
                 cut = buffer.rfind(b"\n\n")
                 if cut >= 0:

@@ -162,6 +162,7 @@ class Pool:
     session_header: str = "x-session-id"
     connect_timeout_s: float = 2.0
     first_byte_timeout_s: float = 60.0
+    inter_token_timeout_s: float = 30.0
     total_timeout_s: float = 600.0
     max_retries: int = 2
     max_inflight_per_endpoint: int = 64
@@ -529,6 +530,7 @@ def load_routing_snapshot() -> RoutingSnapshot:
             session_header=row.session_header.lower(),
             connect_timeout_s=row.connect_timeout_s,
             first_byte_timeout_s=row.first_byte_timeout_s,
+            inter_token_timeout_s=row.inter_token_timeout_s,
             total_timeout_s=row.total_timeout_s,
             max_retries=row.max_retries,
             max_inflight_per_endpoint=row.max_inflight_per_endpoint,

@@ -9,6 +9,7 @@ import pytest
 from django.conf import settings
 from django.test import Client
 from pytest_django.fixtures import Settings
+from rest_framework.test import APIClient
 
 pytestmark = pytest.mark.django_db
 
@@ -53,3 +54,25 @@ def test_other_paths_are_unchanged() -> None:
     assert spa.status_code in (200, 503) and not spa["Content-Type"].startswith("application/json")
     static = client.get("/static/no-such-file.js")
     assert static.status_code == 404 and not static["Content-Type"].startswith("application/json")
+
+
+def test_a_lost_database_is_a_json_503_without_a_traceback(
+    admin_client: APIClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The whole path with a real outage is tests/routing/test_fault_postgres_down.py; here the query
+    fails as it does when the server went away (OperationalError from the driver)."""
+    from django.db import OperationalError
+    from django.db.backends.utils import CursorWrapper
+
+    def down(*args: object, **kwargs: object) -> None:
+        raise OperationalError("connection failed: server closed the connection unexpectedly")
+
+    monkeypatch.setattr(CursorWrapper, "execute", down)
+    with caplog.at_level(logging.INFO):
+        resp = admin_client.get("/api/tenants/")
+    assert resp.status_code == 503
+    assert resp["Retry-After"] == "5"
+    body = resp.json()
+    assert body["code"] == "database_unavailable" and "database is unavailable" in body["detail"]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert any("database unavailable" in r.getMessage() for r in caplog.records)

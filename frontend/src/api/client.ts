@@ -58,6 +58,24 @@ export function onUnauthenticated(listener: UnauthenticatedListener): () => void
   return () => unauthenticatedListeners.delete(listener);
 }
 
+type OutageListener = (down: boolean) => void;
+const outageListeners = new Set<OutageListener>();
+let databaseDown = false;
+
+/** Called with true when the API says the database is unavailable (503 `database_unavailable`) and with
+ * false on the next answer that worked; a listener hears the current state at once. */
+export function onDatabaseOutage(listener: OutageListener): () => void {
+  outageListeners.add(listener);
+  listener(databaseDown);
+  return () => outageListeners.delete(listener);
+}
+
+function setDatabaseDown(down: boolean): void {
+  if (down === databaseDown) return;
+  databaseDown = down;
+  outageListeners.forEach((listener) => listener(down));
+}
+
 function readCookie(name: string): string | null {
   for (const part of document.cookie.split(";")) {
     const [key, ...rest] = part.trim().split("=");
@@ -119,11 +137,17 @@ async function request<T>(method: string, path: string, body?: unknown, retried 
     credentials: "same-origin",
     body: body === undefined ? undefined : form ? body : JSON.stringify(body),
   });
-  if (response.ok) return (await parseBody(response)) as T;
+  if (response.ok) {
+    setDatabaseDown(false);
+    return (await parseBody(response)) as T;
+  }
 
   const data = await parseBody(response);
   const detail =
     data && typeof data === "object" && "detail" in data && typeof data.detail === "string" ? data.detail : "";
+  if (response.status === 503 && data && typeof data === "object" && "code" in data) {
+    if (data.code === "database_unavailable") setDatabaseDown(true);
+  }
   if (response.status === 403 && unsafe && !retried && detail.startsWith("CSRF Failed")) {
     await csrfToken(true); // the token rotates at login; fetch a fresh one and try once more
     return request<T>(method, path, body, true);

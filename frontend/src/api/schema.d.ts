@@ -3662,6 +3662,8 @@ export interface components {
             /** Format: double */
             first_byte_timeout_s?: number;
             /** Format: double */
+            inter_token_timeout_s?: number;
+            /** Format: double */
             total_timeout_s?: number;
             max_retries?: number;
             max_inflight_per_endpoint?: number;
@@ -4128,6 +4130,8 @@ export interface components {
             /** Format: double */
             first_byte_timeout_s: number;
             /** Format: double */
+            inter_token_timeout_s: number;
+            /** Format: double */
             total_timeout_s: number;
             max_retries: number;
             max_inflight_per_endpoint: number;
@@ -4151,6 +4155,8 @@ export interface components {
             connect_timeout_s?: number;
             /** Format: double */
             first_byte_timeout_s?: number;
+            /** Format: double */
+            inter_token_timeout_s?: number;
             /** Format: double */
             total_timeout_s?: number;
             max_retries?: number;

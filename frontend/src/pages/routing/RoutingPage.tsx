@@ -59,8 +59,8 @@ export function RoutingPage() {
             },
             {
               // A short header keeps the table within the card; the order is in its tooltip.
-              header: <span title="connect / first byte / total, in seconds">Timeouts</span>,
-              cell: (p) => `${p.connect_timeout_s} / ${p.first_byte_timeout_s} / ${p.total_timeout_s} s`,
+              header: <span title="connect / first byte / between tokens / total, in seconds">Timeouts</span>,
+              cell: (p) => `${p.connect_timeout_s} / ${p.first_byte_timeout_s} / ${p.inter_token_timeout_s} / ${p.total_timeout_s} s`,
             },
             { header: "Retries", cell: (p) => p.max_retries },
             { header: "Saturated at", cell: (p) => `${p.max_inflight_per_endpoint} / endpoint` },
@@ -191,6 +191,7 @@ interface PoolForm {
   scorer: Scorer;
   connect_timeout_s: string;
   first_byte_timeout_s: string;
+  inter_token_timeout_s: string;
   total_timeout_s: string;
   max_retries: string;
   max_inflight_per_endpoint: string;
@@ -210,6 +211,7 @@ function PoolDialog({ pool, onClose, onSaved }: { pool: RoutePool | null; onClos
     scorer: pool?.scorer ?? "least_outstanding",
     connect_timeout_s: String(pool?.connect_timeout_s ?? 2),
     first_byte_timeout_s: String(pool?.first_byte_timeout_s ?? 60),
+    inter_token_timeout_s: String(pool?.inter_token_timeout_s ?? 30),
     total_timeout_s: String(pool?.total_timeout_s ?? 600),
     max_retries: String(pool?.max_retries ?? 2),
     max_inflight_per_endpoint: String(pool?.max_inflight_per_endpoint ?? 64),
@@ -225,6 +227,7 @@ function PoolDialog({ pool, onClose, onSaved }: { pool: RoutePool | null; onClos
       ...form,
       connect_timeout_s: Number(form.connect_timeout_s),
       first_byte_timeout_s: Number(form.first_byte_timeout_s),
+      inter_token_timeout_s: Number(form.inter_token_timeout_s),
       total_timeout_s: Number(form.total_timeout_s),
       max_retries: Number(form.max_retries),
       max_inflight_per_endpoint: Number(form.max_inflight_per_endpoint),
@@ -273,6 +276,7 @@ function PoolDialog({ pool, onClose, onSaved }: { pool: RoutePool | null; onClos
         <SelectField label="Scorer" name="scorer" options={SCORERS} value={form.scorer} onChange={set("scorer")} errors={errors} />
         <InputField label="Connect timeout (s)" name="connect_timeout_s" type="number" step="0.1" value={form.connect_timeout_s} onChange={set("connect_timeout_s")} errors={errors} />
         <InputField label="First-byte timeout (s)" name="first_byte_timeout_s" type="number" step="0.1" value={form.first_byte_timeout_s} onChange={set("first_byte_timeout_s")} errors={errors} />
+        <InputField label="Inter-token timeout (s)" name="inter_token_timeout_s" type="number" step="0.1" value={form.inter_token_timeout_s} onChange={set("inter_token_timeout_s")} errors={errors} />
         <InputField label="Total timeout (s)" name="total_timeout_s" type="number" step="1" value={form.total_timeout_s} onChange={set("total_timeout_s")} errors={errors} />
         <InputField label="Retries on another endpoint" name="max_retries" type="number" value={form.max_retries} onChange={set("max_retries")} errors={errors} />
         <InputField label="Saturated at (in flight per endpoint)" name="max_inflight_per_endpoint" type="number" value={form.max_inflight_per_endpoint} onChange={set("max_inflight_per_endpoint")} errors={errors} />

@@ -1,0 +1,35 @@
+"""In the browser, an API that answers 503 `database_unavailable` puts up a banner that says so (the
+server side of it is tests/routing/test_fault_postgres_down.py), and the banner goes away by itself."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from console.models import User
+from core.api.errors import DATABASE_DOWN_DETAIL
+from tests.conftest import PASSWORD
+from tests.e2e.harness import login
+
+pytestmark = pytest.mark.e2e
+
+
+def test_database_outage_banner(browser_page: Any, admin_user: User) -> None:
+    page = browser_page
+    login(page, admin_user.username, PASSWORD)
+    body = json.dumps({"detail": DATABASE_DOWN_DETAIL, "code": "database_unavailable"})
+
+    def database_down(route: Any) -> None:
+        route.fulfill(status=503, content_type="application/json", headers={"Retry-After": "5"}, body=body)
+
+    page.route("**/api/**", database_down)
+    page.get_by_role("link", name="Tenants").click()
+    banner = page.get_by_role("alert").filter(has_text="The database is unavailable")
+    expect(banner).to_be_visible()
+    expect(page.get_by_text(DATABASE_DOWN_DETAIL).first).to_be_visible()  # the page says why it is empty
+
+    page.unroute("**/api/**")
+    expect(banner).to_be_hidden(timeout=15_000)  # it asks again every 5 s; the first answer clears it
