@@ -18,6 +18,7 @@ anyway (the lease lapses by itself). Clients that the pipe cannot speak for (TLS
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
 import math
@@ -165,6 +166,46 @@ end
 return 1
 """
 
+# Completions queued in this process run at the start of its next admission's script (FOLDED_ADMIT_LUA),
+# one script run per request instead of two: FINISH_LUA's body, reading its KEYS and ARGV after the
+# admission's own (m completions, then for each: id, reserved, actual, n, limits; their keys in order).
+FINISHES_PRELUDE_LUA = """
+do
+  local fa = 5 + 4 * tonumber(ARGV[4])
+  local ki = 5 * tonumber(ARGV[4])
+  local m = tonumber(ARGV[fa + 1])
+  local ai = fa + 2
+  for _ = 1, m do
+    local fid = ARGV[ai]
+    local reserved = tonumber(ARGV[ai + 1])
+    local actual = tonumber(ARGV[ai + 2])
+    local fn = tonumber(ARGV[ai + 3])
+    for i = 0, fn - 1 do
+      local kb = ki + i * 5
+      local ab = ai + 3 + i * 4
+      if tonumber(ARGV[ab + 2]) >= 0 then
+        local member = fid .. ':' .. reserved
+        local score = redis.call('ZSCORE', KEYS[kb + 2], member)
+        if score then
+          redis.call('ZREM', KEYS[kb + 2], member)
+          redis.call('ZADD', KEYS[kb + 2], score, fid .. ':' .. actual)
+          redis.call('INCRBY', KEYS[kb + 3], actual - reserved)
+        end
+      end
+      if tonumber(ARGV[ab + 3]) >= 0 then
+        redis.call('ZREM', KEYS[kb + 4], fid)
+      end
+      if tonumber(ARGV[ab + 4]) >= 0 and redis.call('EXISTS', KEYS[kb + 5]) == 1 then
+        redis.call('INCRBY', KEYS[kb + 5], actual - reserved)
+      end
+    end
+    ai = ai + 4 + 4 * fn
+    ki = ki + 5 * fn
+  end
+end
+"""
+FOLDED_ADMIT_LUA = FINISHES_PRELUDE_LUA + ADMIT_LUA
+
 RENEW_LUA = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -202,6 +243,7 @@ class _Plan:
         "finish_nargs",
         "finish_tail",
         "keys",
+        "keys_only",
         "keys_part",
         "lease_keys",
         "limit_args",
@@ -232,7 +274,8 @@ class _Plan:
         self.n = len(scopes)
         # EVALSHA digest numkeys KEYS... then ADMIT_LUA's ARGV: id, reserve, lease_ms, n, to_midnight,
         # limits...; FINISH_LUA's: id, reserved, actual, n, limits...
-        self.keys_part = bulk(b"%d" % len(self.keys)) + b"".join(bulk(k.encode()) for k in self.keys)
+        self.keys_only = b"".join(bulk(k.encode()) for k in self.keys)
+        self.keys_part = bulk(b"%d" % len(self.keys)) + self.keys_only
         limits = b"".join(bulk(b"%d" % v) for v in self.limit_args)
         self.admit_mid = bulk(b"%d" % lease_ms) + bulk(b"%d" % self.n)
         self.admit_tail = limits
@@ -291,6 +334,7 @@ def _header_list(req_limit: int, req_left: int, tok_limit: int, tok_left: int) -
 
 ADMIT_SCRIPT = Script(ADMIT_LUA)
 FINISH_SCRIPT = Script(FINISH_LUA)
+FOLDED_ADMIT_SCRIPT = Script(FOLDED_ADMIT_LUA)
 PLANS_MAX = 10_000
 # A completion waits at most this long for a write to share (the next admission's, usually): at low
 # concurrency that saves a write per request. Other processes see a lease released and unused tokens
@@ -313,15 +357,17 @@ class Limiter:
         self._plans: dict[tuple[int, int, Limits, Limits], _Plan] = {}
         self._day = ""
         self._day_end = 0.0  # epoch seconds of the next 00:00 UTC
+        # Completions not yet sent: (plan, id, reserved, actual); they ride in the next admission's
+        # script, or leave on their own after FINISH_DELAY_S if no admission comes.
+        self._finishes: list[tuple[_Plan, bytes, int, int]] = []
+        self._finish_timer: asyncio.TimerHandle | None = None
 
     def _lean(self) -> RedisPipe | None:
         if not self.pipe_checked:
             self.pipe_checked = True
             params = lean_params(self.redis)
             if params is not None:
-                self.pipe = RedisPipe(
-                    **params, scripts=(ADMIT_SCRIPT,), post_delay=FINISH_DELAY_S, name=PIPE_NAME
-                )
+                self.pipe = RedisPipe(**params, scripts=(ADMIT_SCRIPT, FOLDED_ADMIT_SCRIPT), name=PIPE_NAME)
         return self.pipe
 
     def _today(self) -> tuple[str, int]:
@@ -356,7 +402,9 @@ class Limiter:
             return None
         pipe = self._lean()
         try:
-            if pipe is not None:
+            if pipe is not None and self._finishes:
+                result = await self._send_folded(pipe, plan, request_id, reserve, to_midnight)
+            elif pipe is not None:
                 rid, res, mid = request_id.encode(), b"%d" % reserve, b"%d" % to_midnight
                 # One formatting operation, not six concatenations: this runs once per request.
                 result = await pipe.send(
@@ -423,11 +471,11 @@ class Limiter:
         plan = admission.plan
         pipe = self._lean()
         if plan is not None and pipe is not None:
-            rid, res, act = admission.request_id.encode(), b"%d" % admission.reserved, b"%d" % actual_tokens
-            pipe.post(
-                b"%b$%d\r\n%b\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n%b"
-                % (plan.finish_head, len(rid), rid, len(res), res, len(act), act, plan.finish_tail)
-            )
+            self._finishes.append((plan, admission.request_id.encode(), admission.reserved, actual_tokens))
+            if self._finish_timer is None:
+                self._finish_timer = asyncio.get_running_loop().call_later(
+                    FINISH_DELAY_S, self._post_finishes
+                )
             return
         n = len(admission.keys) // KEYS_PER_SCOPE
         args: list[Any] = [admission.request_id, admission.reserved, actual_tokens, n, *admission.limit_args]
@@ -441,6 +489,48 @@ class Limiter:
             return
         await self._renew(keys=[k for k, _ in leases], args=[self.lease_ms, *[rid for _, rid in leases]])
 
+    def _post_finishes(self) -> None:
+        """Send the queued completions on their own (no admission came to carry them), without reply."""
+        if self._finish_timer is not None:
+            self._finish_timer.cancel()
+            self._finish_timer = None
+        finishes, self._finishes = self._finishes, []
+        if self.pipe is None:
+            return
+        for plan, rid, reserved, actual in finishes:
+            res, act = b"%d" % reserved, b"%d" % actual
+            # By source, not digest: no reply comes back, so a NOSCRIPT could not be seen and retried.
+            self.pipe.post(
+                b"%b$%d\r\n%b\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n%b"
+                % (plan.finish_head, len(rid), rid, len(res), res, len(act), act, plan.finish_tail)
+            )
+
+    def _send_folded(
+        self, pipe: RedisPipe, plan: _Plan, request_id: str, reserve: int, to_midnight: int
+    ) -> Any:
+        """The admission with every queued completion run first, in the same script call."""
+        if self._finish_timer is not None:
+            self._finish_timer.cancel()
+            self._finish_timer = None
+        finishes, self._finishes = self._finishes, []
+        rid, res, mid = request_id.encode(), b"%d" % reserve, b"%d" % to_midnight
+        keys = [plan.keys_only]
+        args = [bulk(rid), bulk(res), plan.admit_mid, bulk(mid), plan.admit_tail, bulk(b"%d" % len(finishes))]
+        nkeys = len(plan.keys)
+        nargs = 5 + len(plan.limit_args) + 1
+        for fplan, frid, reserved, actual in finishes:
+            keys.append(fplan.keys_only)
+            nkeys += len(fplan.keys)
+            args += [bulk(frid), bulk(b"%d" % reserved), bulk(b"%d" % actual), fplan.finish_tail]
+            nargs += 4 + len(fplan.limit_args)
+        return pipe.send(
+            bulk(b"%d" % nkeys) + b"".join(keys) + b"".join(args),
+            script=FOLDED_ADMIT_SCRIPT,
+            nargs=1 + nkeys + nargs,
+        )
+
     async def aclose(self) -> None:
+        if self._finishes:
+            self._post_finishes()
         if self.pipe is not None:
             await self.pipe.aclose()
