@@ -1,4 +1,4 @@
-"""Admission control shared by every proxy process: one Lua call per admission, one per completion.
+"""Admission control shared by every proxy process: one Lua call per admission, completions folded in.
 
 Per scope (the tenant, and the key when it has an override quota):
 - requests/minute: sliding-window log (sorted set of request ids scored by admission time);
@@ -11,9 +11,11 @@ Time comes from Redis (`TIME`, inside the script) so that processes with skewed 
 
 Cost: the scripts go over `RedisPipe` (routing/proxy/redispipe.py), one pipelined socket per process
 whose commands queued in one loop iteration leave in one write; each key's constant part of both
-commands (digest, keys, limits) is packed once. A completion is sent without waiting for its reply:
-it runs in Redis before anything this process sends after it, and a failure could not be acted on
-anyway (the lease lapses by itself). Clients that the pipe cannot speak for (TLS) use redis-py.
+commands (digest, keys, limits) is packed once. A completion is not sent on its own: it is queued
+and runs at the start of this process's next admission script (so one script call per request, and
+that admission already sees the refund and the released lease), or, if no admission comes within
+`FINISH_DELAY_S`, leaves by itself without a reply (a failure could not be acted on anyway: the lease
+lapses by itself). Clients that the pipe cannot speak for (TLS) use redis-py, one call each.
 """
 
 from __future__ import annotations
@@ -336,8 +338,8 @@ ADMIT_SCRIPT = Script(ADMIT_LUA)
 FINISH_SCRIPT = Script(FINISH_LUA)
 FOLDED_ADMIT_SCRIPT = Script(FOLDED_ADMIT_LUA)
 PLANS_MAX = 10_000
-# A completion waits at most this long for a write to share (the next admission's, usually): at low
-# concurrency that saves a write per request. Other processes see a lease released and unused tokens
+# A completion waits at most this long for the next admission's script to run in (one script call and
+# one write per request instead of two). Other processes see a lease released and unused tokens
 # refunded up to this much later (never earlier), so the limits only ever err on the strict side.
 FINISH_DELAY_S = 0.001
 PIPE_NAME = "inferchain-limiter"  # in CLIENT LIST
