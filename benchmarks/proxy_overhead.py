@@ -14,8 +14,12 @@ server on uvloop + httptools; `--proxy-server uvicorn` for comparison) with a sc
 database holding its keys and request log (`--db sqlite` for the demo's SQLite). It is measured as
 a tenant with a quota (`inferchain`: every counted limit set, far above the load, the path real
 tenants take) and, on the same process, as a tenant without one (`inferchain-noquota`: no Redis call).
-LiteLLM is installed pinned into its own virtualenv (var/bench/litellm-venv) and runs with one worker
-and no database. Results: a Markdown table on stdout and JSON (with every rep) in var/bench/.
+LiteLLM is installed pinned into its own virtualenv (var/bench/litellm-venv) and runs configured as
+its production documentation recommends for speed (`litellm_config`: a model it knows, no callbacks,
+no retries, no verbose logging, no spend or error logs, no database), one worker by default
+(`--litellm-workers`). Every target first gets `--warmup` seconds of traffic, so that one-off costs
+of first requests (LiteLLM imports modules on its first calls) stay out of the cells.
+Results: a Markdown table on stdout and JSON (with every rep) in var/bench/.
 """
 
 from __future__ import annotations
@@ -150,6 +154,30 @@ def bench_database(kind: str, name: str) -> Iterator[str]:
             conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
 
 
+def litellm_config(backend_port: int) -> str:
+    """LiteLLM's config as its production documentation recommends for speed (docs.litellm.ai
+    /docs/proxy/prod and /docs/benchmarks): a model it knows (`openai/gpt-4o-mini`, so its model map,
+    cost and token helpers find it) pointed at the same backend, no callbacks, no retries, no verbose
+    logging, no spend or error logs (and no database at all), telemetry off."""
+    return (
+        "model_list:\n"
+        "  - model_name: trivial\n"
+        "    litellm_params:\n"
+        "      model: openai/gpt-4o-mini\n"
+        f"      api_base: http://127.0.0.1:{backend_port}/v1\n"
+        "      api_key: unused\n"
+        "litellm_settings:\n"
+        "  telemetry: false\n"
+        "  set_verbose: false\n"
+        "  callbacks: []\n"
+        "  num_retries: 0\n"
+        "  request_timeout: 600\n"
+        "general_settings:\n"
+        "  disable_spend_logs: true\n"
+        "  disable_error_logs: true\n"
+    )
+
+
 def ensure_litellm() -> tuple[Path | None, str]:
     """The LiteLLM executable in its own virtualenv (installed pinned if missing), or why not."""
     exe = LITELLM_VENV / "bin" / "litellm"
@@ -245,6 +273,15 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--skip-litellm", action="store_true")
+    parser.add_argument(
+        "--litellm-workers",
+        type=int,
+        default=1,
+        help="LiteLLM's --num_workers (default 1, as the inferchain proxy's default here)",
+    )
+    parser.add_argument(
+        "--warmup", type=float, default=4.0, help="seconds of traffic per target before the cells"
+    )
     parser.add_argument(
         "--keys",
         type=lambda v: v.split(","),
@@ -348,16 +385,9 @@ def measure(args: argparse.Namespace, db_url: str) -> dict[str, Any]:
             else:
                 litellm_port = free_port()
                 cfg = logs / "litellm.yaml"
-                cfg.write_text(
-                    "model_list:\n"
-                    "  - model_name: trivial\n"
-                    "    litellm_params:\n"
-                    "      model: openai/trivial\n"
-                    f"      api_base: http://127.0.0.1:{backend_port}/v1\n"
-                    "      api_key: unused\n"
-                    "litellm_settings:\n"
-                    "  telemetry: false\n"
-                )
+                cfg.write_text(litellm_config(backend_port))
+                results["notes"]["litellm_config"] = litellm_config(backend_port)
+                results["notes"]["litellm_workers"] = args.litellm_workers
                 lenv = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL",)}
                 lenv["LITELLM_LOG"] = "ERROR"
                 # LiteLLM refuses to start without a master key; it authenticates with it (no database).
@@ -365,7 +395,10 @@ def measure(args: argparse.Namespace, db_url: str) -> dict[str, Any]:
                 lenv["LITELLM_MASTER_KEY"] = master_key
                 procs.append(
                     spawn(
-                        [str(exe), "--config", str(cfg), "--port", str(litellm_port), "--num_workers", "1"],
+                        [
+                            *(str(exe), "--config", str(cfg), "--port", str(litellm_port)),
+                            *("--num_workers", str(args.litellm_workers)),
+                        ],
                         logs / "litellm.log",
                         lenv,
                     )
@@ -381,6 +414,11 @@ def measure(args: argparse.Namespace, db_url: str) -> dict[str, Any]:
                     tail = (logs / "litellm.log").read_text(errors="replace")[-1500:]
                     results["notes"]["litellm"] = f"{exc}; log tail: {tail}"
 
+        # Each target's first requests pay one-off costs (LiteLLM imports modules and builds clients
+        # on its first calls; the proxy fills its key cache and connection pools): paid here, not in a cell.
+        for url, key, _pid in targets.values():
+            asyncio.run(run_cell(url, key, 16, args.warmup, False))
+            asyncio.run(run_cell(url, key, 16, args.warmup / 2, True))
         cells = [(1, False), (16, False), (64, False), (1, True), (16, True), (64, True)]
         for name in targets:
             results["targets"][name] = {}

@@ -1,4 +1,4 @@
-"""Admission control shared by every proxy process: one Lua call per admission, one per completion.
+"""Admission control shared by every proxy process: one Lua call per admission, completions folded in.
 
 Per scope (the tenant, and the key when it has an override quota):
 - requests/minute: sliding-window log (sorted set of request ids scored by admission time);
@@ -11,13 +11,16 @@ Time comes from Redis (`TIME`, inside the script) so that processes with skewed 
 
 Cost: the scripts go over `RedisPipe` (routing/proxy/redispipe.py), one pipelined socket per process
 whose commands queued in one loop iteration leave in one write; each key's constant part of both
-commands (digest, keys, limits) is packed once. A completion is sent without waiting for its reply:
-it runs in Redis before anything this process sends after it, and a failure could not be acted on
-anyway (the lease lapses by itself). Clients that the pipe cannot speak for (TLS) use redis-py.
+commands (digest, keys, limits) is packed once. A completion is not sent on its own: it is queued
+and runs at the start of this process's next admission script (so one script call per request, and
+that admission already sees the refund and the released lease), or, if no admission comes within
+`FINISH_DELAY_S`, leaves by itself without a reply (a failure could not be acted on anyway: the lease
+lapses by itself). Clients that the pipe cannot speak for (TLS) use redis-py, one call each.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
 import math
@@ -165,6 +168,46 @@ end
 return 1
 """
 
+# Completions queued in this process run at the start of its next admission's script (FOLDED_ADMIT_LUA),
+# one script run per request instead of two: FINISH_LUA's body, reading its KEYS and ARGV after the
+# admission's own (m completions, then for each: id, reserved, actual, n, limits; their keys in order).
+FINISHES_PRELUDE_LUA = """
+do
+  local fa = 5 + 4 * tonumber(ARGV[4])
+  local ki = 5 * tonumber(ARGV[4])
+  local m = tonumber(ARGV[fa + 1])
+  local ai = fa + 2
+  for _ = 1, m do
+    local fid = ARGV[ai]
+    local reserved = tonumber(ARGV[ai + 1])
+    local actual = tonumber(ARGV[ai + 2])
+    local fn = tonumber(ARGV[ai + 3])
+    for i = 0, fn - 1 do
+      local kb = ki + i * 5
+      local ab = ai + 3 + i * 4
+      if tonumber(ARGV[ab + 2]) >= 0 then
+        local member = fid .. ':' .. reserved
+        local score = redis.call('ZSCORE', KEYS[kb + 2], member)
+        if score then
+          redis.call('ZREM', KEYS[kb + 2], member)
+          redis.call('ZADD', KEYS[kb + 2], score, fid .. ':' .. actual)
+          redis.call('INCRBY', KEYS[kb + 3], actual - reserved)
+        end
+      end
+      if tonumber(ARGV[ab + 3]) >= 0 then
+        redis.call('ZREM', KEYS[kb + 4], fid)
+      end
+      if tonumber(ARGV[ab + 4]) >= 0 and redis.call('EXISTS', KEYS[kb + 5]) == 1 then
+        redis.call('INCRBY', KEYS[kb + 5], actual - reserved)
+      end
+    end
+    ai = ai + 4 + 4 * fn
+    ki = ki + 5 * fn
+  end
+end
+"""
+FOLDED_ADMIT_LUA = FINISHES_PRELUDE_LUA + ADMIT_LUA
+
 RENEW_LUA = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -198,9 +241,11 @@ class _Plan:
         "admit_nargs",
         "admit_tail",
         "day",
+        "finish_head",
         "finish_nargs",
         "finish_tail",
         "keys",
+        "keys_only",
         "keys_part",
         "lease_keys",
         "limit_args",
@@ -231,13 +276,16 @@ class _Plan:
         self.n = len(scopes)
         # EVALSHA digest numkeys KEYS... then ADMIT_LUA's ARGV: id, reserve, lease_ms, n, to_midnight,
         # limits...; FINISH_LUA's: id, reserved, actual, n, limits...
-        self.keys_part = bulk(b"%d" % len(self.keys)) + b"".join(bulk(k.encode()) for k in self.keys)
+        self.keys_only = b"".join(bulk(k.encode()) for k in self.keys)
+        self.keys_part = bulk(b"%d" % len(self.keys)) + self.keys_only
         limits = b"".join(bulk(b"%d" % v) for v in self.limit_args)
         self.admit_mid = bulk(b"%d" % lease_ms) + bulk(b"%d" % self.n)
         self.admit_tail = limits
         self.finish_tail = bulk(b"%d" % self.n) + limits
         self.admit_nargs = 1 + len(self.keys) + 5 + len(self.limit_args)
         self.finish_nargs = 1 + len(self.keys) + 4 + len(self.limit_args)
+        # By source, not digest: a completion gets no reply, so a NOSCRIPT could not be seen and retried.
+        self.finish_head = FINISH_SCRIPT.head(self.finish_nargs, by_digest=False) + self.keys_part
 
 
 def _scopes(info: KeyInfo) -> list[tuple[str, Limits]]:
@@ -288,9 +336,10 @@ def _header_list(req_limit: int, req_left: int, tok_limit: int, tok_left: int) -
 
 ADMIT_SCRIPT = Script(ADMIT_LUA)
 FINISH_SCRIPT = Script(FINISH_LUA)
+FOLDED_ADMIT_SCRIPT = Script(FOLDED_ADMIT_LUA)
 PLANS_MAX = 10_000
-# A completion waits at most this long for a write to share (the next admission's, usually): at low
-# concurrency that saves a write per request. Other processes see a lease released and unused tokens
+# A completion waits at most this long for the next admission's script to run in (one script call and
+# one write per request instead of two). Other processes see a lease released and unused tokens
 # refunded up to this much later (never earlier), so the limits only ever err on the strict side.
 FINISH_DELAY_S = 0.001
 PIPE_NAME = "inferchain-limiter"  # in CLIENT LIST
@@ -310,15 +359,17 @@ class Limiter:
         self._plans: dict[tuple[int, int, Limits, Limits], _Plan] = {}
         self._day = ""
         self._day_end = 0.0  # epoch seconds of the next 00:00 UTC
+        # Completions not yet sent: (plan, id, reserved, actual); they ride in the next admission's
+        # script, or leave on their own after FINISH_DELAY_S if no admission comes.
+        self._finishes: list[tuple[_Plan, bytes, int, int]] = []
+        self._finish_timer: asyncio.TimerHandle | None = None
 
     def _lean(self) -> RedisPipe | None:
         if not self.pipe_checked:
             self.pipe_checked = True
             params = lean_params(self.redis)
             if params is not None:
-                self.pipe = RedisPipe(
-                    **params, scripts=(ADMIT_SCRIPT,), post_delay=FINISH_DELAY_S, name=PIPE_NAME
-                )
+                self.pipe = RedisPipe(**params, scripts=(ADMIT_SCRIPT, FOLDED_ADMIT_SCRIPT), name=PIPE_NAME)
         return self.pipe
 
     def _today(self) -> tuple[str, int]:
@@ -353,14 +404,24 @@ class Limiter:
             return None
         pipe = self._lean()
         try:
-            if pipe is not None:
+            if pipe is not None and self._finishes:
+                result = await self._send_folded(pipe, plan, request_id, reserve, to_midnight)
+            elif pipe is not None:
+                rid, res, mid = request_id.encode(), b"%d" % reserve, b"%d" % to_midnight
+                # One formatting operation, not six concatenations: this runs once per request.
                 result = await pipe.send(
-                    plan.keys_part
-                    + bulk(request_id.encode())
-                    + bulk(b"%d" % reserve)
-                    + plan.admit_mid
-                    + bulk(b"%d" % to_midnight)
-                    + plan.admit_tail,
+                    b"%b$%d\r\n%b\r\n$%d\r\n%b\r\n%b$%d\r\n%b\r\n%b"
+                    % (
+                        plan.keys_part,
+                        len(rid),
+                        rid,
+                        len(res),
+                        res,
+                        plan.admit_mid,
+                        len(mid),
+                        mid,
+                        plan.admit_tail,
+                    ),
                     script=ADMIT_SCRIPT,
                     nargs=plan.admit_nargs,
                 )
@@ -412,15 +473,11 @@ class Limiter:
         plan = admission.plan
         pipe = self._lean()
         if plan is not None and pipe is not None:
-            # By source, not digest: no reply comes back, so a NOSCRIPT could not be seen and retried.
-            pipe.post(
-                FINISH_SCRIPT.head(plan.finish_nargs, by_digest=False)
-                + plan.keys_part
-                + bulk(admission.request_id.encode())
-                + bulk(b"%d" % admission.reserved)
-                + bulk(b"%d" % actual_tokens)
-                + plan.finish_tail
-            )
+            self._finishes.append((plan, admission.request_id.encode(), admission.reserved, actual_tokens))
+            if self._finish_timer is None:
+                self._finish_timer = asyncio.get_running_loop().call_later(
+                    FINISH_DELAY_S, self._post_finishes
+                )
             return
         n = len(admission.keys) // KEYS_PER_SCOPE
         args: list[Any] = [admission.request_id, admission.reserved, actual_tokens, n, *admission.limit_args]
@@ -434,6 +491,48 @@ class Limiter:
             return
         await self._renew(keys=[k for k, _ in leases], args=[self.lease_ms, *[rid for _, rid in leases]])
 
+    def _post_finishes(self) -> None:
+        """Send the queued completions on their own (no admission came to carry them), without reply."""
+        if self._finish_timer is not None:
+            self._finish_timer.cancel()
+            self._finish_timer = None
+        finishes, self._finishes = self._finishes, []
+        if self.pipe is None:
+            return
+        for plan, rid, reserved, actual in finishes:
+            res, act = b"%d" % reserved, b"%d" % actual
+            # By source, not digest: no reply comes back, so a NOSCRIPT could not be seen and retried.
+            self.pipe.post(
+                b"%b$%d\r\n%b\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n%b"
+                % (plan.finish_head, len(rid), rid, len(res), res, len(act), act, plan.finish_tail)
+            )
+
+    def _send_folded(
+        self, pipe: RedisPipe, plan: _Plan, request_id: str, reserve: int, to_midnight: int
+    ) -> Any:
+        """The admission with every queued completion run first, in the same script call."""
+        if self._finish_timer is not None:
+            self._finish_timer.cancel()
+            self._finish_timer = None
+        finishes, self._finishes = self._finishes, []
+        rid, res, mid = request_id.encode(), b"%d" % reserve, b"%d" % to_midnight
+        keys = [plan.keys_only]
+        args = [bulk(rid), bulk(res), plan.admit_mid, bulk(mid), plan.admit_tail, bulk(b"%d" % len(finishes))]
+        nkeys = len(plan.keys)
+        nargs = 5 + len(plan.limit_args) + 1
+        for fplan, frid, reserved, actual in finishes:
+            keys.append(fplan.keys_only)
+            nkeys += len(fplan.keys)
+            args += [bulk(frid), bulk(b"%d" % reserved), bulk(b"%d" % actual), fplan.finish_tail]
+            nargs += 4 + len(fplan.limit_args)
+        return pipe.send(
+            bulk(b"%d" % nkeys) + b"".join(keys) + b"".join(args),
+            script=FOLDED_ADMIT_SCRIPT,
+            nargs=1 + nkeys + nargs,
+        )
+
     async def aclose(self) -> None:
+        if self._finishes:
+            self._post_finishes()
         if self.pipe is not None:
             await self.pipe.aclose()

@@ -350,7 +350,7 @@ class RedisPipe(asyncio.Protocol):
             self._connecting.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._connecting
-        if self._post_timer is not None:
+        if self._post_timer is not None or self._flush_scheduled:
             self._flush()  # what was posted still goes out (close() writes the buffer first)
         if self._transport is not None:
             self._transport.close()

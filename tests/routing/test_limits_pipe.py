@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import shutil
 import socket
 import subprocess
@@ -18,8 +19,9 @@ import redis.asyncio as aioredis
 from django.conf import settings
 
 from core.redis_client import key as rkey
+from routing.proxy.config import Limits
 from routing.proxy.errors import ProxyError
-from routing.proxy.limits import FINISH_DELAY_S, PIPE_NAME, Limiter
+from routing.proxy.limits import FINISH_DELAY_S, PIPE_NAME, Limiter, budget_key
 from tests.routing.limits_helpers import key_info
 
 
@@ -214,3 +216,30 @@ async def test_clients_the_pipe_cannot_serve_keep_redis_py(redis_clean: None) ->
     assert limiter.pipe is None
     await limiter.aclose()
     await client.aclose()
+
+
+async def test_completions_of_several_keys_ride_in_the_next_admission(limiter: Limiter) -> None:
+    # Two tenants, the second also with a key override (two scopes): their completions are queued and
+    # run at the start of the next admission's script, each against its own keys, before it decides.
+    one = key_info(tenant_id=1, key_id=1, tokens_per_minute=100, max_concurrent_requests=1)
+    two = dataclasses.replace(
+        key_info(tenant_id=2, key_id=2, tokens_per_minute=1000, daily_token_budget=5000),
+        key_limits=Limits(max_concurrent_requests=1, tokens_per_minute=500),
+    )
+    a = await limiter.admit(one, "a", 90)
+    b = await limiter.admit(two, "b", 400)
+    assert a is not None and b is not None
+    await limiter.finish(a, 20)
+    await limiter.finish(b, 150)
+    # Tenant 1 had 10 tokens and no lease left; only the folded completion makes room for this one.
+    c = await limiter.admit(one, "c", 80)
+    assert c is not None
+    r = sync_redis()
+    assert int(r.get(rkey("rl", "t1", "tpm_sum")) or 0) == 100
+    assert r.zrange(rkey("rl", "t1", "conc"), 0, -1) == [b"c"]
+    assert int(r.get(rkey("rl", "t2", "tpm_sum")) or 0) == 150
+    assert int(r.get(rkey("rl", "k2", "tpm_sum")) or 0) == 150
+    assert r.zcard(rkey("rl", "k2", "conc")) == 0
+    assert int(r.get(budget_key("t2", limiter._today()[0])) or 0) == 150
+    # The key's lease is free again: a second request on it is admitted.
+    assert await limiter.admit(two, "d", 10) is not None
