@@ -17,10 +17,8 @@ import argparse
 import datetime as dt
 import json
 import os
-import secrets
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -37,61 +35,28 @@ def main() -> None:
     parser.add_argument("--database-url", default="")
     options = parser.parse_args()
 
-    tmp = Path(tempfile.mkdtemp(prefix="alert-eval-bench-"))
-    os.environ.update(
-        {
-            "DJANGO_SETTINGS_MODULE": "inferchain.settings",
-            "DATABASE_URL": options.database_url or f"sqlite:///{tmp / 'db.sqlite3'}",
-            "REDIS_KEY_PREFIX": f"benchalerts{os.getpid()}:",
-            "SECRET_KEY": secrets.token_urlsafe(40),
-            "ALERT_WEBHOOK_URL": "",
-        }
-    )
-    sys.path.insert(0, str(REPO))
-    import django
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from fakefleet import create_fleet, setup_django
 
-    django.setup()
-    from django.core.management import call_command
+    setup_django("alerts", options.database_url, ALERT_WEBHOOK_URL="")
     from django.db import connection
 
     from alerts.models import Alert
     from alerts.services import evaluate
     from core.redis_client import get_redis
-    from models_registry.models import Model, ModelVersion
-    from nodes.choices import DeploymentState, DesiredState, Engine
+    from nodes.choices import DeploymentState
     from nodes.lifecycle import live_deployment_key, live_gpu_key
-    from nodes.models import Deployment, Gpu, Host
+    from nodes.models import Host
 
-    call_command("migrate", verbosity=0)
-    tag = secrets.token_hex(3)
-    version = ModelVersion.objects.create(
-        model=Model.objects.create(name=f"bench-llama-{tag}"),
-        revision="fp16",
-        source_kind="directory",
-        source_path="/models/llama",
+    fleet = create_fleet(
+        "b",
+        hosts=options.hosts,
+        gpus=options.gpus,
+        engines=options.engines,
+        gpu_name="H100",
+        state_of=lambda d: DeploymentState.CRASHED if d % 10 == 0 else DeploymentState.READY,
     )
-    hosts = Host.objects.bulk_create(
-        Host(name=f"b{tag}-gpu-{h:03d}", address=f"10.0.{h // 250}.{h % 250}") for h in range(options.hosts)
-    )
-    Gpu.objects.bulk_create(
-        Gpu(host=host, index=i, uuid=f"GPU-{tag}-{h}-{i}", name="H100", memory_total_bytes=80 * 2**30)
-        for h, host in enumerate(hosts)
-        for i in range(options.gpus)
-    )
-    deployments = Deployment.objects.bulk_create(
-        Deployment(
-            name=f"b{tag}-chat-{d:03d}",
-            model_version=version,
-            engine=Engine.VLLM,
-            host=hosts[d % len(hosts)],
-            gpu_indices=[(d // len(hosts)) % options.gpus],
-            port=8100 + d // len(hosts),
-            served_model_name=f"chat-{d % 12}",
-            state=DeploymentState.CRASHED if d % 10 == 0 else DeploymentState.READY,
-            desired_state=DesiredState.RUNNING,
-        )
-        for d in range(options.engines)
-    )
+    hosts, deployments = fleet.hosts, fleet.deployments
 
     r = get_redis()
     clock = time.time()

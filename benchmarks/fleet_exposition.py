@@ -24,10 +24,8 @@ import importlib.util
 import json
 import os
 import pstats
-import secrets
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -55,67 +53,23 @@ def main() -> None:
     )
     options = parser.parse_args()
 
-    tmp = Path(tempfile.mkdtemp(prefix="fleet-exposition-bench-"))
-    os.environ.update(
-        {
-            "DJANGO_SETTINGS_MODULE": "inferchain.settings",
-            "DATABASE_URL": options.database_url or f"sqlite:///{tmp / 'db.sqlite3'}",
-            "REDIS_KEY_PREFIX": f"benchfleet{os.getpid()}:",
-            "SECRET_KEY": secrets.token_urlsafe(40),
-        }
-    )
-    sys.path.insert(0, str(REPO))
-    import django
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from fakefleet import create_fleet, setup_django
 
-    django.setup()
-    from django.core.management import call_command
+    setup_django("fleet", options.database_url)
+    from django.db import connection
     from django.utils import timezone
 
     from console.models import Quota, Tenant
     from core.redis_client import get_redis
-    from models_registry.models import Model, ModelVersion
-    from nodes.choices import DeploymentState, DesiredState, Engine
     from nodes.lifecycle import live_deployment_key, live_gpu_key
-    from nodes.models import Deployment, Gpu, Host
     from routing.fleet_metrics import read_state, render, render_state
     from routing.proxy.limits import budget_key, tenant_scope
 
-    call_command("migrate", verbosity=0)
-    tag = secrets.token_hex(3)
-    model = Model.objects.create(name=f"bench-llama-{tag}")
-    version = ModelVersion.objects.create(
-        model=model, revision="fp16", source_kind="directory", source_path="/models/llama"
+    fleet = create_fleet(
+        "b", hosts=options.hosts, gpus=options.gpus, engines=options.engines, heartbeat=timezone.now()
     )
-    now = timezone.now()
-    hosts = Host.objects.bulk_create(
-        Host(name=f"b{tag}-gpu-{h:03d}", address=f"10.0.{h // 250}.{h % 250}", last_heartbeat=now)
-        for h in range(options.hosts)
-    )
-    Gpu.objects.bulk_create(
-        Gpu(
-            host=host,
-            index=i,
-            uuid=f"GPU-{tag}-{h}-{i}",
-            name="NVIDIA H100 80GB HBM3",
-            memory_total_bytes=80 * 2**30,
-        )
-        for h, host in enumerate(hosts)
-        for i in range(options.gpus)
-    )
-    deployments = Deployment.objects.bulk_create(
-        Deployment(
-            name=f"b{tag}-chat-{d:03d}",
-            model_version=version,
-            engine=Engine.VLLM,
-            host=hosts[d % len(hosts)],
-            gpu_indices=[(d // len(hosts)) % options.gpus],
-            port=8100 + d // len(hosts),
-            served_model_name=f"chat-{d % 12}",
-            state=DeploymentState.READY,
-            desired_state=DesiredState.RUNNING,
-        )
-        for d in range(options.engines)
-    )
+    tag, hosts, deployments = fleet.tag, fleet.hosts, fleet.deployments
     tenants = Tenant.objects.bulk_create(
         Tenant(name=f"b{tag}-tenant-{t:03d}") for t in range(options.tenants)
     )
@@ -191,7 +145,7 @@ def main() -> None:
         "gpus": options.hosts * options.gpus,
         "engines": options.engines,
         "tenants": options.tenants,
-        "database": django.db.connection.vendor,
+        "database": connection.vendor,
         "runs": options.runs,
         "median_ms": round(statistics.median(times), 2),
         "p95_ms": round(times[int(0.95 * (len(times) - 1))], 2),

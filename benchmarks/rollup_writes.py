@@ -22,10 +22,8 @@ import datetime as dt
 import json
 import os
 import random
-import secrets
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -63,66 +61,25 @@ def main() -> None:
     parser.add_argument("--database-url", default="")
     options = parser.parse_args()
 
-    tmp = Path(tempfile.mkdtemp(prefix="rollup-writes-bench-"))
-    os.environ.update(
-        {
-            "DJANGO_SETTINGS_MODULE": "inferchain.settings",
-            "DATABASE_URL": options.database_url or f"sqlite:///{tmp / 'db.sqlite3'}",
-            "REDIS_KEY_PREFIX": f"benchrollup{os.getpid()}:",
-            "SECRET_KEY": secrets.token_urlsafe(40),
-        }
-    )
-    sys.path.insert(0, str(REPO))
-    # After the environment is set: settings are read at import.
-    import django
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from fakefleet import create_fleet, setup_django
 
-    django.setup()
-    from django.core.management import call_command
+    setup_django("rollup", options.database_url)
     from django.db import connection
     from django.utils import timezone
 
     from console.models import Tenant
     from core.redis_client import get_redis
-    from models_registry.models import Model, ModelVersion
-    from nodes.choices import DeploymentState, DesiredState, Engine
     from nodes.lifecycle import live_deployment_key, live_gpu_key
-    from nodes.models import Deployment, Gpu, Host
     from routing.models import MetricRollup, RequestLog, RoutePool
     from routing.rollups import services
     from routing.services import maintain_request_log
 
-    call_command("migrate", verbosity=0)
     maintain_request_log()
-    tag = secrets.token_hex(3)
-    version = ModelVersion.objects.create(
-        model=Model.objects.create(name=f"bench-rollup-{tag}"),
-        revision="fp16",
-        source_kind="directory",
-        source_path="/models/llama",
+    fleet = create_fleet(
+        "r", hosts=options.hosts, gpus=options.gpus, engines=options.engines, heartbeat=timezone.now()
     )
-    hosts = Host.objects.bulk_create(
-        Host(name=f"r{tag}-gpu-{h:03d}", address=f"10.1.{h // 250}.{h % 250}", last_heartbeat=timezone.now())
-        for h in range(options.hosts)
-    )
-    Gpu.objects.bulk_create(
-        Gpu(host=host, index=i, uuid=f"GPU-{tag}-{h}-{i}", memory_total_bytes=80 * 2**30)
-        for h, host in enumerate(hosts)
-        for i in range(options.gpus)
-    )
-    deployments = Deployment.objects.bulk_create(
-        Deployment(
-            name=f"r{tag}-chat-{d:03d}",
-            model_version=version,
-            engine=Engine.VLLM,
-            host=hosts[d % len(hosts)],
-            gpu_indices=[(d // len(hosts)) % options.gpus],
-            port=8100 + d // len(hosts),
-            served_model_name=f"chat-{d % 12}",
-            state=DeploymentState.READY,
-            desired_state=DesiredState.RUNNING,
-        )
-        for d in range(options.engines)
-    )
+    tag, hosts, deployments = fleet.tag, fleet.hosts, fleet.deployments
     pools = [p.name for p in RoutePool.objects.bulk_create(
         RoutePool(name=f"r{tag}-pool-{p:02d}", alias=f"chat-{p % 12}") for p in range(options.pools)
     )]  # fmt: skip
