@@ -140,14 +140,10 @@ end
 return {1, -1, '', 0, best_req_limit, best_req_left, best_tok_limit, best_tok_left}
 """
 
-FINISH_LUA = """
-local id = ARGV[1]
-local reserved = tonumber(ARGV[2])
-local actual = tonumber(ARGV[3])
-local n = tonumber(ARGV[4])
-for i = 0, n - 1 do
-  local kb = i * 5
-  local ab = 4 + i * 4
+# One completion against one limit: its keys from KEYS[kb + 2] and flags from ARGV[ab + 2] (tokens, lease,
+# budget). The token reservation is corrected to what was used, the lease released, the budget corrected.
+FINISH_ONE_LUA = """
+local function finish_one(id, reserved, actual, kb, ab)
   if tonumber(ARGV[ab + 2]) >= 0 then
     local member = id .. ':' .. reserved
     local score = redis.call('ZSCORE', KEYS[kb + 2], member)
@@ -165,11 +161,24 @@ for i = 0, n - 1 do
     redis.call('INCRBY', KEYS[kb + 5], actual - reserved)
   end
 end
-return 1
 """
 
+FINISH_LUA = (
+    FINISH_ONE_LUA
+    + """
+local id = ARGV[1]
+local reserved = tonumber(ARGV[2])
+local actual = tonumber(ARGV[3])
+local n = tonumber(ARGV[4])
+for i = 0, n - 1 do
+  finish_one(id, reserved, actual, i * 5, 4 + i * 4)
+end
+return 1
+"""
+)
+
 # Completions queued in this process run at the start of its next admission's script (FOLDED_ADMIT_LUA),
-# one script run per request instead of two: FINISH_LUA's body, reading its KEYS and ARGV after the
+# one script run per request instead of two: finish_one for each, reading its KEYS and ARGV after the
 # admission's own (m completions, then for each: id, reserved, actual, n, limits; their keys in order).
 FINISHES_PRELUDE_LUA = """
 do
@@ -183,30 +192,14 @@ do
     local actual = tonumber(ARGV[ai + 2])
     local fn = tonumber(ARGV[ai + 3])
     for i = 0, fn - 1 do
-      local kb = ki + i * 5
-      local ab = ai + 3 + i * 4
-      if tonumber(ARGV[ab + 2]) >= 0 then
-        local member = fid .. ':' .. reserved
-        local score = redis.call('ZSCORE', KEYS[kb + 2], member)
-        if score then
-          redis.call('ZREM', KEYS[kb + 2], member)
-          redis.call('ZADD', KEYS[kb + 2], score, fid .. ':' .. actual)
-          redis.call('INCRBY', KEYS[kb + 3], actual - reserved)
-        end
-      end
-      if tonumber(ARGV[ab + 3]) >= 0 then
-        redis.call('ZREM', KEYS[kb + 4], fid)
-      end
-      if tonumber(ARGV[ab + 4]) >= 0 and redis.call('EXISTS', KEYS[kb + 5]) == 1 then
-        redis.call('INCRBY', KEYS[kb + 5], actual - reserved)
-      end
+      finish_one(fid, reserved, actual, ki + i * 5, ai + 3 + i * 4)
     end
     ai = ai + 4 + 4 * fn
     ki = ki + 5 * fn
   end
 end
 """
-FOLDED_ADMIT_LUA = FINISHES_PRELUDE_LUA + ADMIT_LUA
+FOLDED_ADMIT_LUA = FINISH_ONE_LUA + FINISHES_PRELUDE_LUA + ADMIT_LUA
 
 RENEW_LUA = """
 local t = redis.call('TIME')
