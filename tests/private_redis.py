@@ -21,9 +21,14 @@ def _free_port() -> int:
 
 
 class PrivateRedis:
-    """redis-server on a free loopback port, no persistence; stop() and start() keep the port."""
+    """redis-server on a free loopback port, no persistence; stop() and start() keep the port.
 
-    def __init__(self) -> None:
+    `abrupt` stops it with SIGKILL, as a crash or an OOM kill would (clients see no goodbye); otherwise
+    with SIGTERM, as a restart by an operator or a service manager does.
+    """
+
+    def __init__(self, abrupt: bool = False) -> None:
+        self.abrupt = abrupt
         self.port = _free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="private-redis-"))
         self.proc: subprocess.Popen[bytes] | None = None
@@ -58,9 +63,16 @@ class PrivateRedis:
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
+            if self.abrupt:
+                self.proc.kill()
+            else:
+                self.proc.terminate()
             self.proc.wait(10)
         self.proc = None
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     def restart(self) -> None:
         self.stop()
@@ -76,5 +88,4 @@ def private_redis() -> Iterator[PrivateRedis]:
     try:
         yield server
     finally:
-        server.stop()
-        shutil.rmtree(server.dir, ignore_errors=True)
+        server.close()

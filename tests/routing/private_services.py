@@ -11,13 +11,14 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
-import redis
 from django.db import connection
 
+from tests.private_redis import PrivateRedis
 from tests.routing.conftest import free_port
+
+__all__ = ["PG_BIN", "PrivatePostgres", "PrivateRedis"]
 
 
 def _pg_bin() -> Path:
@@ -30,55 +31,6 @@ def _pg_bin() -> Path:
 
 
 PG_BIN = _pg_bin()
-
-
-class PrivateRedis:
-    """`redis-server` on a free port, no persistence; `restart()` keeps the port (clients reconnect)."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.dir = Path(tempfile.mkdtemp(prefix="fault-redis-"))
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        log = (self.dir / "redis.log").open("ab")
-        self.proc = subprocess.Popen(
-            [
-                "redis-server",
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ],
-            cwd=self.dir,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                if redis.Redis(port=self.port, socket_connect_timeout=0.2).ping():
-                    return
-            except redis.RedisError:
-                time.sleep(0.05)
-        raise RuntimeError("private redis-server did not answer in 10 s")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()  # an abrupt loss, as a crash or an OOM kill would be
-            self.proc.wait(10)
-
-    def close(self) -> None:
-        self.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class PrivatePostgres:

@@ -23,7 +23,7 @@ AFTER_S = 4.0
 
 @pytest.fixture
 def private_redis() -> Iterator[PrivateRedis]:
-    server = PrivateRedis()
+    server = PrivateRedis(abrupt=True)  # a crash: clients get no goodbye
     server.start()
     yield server
     server.close()
