@@ -427,21 +427,7 @@ class PerformanceBaselineSerializer(StrictModelSerializer):
 
     class Meta:
         model = PerformanceBaseline
-        fields = [
-            "id",
-            "deployment",
-            "name",
-            "report",
-            "created_at",
-            "created_by",
-            "target",
-            "model",
-            "mode",
-            "slo_ttft_s",
-            "slo_itl_s",
-            "knee_index",
-            "levels",
-        ]
+        # Everything but what the admin sends (deployment, name, report) is read from the report.
         read_only_fields = [
             "created_at",
             "created_by",
@@ -453,6 +439,7 @@ class PerformanceBaselineSerializer(StrictModelSerializer):
             "knee_index",
             "levels",
         ]
+        fields = ["id", "deployment", "name", "report", *read_only_fields]
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         report = attrs.pop("report", None)
