@@ -27,8 +27,11 @@ def test_database_outage_banner(browser_page: Any, admin_user: User) -> None:
 
     page.route("**/api/**", database_down)
     page.get_by_role("link", name="Tenants").click()
-    banner = page.get_by_role("alert").filter(has_text="The database is unavailable")
+    # The banner, not the page's own error box (which says why the page is empty, below).
+    banner = page.get_by_test_id("database-banner")
     expect(banner).to_be_visible()
+    expect(banner).to_have_attribute("role", "alert")
+    expect(banner).to_contain_text("The database is unavailable")
     expect(page.get_by_text(DATABASE_DOWN_DETAIL).first).to_be_visible()  # the page says why it is empty
 
     page.unroute("**/api/**")

@@ -19,7 +19,7 @@ export function DatabaseBanner() {
 
   if (!down) return null;
   return (
-    <div className="database-banner" role="alert">
+    <div className="database-banner" role="alert" data-testid="database-banner">
       The database is unavailable: the console cannot read or change anything until it is back. Inference
       through the proxy keeps working. This message goes away by itself once the database answers again.
     </div>

@@ -60,7 +60,7 @@ export function RoutingPage() {
             {
               // A short header keeps the table within the card; the order is in its tooltip.
               header: <span title="connect / first byte / between tokens / total, in seconds">Timeouts</span>,
-              cell: (p) => `${p.connect_timeout_s} / ${p.first_byte_timeout_s} / ${p.inter_token_timeout_s} / ${p.total_timeout_s} s`,
+              cell: (p) => `${p.connect_timeout_s}/${p.first_byte_timeout_s}/${p.inter_token_timeout_s}/${p.total_timeout_s} s`,
             },
             { header: "Retries", cell: (p) => p.max_retries },
             { header: "Saturated at", cell: (p) => `${p.max_inflight_per_endpoint} / endpoint` },
