@@ -1,8 +1,10 @@
 """A real Celery worker killed with SIGKILL in the middle of a run; a second worker resumes it.
 
-The worker processes use this test's database (committed rows: transactional test) and Redis. After the
-kill, the dead worker's run lock is still in Redis until it lapses; the resumed task finds it held,
-retries after LOCK_SECONDS and then runs only the cases without a sample.
+The worker processes use this test's database (committed rows: transactional test) and Redis. Nobody sends
+the task again: it was acknowledged late, so the broker redelivers it to the second worker once the
+visibility timeout (short here) passes. The dead worker's run lock is still in Redis until it lapses;
+the redelivered task finds it held, retries after LOCK_SECONDS and then runs only the cases without a
+sample: it runs again once, and no sample is written twice.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ pytestmark = [
 ]
 
 
+VISIBILITY_TIMEOUT_S = 3
+
+
 @pytest.fixture
 def slow_sim() -> Iterator[SimHandle]:
     """Real-time decoding, so a run of 30 cases at concurrency 2 lasts several seconds."""
@@ -47,6 +52,7 @@ def start_worker(log: Path) -> subprocess.Popen[bytes]:
         "PYTHONPATH": str(REPO_ROOT),
         # The same broker keys and run locks as this test process.
         "REDIS_KEY_PREFIX": settings.REDIS_KEY_PREFIX,
+        "CELERY_VISIBILITY_TIMEOUT_S": str(VISIBILITY_TIMEOUT_S),
     }
     cmd = [sys.executable, "-m", "celery", "-A", "core", "worker", "-Q", "control", "--pool", "solo"]
     cmd += ["--without-heartbeat", "--without-mingle", "--without-gossip", "-l", "info"]
@@ -80,9 +86,12 @@ def test_sigkilled_worker_then_resume(slow_sim: SimHandle, tmp_path: Path) -> No
     run.refresh_from_db()
     assert run.state == RunState.RUNNING and 4 <= len(kept) < 30
 
+    # kombu's Redis transport looks for overdue unacknowledged messages when a worker starts and then only
+    # every 10th check of 10 s (unacked_restore_interval x unacked_restore_throttle): start the second
+    # worker once the task's visibility timeout has passed, as a replacement worker would come up.
+    time.sleep(VISIBILITY_TIMEOUT_S + 1)
     second = start_worker(tmp_path / "w2.log")
     try:
-        run_evaluation.apply_async(args=(run.pk,), queue="control")
         wait_for(
             lambda: EvalRun.objects.get(pk=run.pk).state == RunState.COMPLETED,
             90,
