@@ -15,13 +15,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from django.conf import settings
 from django.db.models import Q
 
-from core.redis_client import get_redis
 from nodes.choices import DeploymentState, DesiredState
-from nodes.lifecycle import live_deployment_key, live_gpu_key
+from nodes.lifecycle import live_deployment_key, live_gpu_key, read_live_many
 from nodes.models import Deployment, Gpu
 from routing.choices import RollupKind
 from routing.models import MetricRollup, RequestLog
@@ -94,16 +92,6 @@ def named_gauges(kind: str, point: list[Any]) -> dict[str, Any]:
     return out
 
 
-def _json(raw: Any) -> dict[str, Any] | None:
-    if not raw:
-        return None
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
 def collect_live(now: float) -> list[MetricRollup]:
     """The 10 s points of every GPU and engine with a current live record (one MGET)."""
     at = _at(bucket_start(now, TICK_SECONDS))
@@ -113,22 +101,19 @@ def collect_live(now: float) -> list[MetricRollup]:
         .order_by("pk")
         .values_list("pk", flat=True)
     )
-    keys = [live_gpu_key(h, i) for h, i in gpus] + [live_deployment_key(pk) for pk in deployments]
-    raws: list[Any] = [None] * len(keys)
-    if keys:
-        try:
-            raws = get_redis().mget(keys)
-        except Exception:  # Redis down: no live records, so no points (a gap in the charts)
-            raws = [None] * len(keys)
+    gpu_keys = [live_gpu_key(h, i) for h, i in gpus]
+    engine_keys = [live_deployment_key(pk) for pk in deployments]
+    # One MGET; with Redis down there are no live records, so no points (a gap in the charts).
+    live = read_live_many(gpu_keys + engine_keys)
     rows: list[MetricRollup] = []
-    for (host, index), raw in zip(gpus, raws[: len(gpus)], strict=True):
-        live = _json(raw)
-        if live is not None:
-            rows.append(_row(10, RollupKind.GPU, gpu_subject(host, index), at, _gauges(live, GPU_FIELDS)))
-    for pk, raw in zip(deployments, raws[len(gpus) :], strict=True):
-        live = _json(raw)
-        if live is not None:
-            rows.append(_row(10, RollupKind.ENGINE, str(pk), at, _gauges(live, ENGINE_FIELDS)))
+    for (host, index), key in zip(gpus, gpu_keys, strict=True):
+        if key in live:
+            rows.append(
+                _row(10, RollupKind.GPU, gpu_subject(host, index), at, _gauges(live[key], GPU_FIELDS))
+            )
+    for pk, key in zip(deployments, engine_keys, strict=True):
+        if key in live:
+            rows.append(_row(10, RollupKind.ENGINE, str(pk), at, _gauges(live[key], ENGINE_FIELDS)))
     return rows
 
 
