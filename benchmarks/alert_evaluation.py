@@ -27,16 +27,13 @@ BENCH_DIR = REPO / "var" / "bench"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--hosts", type=int, default=100)
-    parser.add_argument("--gpus", type=int, default=8, help="GPUs per host")
-    parser.add_argument("--engines", type=int, default=400)
-    parser.add_argument("--runs", type=int, default=40)
-    parser.add_argument("--database-url", default="")
-    options = parser.parse_args()
-
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from fakefleet import create_fleet, setup_django
+    from fakefleet import add_fleet_arguments, create_fleet, setup_django
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_fleet_arguments(parser)
+    parser.add_argument("--runs", type=int, default=40)
+    options = parser.parse_args()
 
     setup_django("alerts", options.database_url, ALERT_WEBHOOK_URL="")
     from django.db import connection

@@ -4,6 +4,7 @@ them, created in bulk. Live records and request-log rows are each benchmark's ow
 
 from __future__ import annotations
 
+import argparse
 import os
 import secrets
 import sys
@@ -14,6 +15,14 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
+    """The fleet's size (100 hosts x 8 GPUs, 400 engines by default) and the database to build it in."""
+    parser.add_argument("--hosts", type=int, default=100)
+    parser.add_argument("--gpus", type=int, default=8, help="GPUs per host")
+    parser.add_argument("--engines", type=int, default=400)
+    parser.add_argument("--database-url", default="", help="default: a scratch SQLite database")
 
 
 def setup_django(name: str, database_url: str = "", **env: str) -> Path:

@@ -35,13 +35,13 @@ BENCH_DIR = REPO / "var" / "bench"
 
 
 def main() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from fakefleet import add_fleet_arguments, create_fleet, setup_django
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--hosts", type=int, default=100)
-    parser.add_argument("--gpus", type=int, default=8, help="GPUs per host")
-    parser.add_argument("--engines", type=int, default=400)
+    add_fleet_arguments(parser)
     parser.add_argument("--tenants", type=int, default=200)
     parser.add_argument("--runs", type=int, default=50)
-    parser.add_argument("--database-url", default="")
     parser.add_argument(
         "--baseline",
         default="",
@@ -52,9 +52,6 @@ def main() -> None:
         "--profile", action="store_true", help="also print cProfile's top functions over --runs scrapes"
     )
     options = parser.parse_args()
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from fakefleet import create_fleet, setup_django
 
     setup_django("fleet", options.database_url)
     from django.db import connection

@@ -50,19 +50,16 @@ class StatementCounter:
 
 
 def main() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from fakefleet import add_fleet_arguments, create_fleet, setup_django
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--hosts", type=int, default=100)
-    parser.add_argument("--gpus", type=int, default=8, help="GPUs per host")
-    parser.add_argument("--engines", type=int, default=400)
+    add_fleet_arguments(parser)
     parser.add_argument("--pools", type=int, default=20)
     parser.add_argument("--tenants", type=int, default=200)
     parser.add_argument("--requests", type=int, default=2000, help="request-log rows per 10 s bucket")
     parser.add_argument("--ticks", type=int, default=60)
-    parser.add_argument("--database-url", default="")
     options = parser.parse_args()
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from fakefleet import create_fleet, setup_django
 
     setup_django("rollup", options.database_url)
     from django.db import connection
