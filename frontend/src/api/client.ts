@@ -61,6 +61,11 @@ export function onUnauthenticated(listener: UnauthenticatedListener): () => void
 type OutageListener = (down: boolean) => void;
 const outageListeners = new Set<OutageListener>();
 let databaseDown = false;
+// Requests are numbered as they are sent. An answer clears the outage only if its request was sent after the
+// one that reported it: a slow answer to a request sent before the database went down says nothing about now
+// (a dashboard poll answered late used to take the banner down a moment after it went up).
+let requestsSent = 0;
+let outageReportedBy = 0;
 
 /** Called with true when the API says the database is unavailable (503 `database_unavailable`) and with
  * false on the next answer that worked; a listener hears the current state at once. */
@@ -70,7 +75,9 @@ export function onDatabaseOutage(listener: OutageListener): () => void {
   return () => outageListeners.delete(listener);
 }
 
-function setDatabaseDown(down: boolean): void {
+function setDatabaseDown(down: boolean, requestNumber: number): void {
+  if (down) outageReportedBy = Math.max(outageReportedBy, requestNumber);
+  else if (requestNumber < outageReportedBy) return;
   if (down === databaseDown) return;
   databaseDown = down;
   outageListeners.forEach((listener) => listener(down));
@@ -131,6 +138,7 @@ async function request<T>(method: string, path: string, body?: unknown, retried 
   // FormData (a file upload) sets its own multipart Content-Type with the boundary.
   const form = body instanceof FormData;
   if (body !== undefined && !form) headers["Content-Type"] = "application/json";
+  const requestNumber = ++requestsSent;
   const response = await fetch(path, {
     method,
     headers,
@@ -138,7 +146,7 @@ async function request<T>(method: string, path: string, body?: unknown, retried 
     body: body === undefined ? undefined : form ? body : JSON.stringify(body),
   });
   if (response.ok) {
-    setDatabaseDown(false);
+    setDatabaseDown(false, requestNumber);
     return (await parseBody(response)) as T;
   }
 
@@ -146,7 +154,7 @@ async function request<T>(method: string, path: string, body?: unknown, retried 
   const detail =
     data && typeof data === "object" && "detail" in data && typeof data.detail === "string" ? data.detail : "";
   if (response.status === 503 && data && typeof data === "object" && "code" in data) {
-    if (data.code === "database_unavailable") setDatabaseDown(true);
+    if (data.code === "database_unavailable") setDatabaseDown(true, requestNumber);
   }
   if (response.status === 403 && unsafe && !retried && detail.startsWith("CSRF Failed")) {
     await csrfToken(true); // the token rotates at login; fetch a fresh one and try once more
