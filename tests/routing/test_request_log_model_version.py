@@ -18,8 +18,15 @@ from routing.proxy.requestlog import write_rows
 from routing.services import create_request_log_partition, partition_name
 
 ROOT = Path(__file__).resolve().parents[2]
-TODAY = dt.datetime.now(dt.UTC).date()
-FAR_DAY = TODAY + dt.timedelta(days=20)  # no partition yet: its rows land in the default one
+
+
+def today() -> dt.date:
+    # Read at each use, not at import: a suite that runs past midnight UTC must not test against yesterday.
+    return dt.datetime.now(dt.UTC).date()
+
+
+def far_day() -> dt.date:
+    return today() + dt.timedelta(days=20)  # no partition yet: its rows land in the default one
 
 
 def _row(request_id: str, day: dt.date, version: int | None) -> dict[str, object]:
@@ -46,24 +53,24 @@ def test_every_partition_has_the_column_and_moved_rows_keep_it() -> None:
             "WHERE column_name = 'model_version_id' AND data_type = 'bigint'"
         )
         with_column = {r[0] for r in cursor.fetchall()}
-    assert "routing_requestlog_default" in partitions and partition_name(TODAY) in partitions
+    assert "routing_requestlog_default" in partitions and partition_name(today()) in partitions
     assert set(partitions) | {"routing_requestlog"} <= with_column
 
-    write_rows([_row("today", TODAY, 41), _row("later", FAR_DAY, 42), _row("static", TODAY, None)])
+    write_rows([_row("today", today(), 41), _row("later", far_day(), 42), _row("static", today(), None)])
     got = dict(RequestLog.objects.values_list("request_id", "model_version_id"))
     assert got == {"today": 41, "later": 42, "static": None}
     try:
-        created, moved = create_request_log_partition(FAR_DAY)
+        created, moved = create_request_log_partition(far_day())
         assert created and moved == 1
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT tableoid::regclass::text, model_version_id FROM routing_requestlog "
                 "WHERE request_id = 'later'"
             )
-            assert cursor.fetchone() == (partition_name(FAR_DAY), 42)
+            assert cursor.fetchone() == (partition_name(far_day()), 42)
     finally:
         with connection.cursor() as cursor:
-            cursor.execute(f"DROP TABLE IF EXISTS {partition_name(FAR_DAY)}")
+            cursor.execute(f"DROP TABLE IF EXISTS {partition_name(far_day())}")
 
 
 WRITE_AND_READ = """

@@ -21,7 +21,10 @@ from routing.services import (
 
 pytestmark = pytest.mark.django_db
 
-TODAY = dt.datetime.now(dt.UTC).date()
+
+def today() -> dt.date:
+    # Read at each use, not at import: a suite that runs past midnight UTC must not test against yesterday.
+    return dt.datetime.now(dt.UTC).date()
 
 
 def at(day: dt.date, hour: int = 12) -> dt.datetime:
@@ -29,7 +32,7 @@ def at(day: dt.date, hour: int = 12) -> dt.datetime:
 
 
 def days_ago(n: int) -> dt.date:
-    return TODAY - dt.timedelta(days=n)
+    return today() - dt.timedelta(days=n)
 
 
 def partition_of(row_id: int) -> str:
@@ -50,7 +53,7 @@ def test_table_is_partitioned_with_composite_primary_key_and_indexes_per_partiti
             "WHERE conrelid = 'routing_requestlog'::regclass AND contype = 'p'"
         )
         assert cursor.fetchone()[0] == "PRIMARY KEY (id, created_at)"
-        cursor.execute("SELECT indexdef FROM pg_indexes WHERE tablename = %s", [partition_name(TODAY)])
+        cursor.execute("SELECT indexdef FROM pg_indexes WHERE tablename = %s", [partition_name(today())])
         defs = sorted(d.split(" USING btree ")[1] for (d,) in cursor.fetchall())
     assert defs == [
         "(alias, created_at)",
@@ -59,20 +62,22 @@ def test_table_is_partitioned_with_composite_primary_key_and_indexes_per_partiti
         "(status, created_at)",
         "(tenant_id, created_at)",
     ]
-    # The migration made today's partition and the ones ahead, plus the default.
-    assert {TODAY + dt.timedelta(days=n) for n in range(4)} <= day_partitions()
+    # The migration made its day's partition and the three ahead, plus the default (range(3): the test
+    # database may have been migrated before midnight UTC).
+    assert {today() + dt.timedelta(days=n) for n in range(3)} <= day_partitions()
     assert DEFAULT_PARTITION in {p.name for p in request_log_partitions()}
 
 
 def test_rows_land_in_their_day_partition() -> None:
-    today = RequestLog.objects.create(created_at=at(TODAY, 0), status=200)
-    tomorrow_midnight = RequestLog.objects.create(created_at=at(TODAY + dt.timedelta(days=1), 0), status=200)
+    day = today()
+    midnight_row = RequestLog.objects.create(created_at=at(day, 0), status=200)
+    tomorrow_midnight = RequestLog.objects.create(created_at=at(day + dt.timedelta(days=1), 0), status=200)
     just_before = RequestLog.objects.create(
-        created_at=at(TODAY + dt.timedelta(days=1), 0) - dt.timedelta(microseconds=1), status=200
+        created_at=at(day + dt.timedelta(days=1), 0) - dt.timedelta(microseconds=1), status=200
     )
-    assert partition_of(today.pk) == partition_name(TODAY)
-    assert partition_of(tomorrow_midnight.pk) == partition_name(TODAY + dt.timedelta(days=1))
-    assert partition_of(just_before.pk) == partition_name(TODAY)
+    assert partition_of(midnight_row.pk) == partition_name(day)
+    assert partition_of(tomorrow_midnight.pk) == partition_name(day + dt.timedelta(days=1))
+    assert partition_of(just_before.pk) == partition_name(day)
     # Ids still come from one sequence and Django addresses rows by id alone.
     assert RequestLog.objects.get(pk=just_before.pk).created_at == just_before.created_at
 
@@ -103,7 +108,7 @@ def test_retention_drops_exactly_the_days_past_the_cutoff() -> None:
     done = maintain_request_log(retention_days=30)
     assert sorted(done.dropped) == [partition_name(days_ago(40)), partition_name(days_ago(31))]
     assert done.deleted_rows == 1
-    kept = sorted((TODAY - r.created_at.date()).days for r in RequestLog.objects.all())
+    kept = sorted((today() - r.created_at.date()).days for r in RequestLog.objects.all())
     assert kept == [1, 29, 30]
     assert not {days_ago(40), days_ago(31)} & day_partitions()
     assert {days_ago(30), days_ago(29)} <= day_partitions()
@@ -112,9 +117,11 @@ def test_retention_drops_exactly_the_days_past_the_cutoff() -> None:
 def test_partitions_ahead_follow_the_setting(settings: Settings) -> None:
     settings.REQUEST_LOG_PARTITIONS_AHEAD = 6
     done = maintain_request_log(retention_days=30)
-    assert sorted(done.created) == [partition_name(TODAY + dt.timedelta(days=n)) for n in (4, 5, 6)]
-    row = RequestLog.objects.create(created_at=at(TODAY + dt.timedelta(days=6)), status=200)
-    assert partition_of(row.pk) == partition_name(TODAY + dt.timedelta(days=6))
+    ahead = [partition_name(today() + dt.timedelta(days=n)) for n in (3, 4, 5, 6)]
+    # Days 1-3 were made by the migration; day 3 too when it ran before midnight UTC.
+    assert set(ahead[1:]) <= set(done.created) <= set(ahead)
+    row = RequestLog.objects.create(created_at=at(today() + dt.timedelta(days=6)), status=200)
+    assert partition_of(row.pk) == partition_name(today() + dt.timedelta(days=6))
 
 
 def test_running_maintenance_twice_changes_nothing_the_second_time() -> None:
@@ -143,5 +150,5 @@ def test_management_command_maintains_and_lists_partitions() -> None:
     call_command("request_log_partitions", stdout=out)
     listed = out.getvalue()
     assert "created 1 partitions (1 rows moved from the default)" in listed
-    assert partition_name(days_ago(6)) in listed and partition_name(TODAY) in listed
+    assert partition_name(days_ago(6)) in listed and partition_name(today()) in listed
     assert DEFAULT_PARTITION in listed

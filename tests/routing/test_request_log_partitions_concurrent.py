@@ -23,11 +23,14 @@ from routing.services import (
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-TODAY = dt.datetime.now(dt.UTC).date()
+
+def today() -> dt.date:
+    # Read at each use, not at import: a suite that runs past midnight UTC must not test against yesterday.
+    return dt.datetime.now(dt.UTC).date()
 
 
 def at(days_ago: int) -> dt.datetime:
-    return dt.datetime.combine(TODAY - dt.timedelta(days=days_ago), dt.time(12), tzinfo=dt.UTC)
+    return dt.datetime.combine(today() - dt.timedelta(days=days_ago), dt.time(12), tzinfo=dt.UTC)
 
 
 def partition_of(row_id: int) -> str:
@@ -76,25 +79,25 @@ def test_concurrent_maintenance_moves_each_row_once() -> None:
     rows = [RequestLog.objects.create(created_at=at(n), status=200) for n in (11, 12, 12)]
     results = in_threads(3, lambda: maintain_request_log(retention_days=30))
     created = [name for r in results for name in r.created]
-    assert sorted(created) == [partition_name(TODAY - dt.timedelta(days=n)) for n in (12, 11)]
+    assert sorted(created) == [partition_name(today() - dt.timedelta(days=n)) for n in (12, 11)]
     assert sum(r.moved_rows for r in results) == 3
     assert [partition_of(r.pk) for r in rows] == [
-        partition_name(TODAY - dt.timedelta(days=n)) for n in (11, 12, 12)
+        partition_name(today() - dt.timedelta(days=n)) for n in (11, 12, 12)
     ]
     assert RequestLog.objects.count() == 3
 
 
 def test_concurrent_creation_of_one_day_creates_it_once() -> None:
     row = RequestLog.objects.create(created_at=at(13), status=200)
-    results = in_threads(4, lambda: create_request_log_partition(TODAY - dt.timedelta(days=13)))
+    results = in_threads(4, lambda: create_request_log_partition(today() - dt.timedelta(days=13)))
     assert sorted(results) == [(False, 0), (False, 0), (False, 0), (True, 1)]
-    assert partition_of(row.pk) == partition_name(TODAY - dt.timedelta(days=13))
+    assert partition_of(row.pk) == partition_name(today() - dt.timedelta(days=13))
 
 
 def test_drop_gives_up_on_a_busy_table_instead_of_queueing_inserts(monkeypatch: pytest.MonkeyPatch) -> None:
     RequestLog.objects.create(created_at=at(50), status=200)
     maintain_request_log(retention_days=60)
-    expired = partition_name(TODAY - dt.timedelta(days=50))
+    expired = partition_name(today() - dt.timedelta(days=50))
     monkeypatch.setattr(services, "LOCK_TIMEOUT", "200ms")
     # A long explorer query elsewhere: its transaction holds ACCESS SHARE on the log.
     db = connection.settings_dict

@@ -14,7 +14,10 @@ from routing.services import DEFAULT_PARTITION, partition_name, request_log_is_p
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-TODAY = dt.datetime.now(dt.UTC).date()
+
+def today() -> dt.date:
+    # Read at each use, not at import: a suite that runs past midnight UTC must not test against yesterday.
+    return dt.datetime.now(dt.UTC).date()
 
 
 def migrate(target: str) -> None:
@@ -33,11 +36,11 @@ def back_to_latest() -> Iterator[None]:
     yield
     migrate(latest())
     with connection.cursor() as cursor:  # the test's extra day, so other tests find the usual partitions
-        cursor.execute(f"DROP TABLE IF EXISTS {partition_name(TODAY - dt.timedelta(days=4))}")
+        cursor.execute(f"DROP TABLE IF EXISTS {partition_name(today() - dt.timedelta(days=4))}")
 
 
 def insert(days_ago: int, request_id: str) -> None:
-    created = dt.datetime.combine(TODAY - dt.timedelta(days=days_ago), dt.time(9), tzinfo=dt.UTC)
+    created = dt.datetime.combine(today() - dt.timedelta(days=days_ago), dt.time(9), tzinfo=dt.UTC)
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO routing_requestlog (created_at, request_id, tenant_id, tenant_name, key_prefix, "
@@ -69,9 +72,9 @@ def test_rows_survive_both_directions(back_to_latest: None) -> None:
 
     assert request_log_is_partitioned()
     assert dict(RequestLog.objects.values_list("request_id", "id")) == ids
-    assert where("today") == where("before-down") == partition_name(TODAY)
+    assert where("today") == where("before-down") == partition_name(today())
     # Days inside retention that held rows got their partition; older rows wait in the default.
-    assert where("four-days") == partition_name(TODAY - dt.timedelta(days=4))
+    assert where("four-days") == partition_name(today() - dt.timedelta(days=4))
     assert where("past-retention") == DEFAULT_PARTITION
     # The id sequence continues after the copied rows.
     assert RequestLog.objects.create(status=200).pk > max(ids.values())
