@@ -127,12 +127,15 @@ def start_sim(
     cpu: int | None = None,
     env: dict[str, str] | None = None,
     keep_log: bool = False,
+    netns: str | None = None,
 ) -> SimHandle:
     """Start `python -m nodes.sim serve model ...` as a subprocess on a free port.
 
     extra_args are passed through (vLLM flags or --sim-* knobs); cpu pins the process to one core
-    with taskset. With wait=False the handle is returned at once (for start-up tests). The log file is
-    deleted by stop() unless keep_log; its text stays available from log_text().
+    with taskset; netns runs it inside that Linux network namespace (`ip netns exec`, which execs the
+    command, so the handle's pid is the simulator's). With wait=False the handle is returned at once
+    (for start-up tests). The log file is deleted by stop() unless keep_log; its text stays available
+    from log_text().
     """
     port = port or free_port()
     cmd = [sys.executable, "-m", "nodes.sim", "serve", model, "--host", host, "--port", str(port)]
@@ -143,6 +146,8 @@ def start_sim(
     cmd += list(extra_args)
     if cpu is not None:
         cmd = ["taskset", "-c", str(cpu), *cmd]
+    if netns is not None:
+        cmd = ["ip", "netns", "exec", netns, *cmd]
     fd, log_name = tempfile.mkstemp(prefix=f"sim-{port}-", suffix=".log")
     os.close(fd)
     log = open(log_name, "wb")  # noqa: SIM115 - closed by SimHandle.stop

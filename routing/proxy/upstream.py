@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,30 @@ import httptools
 # Above this much unread body the connection stops reading from the engine until the client catches up.
 HIGH_WATER = 1 << 20
 MAX_IDLE_PER_ENDPOINT = 256
+
+# A non-streaming answer arrives whole, so its only timer is the pool's total timeout (600 s by default):
+# an engine host that drops off the network (a cut link, a powered-off host: packets vanish, nothing
+# answers) would hold such a request, and every pooled connection to it, that long. The kernel can tell
+# a silent peer from a busy one: a busy engine's kernel acknowledges keepalive probes and data at once,
+# however long the model takes. So a connection whose peer acknowledges nothing for about 5 s is closed
+# by the kernel, the request fails over to another engine before anything reached the client
+# (tests/routing/test_netns_remote_engine.py), and a live engine is never cut short.
+KEEPALIVE_IDLE_S = 2  # quiet this long, then probe
+KEEPALIVE_INTERVAL_S = 1
+KEEPALIVE_PROBES = 3
+UNACKED_TIMEOUT_MS = 5000  # data written (the request) and not acknowledged for this long
+
+
+def _detect_dead_peers(sock: socket.socket | None) -> None:
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    if hasattr(socket, "TCP_KEEPIDLE"):  # Linux; other systems keep their defaults
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_IDLE_S)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, KEEPALIVE_INTERVAL_S)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEPALIVE_PROBES)
+    if hasattr(socket, "TCP_USER_TIMEOUT"):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, UNACKED_TIMEOUT_MS)
 
 
 class UpstreamError(ConnectionError):
@@ -48,6 +73,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        _detect_dead_peers(transport.get_extra_info("socket"))
 
     def data_received(self, data: bytes) -> None:
         resp = self.response

@@ -40,12 +40,16 @@ def start_member(
     max_model_len: int = 4096,
     time_scale: float = 50.0,
     version: ModelVersion | None = None,
+    host: Host | None = None,
+    netns: str | None = None,
 ) -> FleetMember:
     """A ready Deployment row plus a simulator that accepts exactly its derived engine key.
 
-    It runs `version`, by default the alias's active version."""
+    It runs `version`, by default the alias's active version, on `host` (by default a loopback one);
+    `netns` starts the simulator inside that network namespace, listening on the host's address."""
     ensure_alias(alias)
-    host, _ = Host.objects.get_or_create(name="sim-host", defaults={"address": "127.0.0.1"})
+    if host is None:
+        host, _ = Host.objects.get_or_create(name="sim-host", defaults={"address": "127.0.0.1"})
     port = free_port()
     dep = Deployment.objects.create(
         name=f"{alias}-{port}",
@@ -67,8 +71,10 @@ def start_member(
         str(max_model_len),
         *sim_args,
         port=port,
+        host=host.address,
         api_key=engine_api_key(dep),
         time_scale=time_scale,
+        netns=netns,
     )
     return FleetMember(deployment=dep, sim=sim)
 
