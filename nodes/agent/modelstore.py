@@ -188,8 +188,11 @@ class HttpSource:
     @staticmethod
     def _chunks(resp: Any, url: str) -> Iterator[bytes]:
         try:
-            # urllib3 2 raises ProtocolError when the body ends before its Content-Length.
-            yield from resp.stream(CHUNK_SIZE)
+            # read1, not stream/read: read(n) keeps what it buffered when the connection drops before n
+            # bytes arrived, and those bytes would be lost to the .partial. urllib3 2 raises
+            # ProtocolError when the body ends before its Content-Length.
+            while block := resp.read1(CHUNK_SIZE):
+                yield block
         except urllib3.exceptions.HTTPError as exc:
             raise Transient(f"{url}: connection lost mid-file ({exc})") from None
         finally:
