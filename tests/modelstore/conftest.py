@@ -7,6 +7,7 @@ same files but cuts the connection after `cut_after` bytes for the first `cuts` 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import threading
@@ -64,10 +65,11 @@ def _app(server: StoreServer) -> web.Application:
     return app
 
 
-@pytest.fixture
-def store_server(tmp_path: Path) -> Iterator[StoreServer]:
-    server = StoreServer(root=tmp_path / "store")
-    server.root.mkdir()
+@contextlib.contextmanager
+def serve_store(root: Path) -> Iterator[StoreServer]:
+    """A StoreServer over `root` on a free loopback port, in its own thread, for the block's duration."""
+    server = StoreServer(root=root)
+    root.mkdir(exist_ok=True)
     loop = asyncio.new_event_loop()
     ready = threading.Event()
     runner = web.AppRunner(_app(server), access_log=None)
@@ -82,11 +84,19 @@ def store_server(tmp_path: Path) -> Iterator[StoreServer]:
     thread = threading.Thread(target=lambda: (loop.run_until_complete(start()), loop.run_forever()))
     thread.start()
     ready.wait(10)
-    yield server
-    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(10)
-    loop.close()
+    try:
+        yield server
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+@pytest.fixture
+def store_server(tmp_path: Path) -> Iterator[StoreServer]:
+    with serve_store(tmp_path / "store") as server:
+        yield server
 
 
 @dataclass
