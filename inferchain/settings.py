@@ -249,6 +249,7 @@ SPECTACULAR_SETTINGS = {
         "DeploymentStateEnum": "nodes.choices.DeploymentState",
         "HostStateEnum": "nodes.choices.HostState",
         "VersionStateEnum": "models_registry.choices.VersionState",
+        "StoreKindEnum": "models_registry.choices.StoreKind",
         # Names the console's types already use, kept when another serializer has a field of the same name.
         "ActionEnum": "core.choices.AuditAction",
         "KindEnum": "models_registry.choices.ProblemKind",
