@@ -185,6 +185,9 @@ class HttpSource:
             raise Transient(f"{url}: HTTP {status}")
         raise FileRefused(_file_of(key), f"the store answered HTTP {status} ({url})")
 
+    def close(self) -> None:
+        self.pool.clear()
+
     @staticmethod
     def _chunks(resp: Any, url: str) -> Iterator[bytes]:
         try:
@@ -491,6 +494,8 @@ def fetch_version(
         finally:
             with _fetching_guard:
                 _fetching.discard(digest)
+            if isinstance(store, StoreConfig) and isinstance(source, HttpSource):
+                source.close()
 
 
 def _fetch_with_retries(

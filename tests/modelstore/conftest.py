@@ -72,7 +72,7 @@ def serve_store(root: Path) -> Iterator[StoreServer]:
     root.mkdir(exist_ok=True)
     loop = asyncio.new_event_loop()
     ready = threading.Event()
-    runner = web.AppRunner(_app(server), access_log=None)
+    runner = web.AppRunner(_app(server), access_log=None, shutdown_timeout=1.0)
 
     async def start() -> None:
         await runner.setup()
