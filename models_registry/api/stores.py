@@ -39,7 +39,7 @@ class ModelStoreSerializer(StrictModelSerializer):
         ]
         read_only_fields = ["id", "created_at", "updated_at"]
         # The one-active constraint is kept by save() retiring the other store, not by refusing.
-        extra_kwargs = {"is_active": {"validators": []}}
+        extra_kwargs: dict[str, dict[str, Any]] = {"is_active": {"validators": []}}
 
     def validate(self, attrs: Any) -> Any:
         attrs = super().validate(attrs)
@@ -80,7 +80,7 @@ class ModelStoreSerializer(StrictModelSerializer):
             if self.instance is not None:
                 others = others.exclude(pk=self.instance.pk)
             others.update(is_active=False)
-        return super().save(**kwargs)  # type: ignore[no-any-return]
+        return super().save(**kwargs)
 
 
 class ModelStoreViewSet(AuditedModelViewSet):

@@ -25,8 +25,8 @@ import os
 import re
 import shutil
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
@@ -67,6 +67,10 @@ class CacheFull(FetchError):
 
 class Transient(Exception):
     """A store failure worth retrying: the connection, not the content."""
+
+
+class _Cancelled(Exception):
+    """Another file of the same version was refused: this one stops, keeping its .partial."""
 
 
 @dataclass(frozen=True)
@@ -157,7 +161,7 @@ class HttpSource:
         self.base_url = base_url.rstrip("/")
         # Retries are ours (with resume), not urllib3's: it would restart a file from its first byte.
         self.pool = urllib3.PoolManager(
-            retries=False, timeout=urllib3.Timeout(connect=timeout, read=timeout), maxsize=4
+            retries=False, timeout=urllib3.Timeout(connect=timeout, read=timeout), maxsize=8
         )
 
     def open(self, key: str, offset: int) -> Opened:
@@ -176,6 +180,8 @@ class HttpSource:
             raw_length = resp.headers.get("Content-Length")
             length = int(raw_length) if raw_length and raw_length.isdigit() else None
             return Opened(start=start, length=length, chunks=self._chunks(resp, url))
+        # An error page is small: read it, so the pooled connection is clean for the next file.
+        resp.drain_conn()
         resp.release_conn()
         if status == 416:
             raise FileRefused(_file_of(key), f"short file: the store has fewer than {offset} bytes ({url})")
@@ -199,6 +205,9 @@ class HttpSource:
         except urllib3.exceptions.HTTPError as exc:
             raise Transient(f"{url}: connection lost mid-file ({exc})") from None
         finally:
+            if not resp.isclosed():
+                # Left mid-body (refused, cancelled): unread bytes would poison the pooled connection.
+                resp.close()
             resp.release_conn()
 
 
@@ -278,7 +287,14 @@ def _rehash(path: Path, digest: Any) -> int:
     return total
 
 
-def fetch_file(source: Source, key: str, dest: Path, want: WantedFile, result: FetchResult) -> None:
+def fetch_file(
+    source: Source,
+    key: str,
+    dest: Path,
+    want: WantedFile,
+    result: FetchResult,
+    stop: threading.Event | None = None,
+) -> None:
     """Bring one file to `dest`, verified; resume from `dest.partial` when there is one.
 
     Raises Transient (the `.partial` keeps what arrived) or FileRefused (the `.partial` is deleted).
@@ -311,6 +327,8 @@ def fetch_file(source: Source, key: str, dest: Path, want: WantedFile, result: F
         dest.parent.mkdir(parents=True, exist_ok=True)
         with open(partial, "ab") as out:
             for block in opened.chunks:
+                if stop is not None and stop.is_set():
+                    raise _Cancelled
                 if have + len(block) > want.size:
                     out.close()
                     _refuse(
@@ -460,12 +478,15 @@ def fetch_version(
     in_use: set[str] | frozenset[str] = frozenset(),
     retries: int = 5,
     retry_delay: float = 1.0,
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], None] | None = None,
+    workers: int = 4,
 ) -> FetchResult:
     """Make `<model_root>/<digest>/` hold exactly the manifest's files, verified; return where.
 
+    Up to `workers` files travel at once (one sha256 is sequential, so one file is one core at best).
     A store that fails `retries` times in a row without sending a byte is StoreUnreachable (waits of
-    retry_delay, doubling, at most 30 s). Any refused file stops the fetch with its name.
+    retry_delay, doubling, at most 30 s). Any refused file stops the fetch with its name; the other
+    files stop at their next chunk and keep their `.partial` for the next attempt.
     """
     if not DIGEST_NAME.match(digest):
         raise FetchError(f"{digest!r} is not a manifest digest")
@@ -487,8 +508,7 @@ def fetch_version(
             result.evicted = make_room(model_root, digest, max(need, 0), max_bytes, set(in_use))
             version_dir.mkdir(parents=True, exist_ok=True)
             touch_last_used(version_dir)
-            for want in wanted:
-                _fetch_with_retries(source, digest, version_dir, want, result, retries, retry_delay, sleep)
+            _fetch_all(source, digest, version_dir, wanted, result, retries, retry_delay, sleep, workers)
             _write_marker(version_dir, wanted)
             return result
         finally:
@@ -496,6 +516,51 @@ def fetch_version(
                 _fetching.discard(digest)
             if isinstance(store, StoreConfig) and isinstance(source, HttpSource):
                 source.close()
+
+
+def _fetch_all(
+    source: Source,
+    digest: str,
+    version_dir: Path,
+    wanted: Sequence[WantedFile],
+    result: FetchResult,
+    retries: int,
+    retry_delay: float,
+    sleep: Callable[[float], None] | None,
+    workers: int,
+) -> None:
+    stop = threading.Event()
+
+    def one(want: WantedFile) -> FetchResult:
+        part = FetchResult(path=version_dir)
+        try:
+            _fetch_with_retries(source, digest, version_dir, want, part, retries, retry_delay, sleep, stop)
+        except _Cancelled:
+            raise
+        except BaseException:
+            stop.set()  # here, not when the caller sees it: the next file may start before that
+            raise
+        return part
+
+    first_error: BaseException | None = None
+    # Largest first, so one big shard does not start last while the other workers sit idle.
+    order = sorted(wanted, key=lambda f: f.size, reverse=True)
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(order)))) as pool:
+        for future in as_completed([pool.submit(one, want) for want in order]):
+            try:
+                part = future.result()
+            except _Cancelled:
+                continue
+            except BaseException as exc:
+                first_error = first_error or exc
+                continue
+            result.files_fetched += part.files_fetched
+            result.bytes_fetched += part.bytes_fetched
+            result.bytes_verified += part.bytes_verified
+            result.resumed += part.resumed
+            result.attempts += part.attempts
+    if first_error is not None:
+        raise first_error
 
 
 def _fetch_with_retries(
@@ -506,7 +571,8 @@ def _fetch_with_retries(
     result: FetchResult,
     retries: int,
     retry_delay: float,
-    sleep: Callable[[float], None],
+    sleep: Callable[[float], None] | None,
+    stop: threading.Event,
 ) -> None:
     dest = version_dir / want.path
     if dest.exists() and dest.stat().st_size == want.size and _sha256(dest) == want.sha256:
@@ -517,8 +583,10 @@ def _fetch_with_retries(
     delay = retry_delay
     while True:
         before = result.bytes_fetched
+        if stop.is_set():
+            raise _Cancelled
         try:
-            fetch_file(source, f"{digest}/{want.path}", dest, want, result)
+            fetch_file(source, f"{digest}/{want.path}", dest, want, result, stop)
             return
         except Transient as exc:
             failures = 0 if result.bytes_fetched > before else failures + 1
@@ -527,7 +595,10 @@ def _fetch_with_retries(
                     f"{want.path}: the model store did not answer after {retries} retries ({exc})"
                 ) from None
             log.warning("model store: %s; retrying in %.1f s", exc, delay)
-            sleep(delay)
+            if sleep is not None:
+                sleep(delay)
+            elif stop.wait(delay):
+                raise _Cancelled from None
             delay = min(delay * 2, 30.0)
 
 

@@ -32,12 +32,18 @@ def test_connection_refused_waits_then_fails_naming_file_and_store(
             retries=3,
             retry_delay=0.5,
             sleep=sleeps.append,
+            workers=1,
         )
 
     assert sleeps == [0.5, 1.0, 2.0]
     message = str(failed.value)
-    assert "config.json" in message and "after 3 retries" in message and "127.0.0.1" in message
-    assert not (tmp_path / "host" / version.digest / "config.json").exists()
+    # One worker, largest file first: the shard is the file it was waiting for.
+    assert (
+        "model-00001-of-00002.safetensors" in message
+        and "after 3 retries" in message
+        and "127.0.0.1" in message
+    )
+    assert not list((tmp_path / "host" / version.digest).iterdir())[1:]  # only the last-used marker
 
 
 def test_directory_store_that_is_not_mounted_is_unreachable(version: Version, tmp_path: Path) -> None:
