@@ -4,13 +4,13 @@ One command (no database, no Redis; everything on loopback and under a temporary
 
     .venv/bin/python benchmarks/model_fetch.py [--size-mib 256] [--files 4] [--runs 5]
 
-Five ways to bring --size-mib of random data in --files files into an empty host model root, run in turn
+Six ways to bring --size-mib of random data in --files files into an empty host model root, run in turn
 inside each repetition (interleaved, so a busy neighbour slows all alike), medians of --runs:
 
 - `copy`: shutil.copyfile from a directory store (no check at all), and the same with an fsync per file
   (what the fetch does before its rename, so a crash cannot leave a renamed file without its data);
 - `fetch dir`: nodes.agent.modelstore.fetch_version from the same directory store (sha256 of every byte
-  as it is written, fsync, temp name and rename);
+  as it is written, fsync, temp name and rename), with its default 4 workers and with one;
 - `http plain`: urllib3 streaming each file from an aiohttp static server (its own process) to disk;
 - `fetch http`: fetch_version from that server.
 
@@ -135,6 +135,11 @@ def main() -> None:
         def fetch_dir() -> None:
             fetch_version(StoreConfig("directory", str(store)), digest, wanted, target("fetch-dir"))
 
+        def fetch_dir_serial() -> None:
+            fetch_version(
+                StoreConfig("directory", str(store)), digest, wanted, target("fetch-dir-1"), workers=1
+            )
+
         def http_plain() -> None:
             dest = target("http") / digest
             dest.mkdir()
@@ -170,6 +175,7 @@ def main() -> None:
             "copy (directory store, no check)": copy,
             "copy + fsync (no check)": copy_fsync,
             "fetch dir (directory store, verified)": fetch_dir,
+            "fetch dir, one file at a time": fetch_dir_serial,
             "http plain (urllib3 to disk, no check)": http_plain,
             "fetch http (HTTP store, verified)": fetch_http,
         }
@@ -194,7 +200,9 @@ def main() -> None:
         names = list(cases)
         print(f"fetch dir / copy:         {med[names[3]] / med[names[1]]:.2f}x the time")
         print(f"fetch dir / copy + fsync: {med[names[3]] / med[names[2]]:.2f}x the time")
-        print(f"fetch http / http plain:  {med[names[5]] / med[names[4]]:.2f}x the time")
+        print(f"fetch dir / sha256 only:  {med[names[3]] / med[names[0]]:.2f}x the time")
+        print(f"fetch dir 4 / 1 workers:  {med[names[3]] / med[names[4]]:.2f}x the time")
+        print(f"fetch http / http plain:  {med[names[6]] / med[names[5]]:.2f}x the time")
         half = wanted[0].size / MIB
         print(
             f"resume of a half-fetched {half:.0f} MiB file (rehash {half / 2:.0f} MiB + fetch the rest): "
