@@ -100,6 +100,8 @@ class Opened:
     start: int
     length: int | None
     chunks: Iterator[bytes]
+    # Frees the read (socket, file handle) whether or not the chunks were read to the end.
+    release: Callable[[], None] = lambda: None
 
 
 class Source(Protocol):
@@ -147,11 +149,10 @@ class DirectorySource:
         start = min(offset, size)
 
         def chunks() -> Iterator[bytes]:
-            with handle:
-                while block := handle.read(CHUNK_SIZE):
-                    yield block
+            while block := handle.read(CHUNK_SIZE):
+                yield block
 
-        return Opened(start=start, length=size - start, chunks=chunks())
+        return Opened(start=start, length=size - start, chunks=chunks(), release=handle.close)
 
 
 class HttpSource:
@@ -179,7 +180,12 @@ class HttpSource:
                 start = int(match.group(1)) if match else 0
             raw_length = resp.headers.get("Content-Length")
             length = int(raw_length) if raw_length and raw_length.isdigit() else None
-            return Opened(start=start, length=length, chunks=self._chunks(resp, url))
+            return Opened(
+                start=start,
+                length=length,
+                chunks=self._chunks(resp, url),
+                release=lambda: self._release(resp),
+            )
         # An error page is small: read it, so the pooled connection is clean for the next file.
         resp.drain_conn()
         resp.release_conn()
@@ -204,11 +210,13 @@ class HttpSource:
                 yield block
         except urllib3.exceptions.HTTPError as exc:
             raise Transient(f"{url}: connection lost mid-file ({exc})") from None
-        finally:
-            if not resp.isclosed():
-                # Left mid-body (refused, cancelled): unread bytes would poison the pooled connection.
-                resp.close()
-            resp.release_conn()
+
+    @staticmethod
+    def _release(resp: Any) -> None:
+        if not resp.isclosed():
+            # Left mid-body (refused, cancelled): unread bytes would poison the pooled connection.
+            resp.close()
+        resp.release_conn()
 
 
 class S3Source:
@@ -253,10 +261,8 @@ class S3Source:
                 yield from body.iter_chunks(CHUNK_SIZE)
             except self.errors.BotoCoreError as exc:
                 raise Transient(f"s3://{self.bucket}/{full}: {exc}") from None
-            finally:
-                body.close()
 
-        return Opened(start=start, length=obj.get("ContentLength"), chunks=chunks())
+        return Opened(start=start, length=obj.get("ContentLength"), chunks=chunks(), release=body.close)
 
 
 def source_for(store: StoreConfig) -> Source:
@@ -300,6 +306,7 @@ def fetch_file(
     Raises Transient (the `.partial` keeps what arrived) or FileRefused (the `.partial` is deleted).
     """
     partial = dest.with_name(dest.name + PARTIAL_SUFFIX)
+    dest.parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
     have = 0
     if partial.exists():
@@ -313,34 +320,10 @@ def fetch_file(
     if have < want.size:
         result.attempts += 1
         opened = source.open(key, have)
-        if opened.start != have:
-            # The store ignored the range: start the file over.
-            digest, have = hashlib.sha256(), 0
-            partial.unlink(missing_ok=True)
-        if opened.length is not None and opened.start + opened.length != want.size:
-            _refuse(
-                partial,
-                want.path,
-                f"{'short' if opened.start + opened.length < want.size else 'oversized'} file: the store "
-                f"has {opened.start + opened.length:,} bytes, the manifest {want.size:,}",
-            )
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        with open(partial, "ab") as out:
-            for block in opened.chunks:
-                if stop is not None and stop.is_set():
-                    raise _Cancelled
-                if have + len(block) > want.size:
-                    out.close()
-                    _refuse(
-                        partial, want.path, f"oversized file: more than the manifest's {want.size:,} bytes"
-                    )
-                out.write(block)
-                digest.update(block)
-                have += len(block)
-                result.bytes_fetched += len(block)
-                result.bytes_verified += len(block)
-            out.flush()
-            os.fsync(out.fileno())
+        try:
+            have, digest = _receive(opened, partial, want, digest, have, result, stop)
+        finally:
+            opened.release()
         if have < want.size:
             _refuse(partial, want.path, f"short file: the store sent {have:,} of {want.size:,} bytes")
     actual = digest.hexdigest()
@@ -348,6 +331,50 @@ def fetch_file(
         _refuse(partial, want.path, f"corrupt: sha256 {actual} does not match the manifest's {want.sha256}")
     os.replace(partial, dest)
     result.files_fetched += 1
+
+
+def _receive(
+    opened: Opened,
+    partial: Path,
+    want: WantedFile,
+    digest: Any,
+    have: int,
+    result: FetchResult,
+    stop: threading.Event | None,
+) -> tuple[int, Any]:
+    """Append the store's bytes to the partial file, hashing each as it is written.
+
+    Returns the partial's new length and the hash state over all of it.
+    """
+    if opened.start != have:
+        if opened.start != 0:
+            raise Transient(f"{want.path}: asked for bytes from {have}, the store sent from {opened.start}")
+        # The store ignored the range: start the file over.
+        digest, have = hashlib.sha256(), 0
+        partial.unlink(missing_ok=True)
+    if opened.length is not None and opened.start + opened.length != want.size:
+        stored = opened.start + opened.length
+        _refuse(
+            partial,
+            want.path,
+            f"{'short' if stored < want.size else 'oversized'} file: the store has {stored:,} bytes, "
+            f"the manifest {want.size:,}",
+        )
+    with open(partial, "ab") as out:
+        for block in opened.chunks:
+            if stop is not None and stop.is_set():
+                raise _Cancelled
+            if have + len(block) > want.size:
+                out.close()
+                _refuse(partial, want.path, f"oversized file: more than the manifest's {want.size:,} bytes")
+            out.write(block)
+            digest.update(block)
+            have += len(block)
+            result.bytes_fetched += len(block)
+            result.bytes_verified += len(block)
+        out.flush()
+        os.fsync(out.fileno())
+    return have, digest
 
 
 def _refuse(partial: Path, path: str, reason: str) -> None:

@@ -1,7 +1,8 @@
 """A real HTTP model store on loopback (aiohttp), and small real model files to put in it.
 
 `/store/...` is aiohttp's own static file handler (it answers Range requests); `/flaky/...` serves the
-same files but cuts the connection after `cut_after` bytes for the first `cuts` requests of each file.
+same files but cuts the connection after `cut_after` bytes for the first `cuts` requests of each file;
+`/norange/...` ignores Range headers.
 """
 
 from __future__ import annotations
@@ -59,8 +60,13 @@ def _app(server: StoreServer) -> web.Application:
         await response.write_eof()
         return response
 
+    async def no_range(request: web.Request) -> web.StreamResponse:
+        # A server that ignores Range: always the whole file, 200.
+        return web.Response(body=(server.root / request.match_info["tail"]).read_bytes())
+
     app = web.Application()
     app.router.add_static("/store", server.root)
+    app.router.add_get("/norange/{tail:.*}", no_range)
     app.router.add_get("/flaky/{tail:.*}", flaky)
     return app
 

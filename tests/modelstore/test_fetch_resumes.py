@@ -65,3 +65,18 @@ def test_partial_bytes_that_differ_from_the_store_are_caught_by_the_rebuilt_hash
 
     assert "corrupt" in str(refused.value)
     assert not partial.exists() and not (root / version.digest / BIG).exists()
+
+
+def test_a_store_that_ignores_range_is_read_from_the_start(
+    store_server: StoreServer, version: Version, tmp_path: Path
+) -> None:
+    root = tmp_path / "host"
+    partial = root / version.digest / f"{BIG}.partial"
+    partial.parent.mkdir(parents=True)
+    partial.write_bytes(version.contents[BIG][:123_456])
+    store = StoreConfig(kind="http", location=store_server.url("norange"))
+
+    result = fetch_version(store, version.digest, version.files, root)
+
+    assert (result.path / BIG).read_bytes() == version.contents[BIG]
+    assert result.bytes_fetched == version.total  # the first 123,456 bytes came again
