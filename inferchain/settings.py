@@ -249,6 +249,7 @@ SPECTACULAR_SETTINGS = {
         "DeploymentStateEnum": "nodes.choices.DeploymentState",
         "HostStateEnum": "nodes.choices.HostState",
         "VersionStateEnum": "models_registry.choices.VersionState",
+        "StoreKindEnum": "models_registry.choices.StoreKind",
         # Names the console's types already use, kept when another serializer has a field of the same name.
         "ActionEnum": "core.choices.AuditAction",
         "KindEnum": "models_registry.choices.ProblemKind",
@@ -291,6 +292,14 @@ NODE_HISTORY_SECONDS = env_float("NODE_HISTORY_SECONDS", 3600.0)
 ENGINE_LOG_DIR = Path(env_str("ENGINE_LOG_DIR", str(BASE_DIR / "var" / "engines")))
 ENGINE_LOG_MAX_BYTES = env_int("ENGINE_LOG_MAX_BYTES", 20 * 1024 * 1024)
 ENGINE_LOG_KEEP = env_int("ENGINE_LOG_KEEP", 5)
+# This host's own model root: versions fetched from the active model store land in
+# <NODE_MODEL_ROOT>/<manifest digest>/ (docs/nodes.md, "Model files from the store").
+NODE_MODEL_ROOT = Path(env_str("NODE_MODEL_ROOT", str(BASE_DIR / "var" / "model-cache")))
+# Bound of that root in bytes, least recently used versions evicted first; 0: no bound.
+NODE_MODEL_CACHE_BYTES = env_int("NODE_MODEL_CACHE_BYTES", 0)
+# A store that sends nothing is retried this many times (waits doubling) before the launch fails.
+NODE_MODEL_FETCH_RETRIES = env_int("NODE_MODEL_FETCH_RETRIES", 5)
+NODE_MODEL_FETCH_RETRY_SECONDS = env_float("NODE_MODEL_FETCH_RETRY_SECONDS", 1.0)
 
 LOGGING = {
     "version": 1,

@@ -52,3 +52,12 @@ class KVCacheDtype(models.TextChoices):
     FP8_E4M3 = "fp8_e4m3", "FP8 E4M3"
     FP8_E5M2 = "fp8_e5m2", "FP8 E5M2"
     FP32 = "fp32", "FP32"
+
+
+class StoreKind(models.TextChoices):
+    # A directory every agent can read (an NFS mount, or the control plane's disk in a one-host setup).
+    DIRECTORY = "directory", "Directory"
+    # Any HTTP(S) server that answers Range requests (nginx, caddy, an object store's public endpoint).
+    HTTP = "http", "HTTP server"
+    # An S3-compatible bucket, read with boto3 on the agent (optional extra `s3`).
+    S3 = "s3", "S3-compatible bucket"

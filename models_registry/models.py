@@ -6,7 +6,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from models_registry.choices import KVCacheDtype, QuantMethod, SourceKind, VersionState
+from models_registry.choices import KVCacheDtype, QuantMethod, SourceKind, StoreKind, VersionState
 
 # Evaluation suites live in their own module; importing them here registers them with this app.
 from models_registry.evaluation.models import (  # noqa: F401
@@ -186,6 +186,38 @@ class ModelAlias(models.Model):
     class Meta:
         ordering = ["name"]
         verbose_name_plural = "model aliases"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ModelStore(models.Model):
+    """Where node agents fetch a version's files from before a launch (docs/registry.md, "The model store").
+
+    A version's files sit in the store under `<location>/<manifest_digest>/<manifest path>`; the agent
+    copies them into its own model root, checking every byte against the manifest. At most one store is
+    active; with none, agents use the version's `source_path` as before (same path on every host).
+    """
+
+    name = models.CharField(max_length=100, unique=True)
+    kind = models.CharField(max_length=16, choices=StoreKind.choices)
+    # directory: an absolute path; http: a base URL (http:// or https://); s3: "bucket" or "bucket/prefix".
+    location = models.CharField(max_length=1024)
+    # S3 only: the endpoint of an S3-compatible service (MinIO, Ceph ...); blank for AWS itself.
+    endpoint_url = models.CharField(max_length=1024, blank=True, default="")
+    region = models.CharField(max_length=64, blank=True, default="")
+    is_active = models.BooleanField(default=False)
+    description = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["is_active"], condition=models.Q(is_active=True), name="one_active_model_store"
+            )
+        ]
 
     def __str__(self) -> str:
         return self.name

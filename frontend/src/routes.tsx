@@ -12,6 +12,7 @@ import { AliasesPage } from "./pages/models/AliasesPage";
 import { FitCalculatorPage } from "./pages/models/FitCalculatorPage";
 import { ModelsPage } from "./pages/models/ModelsPage";
 import { QuantizationPage } from "./pages/models/QuantizationPage";
+import { StoresPage } from "./pages/models/StoresPage";
 import { VersionDetailPage } from "./pages/models/VersionDetailPage";
 import { DeploymentDetailPage } from "./pages/nodes/DeploymentDetailPage";
 import { NodesPage } from "./pages/nodes/NodesPage";
@@ -40,6 +41,7 @@ export const routes: ConsoleRoute[] = [
   { path: "models/aliases", element: <AliasesPage /> },
   { path: "models/quantization", element: <QuantizationPage /> },
   { path: "models/fit", element: <FitCalculatorPage /> },
+  { path: "models/stores", element: <StoresPage /> },
   { path: "routing", element: <RoutingPage />, nav: { label: "Routing", section: "Fleet" } },
   { path: "rollouts", element: <RolloutsPage />, nav: { label: "Rollouts", section: "Fleet" } },
   { path: "rollouts/shadow/:alias", element: <ShadowPairsPage /> },

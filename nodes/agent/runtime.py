@@ -19,7 +19,10 @@ from django.conf import settings
 from django.utils import timezone
 
 from models_registry import services as registry
+from models_registry.store import active_store
 from nodes import process
+from nodes.agent.model_fetch import fetch_for_launch
+from nodes.agent.modelstore import FetchError
 from nodes.agent.services import bind_host_for, engine_spec, launch_record, new_start_token, redact_argv
 from nodes.choices import DeploymentState, DesiredState, Engine
 from nodes.engines import get_adapter
@@ -120,11 +123,28 @@ def _launch(deployment: Deployment) -> str:
     if deployment.pid and process.is_alive(deployment.pid) and deployment.state == DeploymentState.STARTING:
         return "already starting"
 
-    transition(deployment, DeploymentState.VERIFYING, "Verifying model files on the host.")
-    problem = verify_files(deployment)
-    if problem:
-        transition(deployment, DeploymentState.FAILED, problem, pid=None)
-        return "verification failed"
+    store = active_store()
+    model_path = None
+    if store is None:
+        transition(deployment, DeploymentState.VERIFYING, "Verifying model files on the host.")
+        problem = verify_files(deployment)
+        if problem:
+            transition(deployment, DeploymentState.FAILED, problem, pid=None)
+            return "verification failed"
+    else:
+        transition(
+            deployment, DeploymentState.VERIFYING, f"Fetching model files from the store '{store.name}'."
+        )
+        try:
+            model_path = fetch_for_launch(deployment, store)
+        except FetchError as exc:
+            transition(
+                deployment,
+                DeploymentState.FAILED,
+                f"Model files not fetched from '{store.name}': {exc}",
+                pid=None,
+            )
+            return "fetch failed"
     deployment.model_version.refresh_from_db()
 
     check = preflight_deployment(deployment, check_reachable=False)
@@ -147,7 +167,7 @@ def _launch(deployment: Deployment) -> str:
     deployment.start_token = new_start_token()
     Deployment.objects.filter(pk=deployment.pk).update(start_token=deployment.start_token)
     adapter = get_adapter(deployment.engine)
-    spec = engine_spec(deployment)
+    spec = engine_spec(deployment, model_path=model_path)
     argv = adapter.build_argv(spec)
     env = adapter.build_env(spec)
     record = process.start_engine(

@@ -27,12 +27,18 @@ def bind_host_for(host: Host) -> str:
     return "127.0.0.1" if host.address in ("127.0.0.1", "localhost", "::1") else "0.0.0.0"
 
 
-def engine_spec(deployment: Deployment, *, python: str | None = None) -> EngineSpec:
-    """The adapter input for `deployment`: its DeploySpec, mapped to engine flags, with its current key."""
+def engine_spec(
+    deployment: Deployment, *, python: str | None = None, model_path: str | None = None
+) -> EngineSpec:
+    """The adapter input for `deployment`: its DeploySpec, mapped to engine flags, with its current key.
+
+    `model_path` is where this host holds the files when they came from the model store; without it
+    the engine loads the version's source_path.
+    """
     spec = DeploySpec.from_deployment(deployment)
     method = getattr(spec.quantization, "method", None)
     return EngineSpec(
-        model_path=spec.model_version.source_path,
+        model_path=model_path or spec.model_version.source_path,
         served_model_name=deployment.served_model_name,
         port=spec.port,
         api_key=engine_api_key(deployment),

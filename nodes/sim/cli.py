@@ -57,7 +57,6 @@ IGNORED_VALUE_FLAGS = [
     "--allowed-methods",
     "--allowed-headers",
     "--disable-access-log-for-endpoints",
-    "--pipeline-parallel-size",
     "--api-server-count",
     "--uds",
     "--config",
@@ -183,6 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-num-seqs", type=int, default=None)
     p.add_argument("--max-num-batched-tokens", type=human_readable_int, default=None)
     p.add_argument("--tensor-parallel-size", type=int, default=1)
+    # Pipeline stages: layers (and their KV cache) split over PP x TP GPUs, micro-batches passed along.
+    p.add_argument("--pipeline-parallel-size", type=int, default=1)
     # Data parallel: N engine cores, each with its own TP GPUs, KV cache and `engine="i"` metric series.
     p.add_argument("--data-parallel-size", type=int, default=1)
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from nodes.sim import model, text
 from nodes.sim.metrics import EngineMetrics
-from nodes.sim.profiles import EngineShape, step_time_s
+from nodes.sim.profiles import EngineShape, pipeline_occupancy, step_time_s
 
 
 @dataclass(eq=False)
@@ -309,9 +309,11 @@ class SimEngine:
 
     def finish_step(self, plan: StepPlan, dt: float, now: float) -> None:
         """Apply a step that ended at `now` (clock time) after `dt` modelled seconds."""
-        wall = dt / self.time_scale
+        # With pipeline stages a GPU computes only its share of the step (the rest is bubble).
+        occupancy = pipeline_occupancy(self.shape, len(plan.items))
+        wall = dt / self.time_scale * occupancy
         self.total_steps += 1
-        self.busy_model_s += dt
+        self.busy_model_s += dt * occupancy
         self.recent_steps.append((now, wall, plan.num_tokens))
         while self.recent_steps and self.recent_steps[0][0] < now - 1.0:
             self.recent_steps.popleft()

@@ -20,7 +20,7 @@ from nodes.sim.profiles import knee_tokens
 
 
 def gpu_snapshot(engine: SimEngine, *, first_index: int, uuid_seed: str, ready: bool) -> dict[str, Any]:
-    """The JSON body of /sim/gpu: one entry per tensor-parallel rank."""
+    """The JSON body of /sim/gpu: one entry per rank (tensor x pipeline parallel)."""
     shape = engine.shape
     gpu = shape.profile.gpu
     now = engine.clock()
@@ -38,7 +38,7 @@ def gpu_snapshot(engine: SimEngine, *, first_index: int, uuid_seed: str, ready: 
     temperature = 32.0 + 45.0 * (power - gpu.power_idle_watts) / dynamic
     used = shape.memory_used_bytes_per_gpu if ready else shape.weight_bytes_per_gpu
     gpus = []
-    for rank in range(shape.tensor_parallel_size):
+    for rank in range(shape.world_size):
         index = first_index + rank
         gpus.append(
             {

@@ -13,6 +13,10 @@ from dataclasses import dataclass
 
 GIB = 1024**3
 MIB = 1024**2
+# Pipeline stages hand each micro-batch's hidden states to the next stage: NCCL send/recv, across hosts
+# over the network. Assumed: 30 us per hand-off plus the bytes at 100 Gb/s (12.5 GB/s).
+PP_SEND_LATENCY_S = 30e-6
+PP_SEND_BANDWIDTH = 12.5e9
 
 
 @dataclass(frozen=True)
@@ -215,6 +219,13 @@ class EngineShape:
     activation_bytes_per_gpu: int
     kv_cache_bytes_per_gpu: int
     num_gpu_blocks: int
+    # Stages of the pipeline; each holds ceil(layers / PP) layers (and their KV cache) on its TP GPUs.
+    pipeline_parallel_size: int = 1
+
+    @property
+    def world_size(self) -> int:
+        """GPUs of one engine core: tensor x pipeline parallel."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size
 
     @property
     def kv_cache_size_tokens(self) -> int:
@@ -249,6 +260,7 @@ def derive_engine_shape(
     profile: Profile,
     *,
     tensor_parallel_size: int = 1,
+    pipeline_parallel_size: int = 1,
     block_size: int = 16,
     max_model_len: int | None = None,
     max_num_seqs: int | None = None,
@@ -265,6 +277,15 @@ def derive_engine_shape(
     model = profile.model
     gpu = profile.gpu
     tp = tensor_parallel_size
+    pp = pipeline_parallel_size
+    if pp < 1 or pp > model.num_layers:
+        raise EngineConfigError(
+            f"pipeline_parallel_size ({pp}) must be between 1 and the model's "
+            f"{model.num_layers} hidden layers."
+        )
+    # vLLM gives each stage num_layers // PP layers and spreads the remainder over the stages before the
+    # last (get_pp_indices, vllm/distributed/utils.py): the largest stage holds ceil(layers / PP).
+    stage_layers = math.ceil(model.num_layers / pp)
     if model.num_kv_heads % tp and tp % model.num_kv_heads:
         raise EngineConfigError(
             f"Total number of attention heads ({model.hidden_size // model.head_dim}) must be divisible by "
@@ -284,9 +305,9 @@ def derive_engine_shape(
     # KV heads are split across ranks; with more ranks than KV heads each rank keeps a replica.
     kv_heads_per_gpu = max(1, model.num_kv_heads // tp)
     kv_per_token = (
-        2 * model.num_layers * kv_heads_per_gpu * model.head_dim * kv_dtype_bytes(kv_cache_dtype, model)
+        2 * stage_layers * kv_heads_per_gpu * model.head_dim * kv_dtype_bytes(kv_cache_dtype, model)
     )
-    weights = math.ceil(model.weight_bytes / tp)
+    weights = math.ceil(model.weight_bytes * stage_layers / model.num_layers / tp)
     # Peak activations of the profiling forward pass: max_num_batched_tokens through one layer (hidden
     # states, QKV, MLP intermediates) plus the sampler's fp32 logits for max_num_seqs rows.
     act_per_token = (model.hidden_size * 12 + model.intermediate_size * 4) * model.dtype_bytes / tp
@@ -296,7 +317,8 @@ def derive_engine_shape(
     if weights + profile.non_torch_bytes > gpu.memory_bytes:
         raise EngineConfigError(
             f"CUDA out of memory. Tried to load {weights / GIB:.2f} GiB of weights per GPU on a GPU with "
-            f"{gpu.memory_bytes / GIB:.2f} GiB total capacity (tensor_parallel_size={tp}; this profile is "
+            f"{gpu.memory_bytes / GIB:.2f} GiB total capacity (tensor_parallel_size={tp}, "
+            f"pipeline_parallel_size={pp}; this profile is "
             f"normally run with --tensor-parallel-size {profile.recommended_tp})."
         )
     if kv_bytes <= 0:
@@ -329,6 +351,7 @@ def derive_engine_shape(
         activation_bytes_per_gpu=activations,
         kv_cache_bytes_per_gpu=kv_bytes,
         num_gpu_blocks=blocks,
+        pipeline_parallel_size=pp,
     )
 
 
@@ -346,6 +369,11 @@ def step_time_s(
     2 * params FLOPs per token plus attention FLOPs; it takes the longer of the two (roofline), plus
     a fixed CPU/launch overhead and, with tensor parallelism, two all-reduces per layer.
 
+    With pipeline parallelism the step is that roofline per stage (its layers, its share of the KV
+    cache) for each of up to PP micro-batches, passed stage to stage: every scheduled sequence moves
+    one step after PP stage times plus PP-1 hand-offs. With fewer sequences than stages the pipeline
+    has bubbles: the stages idle while a lone micro-batch is elsewhere (pipeline_occupancy).
+
     num_tokens: tokens computed this step (1 per decoding sequence + prefill chunk tokens).
     context_tokens: KV entries read (the sum of the context lengths of the scheduled sequences).
     attention_pairs: query x key pairs computed (for prefill chunks this grows with the square of length).
@@ -353,20 +381,37 @@ def step_time_s(
     p = shape.profile
     m = p.model
     tp = shape.tensor_parallel_size
+    pp = shape.pipeline_parallel_size
     if num_tokens <= 0:
         return 0.0
-    bytes_moved = shape.weight_bytes_per_gpu + context_tokens * shape.kv_bytes_per_token_per_gpu
+    micro = min(pp, max(1, num_seqs))
+    tokens, seqs = num_tokens / micro, num_seqs / micro
+    bytes_moved = shape.weight_bytes_per_gpu + context_tokens / micro * shape.kv_bytes_per_token_per_gpu
     t_mem = bytes_moved / (p.gpu.mem_bandwidth * p.bandwidth_efficiency)
-    attn_flops = 4.0 * m.num_layers * m.hidden_size * attention_pairs
-    flops = (2.0 * m.params * num_tokens + attn_flops) / tp
+    attn_flops = 4.0 * m.num_layers * m.hidden_size * attention_pairs / micro
+    flops = (2.0 * m.params * tokens + attn_flops) / tp / pp
     t_compute = flops / (p.gpu.dense_flops * p.mfu)
-    t_comm = 2 * m.num_layers * p.allreduce_latency_s if tp > 1 else 0.0
-    return p.step_overhead_s + num_seqs * p.per_seq_overhead_s + max(t_mem, t_compute) + t_comm
+    layers = math.ceil(m.num_layers / pp)
+    t_comm = 2 * layers * p.allreduce_latency_s if tp > 1 else 0.0
+    # Scheduling and sampling happen once per micro-batch, on the driver; the GPU work once per stage.
+    t_cpu = p.step_overhead_s + seqs * p.per_seq_overhead_s
+    t_stage = max(t_mem, t_compute) + t_comm
+    if pp == 1:
+        return t_cpu + t_stage
+    # Hidden states and residual of the micro-batch sent to the next stage (across hosts: the network).
+    handoff = PP_SEND_LATENCY_S + 2 * tokens * m.hidden_size * m.dtype_bytes / PP_SEND_BANDWIDTH
+    return t_cpu + pp * t_stage + (pp - 1) * handoff
+
+
+def pipeline_occupancy(shape: EngineShape, num_seqs: int) -> float:
+    """Fraction of the step each pipeline stage computes: micro-batches in flight / stages."""
+    pp = shape.pipeline_parallel_size
+    return min(pp, max(1, num_seqs)) / pp
 
 
 def knee_tokens(shape: EngineShape) -> float:
     """Tokens per step at which a step stops being memory-bound and becomes compute-bound."""
     p = shape.profile
     t_mem = shape.weight_bytes_per_gpu / (p.gpu.mem_bandwidth * p.bandwidth_efficiency)
-    t_per_token = 2.0 * p.model.params / shape.tensor_parallel_size / (p.gpu.dense_flops * p.mfu)
+    t_per_token = 2.0 * p.model.params / shape.world_size / (p.gpu.dense_flops * p.mfu)
     return t_mem / t_per_token

@@ -91,6 +91,7 @@ def build_shape(args: argparse.Namespace) -> EngineShape:
     profile = PROFILES[args.sim_profile]
     kwargs: dict[str, Any] = {
         "tensor_parallel_size": args.tensor_parallel_size,
+        "pipeline_parallel_size": args.pipeline_parallel_size,
         "block_size": args.block_size or 16,
         "max_num_seqs": args.max_num_seqs,
         "max_num_batched_tokens": args.max_num_batched_tokens,
@@ -375,11 +376,11 @@ class SimServer:
 
     async def sim_gpu(self, request: web.Request) -> web.Response:
         seed = self.args.sim_gpu_uuid_seed or str(self.args.port)
-        # Data-parallel rank i runs on GPUs first + i*TP .. first + (i+1)*TP - 1.
-        tp = self.shape.tensor_parallel_size
+        # Data-parallel rank i runs on GPUs first + i*W .. first + (i+1)*W - 1, W = TP x PP.
+        world = self.shape.world_size
         gpus: list[dict[str, Any]] = []
         for i, e in enumerate(self.engines):
-            first = self.args.sim_gpu_index + i * tp
+            first = self.args.sim_gpu_index + i * world
             gpus.extend(gpu_snapshot(e, first_index=first, uuid_seed=seed, ready=self.ready)["gpus"])
         return _json({"simulated": True, "profile": self.shape.profile.name, "gpus": gpus})
 

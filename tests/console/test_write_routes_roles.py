@@ -41,6 +41,7 @@ ADMIN_ONLY_PATHS = (
     "/api/model-versions/",
     "/api/model-aliases/",
     "/api/quantization-configs/",
+    "/api/model-stores/",
     "/api/alerts/",
     "/api/alert-rules/",
     "/api/baselines/",

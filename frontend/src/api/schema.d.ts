@@ -1080,6 +1080,44 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/model-stores/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Model stores: where agents fetch a version's files before a launch. Admins write; everyone reads. */
+        get: operations["model_stores_list"];
+        put?: never;
+        /** @description Model stores: where agents fetch a version's files before a launch. Admins write; everyone reads. */
+        post: operations["model_stores_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/model-stores/{id}/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Model stores: where agents fetch a version's files before a launch. Admins write; everyone reads. */
+        get: operations["model_stores_retrieve"];
+        /** @description Model stores: where agents fetch a version's files before a launch. Admins write; everyone reads. */
+        put: operations["model_stores_update"];
+        post?: never;
+        /** @description Model stores: where agents fetch a version's files before a launch. Admins write; everyone reads. */
+        delete: operations["model_stores_destroy"];
+        options?: never;
+        head?: never;
+        /** @description Model stores: where agents fetch a version's files before a launch. Admins write; everyone reads. */
+        patch: operations["model_stores_partial_update"];
+        trace?: never;
+    };
     "/api/model-versions/": {
         parameters: {
             query?: never;
@@ -3078,6 +3116,31 @@ export interface components {
             task_tags?: string[];
             description?: string;
         };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        ModelStore: {
+            readonly id: number;
+            name: string;
+            kind: components["schemas"]["StoreKindEnum"];
+            location: string;
+            endpoint_url: string;
+            region: string;
+            is_active: boolean;
+            description: string;
+            /** Format: date-time */
+            readonly created_at: string;
+            /** Format: date-time */
+            readonly updated_at: string;
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        ModelStoreRequest: {
+            name: string;
+            kind: components["schemas"]["StoreKindEnum"];
+            location: string;
+            endpoint_url?: string;
+            region?: string;
+            is_active?: boolean;
+            description?: string;
+        };
         /** @description A version as listed and shown. Versions are created through registration, never edited by hand. */
         ModelVersion: {
             readonly id: number;
@@ -3348,6 +3411,21 @@ export interface components {
              */
             previous?: string | null;
             results: components["schemas"]["Model"][];
+        };
+        PaginatedModelStoreList: {
+            /** @example 123 */
+            count: number;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=400&limit=100
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=200&limit=100
+             */
+            previous?: string | null;
+            results: components["schemas"]["ModelStore"][];
         };
         PaginatedModelVersionList: {
             /** @example 123 */
@@ -3627,6 +3705,16 @@ export interface components {
             name?: string;
             architecture?: string;
             task_tags?: string[];
+            description?: string;
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        PatchedModelStoreRequest: {
+            name?: string;
+            kind?: components["schemas"]["StoreKindEnum"];
+            location?: string;
+            endpoint_url?: string;
+            region?: string;
+            is_active?: boolean;
             description?: string;
         };
         /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
@@ -4427,6 +4515,13 @@ export interface components {
             /** @default false */
             drain: boolean;
         };
+        /**
+         * @description * `directory` - Directory
+         *     * `http` - HTTP server
+         *     * `s3` - S3-compatible bucket
+         * @enum {string}
+         */
+        StoreKindEnum: "directory" | "http" | "s3";
         /** @description A new suite and its first version in one request: the upload's fields plus the suite's own. */
         SuiteImportRequest: {
             /** Format: binary */
@@ -7035,6 +7130,165 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ModelAlias"];
+                };
+            };
+        };
+    };
+    model_stores_list: {
+        parameters: {
+            query?: {
+                is_active?: boolean;
+                /**
+                 * @description * `directory` - Directory
+                 *     * `http` - HTTP server
+                 *     * `s3` - S3-compatible bucket
+                 */
+                kind?: "directory" | "http" | "s3";
+                /** @description Number of results to return per page. */
+                limit?: number;
+                /** @description The initial index from which to return the results. */
+                offset?: number;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                /** @description A search term. */
+                search?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedModelStoreList"];
+                };
+            };
+        };
+    };
+    model_stores_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ModelStoreRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["ModelStoreRequest"];
+                "multipart/form-data": components["schemas"]["ModelStoreRequest"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ModelStore"];
+                };
+            };
+        };
+    };
+    model_stores_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this model store. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ModelStore"];
+                };
+            };
+        };
+    };
+    model_stores_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this model store. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ModelStoreRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["ModelStoreRequest"];
+                "multipart/form-data": components["schemas"]["ModelStoreRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ModelStore"];
+                };
+            };
+        };
+    };
+    model_stores_destroy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this model store. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No response body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    model_stores_partial_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this model store. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["PatchedModelStoreRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["PatchedModelStoreRequest"];
+                "multipart/form-data": components["schemas"]["PatchedModelStoreRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ModelStore"];
                 };
             };
         };

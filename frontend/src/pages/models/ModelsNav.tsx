@@ -5,6 +5,7 @@ const TABS = [
   { to: "/models/aliases", label: "Aliases", end: false },
   { to: "/models/quantization", label: "Quantization & lineage", end: false },
   { to: "/models/fit", label: "Fit calculator", end: false },
+  { to: "/models/stores", label: "Model store", end: false },
 ];
 
 /** The registry's sub-pages, as tabs under the page header. */
