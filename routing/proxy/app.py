@@ -77,6 +77,7 @@ from routing.proxy.tokens import (
     prompt_text_parts,
 )
 from routing.proxy.upstream import ClientGone, UpstreamPool, UpstreamResponse, UpstreamTimeout, split_base_url
+from routing.proxy.wake import hold_until_awake
 from routing.services import maintain_request_log
 
 log = logging.getLogger(__name__)
@@ -1000,6 +1001,10 @@ class Proxy:
         out = 0 if ctx.kind == "embedding" else requested_out
         pool, reason, candidates = self._route(ctx, scope, policy, alias, counted.tokens, out)
         route_time = time.perf_counter() - t0
+        if not candidates and pool.sleeping:
+            pool, reason, candidates = await hold_until_awake(
+                self.redis, pool, lambda: self._route(ctx, scope, policy, alias, counted.tokens, out)
+            )
         ctx.pool = pool.name
         if not candidates:
             self._raise_no_endpoint(pool, counted.tokens, out, max_out_field, token_prompt)
