@@ -14,7 +14,7 @@ from nodes import baselines
 from nodes.choices import ACTIVE_STATES, DeploymentState, Engine
 from nodes.lifecycle import host_is_reachable, live_deployment_key, live_gpu_key, read_live
 from nodes.models import Deployment, DeploymentEvent, Gpu, Host, PerformanceBaseline
-from nodes.preflight import preflight
+from nodes.preflight import held_fraction, preflight
 from nodes.services import sleep_problems
 from nodes.spec import DeploySpec
 
@@ -211,6 +211,7 @@ class DeploymentSerializer(StrictModelSerializer):
     launch_argv = StringListField(read_only=True)
     live = serializers.SerializerMethodField()
     fit = serializers.SerializerMethodField()
+    freed_memory_bytes = serializers.SerializerMethodField()
 
     class Meta:
         model = Deployment
@@ -228,6 +229,7 @@ class DeploymentSerializer(StrictModelSerializer):
             "role",
             *SLEEP_PARAMS,
             "sleeping_level",
+            "freed_memory_bytes",
             "desired_state",
             "state",
             "state_reason",
@@ -293,6 +295,26 @@ class DeploymentSerializer(StrictModelSerializer):
         redis_key = live_deployment_key(obj.pk)
         prefetched = self.context.get("live")
         return prefetched.get(redis_key) if prefetched is not None else read_live(redis_key)
+
+    @extend_schema_field(
+        serializers.IntegerField(
+            allow_null=True,
+            help_text="While asleep: GPU memory given back, summed over its GPUs, as the fit check counts it "
+            "(its reservation awake minus what sleep mode leaves); null while awake.",
+        )
+    )
+    def get_freed_memory_bytes(self, obj: Deployment) -> int | None:
+        if obj.state != DeploymentState.SLEEPING:
+            return None
+        gpus = Gpu.objects.filter(host_id=obj.host_id, index__in=obj.gpu_indices or [])
+        awake = Deployment(gpu_memory_utilization=obj.gpu_memory_utilization, state=DeploymentState.READY)
+        return sum(
+            round(
+                (held_fraction(awake, g.memory_total_bytes) - held_fraction(obj, g.memory_total_bytes))
+                * g.memory_total_bytes
+            )
+            for g in gpus
+        )
 
     @extend_schema_field(FitResultSerializer(allow_null=True, help_text="The fit check of the last save."))
     def get_fit(self, obj: Deployment) -> dict[str, Any] | None:

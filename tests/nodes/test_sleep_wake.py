@@ -20,7 +20,9 @@ from nodes.probes import get_json
 from routing.models import RoutePool
 from routing.sleep import sleep_idle_engines
 from tests.nodes.conftest import READY, supervisor_for, tick_until
-from tests.routing.conftest import Proc, make_tenant_key, start_proxy  # noqa: F401  (fixture)
+
+# start_proxy is the routing tests' fixture (a proxy process), used here by name.
+from tests.routing.conftest import Proc, make_tenant_key, start_proxy  # noqa: F401
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 ALIAS = "llama-3.1-8b"
@@ -58,7 +60,11 @@ def _chat(client: openai.OpenAI) -> str:
 
 
 def test_sleep_after_idle_then_a_request_wakes_it(
-    host: Any, make_deployment: Any, start_proxy: Callable[..., Proc], redis_clean: None, eager_tasks: None
+    host: Any,
+    make_deployment: Any,
+    start_proxy: Callable[..., Proc],  # noqa: F811
+    redis_clean: None,
+    eager_tasks: None,
 ) -> None:
     dep = make_deployment(sleep_idle_seconds=1, sleep_level=1, sleep_enabled=True)
     supervisor = _launch_all(host, [dep])
@@ -87,7 +93,11 @@ def test_sleep_after_idle_then_a_request_wakes_it(
 
 
 def test_scale_to_zero_and_back_then_timeout_with_retry_after(
-    host: Any, make_deployment: Any, start_proxy: Callable[..., Proc], redis_clean: None, eager_tasks: None
+    host: Any,
+    make_deployment: Any,
+    start_proxy: Callable[..., Proc],  # noqa: F811
+    redis_clean: None,
+    eager_tasks: None,
 ) -> None:
     pool = RoutePool.objects.create(
         name=ALIAS, alias=ALIAS, sleep_idle_seconds=1, scale_to_zero=True, wake_timeout_s=20
