@@ -47,7 +47,20 @@ export function RoutingPage() {
           onRowClick={isAdmin ? setEditing : undefined}
           empty="No pools yet: every alias routes to all its ready deployments (least outstanding)."
           columns={[
-            { header: "Pool", cell: (p) => <strong>{p.name}</strong> },
+            {
+              header: "Pool",
+              cell: (p) => (
+                <>
+                  <strong>{p.name}</strong>
+                  {p.sleep_idle_seconds !== null && (
+                    // Idle sleep under the name, so the table keeps its width: scale to zero lets every engine sleep.
+                    <div className="muted" data-testid={`pool-sleep-${p.name}`} title="Idle sleep of the pool's engines, at level 1 or 2">
+                      {p.scale_to_zero ? "to zero" : "1 awake"} · {p.sleep_idle_seconds} s · L{p.sleep_level}
+                    </div>
+                  )}
+                </>
+              ),
+            },
             { header: "Alias", cell: (p) => <code>{p.alias}</code> },
             { header: "Role", cell: (p) => p.role || <span className="muted">any</span> },
             {
@@ -67,16 +80,6 @@ export function RoutingPage() {
             {
               header: <span title={BATCH_SHARE_HELP}>Batch share</span>,
               cell: (p) => <span title={BATCH_SHARE_HELP}>{formatFraction(p.batch_max_fraction)}</span>,
-            },
-            {
-              header: <span title="Idle sleep of the pool's engines; the first request wakes one (held up to the wake timeout)">Sleep</span>,
-              cell: (p) => (
-                <span data-testid={`pool-sleep-${p.name}`}>
-                  {p.sleep_idle_seconds === null
-                    ? <span className="muted">off</span>
-                    : `${p.scale_to_zero ? "scale to zero" : "keep one awake"} · ${p.sleep_idle_seconds} s idle · level ${p.sleep_level}`}
-                </span>
-              ),
             },
           ]}
         />
