@@ -62,6 +62,9 @@ RATE_WINDOW_SECONDS = 10.0
 # A deployment pending (or verifying, with nobody holding its lock) this long gets launched by the
 # supervisor: its queued task went missing.
 STALLED_LAUNCH_SECONDS = 30.0
+# While some engine of the host sleeps, its wake keys are read this often (one MGET), so a request the
+# proxy holds waits for the wake-up itself, not for the next engine round.
+WAKE_POLL_SECONDS = 0.1
 SUPERVISED_STATES = (
     DeploymentState.STARTING,
     DeploymentState.READY,
@@ -149,8 +152,11 @@ class Supervisor:
         self._latest_lock = threading.Lock()
         self._latest_sim_reports: dict[int, list[dict[str, Any]]] = {}
         self._latest_engines: list[dict[str, Any]] = []
-        # Deployments a wake-up is running for (submitted to the pool, not finished yet).
+        # Deployments a wake-up is running for (submitted to the pool, not finished yet), and the host's
+        # sleeping ones as the last engine round saw them (for the wake watch).
         self.waking: set[int] = set()
+        self.sleeping: list[int] = []
+        self.wake_loop: threading.Thread | None = None
 
     # --- lifecycle ---
 
@@ -166,6 +172,11 @@ class Supervisor:
         if not self._gpu_clock_running():
             self.gpu_loop = threading.Thread(target=self.run_gpus, name=f"gpus-{self.host_name}", daemon=True)
             self.gpu_loop.start()
+        if self.wake_loop is None or not self.wake_loop.is_alive():
+            self.wake_loop = threading.Thread(
+                target=self.run_wake_watch, name=f"wake-{self.host_name}", daemon=True
+            )
+            self.wake_loop.start()
         interval = settings.NODE_TELEMETRY_SECONDS
         try:
             while not self.stop_event.is_set():
@@ -202,6 +213,25 @@ class Supervisor:
                 self.stop_event.wait(next_at - now)
         finally:
             connection.close()
+
+    def run_wake_watch(self) -> None:
+        """Between engine rounds: wake the sleeping engines someone asked for (their wake keys)."""
+        while not self.stop_event.is_set():
+            sleeping = list(self.sleeping)
+            if sleeping:
+                try:
+                    for pk in wake_requested(sleeping):
+                        self.submit_wake(pk, "woken on request")
+                except Exception:  # the engine round checks the keys too
+                    log.exception("wake watch failed on %s", self.host_name)
+            self.stop_event.wait(WAKE_POLL_SECONDS)
+
+    def submit_wake(self, pk: int, reason: str) -> None:
+        if pk in self.waking:
+            return
+        self.waking.add(pk)
+        future = self.pool.submit(_in_own_connection, runtime.wake, pk, reason)
+        future.add_done_callback(partial(_discard, self.waking, pk))
 
     def _gpu_clock_running(self) -> bool:
         return self.gpu_loop is not None and self.gpu_loop.is_alive()
@@ -271,17 +301,17 @@ class Supervisor:
         """Wake sleeping engines someone asked for (their wake key: the proxy holding a request, the
         API), and those a request reached anyway (it waits in the engine's queue)."""
         sleeping = [d.pk for d in deployments if d.state == DeploymentState.SLEEPING]
+        self.sleeping = sleeping
         if not sleeping:
             return
         asked = wake_requested(sleeping)
         for pk in sleeping:
             obs = observations.get(pk)
             queued = obs is not None and obs.metrics is not None and obs.metrics.num_requests_waiting > 0
-            if (pk in asked or queued) and pk not in self.waking:
-                self.waking.add(pk)
-                reason = "a request is waiting" if queued and pk not in asked else "woken on request"
-                future = self.pool.submit(_in_own_connection, runtime.wake, pk, reason)
-                future.add_done_callback(partial(_discard, self.waking, pk))
+            if pk in asked or queued:
+                self.submit_wake(
+                    pk, "a request is waiting" if queued and pk not in asked else "woken on request"
+                )
 
     def reconcile(self, deployment: Deployment) -> None:
         """Deployments not being probed: restart crashed ones when due, stop unwanted ones."""
@@ -514,7 +544,7 @@ class Supervisor:
         then "coroutine ... was never awaited" warnings at every Ctrl-C).
         """
         self.stop_event.set()
-        for thread in (self.loop, self.gpu_loop):
+        for thread in (self.loop, self.gpu_loop, self.wake_loop):
             if thread is not None and thread is not threading.current_thread():
                 thread.join(timeout=max(10.0, 3 * settings.NODE_TELEMETRY_SECONDS))
         self.pool.shutdown(wait=True, cancel_futures=True)
