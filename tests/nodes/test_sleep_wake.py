@@ -16,7 +16,7 @@ from nodes.agent import runtime
 from nodes.choices import DeploymentState
 from nodes.lifecycle import engine_api_key
 from nodes.models import Deployment
-from nodes.probes import get_json
+from nodes.probes import get_json, http_get
 from routing.models import RoutePool
 from routing.sleep import sleep_idle_engines
 from tests.nodes.conftest import READY, supervisor_for, tick_until
@@ -71,6 +71,12 @@ def test_sleep_after_idle_then_a_request_wakes_it(
     try:
         dep.refresh_from_db()
         assert "--enable-sleep-mode" in dep.launch_argv
+        # The dev endpoints are there, and only for the agent's key (vLLM leaves them unguarded).
+        assert http_get("127.0.0.1", dep.port, "/is_sleeping", timeout=2).status == 401
+        assert http_get("127.0.0.1", dep.port, "/sleep", timeout=2, method="POST").status == 401
+        assert get_json("127.0.0.1", dep.port, "/is_sleeping", timeout=2, api_key=engine_api_key(dep)) == {
+            "is_sleeping": False
+        }
         proxy = start_proxy()
         client = openai.OpenAI(base_url=proxy.url + "/v1", api_key=make_tenant_key().raw_key, max_retries=0)
         assert _chat(client)  # awake: served at once
