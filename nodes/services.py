@@ -97,10 +97,10 @@ def request_sleep(deployment: Deployment, level: int, reason: str = "Sleep reque
     if problems:
         field, message = next(iter(problems.items()))
         raise SleepRefused("level" if field == "sleep_level" else field, message)
-    if not deployment.sleep_enabled:
+    if not deployment.sleep_enabled or "--enable-sleep-mode" not in (deployment.launch_argv or []):
         raise SleepRefused(
             "sleep_enabled",
-            "This deployment runs without sleep mode; enable sleep on it (or its pool) and restart it first.",
+            "This engine runs without sleep mode; enable sleep on it (or its pool) and restart it first.",
         )
     if deployment.state != DeploymentState.READY:
         raise SleepRefused("state", f"Only a ready engine can sleep; this one is {deployment.state}.")

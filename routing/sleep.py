@@ -91,10 +91,13 @@ def sleep_idle_engines(now: float | None = None) -> list[int]:
     """
     now = time.time() if now is None else now
     pools = list(RoutePool.objects.filter(sleep_idle_seconds__isnull=False))
+    for pool in pools:
+        enable_sleep_for_pool(pool)  # engines deployed into the pool since it was saved
     candidates = Deployment.objects.filter(
         state=DeploymentState.READY, engine__in=list(SLEEP_CAPABLE_ENGINES), sleep_enabled=True
     ).select_related("host")
-    ready = list(candidates)
+    # Only engines started with sleep mode can sleep; the others get it at their next start.
+    ready = [d for d in candidates if "--enable-sleep-mode" in (d.launch_argv or [])]
     live = read_live_many([live_deployment_key(d.pk) for d in ready])
     # Awake engines per pool that must keep one, counted down as this round puts some to sleep.
     awake: dict[str, int] = {}

@@ -24,7 +24,9 @@ pytestmark = pytest.mark.e2e
 
 def test_sleep_wake_and_scale_to_zero(browser_page: Any, admin_user: User, redis_clean: None) -> None:
     deployment = make_deployment()
-    Deployment.objects.filter(pk=deployment.pk).update(sleep_enabled=True, gpu_memory_utilization=0.9)
+    Deployment.objects.filter(pk=deployment.pk).update(
+        sleep_enabled=True, gpu_memory_utilization=0.9, launch_argv=["vllm", "serve", "--enable-sleep-mode"]
+    )
     page = browser_page
     login(page, admin_user.username, PASSWORD)
     page.goto(f"/nodes/deployments/{deployment.pk}")

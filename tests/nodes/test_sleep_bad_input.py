@@ -13,6 +13,7 @@ from nodes.models import Deployment
 from routing.models import RoutePool
 
 pytestmark = pytest.mark.django_db
+SLEEP_ARGV = ["python", "-m", "nodes.sim", "serve", "m", "--enable-sleep-mode"]
 
 
 def _body(version: Any, host: Any, **extra: Any) -> dict[str, Any]:
@@ -62,7 +63,10 @@ def test_sleep_and_wake_actions_refused_with_reason(admin_client: Any, make_depl
     llama = make_deployment(engine="llamacpp", state=DeploymentState.READY, sleep_enabled=True)
     r = admin_client.post(f"/api/deployments/{llama.pk}/sleep/", {}, format="json")
     assert r.status_code == 400 and "engine" in r.json()
-    able = make_deployment(state=DeploymentState.READY, sleep_enabled=True)
+    restart_first = make_deployment(state=DeploymentState.READY, sleep_enabled=True)  # started without it
+    r = admin_client.post(f"/api/deployments/{restart_first.pk}/sleep/", {}, format="json")
+    assert r.status_code == 400 and "restart" in r.json()["sleep_enabled"][0]
+    able = make_deployment(state=DeploymentState.READY, sleep_enabled=True, launch_argv=SLEEP_ARGV)
     r = admin_client.post(f"/api/deployments/{able.pk}/sleep/", {"level": 5}, format="json")
     assert r.status_code == 400 and "level" in r.json()
     r = admin_client.post(f"/api/deployments/{able.pk}/wake/", {}, format="json")
@@ -75,7 +79,9 @@ def test_sleep_action_is_audited_and_queued(
 ) -> None:
     from tests.nodes.test_deployment_actions_api import queued_tasks
 
-    able = make_deployment(state=DeploymentState.READY, sleep_enabled=True, sleep_level=2)
+    able = make_deployment(
+        state=DeploymentState.READY, sleep_enabled=True, sleep_level=2, launch_argv=SLEEP_ARGV
+    )
     with django_capture_on_commit_callbacks(execute=True):
         r = admin_client.post(f"/api/deployments/{able.pk}/sleep/", {}, format="json")
     assert r.status_code == 202, r.content

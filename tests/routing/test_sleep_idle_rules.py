@@ -39,6 +39,7 @@ def ready(
         "engine": "sim",
         "state": DeploymentState.READY,
         "sleep_enabled": True,
+        "launch_argv": ["python", "-m", "nodes.sim", "serve", "m", "--enable-sleep-mode"],
         **fields,
     }
     dep = Deployment.objects.create(**values)
@@ -69,6 +70,16 @@ def test_busy_recent_or_silent_engines_stay_awake(version: ModelVersion, redis_c
     silent = ready(version, 20003)
     get_redis().delete(live_deployment_key(silent.pk))
     assert sleep_idle_engines() == []
+
+
+def test_engine_started_without_sleep_mode_is_left_alone_and_marked(
+    version: ModelVersion, redis_clean: None
+) -> None:
+    RoutePool.objects.create(name="chat", alias="chat", sleep_idle_seconds=60, scale_to_zero=True)
+    old = ready(version, 20001, sleep_enabled=False, launch_argv=["python", "-m", "nodes.sim", "serve", "m"])
+    assert sleep_idle_engines() == []
+    old.refresh_from_db()
+    assert old.sleep_enabled  # deployed into the pool after it was saved: sleep mode at its next start
 
 
 def test_own_threshold_without_a_pool(version: ModelVersion, redis_clean: None) -> None:

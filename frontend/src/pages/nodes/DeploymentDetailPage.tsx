@@ -84,7 +84,9 @@ export function DeploymentDetailPage() {
   const metrics = live ?? d?.live ?? null;
   const engineSeries = d ? telemetry.series.engines[d.id] : undefined;
   const startable = d ? STARTABLE.has(d.state) : false;
-  const sleepable = d ? d.state === "ready" && d.sleep_enabled && d.engine !== "llamacpp" : false;
+  // Sleep needs an engine started with sleep mode (the flag is in its launch command).
+  const sleepMode = d ? d.launch_argv.includes("--enable-sleep-mode") : false;
+  const sleepable = d ? d.state === "ready" && sleepMode : false;
   return (
     <Page
       title={d ? d.name : "Deployment"}
@@ -112,7 +114,7 @@ export function DeploymentDetailPage() {
                 title={
                   sleepable
                     ? `Free its GPU memory (level ${d.sleep_level}); the first request wakes it`
-                    : d.sleep_enabled
+                    : sleepMode
                       ? `Only a ready engine can sleep (it is ${d.state}).`
                       : "Runs without sleep mode: enable sleep on it (or its pool) and restart it."
                 }
