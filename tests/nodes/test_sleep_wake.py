@@ -135,3 +135,9 @@ def test_scale_to_zero_and_back_then_timeout_with_retry_after(
     err = caught.value
     assert err.status_code == 503 and err.response.headers["retry-after"] == "1"
     assert err.response.json()["error"]["code"] == "engine_waking"
+    # A request no sleeper could take (past max_model_len) is refused at once, not held.
+    with pytest.raises(openai.BadRequestError) as too_long:
+        client.chat.completions.create(
+            model=ALIAS, messages=[{"role": "user", "content": "hello"}], max_tokens=5000
+        )
+    assert too_long.value.status_code == 400
