@@ -19,6 +19,8 @@ ROUTINE_TASKS = (
     "routing-history-rollup",
     "routing.aggregate_history",
     "routing-history-aggregate",
+    "routing.sleep_idle_engines",
+    "routing-sleep-idle-engines",
 )
 
 

@@ -143,6 +143,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": CELERY_VISIBILITY_TIMEOUT_S,
 }
 # Every periodic task, in one place (beat reads it); each task is idempotent.
+# How often beat looks for engines idle past their sleep threshold (routing/sleep.py).
+SLEEP_CHECK_INTERVAL_SECONDS = env_float("SLEEP_CHECK_INTERVAL_SECONDS", 10.0)
 CELERY_BEAT_SCHEDULE = {
     # The bound for "unreachable" is NODE_UNREACHABLE_SECONDS after the last heartbeat plus this period
     # (docs/nodes.md); the sweep is one indexed query.
@@ -155,6 +157,10 @@ CELERY_BEAT_SCHEDULE = {
     # Charts' history (routing/rollups/, docs/monitoring.md "History"): one bulk insert of 10 s points per
     # tick, their 1 min and 1 h aggregates once a minute, pruning past each resolution's retention hourly.
     "routing-history-rollup": {"task": "routing.rollup_history", "schedule": 10.0},
+    "routing-sleep-idle-engines": {
+        "task": "routing.sleep_idle_engines",
+        "schedule": SLEEP_CHECK_INTERVAL_SECONDS,
+    },
     "routing-history-aggregate": {"task": "routing.aggregate_history", "schedule": 60.0},
     "routing-history-prune": {"task": "routing.prune_history", "schedule": 3600.0},
 }

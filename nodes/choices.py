@@ -39,6 +39,9 @@ class DeploymentState(models.TextChoices):
     FAILED = "failed", "Failed"
     STOPPING = "stopping", "Stopping"
     STOPPED = "stopped", "Stopped"
+    # vLLM's sleep mode: the process lives and keeps its port, its weights are in host memory (level 1)
+    # or dropped (level 2) and its KV cache is freed; POST /wake_up brings it back to ready.
+    SLEEPING = "sleeping", "Sleeping"
 
 
 # States in which an engine process may exist and hold its port and GPU memory.
@@ -51,8 +54,13 @@ ACTIVE_STATES = frozenset(
         DeploymentState.DEGRADED,
         DeploymentState.CRASHED,
         DeploymentState.STOPPING,
+        DeploymentState.SLEEPING,
     }
 )
+
+# Engines whose server has vLLM's sleep mode (/sleep, /wake_up, /is_sleeping); llama.cpp has none.
+SLEEP_CAPABLE_ENGINES = frozenset({Engine.VLLM, Engine.SIM})
+SLEEP_LEVELS = (1, 2)
 
 # Suggested role labels; any other free-form label is accepted.
 NODE_ROLES = ("long-context", "high-throughput", "cpu-postprocess")

@@ -92,6 +92,43 @@ def read_live_many(redis_keys: list[str]) -> dict[str, dict[str, Any]]:
 
 SERVING_STATES = frozenset({DeploymentState.READY, DeploymentState.DEGRADED})
 
+# --- wake requests ------------------------------------------------------------------------------
+#
+# A sleeping engine is woken by its host's agent only (the dev endpoints carry no key of their own).
+# Whoever wants it awake (the proxy holding a request, the API) sets its wake key; the agent's
+# supervisor reads the keys of its sleeping engines every tick and wakes those that have one. The key
+# expires by itself, so a request nobody waits for any more does not wake an engine much later.
+WAKE_REQUEST_TTL_SECONDS = 120
+
+
+def wake_request_key(deployment_id: int) -> str:
+    return key("wake", "deployment", str(deployment_id))
+
+
+def request_wake(deployment_id: int) -> None:
+    try:
+        get_redis().set(wake_request_key(deployment_id), str(time.time()), ex=WAKE_REQUEST_TTL_SECONDS)
+    except Exception as exc:  # the API also queues a task; the proxy retries while it holds a request
+        log.warning("could not ask for a wake of deployment %s: %s", deployment_id, exc)
+
+
+def wake_requested(deployment_ids: list[int]) -> set[int]:
+    """Which of these deployments someone asked to wake (one MGET; Redis down = none)."""
+    if not deployment_ids:
+        return set()
+    try:
+        values = get_redis().mget([wake_request_key(i) for i in deployment_ids])
+    except Exception:
+        return set()
+    return {i for i, v in zip(deployment_ids, values, strict=True) if v is not None}
+
+
+def clear_wake_request(deployment_id: int) -> None:
+    try:
+        get_redis().delete(wake_request_key(deployment_id))
+    except Exception as exc:  # it expires by its TTL
+        log.warning("could not clear the wake request of deployment %s: %s", deployment_id, exc)
+
 
 def _forget_live(deployment_id: int) -> None:
     try:

@@ -107,6 +107,15 @@ class Deployment(models.Model):
     # The quantization kernel the engine said it uses at its last start ("" when it said none).
     reported_quantization = models.CharField(max_length=64, blank=True, default="")
     enable_prefix_caching = models.BooleanField(default=True)
+    # Sleep mode (vLLM's --enable-sleep-mode, dev endpoints for the agent): set when sleep is configured
+    # here or on a pool serving it; an engine running without it is restarted to get it.
+    sleep_enabled = models.BooleanField(default=False)
+    # Put the engine to sleep after this many seconds with no request running or waiting (null: never
+    # on its own; a pool's setting may still apply), at this level (1: weights to host memory, 2: drop).
+    sleep_idle_seconds = models.PositiveIntegerField(null=True, blank=True, default=None)
+    sleep_level = models.PositiveSmallIntegerField(default=1)
+    # The level it sleeps at now (0 while awake), as the agent confirmed with /is_sleeping.
+    sleeping_level = models.PositiveSmallIntegerField(default=0)
     extra_args = models.JSONField(default=list, blank=True)
     port = models.PositiveIntegerField(validators=[MinValueValidator(1024), MaxValueValidator(65535)])
     # The name tenants send as "model" (the ModelAlias name); the engine serves under it.

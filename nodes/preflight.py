@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from models_registry.choices import SourceKind, VersionState
-from models_registry.estimate import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION, FitResult
+from models_registry.estimate import DEFAULT_OVERHEAD_BYTES, VLLM_DEFAULT_GPU_MEMORY_UTILIZATION, FitResult
 from models_registry.services import fit_check, state_on_host
 from nodes.choices import ACTIVE_STATES, DeploymentState, DesiredState, Engine, HostState
 from nodes.engines import get_adapter
@@ -80,12 +80,25 @@ def vllm_kv_cache_dtype(name: str | None) -> str | None:
     return mapped
 
 
-def _gpu_reservations(
-    host: Host, gpu_indices: tuple[int, ...], exclude_id: int | None
-) -> dict[int, list[tuple[str, float]]]:
-    """For each GPU index, the (deployment name, gpu_memory_utilization) of others that hold it.
+def held_fraction(deployment: Deployment, gpu_total_bytes: int) -> float:
+    """The share of one GPU's memory `deployment` holds: its gpu_memory_utilization while awake (vLLM's
+    default, 0.92, when unset); asleep, only what sleep mode leaves on the GPU. Level 1 moves the weights
+    to host memory and frees the KV cache, level 2 drops both: either way the CUDA context, CUDA graphs
+    and activation reserve stay (DEFAULT_OVERHEAD_BYTES, as the fit check counts them)."""
+    util = deployment.gpu_memory_utilization
+    util = VLLM_DEFAULT_GPU_MEMORY_UTILIZATION if util is None else util
+    if deployment.state == DeploymentState.SLEEPING and deployment.sleeping_level >= 1 and gpu_total_bytes:
+        return min(util, DEFAULT_OVERHEAD_BYTES / gpu_total_bytes)
+    return util
 
-    A deployment on vLLM's default reserves what vLLM takes: 0.92.
+
+def _gpu_reservations(
+    host: Host, gpu_indices: tuple[int, ...], exclude_id: int | None, totals: dict[int, int] | None = None
+) -> dict[int, list[tuple[str, float]]]:
+    """For each GPU index, the (deployment name, share of its memory) of others that hold it.
+
+    A deployment on vLLM's default reserves what vLLM takes: 0.92; a sleeping one what sleep leaves
+    (held_fraction).
     """
     others = Deployment.objects.filter(host=host, state__in=ACTIVE_STATES).exclude(
         desired_state=DesiredState.STOPPED, state=DeploymentState.STOPPED
@@ -96,9 +109,8 @@ def _gpu_reservations(
     for other in others:
         for index in other.gpu_indices or []:
             if index in held:
-                util = other.gpu_memory_utilization
-                util = VLLM_DEFAULT_GPU_MEMORY_UTILIZATION if util is None else util
-                held[index].append((other.name, util))
+                asleep = " (asleep)" if other.state == DeploymentState.SLEEPING else ""
+                held[index].append((other.name + asleep, held_fraction(other, (totals or {}).get(index, 0))))
     return held
 
 
@@ -244,7 +256,8 @@ def preflight(spec: DeploySpec, *, exclude_id: int | None = None, check_reachabl
         if spec.gpu_memory_utilization is None
         else spec.gpu_memory_utilization
     )
-    for index, gpu_holders in _gpu_reservations(host, spec.gpu_indices, exclude_id).items():
+    totals = {i: g.memory_total_bytes for i, g in gpus.items()}
+    for index, gpu_holders in _gpu_reservations(host, spec.gpu_indices, exclude_id, totals).items():
         taken = sum(util for _, util in gpu_holders)
         if taken + wanted > 1.0 + 1e-9:
             names = ", ".join(f"'{name}' ({util:.0%})" for name, util in gpu_holders)

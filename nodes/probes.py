@@ -19,11 +19,13 @@ class HttpResult:
         return 200 <= self.status < 300
 
 
-def http_get(host: str, port: int, path: str, *, timeout: float, api_key: str | None = None) -> HttpResult:
+def http_get(
+    host: str, port: int, path: str, *, timeout: float, api_key: str | None = None, method: str = "GET"
+) -> HttpResult:
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
-        conn.request("GET", path, headers=headers)
+        conn.request(method, path, headers=headers)
         response = conn.getresponse()
         return HttpResult(response.status, response.read())
     except (OSError, http.client.HTTPException) as exc:

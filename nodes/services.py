@@ -11,8 +11,8 @@ from django.db import transaction
 from core.celery import enqueue_on_commit
 from core.redis_client import publish_config_change
 from nodes import tasks
-from nodes.choices import DeploymentState, DesiredState, HostState
-from nodes.lifecycle import host_is_reachable, record_event, transition
+from nodes.choices import SLEEP_CAPABLE_ENGINES, SLEEP_LEVELS, DeploymentState, DesiredState, HostState
+from nodes.lifecycle import host_is_reachable, record_event, request_wake, transition
 from nodes.models import Deployment, Host
 
 
@@ -64,6 +64,61 @@ def request_restart(deployment: Deployment) -> Deployment:
         deployment.desired_state = DesiredState.RUNNING
         record_event(deployment, "Restart requested.")
         _enqueue(tasks.restart_deployment, deployment)
+    return deployment
+
+
+class SleepRefused(ValueError):
+    """A sleep or wake that cannot be done, with the field it is about and why."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+def sleep_problems(engine: str, level: int | None) -> dict[str, str]:
+    """Why sleep cannot be configured for an engine kind at a level ({} when it can)."""
+    problems: dict[str, str] = {}
+    if engine not in SLEEP_CAPABLE_ENGINES:
+        problems["engine"] = (
+            f"The {engine} engine has no sleep mode (only vLLM and the vLLM simulator do); "
+            "leave sleep off or deploy with vLLM."
+        )
+    if level is not None and level not in SLEEP_LEVELS:
+        problems["sleep_level"] = (
+            f"Sleep level must be 1 (weights to host memory) or 2 (weights dropped), not {level}."
+        )
+    return problems
+
+
+def request_sleep(deployment: Deployment, level: int, reason: str = "Sleep requested.") -> Deployment:
+    """Ask the host's agent to put a ready engine to sleep at `level` (it confirms with /is_sleeping)."""
+    problems = sleep_problems(deployment.engine, level)
+    if problems:
+        field, message = next(iter(problems.items()))
+        raise SleepRefused("level" if field == "sleep_level" else field, message)
+    if not deployment.sleep_enabled or "--enable-sleep-mode" not in (deployment.launch_argv or []):
+        raise SleepRefused(
+            "sleep_enabled",
+            "This engine runs without sleep mode; enable sleep on it (or its pool) and restart it first.",
+        )
+    if deployment.state != DeploymentState.READY:
+        raise SleepRefused("state", f"Only a ready engine can sleep; this one is {deployment.state}.")
+    with transaction.atomic():
+        record_event(deployment, f"{reason} (level {level})")
+        _enqueue(tasks.sleep_deployment, deployment, level=level, reason=reason)
+    return deployment
+
+
+def request_wake_up(deployment: Deployment, reason: str = "Wake requested.") -> Deployment:
+    """Ask the host's agent to wake a sleeping engine: a task on its queue, and the wake key its
+    supervisor loop also watches (so a lost task costs one tick, not the wake)."""
+    if deployment.state != DeploymentState.SLEEPING:
+        raise SleepRefused("state", f"Only a sleeping engine can be woken; this one is {deployment.state}.")
+    with transaction.atomic():
+        record_event(deployment, reason)
+        _enqueue(tasks.wake_deployment, deployment, reason=reason)
+    request_wake(deployment.pk)
     return deployment
 
 

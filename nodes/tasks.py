@@ -26,6 +26,16 @@ def restart_deployment(deployment_id: int) -> str:
     return runtime.restart(deployment_id)
 
 
+@app.task(name="nodes.sleep_deployment", acks_late=True)
+def sleep_deployment(deployment_id: int, level: int = 1, reason: str = "") -> str:
+    return runtime.sleep(deployment_id, level, reason=reason)
+
+
+@app.task(name="nodes.wake_deployment", acks_late=True)
+def wake_deployment(deployment_id: int, reason: str = "") -> str:
+    return runtime.wake(deployment_id, reason=reason)
+
+
 @app.task(name="nodes.check_host_heartbeats")
 def check_host_heartbeats() -> list[str]:
     """Mark hosts that missed heartbeats unreachable (beat runs it every 2 s)."""

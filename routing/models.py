@@ -48,6 +48,14 @@ class RoutePool(models.Model):
     batch_max_fraction = models.FloatField(
         default=0.8, validators=[MinValueValidator(0.0), MaxValueValidator(1.0)]
     )
+    # Sleep control for every deployment serving the pool (engines that support sleep mode): sleep after
+    # this many idle seconds (null: off) at `sleep_level`. The pool keeps one engine awake unless
+    # `scale_to_zero`, under which all may sleep and the first request wakes one.
+    sleep_idle_seconds = models.PositiveIntegerField(null=True, blank=True, default=None)
+    sleep_level = models.PositiveSmallIntegerField(default=1)
+    scale_to_zero = models.BooleanField(default=False)
+    # How long the proxy holds a request while a sleeping engine wakes (then 503 with Retry-After).
+    wake_timeout_s = models.FloatField(default=30.0)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -8,6 +8,7 @@ Celery tasks and the supervisor call these; a per-deployment lock keeps them fro
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import threading
 import time
@@ -27,7 +28,7 @@ from nodes.agent.services import bind_host_for, engine_spec, launch_record, new_
 from nodes.choices import DeploymentState, DesiredState, Engine
 from nodes.engines import get_adapter
 from nodes.engines import vllm as vllm_adapter
-from nodes.lifecycle import engine_api_key, transition
+from nodes.lifecycle import clear_wake_request, engine_api_key, record_event, transition
 from nodes.models import Deployment
 from nodes.preflight import preflight_deployment
 from nodes.probes import http_get
@@ -283,6 +284,104 @@ def stop(deployment_id: int, *, drain: bool = False, drain_timeout: float = 300.
             next_restart_at=None,
         )
         return "stopped"
+
+
+SLEEP_TIMEOUT_SECONDS = 60.0
+WAKE_TIMEOUT_SECONDS = 300.0
+
+
+def _is_sleeping(deployment: Deployment) -> bool | None:
+    """What the engine's GET /is_sleeping says (None: no readable answer)."""
+    result = http_get(
+        deployment.host.address,
+        deployment.port,
+        "/is_sleeping",
+        timeout=2.0,
+        api_key=engine_api_key(deployment),
+    )
+    if not result.ok:
+        return None
+    try:
+        value = json.loads(result.body).get("is_sleeping")
+    except (ValueError, AttributeError):
+        return None
+    return value if isinstance(value, bool) else None
+
+
+def sleep(deployment_id: int, level: int, *, reason: str = "") -> str:
+    """Put a ready engine to sleep: the proxy is told first (state sleeping, so no new request goes to
+    it), then POST /sleep?level=N, confirmed with /is_sleeping. A request that reached it in between
+    is not cut: the engine is only put to sleep when it has none running or waiting."""
+    with locked(deployment_id):
+        deployment = _load(deployment_id)
+        if deployment is None:
+            return "gone"
+        if deployment.state != DeploymentState.READY:
+            return f"not ready ({deployment.state})"
+        if "--enable-sleep-mode" not in (deployment.launch_argv or []):
+            record_event(
+                deployment,
+                "Sleep refused: the engine was started without sleep mode; restart it to enable it.",
+            )
+            return "no sleep mode"
+        why = f" ({reason})" if reason else ""
+        transition(deployment, DeploymentState.SLEEPING, f"Going to sleep at level {level}{why}.")
+        pending = _in_flight(deployment)
+        if pending:
+            transition(deployment, DeploymentState.READY, f"Stayed awake: {pending:.0f} requests in flight.")
+            return "busy"
+        key = engine_api_key(deployment)
+        result = http_get(
+            deployment.host.address,
+            deployment.port,
+            f"/sleep?level={int(level)}&mode=abort",
+            timeout=SLEEP_TIMEOUT_SECONDS,
+            api_key=key,
+            method="POST",
+        )
+        if not result.ok or _is_sleeping(deployment) is not True:
+            transition(
+                deployment,
+                DeploymentState.READY,
+                f"Sleep failed: /sleep answered {result.status or result.error}; the engine stays awake.",
+            )
+            return "failed"
+        transition(
+            deployment, DeploymentState.SLEEPING, f"Asleep at level {level}{why}.", sleeping_level=int(level)
+        )
+        return "asleep"
+
+
+def wake(deployment_id: int, reason: str = "") -> str:
+    """Wake a sleeping engine: POST /wake_up (it answers once the memory is back), confirmed with
+    /is_sleeping, then ready again (the proxy routes to it at the config change)."""
+    with locked(deployment_id):
+        deployment = _load(deployment_id)
+        if deployment is None:
+            return "gone"
+        clear_wake_request(deployment_id)
+        if deployment.state != DeploymentState.SLEEPING:
+            return f"not sleeping ({deployment.state})"
+        began = time.monotonic()
+        result = http_get(
+            deployment.host.address,
+            deployment.port,
+            "/wake_up",
+            timeout=WAKE_TIMEOUT_SECONDS,
+            api_key=engine_api_key(deployment),
+            method="POST",
+        )
+        if not result.ok or _is_sleeping(deployment) is not False:
+            record_event(deployment, f"Wake-up failed: /wake_up answered {result.status or result.error}.")
+            return "failed"
+        why = f" ({reason})" if reason else ""
+        transition(
+            deployment,
+            DeploymentState.READY,
+            f"Awake after {time.monotonic() - began:.2f} s{why}.",
+            sleeping_level=0,
+        )
+        return "awake"
 
 
 def restart(deployment_id: int) -> str:

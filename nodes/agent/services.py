@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from core.live import FLEET_GROUP, host_group
 from core.redis_client import publish_config_change
-from nodes.choices import HostState
+from nodes.choices import SLEEP_CAPABLE_ENGINES, HostState
 from nodes.engines import EngineSpec
 from nodes.lifecycle import engine_api_key, push_event
 from nodes.models import Deployment, Gpu, Host
@@ -55,6 +55,7 @@ def engine_spec(
         tensor_parallel_size=spec.tensor_parallel_size,
         pipeline_parallel_size=spec.pipeline_parallel_size,
         enable_prefix_caching=spec.enable_prefix_caching,
+        enable_sleep_mode=deployment.sleep_enabled and deployment.engine in SLEEP_CAPABLE_ENGINES,
         extra_args=spec.extra_args,
         python=python or sys.executable,
     )

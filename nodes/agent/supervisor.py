@@ -24,6 +24,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,14 @@ from nodes.agent.services import installed_version, record_heartbeat, report_gpu
 from nodes.choices import DeploymentState, DesiredState, Engine
 from nodes.engines import get_adapter
 from nodes.engines.metrics import EngineMetrics, bucket_delta, histogram_quantile, merge_buckets
-from nodes.lifecycle import engine_api_key, live_deployment_key, live_gpu_key, push_event, transition
+from nodes.lifecycle import (
+    engine_api_key,
+    live_deployment_key,
+    live_gpu_key,
+    push_event,
+    transition,
+    wake_requested,
+)
 from nodes.models import Deployment, Host
 from nodes.probes import get_json, http_get, lists_model
 
@@ -54,7 +62,15 @@ RATE_WINDOW_SECONDS = 10.0
 # A deployment pending (or verifying, with nobody holding its lock) this long gets launched by the
 # supervisor: its queued task went missing.
 STALLED_LAUNCH_SECONDS = 30.0
-SUPERVISED_STATES = (DeploymentState.STARTING, DeploymentState.READY, DeploymentState.DEGRADED)
+# While some engine of the host sleeps, its wake keys are read this often (one MGET), so a request the
+# proxy holds waits for the wake-up itself, not for the next engine round.
+WAKE_POLL_SECONDS = 0.1
+SUPERVISED_STATES = (
+    DeploymentState.STARTING,
+    DeploymentState.READY,
+    DeploymentState.DEGRADED,
+    DeploymentState.SLEEPING,
+)
 
 
 @dataclass
@@ -79,6 +95,9 @@ class Track:
     last_tokens: float | None = None
     readiness_failures: int = 0
     history: list[tuple[float, EngineMetrics]] = field(default_factory=list)
+    # Wall time the engine last had a request running or waiting (or moved tokens): idle sleep counts
+    # from here (see nodes/sleep.py).
+    last_busy_wall: float = field(default_factory=time.time)
 
 
 def observe(deployment: Deployment) -> Observation:
@@ -133,6 +152,11 @@ class Supervisor:
         self._latest_lock = threading.Lock()
         self._latest_sim_reports: dict[int, list[dict[str, Any]]] = {}
         self._latest_engines: list[dict[str, Any]] = []
+        # Deployments a wake-up is running for (submitted to the pool, not finished yet), and the host's
+        # sleeping ones as the last engine round saw them (for the wake watch).
+        self.waking: set[int] = set()
+        self.sleeping: list[int] = []
+        self.wake_loop: threading.Thread | None = None
 
     # --- lifecycle ---
 
@@ -148,6 +172,11 @@ class Supervisor:
         if not self._gpu_clock_running():
             self.gpu_loop = threading.Thread(target=self.run_gpus, name=f"gpus-{self.host_name}", daemon=True)
             self.gpu_loop.start()
+        if self.wake_loop is None or not self.wake_loop.is_alive():
+            self.wake_loop = threading.Thread(
+                target=self.run_wake_watch, name=f"wake-{self.host_name}", daemon=True
+            )
+            self.wake_loop.start()
         interval = settings.NODE_TELEMETRY_SECONDS
         try:
             while not self.stop_event.is_set():
@@ -184,6 +213,25 @@ class Supervisor:
                 self.stop_event.wait(next_at - now)
         finally:
             connection.close()
+
+    def run_wake_watch(self) -> None:
+        """Between engine rounds: wake the sleeping engines someone asked for (their wake keys)."""
+        while not self.stop_event.is_set():
+            sleeping = list(self.sleeping)
+            if sleeping:
+                try:
+                    for pk in wake_requested(sleeping):
+                        self.submit_wake(pk, "woken on request")
+                except Exception:  # the engine round checks the keys too
+                    log.exception("wake watch failed on %s", self.host_name)
+            self.stop_event.wait(WAKE_POLL_SECONDS)
+
+    def submit_wake(self, pk: int, reason: str) -> None:
+        if pk in self.waking:
+            return
+        self.waking.add(pk)
+        future = self.pool.submit(_in_own_connection, runtime.wake, pk, reason)
+        future.add_done_callback(partial(_discard, self.waking, pk))
 
     def _gpu_clock_running(self) -> bool:
         return self.gpu_loop is not None and self.gpu_loop.is_alive()
@@ -241,12 +289,29 @@ class Supervisor:
                     settings.ENGINE_LOG_MAX_BYTES,
                     settings.ENGINE_LOG_KEEP,
                 )
+        self.wake_when_asked(deployments, observations)
         with self._latest_lock:
             self._latest_sim_reports = sim_reports
             self._latest_engines = engines_live
         self.record_engine_history(engines_live)
         if not clock:
             self.publish_gpus()
+
+    def wake_when_asked(self, deployments: list[Deployment], observations: dict[int, Observation]) -> None:
+        """Wake sleeping engines someone asked for (their wake key: the proxy holding a request, the
+        API), and those a request reached anyway (it waits in the engine's queue)."""
+        sleeping = [d.pk for d in deployments if d.state == DeploymentState.SLEEPING]
+        self.sleeping = sleeping
+        if not sleeping:
+            return
+        asked = wake_requested(sleeping)
+        for pk in sleeping:
+            obs = observations.get(pk)
+            queued = obs is not None and obs.metrics is not None and obs.metrics.num_requests_waiting > 0
+            if pk in asked or queued:
+                self.submit_wake(
+                    pk, "a request is waiting" if queued and pk not in asked else "woken on request"
+                )
 
     def reconcile(self, deployment: Deployment) -> None:
         """Deployments not being probed: restart crashed ones when due, stop unwanted ones."""
@@ -300,6 +365,8 @@ class Supervisor:
                 if moved or metrics.num_requests_running == 0:
                     track.last_progress = now
                 track.last_tokens = tokens
+                if moved or metrics.num_requests_running or metrics.num_requests_waiting:
+                    track.last_busy_wall = time.time()
                 track.history.append((now, metrics))
                 track.history = [(t, m) for t, m in track.history if now - t <= RATE_WINDOW_SECONDS + 1]
             elif answered:
@@ -409,6 +476,8 @@ class Supervisor:
             "ttft_p95_s": ttft_p95,
             "itl_p95_s": itl_p95,
             "has_metrics": obs.metrics is not None,
+            "idle_since": track.last_busy_wall if track is not None else None,
+            "sleeping_level": deployment.sleeping_level,
         }
 
     def publish_engine(self, deployment: Deployment, obs: Observation, now: float) -> dict[str, Any]:
@@ -475,7 +544,7 @@ class Supervisor:
         then "coroutine ... was never awaited" warnings at every Ctrl-C).
         """
         self.stop_event.set()
-        for thread in (self.loop, self.gpu_loop):
+        for thread in (self.loop, self.gpu_loop, self.wake_loop):
             if thread is not None and thread is not threading.current_thread():
                 thread.join(timeout=max(10.0, 3 * settings.NODE_TELEMETRY_SECONDS))
         self.pool.shutdown(wait=True, cancel_futures=True)
@@ -488,6 +557,10 @@ def _quantiles(window: Any, lifetime: Any) -> tuple[float | None, float | None]:
         window = merge_buckets([lifetime])
         p50 = histogram_quantile(0.5, window)
     return p50, histogram_quantile(0.95, window)
+
+
+def _discard(ids: set[int], pk: int, _future: Any) -> None:
+    ids.discard(pk)
 
 
 def _in_own_connection(func: Any, *args: Any) -> Any:

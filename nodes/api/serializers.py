@@ -14,7 +14,8 @@ from nodes import baselines
 from nodes.choices import ACTIVE_STATES, DeploymentState, Engine
 from nodes.lifecycle import host_is_reachable, live_deployment_key, live_gpu_key, read_live
 from nodes.models import Deployment, DeploymentEvent, Gpu, Host, PerformanceBaseline
-from nodes.preflight import preflight
+from nodes.preflight import held_fraction, preflight
+from nodes.services import sleep_problems
 from nodes.spec import DeploySpec
 
 # JSON columns, validated by hand below, described by their real shape in the OpenAPI schema.
@@ -91,6 +92,10 @@ class EngineLiveSerializer(serializers.Serializer):
     ttft_p95_s = serializers.FloatField(allow_null=True)
     itl_p95_s = serializers.FloatField(allow_null=True)
     has_metrics = serializers.BooleanField()
+    idle_since = serializers.FloatField(
+        required=False, allow_null=True, help_text="Unix time of the last request running or waiting."
+    )
+    sleeping_level = serializers.IntegerField(required=False, help_text="0 awake; 1 or 2 asleep.")
 
 
 class GpuSerializer(serializers.ModelSerializer):
@@ -192,6 +197,9 @@ ENGINE_PARAMS = [
 ]
 
 
+SLEEP_PARAMS = ["sleep_enabled", "sleep_idle_seconds", "sleep_level"]
+
+
 class DeploymentSerializer(StrictModelSerializer):
     """A deployment. Creating one runs every pre-launch check; refusals are field errors (400)."""
 
@@ -203,6 +211,7 @@ class DeploymentSerializer(StrictModelSerializer):
     launch_argv = StringListField(read_only=True)
     live = serializers.SerializerMethodField()
     fit = serializers.SerializerMethodField()
+    freed_memory_bytes = serializers.SerializerMethodField()
 
     class Meta:
         model = Deployment
@@ -218,6 +227,9 @@ class DeploymentSerializer(StrictModelSerializer):
             *ENGINE_PARAMS,
             "served_model_name",
             "role",
+            *SLEEP_PARAMS,
+            "sleeping_level",
+            "freed_memory_bytes",
             "desired_state",
             "state",
             "state_reason",
@@ -238,6 +250,7 @@ class DeploymentSerializer(StrictModelSerializer):
             "updated_at",
         ]
         read_only_fields = [
+            "sleeping_level",
             "desired_state",
             "state",
             "state_reason",
@@ -266,6 +279,15 @@ class DeploymentSerializer(StrictModelSerializer):
             "reported_quantization": {
                 "help_text": "The quantization kernel the engine logged at its last start ('' if none)."
             },
+            "sleep_enabled": {
+                "help_text": "Launch with vLLM's sleep mode so the agent can sleep and wake the engine "
+                "(implied by sleep_idle_seconds)."
+            },
+            "sleep_idle_seconds": {
+                "help_text": "Sleep after this many seconds with no request running or waiting; null: never."
+            },
+            "sleep_level": {"help_text": "1: weights to host memory, KV cache freed; 2: both dropped."},
+            "sleeping_level": {"help_text": "The level the engine sleeps at now; 0 while awake."},
         }
 
     @extend_schema_field(EngineLiveSerializer(allow_null=True))
@@ -274,6 +296,26 @@ class DeploymentSerializer(StrictModelSerializer):
         prefetched = self.context.get("live")
         return prefetched.get(redis_key) if prefetched is not None else read_live(redis_key)
 
+    @extend_schema_field(
+        serializers.IntegerField(
+            allow_null=True,
+            help_text="While asleep: GPU memory given back, summed over its GPUs, as the fit check counts it "
+            "(its reservation awake minus what sleep mode leaves); null while awake.",
+        )
+    )
+    def get_freed_memory_bytes(self, obj: Deployment) -> int | None:
+        if obj.state != DeploymentState.SLEEPING:
+            return None
+        gpus = Gpu.objects.filter(host_id=obj.host_id, index__in=obj.gpu_indices or [])
+        awake = Deployment(gpu_memory_utilization=obj.gpu_memory_utilization, state=DeploymentState.READY)
+        return sum(
+            round(
+                (held_fraction(awake, g.memory_total_bytes) - held_fraction(obj, g.memory_total_bytes))
+                * g.memory_total_bytes
+            )
+            for g in gpus
+        )
+
     @extend_schema_field(FitResultSerializer(allow_null=True, help_text="The fit check of the last save."))
     def get_fit(self, obj: Deployment) -> dict[str, Any] | None:
         return getattr(self, "_fit", None)
@@ -281,8 +323,10 @@ class DeploymentSerializer(StrictModelSerializer):
     def validate(self, attrs: Any) -> Any:
         attrs = super().validate(attrs)
         instance: Deployment | None = self.instance
+        self._validate_sleep(attrs, instance)
         if instance is not None and instance.state in ACTIVE_STATES:
-            changed = [k for k in attrs if k not in ("name", "role")]
+            # Sleep timing is control, not an engine parameter; sleep mode itself is (a flag at launch).
+            changed = [k for k in attrs if k not in ("name", "role", "sleep_idle_seconds", "sleep_level")]
             if changed:
                 raise serializers.ValidationError(
                     {k: ["Stop the deployment before changing its engine parameters."] for k in changed}
@@ -304,6 +348,42 @@ class DeploymentSerializer(StrictModelSerializer):
         if not check.ok:
             raise serializers.ValidationError(check.errors)
         return attrs
+
+    def _validate_sleep(self, attrs: Any, instance: Deployment | None) -> None:
+        """Sleep needs an engine with sleep mode and a level of 1 or 2; idle sleep implies sleep mode."""
+
+        def value(name: str) -> Any:
+            if name in attrs:
+                return attrs[name]
+            return (
+                getattr(instance, name)
+                if instance is not None
+                else getattr(Deployment._meta.get_field(name), "default", None)
+            )
+
+        if attrs.get("sleep_idle_seconds") is not None:
+            if instance is not None and instance.state in ACTIVE_STATES and not instance.sleep_enabled:
+                raise serializers.ValidationError(
+                    {
+                        "sleep_idle_seconds": [
+                            "This engine runs without sleep mode: stop it, then enable sleep."
+                        ]
+                    }
+                )
+            attrs["sleep_enabled"] = True
+        level = value("sleep_level")
+        engine = value("engine")
+        wanted = bool(value("sleep_enabled")) or value("sleep_idle_seconds") is not None
+        problems = sleep_problems(engine, level)
+        errors = {}
+        if "sleep_level" in problems:
+            errors["sleep_level"] = [problems["sleep_level"]]
+        if wanted and "engine" in problems:
+            errors["sleep_enabled" if "sleep_idle_seconds" not in attrs else "sleep_idle_seconds"] = [
+                problems["engine"]
+            ]
+        if errors:
+            raise serializers.ValidationError(errors)
 
 
 class PreflightSerializer(StrictSerializerMixin, serializers.Serializer):
@@ -332,6 +412,15 @@ class PreflightSerializer(StrictSerializerMixin, serializers.Serializer):
 
 class StopSerializer(StrictSerializerMixin, serializers.Serializer):
     drain = serializers.BooleanField(default=False)
+
+
+class SleepSerializer(StrictSerializerMixin, serializers.Serializer):
+    level = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="1 or 2; default: the deployment's sleep_level.",
+    )
 
 
 class PreflightResultSerializer(serializers.Serializer):

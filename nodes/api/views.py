@@ -29,6 +29,7 @@ from nodes.api.serializers import (
     PerformanceBaselineSerializer,
     PreflightResultSerializer,
     PreflightSerializer,
+    SleepSerializer,
     StopSerializer,
     TelemetryHistorySerializer,
 )
@@ -183,6 +184,43 @@ class DeploymentViewSet(LiveListMixin, AuditedModelViewSet):
     @action(detail=True, methods=["post"])
     def restart(self, request: Request, pk: str | None = None) -> Response:
         return self._act(request, "restart")
+
+    def _sleep_or_wake(self, request: Request, verb: str, level: int | None = None) -> Response:
+        deployment = self.get_object()
+        try:
+            with transaction.atomic():
+                if verb == "sleep":
+                    assert level is not None
+                    services.request_sleep(deployment, level, "Sleep requested by an admin.")
+                else:
+                    services.request_wake_up(deployment, "Wake requested by an admin.")
+                record_audit(
+                    actor=request.user,
+                    action=AuditAction.ACTION,
+                    obj=deployment,
+                    after={"action": verb, **({"level": level} if level is not None else {})},
+                )
+        except services.SleepRefused as exc:
+            raise ValidationError({exc.field: [exc.message]}) from None
+        deployment.refresh_from_db()
+        return Response(self.get_serializer(deployment).data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=SleepSerializer, responses={202: DeploymentSerializer})
+    @action(detail=True, methods=["post"])
+    def sleep(self, request: Request, pk: str | None = None) -> Response:
+        """Put the engine to sleep (its agent calls POST /sleep?level=N and confirms)."""
+        params = SleepSerializer(data=request.data)
+        params.is_valid(raise_exception=True)
+        level = params.validated_data["level"]
+        return self._sleep_or_wake(
+            request, "sleep", self.get_object().sleep_level if level is None else level
+        )
+
+    @extend_schema(request=None, responses={202: DeploymentSerializer})
+    @action(detail=True, methods=["post"])
+    def wake(self, request: Request, pk: str | None = None) -> Response:
+        """Wake a sleeping engine (its agent calls POST /wake_up and confirms)."""
+        return self._sleep_or_wake(request, "wake")
 
     @extend_schema(responses={200: DeploymentEventSerializer(many=True)})
     @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])

@@ -52,6 +52,7 @@ class EngineSpec:
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
     enable_prefix_caching: bool = True
+    enable_sleep_mode: bool = False
     extra_args: tuple[str, ...] = field(default_factory=tuple)
     python: str = sys.executable
 

@@ -108,6 +108,9 @@ def serve_flags(spec: EngineSpec) -> list[str]:
         str(spec.tensor_parallel_size),
         "--enable-prefix-caching" if spec.enable_prefix_caching else "--no-enable-prefix-caching",
     ]
+    if spec.enable_sleep_mode:
+        # The agent sleeps and wakes it through the dev endpoints (VLLM_SERVER_DEV_MODE in build_env).
+        argv.append("--enable-sleep-mode")
     if spec.pipeline_parallel_size != 1:
         argv += ["--pipeline-parallel-size", str(spec.pipeline_parallel_size)]
     if spec.gpu_memory_utilization is not None:
@@ -275,6 +278,7 @@ OWNED_FLAGS = {
     "--tensor-parallel-size": "set it in the tensor_parallel_size field",
     "--pipeline-parallel-size": "set it in the pipeline_parallel_size field",
     "--enable-prefix-caching": "set it in the enable_prefix_caching field",
+    "--enable-sleep-mode": "set it in the sleep_enabled field (the agent needs the dev endpoints with it)",
     "--disable-uvicorn-access-log": "the console always passes it",
     "--config": "a config file could override every console-owned flag",
     "--uds": "the console reaches engines over host:port",
@@ -390,6 +394,9 @@ def build_env(spec: EngineSpec) -> dict[str, str]:
     # The key goes in the environment, which vLLM reads when --api-key is absent
     # (serve/middleware/register.py:32-36): a command line is readable by every user of the host (`ps`).
     env = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", guard.KEY_ENV: spec.api_key}
+    if spec.enable_sleep_mode:
+        # /sleep, /wake_up and /is_sleeping exist only in dev mode; the key guard covers them too.
+        env["VLLM_SERVER_DEV_MODE"] = "1"
     if spec.gpu_indices:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in spec.gpu_indices)
     return env

@@ -82,7 +82,6 @@ IGNORED_MULTI_FLAGS = ["--lora-modules", "--kv-cache-dtype-skip-layers"]
 # vLLM boolean flags (BooleanOptionalAction, so --no-X too) that change nothing in the simulation.
 IGNORED_BOOL_FLAGS = [
     "--enforce-eager",
-    "--enable-sleep-mode",
     "--enable-lora",
     "--trust-remote-code",
     "--enable-log-requests",
@@ -201,6 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(flag, nargs="+", default=None, help=argparse.SUPPRESS)
     for flag in IGNORED_BOOL_FLAGS:
         p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=argparse.SUPPRESS)
+    # Modelled: without it /sleep still pauses the engine but frees no GPU memory (vLLM allocates the
+    # weights and KV cache in its sleep-capable memory pool only in sleep mode).
+    p.add_argument("--enable-sleep-mode", action=argparse.BooleanOptionalAction, default=False)
     sim = p.add_argument_group("simulator", "Knobs of the simulation (no vLLM equivalent).")
     sim.add_argument("--sim-profile", choices=sorted(PROFILES), default=DEFAULT_PROFILE)
     sim.add_argument(

@@ -168,6 +168,7 @@ class SimEngine:
         self.hung = False
         self.dead = False  # the engine core died (EngineDeadError): /health answers 503
         self.asleep: set[str] = set()  # parts put to sleep by /sleep: "weights", "kv_cache"
+        self.sleep_level = 0  # the level of the last /sleep while any part still sleeps
         self.num_preemptions = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -223,16 +224,28 @@ class SimEngine:
         self.waiting.clear()
 
     def sleep(self, level: int, *, abort: bool = True) -> None:
-        """vLLM's sleep mode: the engine stops stepping; mode "abort" ends the requests in flight. Level 2
-        discards the weights and the KV cache (prefix cache included)."""
+        """vLLM's sleep mode: the engine stops scheduling (new requests wait in the queue until
+        /wake_up); mode "abort" ends the requests in flight. Level 0 only pauses; levels 1 and 2 both
+        discard the KV cache's contents (prefix cache included): level 1 keeps the weights in host
+        memory, level 2 drops them too (vLLM docs/features/sleep_mode.md, "Sleep levels")."""
         if abort:
             self.abort_all()
-        self.asleep = {"weights", "kv_cache"}
-        if level >= 2:
+        self.sleep_level = max(0, level)
+        self.asleep = {"weights", "kv_cache"} if level >= 1 else {"scheduling"}
+        if level >= 1:
             self.pool.reset_cache()
+
+    def waking(self, tags: list[str] | None) -> frozenset[str]:
+        """The parts a /wake_up with `tags` restores (all sleeping ones when none are given)."""
+        return frozenset(self.asleep & set(tags)) if tags else frozenset(self.asleep)
 
     def wake_up(self, tags: list[str] | None) -> None:
         self.asleep -= set(tags) if tags else set(self.asleep)
+        # Scheduling resumes once the memory is back (is_sleeping stays true until then).
+        if self.asleep == {"scheduling"}:
+            self.asleep = set()
+        if not self.asleep:
+            self.sleep_level = 0
         self._wake.set()
 
     def kill(self) -> None:

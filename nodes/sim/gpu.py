@@ -8,6 +8,10 @@
   intensity (batch occupancy: tokens per step relative to the compute knee), since a memory-bound
   decode step at batch 1 draws far less than a compute-bound prefill.
 - temperature: steady state, linear in power (no thermal lag modelled).
+- sleep mode (--enable-sleep-mode and POST /sleep): the sleeping parts leave the GPU: level 1 and 2
+  discard the KV cache, level 1 moves the weights to host memory (`offloaded_bytes`), level 2 drops
+  them. What stays is the CUDA context, graphs and activation reserve. Without sleep mode nothing is
+  freed (vLLM allocates from its sleep-capable pool only in sleep mode).
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ from nodes.sim.engine import SimEngine
 from nodes.sim.profiles import knee_tokens
 
 
-def gpu_snapshot(engine: SimEngine, *, first_index: int, uuid_seed: str, ready: bool) -> dict[str, Any]:
+def gpu_snapshot(
+    engine: SimEngine, *, first_index: int, uuid_seed: str, ready: bool, sleep_mode: bool = False
+) -> dict[str, Any]:
     """The JSON body of /sim/gpu: one entry per rank (tensor x pipeline parallel)."""
     shape = engine.shape
     gpu = shape.profile.gpu
@@ -37,6 +43,14 @@ def gpu_snapshot(engine: SimEngine, *, first_index: int, uuid_seed: str, ready: 
     power = gpu.power_idle_watts + dynamic * busy * (0.45 + 0.55 * intensity)
     temperature = 32.0 + 45.0 * (power - gpu.power_idle_watts) / dynamic
     used = shape.memory_used_bytes_per_gpu if ready else shape.weight_bytes_per_gpu
+    offloaded = 0
+    if ready and sleep_mode and engine.sleeping:
+        if "weights" in engine.asleep:
+            used -= shape.weight_bytes_per_gpu
+            if engine.sleep_level == 1:
+                offloaded = shape.weight_bytes_per_gpu
+        if "kv_cache" in engine.asleep:
+            used -= shape.kv_cache_bytes_per_gpu
     gpus = []
     for rank in range(shape.world_size):
         index = first_index + rank
@@ -53,6 +67,8 @@ def gpu_snapshot(engine: SimEngine, *, first_index: int, uuid_seed: str, ready: 
                 "temperature_c": round(temperature, 1),
                 "batch_occupancy": round(len(engine.running) / shape.max_num_seqs, 4),
                 "kv_cache_usage": round(engine.kv_cache_usage, 4),
+                "sleep_level": engine.sleep_level if engine.sleeping else 0,
+                "offloaded_bytes": offloaded,
             }
         )
     return {"simulated": True, "profile": shape.profile.name, "gpus": gpus}

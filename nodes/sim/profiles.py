@@ -31,6 +31,9 @@ class GPUSpec:
     power_idle_watts: float
     # nvidia-smi on an A100 is what vLLM's get_batch_defaults() special-cases (arg_utils.py:2566-2657).
     is_a100: bool = False
+    # Host-to-device copy rate from pinned memory (what a level-1 wake-up moves the weights at): about
+    # 80 % of the PCIe link's 16 GT/s x16 (Gen4, 31.5 GB/s) or 32 GT/s x16 (Gen5, 63 GB/s) per direction.
+    host_link_bandwidth: float = 25e9
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,7 @@ H100_SXM = GPUSpec(
     dense_flops=989e12,
     power_max_watts=700.0,
     power_idle_watts=70.0,
+    host_link_bandwidth=50e9,  # PCIe Gen5 x16
 )
 A100_SXM_80 = GPUSpec(
     name="NVIDIA A100-SXM4-80GB",
@@ -415,3 +419,24 @@ def knee_tokens(shape: EngineShape) -> float:
     t_mem = shape.weight_bytes_per_gpu / (p.gpu.mem_bandwidth * p.bandwidth_efficiency)
     t_per_token = 2.0 * p.model.params / shape.world_size / (p.gpu.dense_flops * p.mfu)
     return t_mem / t_per_token
+
+
+# Sleep mode (docs/simulator.md, "Sleep mode"): what a wake-up costs. Level 1 copies the weights back
+# from pinned host memory over the GPU's host link; level 2 first reads them again from the host's
+# page cache (safetensors, single-threaded loader) and then copies them. Both remap the memory pool
+# and the KV cache first (WAKE_FIXED_S).
+WAKE_FIXED_S = 0.05
+RELOAD_READ_BANDWIDTH = 5e9  # bytes/s: reading safetensors back from the page cache
+
+
+def wake_time_s(shape: EngineShape, level: int, tags: frozenset[str]) -> float:
+    """Modelled seconds a /wake_up of `tags` takes after a sleep at `level` (0 when nothing sleeps)."""
+    if not tags:
+        return 0.0
+    seconds = WAKE_FIXED_S
+    if "weights" in tags:
+        weights = shape.weight_bytes_per_gpu
+        seconds += weights / shape.profile.gpu.host_link_bandwidth
+        if level >= 2:
+            seconds += weights / RELOAD_READ_BANDWIDTH
+    return seconds

@@ -28,7 +28,7 @@ from nodes.sim import asgi_filter, logprobs, model, text
 from nodes.sim.engine import Sequence, SimEngine
 from nodes.sim.gpu import gpu_snapshot
 from nodes.sim.metrics import EngineMetrics
-from nodes.sim.profiles import PROFILES, EngineConfigError, EngineShape, derive_engine_shape
+from nodes.sim.profiles import PROFILES, EngineConfigError, EngineShape, derive_engine_shape, wake_time_s
 from nodes.sim.protocol import (
     ApiError,
     SamplingRequest,
@@ -348,6 +348,7 @@ class SimServer:
 
     async def sleep(self, request: web.Request) -> web.Response:
         # dev/sleep/api_router.py:21-29: level (default "1") and mode (default "abort"); empty 200.
+        # A level that is no integer fails in int() there: a 500, as here.
         level = int(request.query.get("level", "1"))
         mode = request.query.get("mode", "abort")
         for e in self.engines:
@@ -356,9 +357,17 @@ class SimServer:
         return web.Response(status=200)
 
     async def wake_up(self, request: web.Request) -> web.Response:
-        # sleep/api_router.py:32-42: repeated `tags`; none wakes everything.
+        # sleep/api_router.py:32-42: repeated `tags`; none wakes everything. The answer comes once the
+        # memory is back, after the modelled copy time (profiles.wake_time_s).
+        tags = request.query.getall("tags", None)
+        delay = 0.0
         for e in self.engines:
-            e.wake_up(request.query.getall("tags", None))
+            if self.args.enable_sleep_mode:
+                delay = max(delay, wake_time_s(e.shape, e.sleep_level, e.waking(tags)))
+        if delay > 0:
+            await asyncio.sleep(delay / self.args.sim_time_scale)
+        for e in self.engines:
+            e.wake_up(tags)
             if not e.sleeping:
                 e.metrics.set_sleep_state(0)
         return web.Response(status=200)
@@ -381,7 +390,15 @@ class SimServer:
         gpus: list[dict[str, Any]] = []
         for i, e in enumerate(self.engines):
             first = self.args.sim_gpu_index + i * world
-            gpus.extend(gpu_snapshot(e, first_index=first, uuid_seed=seed, ready=self.ready)["gpus"])
+            gpus.extend(
+                gpu_snapshot(
+                    e,
+                    first_index=first,
+                    uuid_seed=seed,
+                    ready=self.ready,
+                    sleep_mode=bool(self.args.enable_sleep_mode),
+                )["gpus"]
+            )
         return _json({"simulated": True, "profile": self.shape.profile.name, "gpus": gpus})
 
     async def sim_stats(self, request: web.Request) -> web.Response:

@@ -9,9 +9,11 @@ from rest_framework import serializers
 
 from core.api.base import StrictModelSerializer
 from models_registry.models import ModelAlias
+from nodes.choices import SLEEP_LEVELS
 from routing.models import RequestLog, RoutePolicy, RoutePool
 from routing.proxy.config import parse_rule
 from routing.proxy.requestlog import COLUMNS as REQUEST_LOG_COLUMNS
+from routing.sleep import pool_sleep_problem
 
 WEIGHT_NAMES = {"load", "kv", "prefix"}
 
@@ -71,9 +73,27 @@ class RoutePoolSerializer(StrictModelSerializer):
             "max_retries",
             "max_inflight_per_endpoint",
             "batch_max_fraction",
+            "sleep_idle_seconds",
+            "sleep_level",
+            "scale_to_zero",
+            "wake_timeout_s",
             "updated_at",
         ]
         read_only_fields = ["id", "updated_at"]
+        extra_kwargs = {
+            "sleep_idle_seconds": {
+                "help_text": "Put the pool's engines to sleep after this many idle seconds; null: never."
+            },
+            "sleep_level": {"help_text": "1: weights to host memory, KV cache freed; 2: both dropped."},
+            "scale_to_zero": {
+                "help_text": "Let every engine sleep (otherwise one stays awake); "
+                "the first request wakes one."
+            },
+            "wake_timeout_s": {
+                "help_text": "How long the proxy holds a request while an engine wakes; "
+                "then 503 + Retry-After."
+            },
+        }
 
     def validate_scorer_weights(self, value: Any) -> dict[str, float]:
         if not isinstance(value, dict):
@@ -94,6 +114,7 @@ class RoutePoolSerializer(StrictModelSerializer):
                 raise serializers.ValidationError({name: ["Must be greater than 0 seconds."]})
         version = attrs.get("model_version", getattr(self.instance, "model_version", None))
         alias_name = attrs.get("alias", getattr(self.instance, "alias", None))
+        self._validate_sleep(attrs, alias_name, version)
         alias = ModelAlias.objects.select_related("active_version").filter(name=alias_name).first()
         if version is not None and alias is not None and version.model_id != alias.active_version.model_id:
             raise serializers.ValidationError(
@@ -105,6 +126,36 @@ class RoutePoolSerializer(StrictModelSerializer):
                 }
             )
         return attrs
+
+    def _validate_sleep(self, attrs: Any, alias: str | None, version: Any) -> None:
+        def value(name: str) -> Any:
+            if name in attrs:
+                return attrs[name]
+            return (
+                getattr(self.instance, name)
+                if self.instance is not None
+                else getattr(RoutePool._meta.get_field(name), "default", None)
+            )
+
+        errors: dict[str, list[str]] = {}
+        if value("sleep_level") not in SLEEP_LEVELS:
+            errors["sleep_level"] = [
+                "Sleep level must be 1 (weights to host memory) or 2 (weights dropped), "
+                f"not {value('sleep_level')}."
+            ]
+        if value("wake_timeout_s") <= 0:
+            errors["wake_timeout_s"] = ["Must be greater than 0 seconds."]
+        idle = value("sleep_idle_seconds")
+        if value("scale_to_zero") and idle is None:
+            errors["scale_to_zero"] = [
+                "Scale to zero needs sleep_idle_seconds: how long idle before sleeping."
+            ]
+        if idle is not None and alias:
+            problem = pool_sleep_problem(alias, value("role") or "", getattr(version, "pk", None))
+            if problem:
+                errors["sleep_idle_seconds"] = [problem]
+        if errors:
+            raise serializers.ValidationError(errors)
 
 
 class RoutePolicySerializer(StrictModelSerializer):

@@ -28,6 +28,7 @@ from routing.api.serializers import (
     UsageBucketSerializer,
 )
 from routing.models import RequestLog, RoutePolicy, RoutePool
+from routing.sleep import enable_sleep_for_pool
 
 
 class NotifyProxiesMixin:
@@ -54,6 +55,14 @@ class RoutePoolViewSet(NotifyProxiesMixin, AuditedModelViewSet):
     config_kind = "route_pool"
     filterset_fields = ["alias", "scorer"]
     search_fields = ["name", "alias"]
+
+    def perform_create(self, serializer: Any) -> None:
+        super().perform_create(serializer)
+        enable_sleep_for_pool(serializer.instance)
+
+    def perform_update(self, serializer: Any) -> None:
+        super().perform_update(serializer)
+        enable_sleep_for_pool(serializer.instance)
 
 
 class RoutePolicyViewSet(NotifyProxiesMixin, AuditedModelViewSet):

@@ -77,6 +77,7 @@ from routing.proxy.tokens import (
     prompt_text_parts,
 )
 from routing.proxy.upstream import ClientGone, UpstreamPool, UpstreamResponse, UpstreamTimeout, split_base_url
+from routing.proxy.wake import hold_until_awake
 from routing.services import maintain_request_log
 
 log = logging.getLogger(__name__)
@@ -1000,6 +1001,10 @@ class Proxy:
         out = 0 if ctx.kind == "embedding" else requested_out
         pool, reason, candidates = self._route(ctx, scope, policy, alias, counted.tokens, out)
         route_time = time.perf_counter() - t0
+        if not candidates and any(self._fits(ep, counted.tokens, out) for ep in pool.sleeping):
+            pool, reason, candidates = await hold_until_awake(
+                self.redis, pool, lambda: self._route(ctx, scope, policy, alias, counted.tokens, out)
+            )
         ctx.pool = pool.name
         if not candidates:
             self._raise_no_endpoint(pool, counted.tokens, out, max_out_field, token_prompt)
@@ -1171,10 +1176,12 @@ class Proxy:
     def _raise_no_endpoint(
         self, pool: Pool, tokens: int, out: int | None, out_field: str, token_prompt: bool
     ) -> None:
-        if not pool.endpoints and pool.version_id is not None:
+        # Sleeping endpoints count too: a request none of them could take is told why, not held.
+        members = pool.endpoints or pool.sleeping
+        if not members and pool.version_id is not None:
             self._raise_if_version_not_ready(pool)
-        lens = [ep.max_model_len for ep in pool.endpoints if ep.max_model_len is not None]
-        if pool.endpoints and lens and len(lens) == len(pool.endpoints):
+        lens = [ep.max_model_len for ep in members if ep.max_model_len is not None]
+        if members and lens and len(lens) == len(members):
             context_error = context_length_error(max(lens), tokens, out, out_field, token_prompt)
             if context_error is not None:
                 raise context_error

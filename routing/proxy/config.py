@@ -110,6 +110,8 @@ class Endpoint:
     embeddings: bool | None = None
     # A simulator counting with its built-in tokenizer (no --tokenizer of its own).
     sim_builtin_tokenizer: bool = False
+    # The level a sleeping deployment sleeps at (0: awake); only Pool.sleeping holds sleeping ones.
+    sleeping_level: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +184,10 @@ class Pool:
     # The alias's active rollout (running, paused or holding), for pools that serve the active version
     # (a pool that names its version is left alone); None when there is none.
     canary: Canary | None = None
+    # Its sleeping deployments (same version rule as `endpoints`): when no endpoint is awake, the proxy
+    # asks for one of them to wake and holds the request up to `wake_timeout_s` (routing/proxy/wake.py).
+    sleeping: list[Endpoint] = field(default_factory=list)
+    wake_timeout_s: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,12 +357,13 @@ def _static_endpoints() -> list[Endpoint]:
     return out
 
 
-def _fleet_endpoints(version_labels: dict[int, str] | None = None) -> list[Endpoint]:
-    """Ready deployments of the fleet (nodes/); `version_labels` collects "model@revision" by version id."""
+def _fleet_endpoints(
+    version_labels: dict[int, str] | None = None, state: str = DeploymentState.READY
+) -> list[Endpoint]:
+    """Ready (or, with `state`, sleeping) deployments of the fleet (nodes/); `version_labels` collects
+    "model@revision" by version id."""
     out: list[Endpoint] = []
-    ready = Deployment.objects.select_related("host", "model_version__model").filter(
-        state=DeploymentState.READY
-    )
+    ready = Deployment.objects.select_related("host", "model_version__model").filter(state=state)
     for dep in ready:
         if version_labels is not None:
             version_labels[dep.model_version_id] = str(dep.model_version)
@@ -375,6 +382,7 @@ def _fleet_endpoints(version_labels: dict[int, str] | None = None) -> list[Endpo
                 embeddings=_serves_embeddings(dep.engine, dep.extra_args or []),
                 sim_builtin_tokenizer=dep.engine == "sim"
                 and not _has_flag(dep.extra_args or [], "--tokenizer"),
+                sleeping_level=dep.sleeping_level if state == DeploymentState.SLEEPING else 0,
             )
         )
     return out
@@ -508,6 +516,9 @@ def load_routing_snapshot() -> RoutingSnapshot:
     by_alias: dict[str, list[Endpoint]] = {}
     for ep in endpoints:
         by_alias.setdefault(ep.served_model_name, []).append(ep)
+    asleep: dict[str, list[Endpoint]] = {}
+    for ep in _fleet_endpoints(version_labels, DeploymentState.SLEEPING):
+        asleep.setdefault(ep.served_model_name, []).append(ep)
     # Version selection happens here, once per reload: pools hold only the endpoints of the version they
     # serve (the alias's active one unless the pool names its own), so the hot path does not change.
     active = {alias: info.version_id for alias, info in models.items()}
@@ -542,12 +553,15 @@ def load_routing_snapshot() -> RoutingSnapshot:
             if row.model_version
             else (info.version_label if info else ""),
             staged=staged,
+            sleeping=_split_by_version(asleep.get(row.alias, []), version, row.role)[0],
+            wake_timeout_s=row.wake_timeout_s,
         )
     # Every alias served by some endpoint gets an implicit pool so a fresh fleet routes with no setup;
     # one whose active version has no ready endpoint too (empty), so its requests are told why.
-    for alias, all_members in by_alias.items():
+    # An alias whose engines all sleep too, so its first request wakes one.
+    for alias in sorted(set(by_alias) | set(asleep)):
         if alias not in pools:
-            members, staged = _split_by_version(all_members, active.get(alias))
+            members, staged = _split_by_version(by_alias.get(alias, []), active.get(alias))
             info = models.get(alias)
             pools[alias] = Pool(
                 name=alias,
@@ -556,6 +570,7 @@ def load_routing_snapshot() -> RoutingSnapshot:
                 version_id=active.get(alias),
                 version_label=info.version_label if info else "",
                 staged=staged,
+                sleeping=_split_by_version(asleep.get(alias, []), active.get(alias))[0],
             )
 
     policies: dict[str, Policy] = {}
@@ -577,7 +592,7 @@ def load_routing_snapshot() -> RoutingSnapshot:
     rollouts = _canaries()
     for pool in pools.values():
         pool.canary = _canary(rollouts.get(pool.alias), pool)
-    aliases = sorted(set(by_alias) | set(policies))
+    aliases = sorted(set(by_alias) | set(asleep) | set(policies))
     _with_counting_rules(models, serving)
     return RoutingSnapshot(
         pools=pools,

@@ -438,6 +438,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/deployments/{id}/sleep/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Put the engine to sleep (its agent calls POST /sleep?level=N and confirms). */
+        post: operations["deployments_sleep_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/deployments/{id}/start/": {
         parameters: {
             query?: never;
@@ -466,6 +483,23 @@ export interface paths {
         put?: never;
         /** @description Deployments of model versions onto hosts, with start/stop/restart/drain actions. */
         post: operations["deployments_stop_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/deployments/{id}/wake/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Wake a sleeping engine (its agent calls POST /wake_up and confirms). */
+        post: operations["deployments_wake_create"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2326,6 +2360,16 @@ export interface components {
             port: number;
             served_model_name: string;
             role: string;
+            /** @description Launch with vLLM's sleep mode so the agent can sleep and wake the engine (implied by sleep_idle_seconds). */
+            sleep_enabled: boolean;
+            /** @description Sleep after this many seconds with no request running or waiting; null: never. */
+            sleep_idle_seconds: number | null;
+            /** @description 1: weights to host memory, KV cache freed; 2: both dropped. */
+            sleep_level: number;
+            /** @description The level the engine sleeps at now; 0 while awake. */
+            readonly sleeping_level: number;
+            /** @description While asleep: GPU memory given back, summed over its GPUs, as the fit check counts it (its reservation awake minus what sleep mode leaves); null while awake. */
+            readonly freed_memory_bytes: number | null;
             readonly desired_state: components["schemas"]["DesiredStateEnum"];
             readonly state: components["schemas"]["DeploymentStateEnum"];
             readonly state_reason: string;
@@ -2426,6 +2470,12 @@ export interface components {
             port: number;
             served_model_name: string;
             role?: string;
+            /** @description Launch with vLLM's sleep mode so the agent can sleep and wake the engine (implied by sleep_idle_seconds). */
+            sleep_enabled?: boolean;
+            /** @description Sleep after this many seconds with no request running or waiting; null: never. */
+            sleep_idle_seconds?: number | null;
+            /** @description 1: weights to host memory, KV cache freed; 2: both dropped. */
+            sleep_level?: number;
         };
         /**
          * @description * `pending` - Pending
@@ -2437,9 +2487,10 @@ export interface components {
          *     * `failed` - Failed
          *     * `stopping` - Stopping
          *     * `stopped` - Stopped
+         *     * `sleeping` - Sleeping
          * @enum {string}
          */
-        DeploymentStateEnum: "pending" | "verifying" | "starting" | "ready" | "degraded" | "crashed" | "failed" | "stopping" | "stopped";
+        DeploymentStateEnum: "pending" | "verifying" | "starting" | "ready" | "degraded" | "crashed" | "failed" | "stopping" | "stopped" | "sleeping";
         /**
          * @description * `running` - Running
          *     * `stopped` - Stopped
@@ -2524,6 +2575,13 @@ export interface components {
             /** Format: double */
             itl_p95_s: number | null;
             has_metrics: boolean;
+            /**
+             * Format: double
+             * @description Unix time of the last request running or waiting.
+             */
+            idle_since?: number | null;
+            /** @description 0 awake; 1 or 2 asleep. */
+            sleeping_level?: number;
         };
         /** @description A case; validated by the same rules as a JSONL line (suites.validate_case), errors per field. */
         EvalCase: {
@@ -3660,6 +3718,12 @@ export interface components {
             port?: number;
             served_model_name?: string;
             role?: string;
+            /** @description Launch with vLLM's sleep mode so the agent can sleep and wake the engine (implied by sleep_idle_seconds). */
+            sleep_enabled?: boolean;
+            /** @description Sleep after this many seconds with no request running or waiting; null: never. */
+            sleep_idle_seconds?: number | null;
+            /** @description 1: weights to host memory, KV cache freed; 2: both dropped. */
+            sleep_level?: number;
         };
         /** @description A case; validated by the same rules as a JSONL line (suites.validate_case), errors per field. */
         PatchedEvalCaseRequest: {
@@ -3757,6 +3821,17 @@ export interface components {
             max_inflight_per_endpoint?: number;
             /** Format: double */
             batch_max_fraction?: number;
+            /** @description Put the pool's engines to sleep after this many idle seconds; null: never. */
+            sleep_idle_seconds?: number | null;
+            /** @description 1: weights to host memory, KV cache freed; 2: both dropped. */
+            sleep_level?: number;
+            /** @description Let every engine sleep (otherwise one stays awake); the first request wakes one. */
+            scale_to_zero?: boolean;
+            /**
+             * Format: double
+             * @description How long the proxy holds a request while an engine wakes; then 503 + Retry-After.
+             */
+            wake_timeout_s?: number;
         };
         /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         PatchedShadowConfigRequest: {
@@ -4225,6 +4300,17 @@ export interface components {
             max_inflight_per_endpoint: number;
             /** Format: double */
             batch_max_fraction: number;
+            /** @description Put the pool's engines to sleep after this many idle seconds; null: never. */
+            sleep_idle_seconds: number | null;
+            /** @description 1: weights to host memory, KV cache freed; 2: both dropped. */
+            sleep_level: number;
+            /** @description Let every engine sleep (otherwise one stays awake); the first request wakes one. */
+            scale_to_zero: boolean;
+            /**
+             * Format: double
+             * @description How long the proxy holds a request while an engine wakes; then 503 + Retry-After.
+             */
+            wake_timeout_s: number;
             /** Format: date-time */
             readonly updated_at: string;
         };
@@ -4251,6 +4337,17 @@ export interface components {
             max_inflight_per_endpoint?: number;
             /** Format: double */
             batch_max_fraction?: number;
+            /** @description Put the pool's engines to sleep after this many idle seconds; null: never. */
+            sleep_idle_seconds?: number | null;
+            /** @description 1: weights to host memory, KV cache freed; 2: both dropped. */
+            sleep_level?: number;
+            /** @description Let every engine sleep (otherwise one stays awake); the first request wakes one. */
+            scale_to_zero?: boolean;
+            /**
+             * Format: double
+             * @description How long the proxy holds a request while an engine wakes; then 503 + Retry-After.
+             */
+            wake_timeout_s?: number;
         };
         RouteRule: {
             match?: components["schemas"]["RuleMatch"];
@@ -4477,6 +4574,11 @@ export interface components {
             decision: components["schemas"]["DecisionEnum"];
             /** @default  */
             comment: string;
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        SleepRequest: {
+            /** @description 1 or 2; default: the deployment's sleep_level. */
+            level?: number | null;
         };
         /**
          * @description * `file` - the engine's log file
@@ -5375,8 +5477,9 @@ export interface operations {
                  *     * `failed` - Failed
                  *     * `stopping` - Stopping
                  *     * `stopped` - Stopped
+                 *     * `sleeping` - Sleeping
                  */
-                state?: "crashed" | "degraded" | "failed" | "pending" | "ready" | "starting" | "stopped" | "stopping" | "verifying";
+                state?: "crashed" | "degraded" | "failed" | "pending" | "ready" | "sleeping" | "starting" | "stopped" | "stopping" | "verifying";
             };
             header?: never;
             path?: never;
@@ -5628,6 +5731,34 @@ export interface operations {
             };
         };
     };
+    deployments_sleep_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this deployment. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["SleepRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["SleepRequest"];
+                "multipart/form-data": components["schemas"]["SleepRequest"];
+            };
+        };
+        responses: {
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+        };
+    };
     deployments_start_create: {
         parameters: {
             query?: never;
@@ -5667,6 +5798,28 @@ export interface operations {
                 "multipart/form-data": components["schemas"]["StopRequest"];
             };
         };
+        responses: {
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+        };
+    };
+    deployments_wake_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this deployment. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
         responses: {
             202: {
                 headers: {

@@ -7,7 +7,7 @@ import { DeploymentCostCard } from "../../components/Cost";
 import { ConfirmDialog } from "../../components/Dialog";
 import { Card, ErrorState, Page } from "../../components/Page";
 import { StatusBadge } from "../../components/StatusBadge";
-import { formatDateTime, formatPct, formatSeconds } from "../../format";
+import { formatBytes, formatDateTime, formatPct, formatSeconds } from "../../format";
 import { useApi } from "../../hooks/useApi";
 import type { LiveEvent } from "../../hooks/useLive";
 import { useLive } from "../../hooks/useLive";
@@ -17,7 +17,7 @@ import { EngineKvCacheChart, EngineLatencyChart, EngineRequestsChart, EngineThro
 import "./nodes.css";
 import { gpuKey, useTelemetrySeries } from "./telemetry";
 
-type Action = "start" | "stop" | "restart" | "drain";
+type Action = "start" | "stop" | "restart" | "drain" | "sleep" | "wake";
 
 // Start launches an engine that is not running; while one runs (or is on its way up or down), it is disabled.
 // A crashed engine waiting for its restart may be started at once.
@@ -84,6 +84,9 @@ export function DeploymentDetailPage() {
   const metrics = live ?? d?.live ?? null;
   const engineSeries = d ? telemetry.series.engines[d.id] : undefined;
   const startable = d ? STARTABLE.has(d.state) : false;
+  // Sleep needs an engine started with sleep mode (the flag is in its launch command).
+  const sleepMode = d ? d.launch_argv.includes("--enable-sleep-mode") : false;
+  const sleepable = d ? d.state === "ready" && sleepMode : false;
   return (
     <Page
       title={d ? d.name : "Deployment"}
@@ -102,6 +105,32 @@ export function DeploymentDetailPage() {
                 data-testid="action-start"
               >
                 Start
+              </button>
+              <button
+                type="button"
+                className="btn"
+                onClick={() => setConfirm("sleep")}
+                disabled={!sleepable}
+                title={
+                  sleepable
+                    ? `Free its GPU memory (level ${d.sleep_level}); the first request wakes it`
+                    : sleepMode
+                      ? `Only a ready engine can sleep (it is ${d.state}).`
+                      : "Runs without sleep mode: enable sleep on it (or its pool) and restart it."
+                }
+                data-testid="action-sleep"
+              >
+                Sleep
+              </button>
+              <button
+                type="button"
+                className="btn"
+                onClick={() => setConfirm("wake")}
+                disabled={d.state !== "sleeping"}
+                title={d.state === "sleeping" ? "Bring the engine back to ready" : "It is not asleep."}
+                data-testid="action-wake"
+              >
+                Wake
               </button>
               <button type="button" className="btn" onClick={() => setConfirm("restart")} data-testid="action-restart">Restart</button>
               <button type="button" className="btn" onClick={() => setConfirm("drain")} data-testid="action-drain">Drain</button>
@@ -124,6 +153,18 @@ export function DeploymentDetailPage() {
                 <StatusBadge status={d.state} /> <span className="muted">desired: {d.desired_state}</span>
               </div>
               <p>{d.state_reason}</p>
+              {d.state === "sleeping" && (
+                <p data-testid="sleep-info">
+                  Asleep at level {d.sleeping_level} ({d.sleeping_level === 1 ? "weights in host memory, KV cache freed" : "weights and KV cache dropped"}) ·{" "}
+                  <strong data-testid="freed-memory">{formatBytes(d.freed_memory_bytes)}</strong> of GPU memory freed
+                </p>
+              )}
+              {d.sleep_enabled && (
+                <div className="muted" data-testid="sleep-setting">
+                  sleep mode on · {d.sleep_idle_seconds === null ? "no idle sleep of its own" : `sleeps after ${d.sleep_idle_seconds} s idle`} at level{" "}
+                  {d.sleep_level}
+                </div>
+              )}
               <div className="muted" data-testid="deployment-restarts">
                 pid {d.pid ?? "—"} ·{" "}
                 <span title="Restarts after a crash, over the deployment's life">
@@ -244,7 +285,11 @@ export function DeploymentDetailPage() {
         title={confirm ? `${confirm.charAt(0).toUpperCase()}${confirm.slice(1)} ${d?.name ?? ""}` : ""}
         open={confirm !== null}
         message={
-          confirm === "drain"
+          confirm === "sleep"
+            ? `Put the engine to sleep at level ${d?.sleep_level ?? 1}: its GPU memory is freed, the process and its port stay; the first request routed to it wakes it.`
+            : confirm === "wake"
+              ? "Wake the engine: its weights come back to the GPU and it serves again."
+              : confirm === "drain"
             ? "Stop routing new requests to this engine and stop it once in-flight requests finish."
             : confirm === "stop"
               ? "Stop the engine now (SIGTERM, then SIGKILL after the stop timeout)."

@@ -107,7 +107,20 @@ export function NodesPage() {
             { header: "Engine", cell: (d) => d.engine },
             { header: "Host", cell: (d) => `${d.host_name}${d.gpu_indices.length ? ` · GPU ${d.gpu_indices.join(",")}` : " · CPU"}` },
             { header: "Port", className: "num", cell: (d) => d.port },
-            { header: "State", cell: (d) => <StatusBadge status={live.engines[d.id]?.state ?? d.state} /> },
+            {
+              header: "State",
+              cell: (d) => (
+                <span data-testid={`deployment-state-${d.id}`}>
+                  <StatusBadge status={live.engines[d.id]?.state ?? d.state} />
+                  {d.state === "sleeping" && (
+                    <span className="muted" data-testid={`freed-${d.id}`}>
+                      {" "}
+                      level {d.sleeping_level} · {formatBytes(d.freed_memory_bytes)} freed
+                    </span>
+                  )}
+                </span>
+              ),
+            },
             {
               header: <span title="Restarts after a crash over the deployment's life (in a row now)">Restarts</span>,
               className: "num",

@@ -4,7 +4,7 @@ import type { Page as ApiPage, RefusedTraffic, RoutedTraffic, RoutePolicy, Route
 import { useAuth } from "../../auth";
 import { PoolCostCard } from "../../components/Cost";
 import { Dialog } from "../../components/Dialog";
-import { InputField, SelectField } from "../../components/Field";
+import { CheckboxField, InputField, SelectField } from "../../components/Field";
 import { Card, ErrorState, Page } from "../../components/Page";
 import { Table } from "../../components/Table";
 import { formatNumber } from "../../format";
@@ -47,7 +47,20 @@ export function RoutingPage() {
           onRowClick={isAdmin ? setEditing : undefined}
           empty="No pools yet: every alias routes to all its ready deployments (least outstanding)."
           columns={[
-            { header: "Pool", cell: (p) => <strong>{p.name}</strong> },
+            {
+              header: "Pool",
+              cell: (p) => (
+                <>
+                  <strong>{p.name}</strong>
+                  {p.sleep_idle_seconds !== null && (
+                    // Idle sleep under the name, so the table keeps its width: scale to zero lets every engine sleep.
+                    <div className="muted" data-testid={`pool-sleep-${p.name}`} title="Idle sleep of the pool's engines, at level 1 or 2">
+                      {p.scale_to_zero ? "to zero" : "1 awake"} · {p.sleep_idle_seconds} s · L{p.sleep_level}
+                    </div>
+                  )}
+                </>
+              ),
+            },
             { header: "Alias", cell: (p) => <code>{p.alias}</code> },
             { header: "Role", cell: (p) => p.role || <span className="muted">any</span> },
             {
@@ -196,6 +209,10 @@ interface PoolForm {
   max_retries: string;
   max_inflight_per_endpoint: string;
   batch_max_fraction: string;
+  sleep_idle_seconds: string;
+  sleep_level: string;
+  scale_to_zero: boolean;
+  wake_timeout_s: string;
 }
 
 /** 0.8 -> "80%"; keeps one decimal for shares such as 0.125. */
@@ -216,6 +233,10 @@ function PoolDialog({ pool, onClose, onSaved }: { pool: RoutePool | null; onClos
     max_retries: String(pool?.max_retries ?? 2),
     max_inflight_per_endpoint: String(pool?.max_inflight_per_endpoint ?? 64),
     batch_max_fraction: String(pool?.batch_max_fraction ?? 0.8),
+    sleep_idle_seconds: pool?.sleep_idle_seconds == null ? "" : String(pool.sleep_idle_seconds),
+    sleep_level: String(pool?.sleep_level ?? 1),
+    scale_to_zero: pool?.scale_to_zero ?? false,
+    wake_timeout_s: String(pool?.wake_timeout_s ?? 30),
   });
   const [error, setError] = useState<ApiError | null>(null);
   const [saving, setSaving] = useState(false);
@@ -233,6 +254,10 @@ function PoolDialog({ pool, onClose, onSaved }: { pool: RoutePool | null; onClos
       max_inflight_per_endpoint: Number(form.max_inflight_per_endpoint),
       // Sent as typed: the API says why a value outside 0..1 is refused, next to the field.
       batch_max_fraction: form.batch_max_fraction.trim() === "" ? form.batch_max_fraction : Number(form.batch_max_fraction),
+      // Empty: no idle sleep.
+      sleep_idle_seconds: form.sleep_idle_seconds.trim() === "" ? null : Number(form.sleep_idle_seconds),
+      sleep_level: Number(form.sleep_level),
+      wake_timeout_s: Number(form.wake_timeout_s),
     };
     try {
       if (pool) await api.patch(`/api/route-pools/${pool.id}/`, body);
@@ -289,6 +314,44 @@ function PoolDialog({ pool, onClose, onSaved }: { pool: RoutePool | null; onClos
           onChange={set("batch_max_fraction")}
           errors={errors}
           hint="Of the pool's capacity; past it batch requests get 429, the rest is headroom for interactive ones."
+        />
+        <InputField
+          label="Sleep after idle (s)"
+          name="sleep_idle_seconds"
+          type="number"
+          value={form.sleep_idle_seconds}
+          onChange={set("sleep_idle_seconds")}
+          errors={errors}
+          hint="Empty: engines never sleep. vLLM and simulator engines only; they restart once to get sleep mode."
+        />
+        <SelectField
+          label="Sleep level"
+          name="sleep_level"
+          options={[
+            { value: "1", label: "1: weights to host memory (faster wake)" },
+            { value: "2", label: "2: weights dropped (least memory)" },
+          ]}
+          value={form.sleep_level}
+          onChange={set("sleep_level")}
+          errors={errors}
+        />
+        <CheckboxField
+          label="Scale to zero"
+          name="scale_to_zero"
+          checked={form.scale_to_zero}
+          onChange={(e) => setForm({ ...form, scale_to_zero: e.target.checked })}
+          errors={errors}
+          hint="Every engine may sleep; otherwise one stays awake. The first request wakes one."
+        />
+        <InputField
+          label="Wake timeout (s)"
+          name="wake_timeout_s"
+          type="number"
+          step="0.5"
+          value={form.wake_timeout_s}
+          onChange={set("wake_timeout_s")}
+          errors={errors}
+          hint="How long a request is held while an engine wakes; then 503 with Retry-After."
         />
       </div>
     </Dialog>
