@@ -129,7 +129,8 @@ def apply_change(host: Host, change: dict[str, Any]) -> str:
     if kind == "started":
         if state != DeploymentState.VERIFYING or deployment.pid:
             return "duplicate"
-        plan = runtime.launch_plan(deployment, python=AGENT_PYTHON)
+        # Recorded with the interpreter the agent runs engines with (it reports it in its info).
+        plan = runtime.launch_plan(deployment, python=str(host_info(host).get("python") or AGENT_PYTHON))
         pid = int(change["pid"])
         started = datetime.fromtimestamp(float(change.get("at", time.time())), tz=UTC)
         transition(
@@ -195,6 +196,10 @@ def apply_change(host: Host, change: dict[str, Any]) -> str:
     else:
         return "unknown"
     return "applied"
+
+
+def host_info(host: Host) -> dict[str, Any]:
+    return Host.objects.filter(pk=host.pk).values_list("agent_info", flat=True).first() or {}
 
 
 def reconcile(deployment: Deployment) -> None:

@@ -295,6 +295,7 @@ class Agent:
             **self.gpus.versions(),
             "vllm_version": vllm_version,
             "queued_changes": len(self.outbox),
+            "python": sys.executable,
         }
 
     # --- acting on the control plane's answer ---
