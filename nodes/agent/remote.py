@@ -343,7 +343,7 @@ class Agent:
                 and ("exited", deployment_id, token) not in queued
             ):
                 self.queue(
-                    "exited", self._ghost(deployment), message="The current was gone when the agent restarted."
+                    "exited", self._ghost(deployment), message="The engine was gone when the agent restarted."
                 )
 
     def _ghost(self, deployment: dict[str, Any]) -> LocalEngine:

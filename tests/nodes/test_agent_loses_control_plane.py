@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -103,7 +102,10 @@ def test_a_replayed_batch_changes_nothing_twice(
 
     def sync(changes: list[dict[str, Any]]) -> dict[str, Any]:
         response = client.post(
-            "/api/agent/sync/", {"host": host.name, "changes": changes}, content_type="application/json", **auth
+            "/api/agent/sync/",
+            {"host": host.name, "changes": changes},
+            content_type="application/json",
+            **auth,
         )
         assert response.status_code == 200, response.content
         return dict(response.json())
@@ -131,7 +133,13 @@ def test_a_replayed_batch_changes_nothing_twice(
     assert (deployment.state, deployment.pid) == (DeploymentState.READY, 4242)
     assert deployment.events.count() == events
     # An exit of an engine of an earlier launch (another start token) is stale: ignored.
-    stale = {"id": "c3", "kind": "exited", "deployment_id": deployment.pk, "start_token": "old", "message": "x"}
+    stale = {
+        "id": "c3",
+        "kind": "exited",
+        "deployment_id": deployment.pk,
+        "start_token": "old",
+        "message": "x",
+    }
     sync([stale])
     deployment.refresh_from_db()
     assert deployment.state == DeploymentState.READY
