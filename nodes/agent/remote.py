@@ -144,6 +144,7 @@ class Agent:
         self.deployments: dict[int, dict[str, Any]] = {}
         self.inventory_sent = False
         self.connected = False
+        self.ever_connected = False
         self.stop_event = threading.Event()
         self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"agent-{host_name}")
         self._lock = threading.Lock()  # outbox and engines, shared with stop threads
@@ -259,8 +260,10 @@ class Agent:
         try:
             answer = self.control_plane.post("/api/agent/sync/", batch)
         except ControlPlaneUnavailable as exc:
-            if self.connected or self.control_plane.failures == 1:
+            if self.connected:
                 log.warning("control plane unreachable (%s); engines keep serving, changes are queued", exc)
+            elif self.control_plane.failures == 1 and not self.ever_connected:
+                log.info("waiting for the control plane (%s)", exc)
             self.connected = False
             return
         except AgentRefused as exc:
@@ -269,7 +272,7 @@ class Agent:
             return
         if not self.connected:
             log.info("connected to the control plane (%d queued changes sent)", len(changes))
-        self.connected = True
+        self.connected = self.ever_connected = True
         self.inventory_sent = True
         acked = set(answer.get("acked", []))
         with self._lock:
