@@ -33,7 +33,7 @@ from core.redis_client import get_redis, key
 from nodes import history
 from nodes.agent import runtime
 from nodes.agent.services import bind_host_for, launch_record, record_heartbeat, redact_argv, report_gpus
-from nodes.choices import DeploymentState, DesiredState
+from nodes.choices import DeploymentState, DesiredState, HostState
 from nodes.lifecycle import (
     engine_api_key,
     live_deployment_key,
@@ -79,7 +79,9 @@ def agent_settings() -> dict[str, Any]:
 
 def sync(host: Host, batch: dict[str, Any]) -> dict[str, Any]:
     """Apply one batch from the host's agent and answer with what it must run."""
-    record_heartbeat(host.name, {**batch.get("info", {}), "channel": "api"})
+    info = {**batch.get("info", {}), "channel": "api"}
+    if _heartbeat_due(host, info):
+        record_heartbeat(host.name, info)
     if batch.get("gpu_inventory") is not None:
         report_gpus(host, batch["gpu_inventory"])
     acked = []
@@ -103,10 +105,11 @@ def sync(host: Host, batch: dict[str, Any]) -> dict[str, Any]:
     )
     for deployment in deployments.values():
         reconcile(deployment)
+    drains = _drains_requested(list(deployments))
     return {
         "acked": acked,
         "settings": agent_settings(),
-        "deployments": [describe(d) for d in deployments.values()],
+        "deployments": [describe(d, drain=d.pk in drains) for d in deployments.values()],
         "log_requests": take_log_requests(host.name),
     }
 
@@ -231,7 +234,20 @@ def reconcile(deployment: Deployment) -> None:
         Deployment.objects.filter(pk=deployment.pk).update(restart_count=0)
 
 
-def describe(deployment: Deployment) -> dict[str, Any]:
+def _heartbeat_due(host: Host, info: dict[str, Any]) -> bool:
+    """Whether this sync writes the host row: at most once per NODE_HEARTBEAT_SECONDS while nothing changed.
+
+    The agent syncs every NODE_TELEMETRY_SECONDS; the row needs a fresh timestamp only often enough for
+    the unreachable sweep, and the agent's info only when it changes.
+    """
+    if host.last_heartbeat is None or host.state in (HostState.UNKNOWN, HostState.UNREACHABLE):
+        return True
+    if (host.agent_info or {}) != info:
+        return True
+    return (timezone.now() - host.last_heartbeat).total_seconds() >= settings.NODE_HEARTBEAT_SECONDS
+
+
+def describe(deployment: Deployment, *, drain: bool = False) -> dict[str, Any]:
     """One deployment as its agent needs it; `launch` carries the command line when one is due."""
     wanted = deployment.desired_state == DesiredState.RUNNING
     launch = None
@@ -256,7 +272,7 @@ def describe(deployment: Deployment) -> dict[str, Any]:
         "pid": deployment.pid,
         "engine_key": engine_api_key(deployment) if deployment.start_token else "",
         "bind_host": bind_host_for(deployment.host),
-        "drain": _drain_requested(deployment.pk),
+        "drain": drain,
         "launch": launch,
     }
 
@@ -318,11 +334,15 @@ def request_drain(deployment_id: int) -> None:
         log.warning("could not flag the drain of deployment %s: %s", deployment_id, exc)
 
 
-def _drain_requested(deployment_id: int) -> bool:
+def _drains_requested(deployment_ids: list[int]) -> set[int]:
+    """The deployments whose pending stop is a drain (one MGET for the whole host)."""
+    if not deployment_ids:
+        return set()
     try:
-        return bool(get_redis().exists(key("agent", "drain", str(deployment_id))))
+        flags = get_redis().mget([key("agent", "drain", str(pk)) for pk in deployment_ids])
     except Exception:
-        return False
+        return set()
+    return {pk for pk, flag in zip(deployment_ids, flags, strict=True) if flag}
 
 
 # --- logs through the agent -------------------------------------------------------------------------

@@ -294,7 +294,7 @@ class Agent:
             "nvml": self.gpus.nvml_available,
             "gpu_note": self.gpus.nvml_error,
             "simulated_gpus": self.gpus.simulated,
-            "heartbeat_seconds": self.settings["telemetry_seconds"],
+            "heartbeat_seconds": self.settings["heartbeat_seconds"],
             **self.gpus.versions(),
             "vllm_version": vllm_version,
             "queued_changes": len(self.outbox),
