@@ -4,6 +4,7 @@ settings, reaching a live control plane through a TCP relay the test can cut and
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -122,3 +123,12 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str, log: Path
             return
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}; agent log:\n{process.tail(log, 60)}")
+
+
+def stop_engines_under(directory: Path) -> None:
+    """Kill every engine whose state file lies under `directory` (engines outlive their agent)."""
+    for record_file in directory.rglob("deployment-*.json"):
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            record = process.EngineRecord(**json.loads(record_file.read_text()))
+            if process.is_alive(record.pid):
+                os.killpg(record.pid, signal.SIGKILL)

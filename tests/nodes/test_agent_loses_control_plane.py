@@ -54,6 +54,7 @@ def _outage(relay: Relay, deployment: Deployment, engine_dir: Path, log: Path) -
 
     wait_for(lambda: current().state == DeploymentState.READY, 60, "ready", log)
     first = current()
+    assert first.pid is not None
     events_before = first.events.count()
 
     relay.cut()
@@ -84,6 +85,7 @@ def _outage(relay: Relay, deployment: Deployment, engine_dir: Path, log: Path) -
         log,
     )
     again = current()
+    assert again.pid is not None
     assert again.start_token != first.start_token
     assert process.is_alive(again.pid)
     crashes = again.events.filter(to_state=DeploymentState.CRASHED)

@@ -100,3 +100,18 @@ def test_a_log_answer_for_another_hosts_request_is_refused(client: Any, settings
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "log_request_unknown"
     assert Host.objects.filter(name="node-a").exists()
+
+
+def test_the_host_list_shows_token_prefixes_without_a_query_per_host(
+    admin_client: Any, django_assert_max_num_queries: Any, settings: Any, tmp_path: Any
+) -> None:
+    settings.ENGINE_LOG_DIR = tmp_path
+    prefixes = {}
+    for n in range(4):
+        host = make_host(f"node-{n}")
+        prefixes[host.name] = issue_agent_token(host).token.prefix
+    with django_assert_max_num_queries(8):
+        body = admin_client.get("/api/hosts/").json()
+    shown = {row["name"]: row["agent_token"]["prefix"] for row in body["results"]}
+    assert shown == prefixes
+    assert all(row["new_agent_token"] is None for row in body["results"])
