@@ -64,13 +64,16 @@ class ControlPlane:
         self.max_backoff = max_backoff
         self.failures = 0
         self.next_call_at = 0.0
+        self.answered_once = False
 
     def ready_for_call(self) -> bool:
         return time.monotonic() >= self.next_call_at
 
     def _failed(self) -> None:
         self.failures += 1
-        delay = min(self.max_backoff, 0.5 * 2 ** min(self.failures - 1, 10))
+        # Until the first answer (the control plane may still be starting) retry at least once a second.
+        cap = self.max_backoff if self.answered_once else 1.0
+        delay = min(cap, 0.5 * 2 ** min(self.failures - 1, 10))
         self.next_call_at = time.monotonic() + delay * random.uniform(0.8, 1.2)
 
     def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -102,4 +105,5 @@ class ControlPlane:
             raise ControlPlaneUnavailable(f"{path}: {exc}") from None
         self.failures = 0
         self.next_call_at = 0.0
+        self.answered_once = True
         return answer if isinstance(answer, dict) else {}
