@@ -159,7 +159,9 @@ def apply_change(host: Host, change: dict[str, Any]) -> str:
                 reported_quantization=str(change.get("kernel", ""))[:64],
             )
         elif state == DeploymentState.DEGRADED:
-            transition(deployment, DeploymentState.READY, message or "Recovered: probes pass again.")
+            # Degraded while starting (the host missed heartbeats) has no ready time yet.
+            extra = {} if deployment.ready_at else {"ready_at": timezone.now()}
+            transition(deployment, DeploymentState.READY, message or "Recovered: probes pass again.", **extra)
         else:
             return "duplicate"
     elif kind == "degraded":

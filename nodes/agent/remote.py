@@ -318,6 +318,10 @@ class Agent:
                     self.pool.submit(self.stop_engine, engine, False, False)
             elif engine.phase == "adopted":
                 engine.phase = {"ready": "ready", "degraded": "degraded"}.get(deployment["state"], "starting")
+            elif engine.phase == "ready" and deployment["state"] == "degraded":
+                # Degraded by the control plane (the host missed heartbeats): the next passing probe
+                # reports the recovery.
+                engine.phase = "degraded"
         for deployment_id, deployment in self.deployments.items():
             current = self.engines.get(deployment_id)
             token = deployment["start_token"]

@@ -16,8 +16,8 @@ import pytest
 from nodes import agent_channel, process
 from nodes.agent import remote
 from nodes.agent_tokens import issue_agent_token
-from nodes.choices import DeploymentState
-from nodes.lifecycle import engine_api_key, live_deployment_key, read_live
+from nodes.choices import DeploymentState, HostState
+from nodes.lifecycle import engine_api_key, live_deployment_key, mark_unreachable_hosts, read_live
 from nodes.models import Deployment, Host
 from tests.nodes.agent_channel import agent_env, kill, start_agent, wait_for
 
@@ -50,6 +50,7 @@ def test_agent_without_database_launches_reports_serves_logs_and_stops(
     tmp_path: Path,
     agents: list[subprocess.Popen[bytes]],
     monkeypatch: pytest.MonkeyPatch,
+    settings: Any,
 ) -> None:
     token = issue_agent_token(host).raw_token
     deployment = make_deployment()
@@ -98,6 +99,16 @@ def test_agent_without_database_launches_reports_serves_logs_and_stops(
     wait_for(lambda: "connected" in log.read_text().split("re-adopted")[-1], 30, "sync", log)
     assert current().pid == ready.pid
     assert current().state == DeploymentState.READY
+
+    # The host missed heartbeats (beat's sweep, forced here): its engine is degraded; the agent's next
+    # sync brings the host back and its next passing probe the engine.
+    settings.NODE_UNREACHABLE_SECONDS = 0.0
+    assert mark_unreachable_hosts() == [host.name]
+    settings.NODE_UNREACHABLE_SECONDS = 60.0
+    assert current().state == DeploymentState.DEGRADED
+    wait_for(lambda: current().state == DeploymentState.READY, 30, "recovery", log)
+    assert Host.objects.get(pk=host.pk).state == HostState.ONLINE
+    assert current().events.filter(to_state=DeploymentState.READY, message__startswith="Recovered").exists()
 
     response = admin_client.post(f"/api/deployments/{deployment.pk}/stop/", {}, format="json")
     assert response.status_code == 202, response.content
