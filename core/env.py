@@ -63,3 +63,16 @@ def env_secret(name: str, default: str = "") -> str:
     if file_name:
         return Path(file_name).read_text().strip()
     return os.environ.get(name, default)
+
+
+def write_secret_file(path: Path, secret: str) -> None:
+    """Write `secret` to `path`, readable by this user only, replacing any older file atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # an older partial file may have kept other permissions
+        os.write(fd, secret.encode() + b"\n")
+    finally:
+        os.close(fd)
+    os.replace(partial, path)

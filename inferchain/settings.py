@@ -295,6 +295,10 @@ NODE_STABLE_SECONDS = env_float("NODE_STABLE_SECONDS", 120.0)
 NODE_LIVE_TTL_SECONDS = env_float("NODE_LIVE_TTL_SECONDS", 5.0)
 # GPU and engine samples kept in Redis for the console's charts (nodes/history.py).
 NODE_HISTORY_SECONDS = env_float("NODE_HISTORY_SECONDS", 3600.0)
+# How long the deployment page waits for a remote agent to answer a log request (docs/nodes.md).
+AGENT_LOG_TIMEOUT_SECONDS = env_float("AGENT_LOG_TIMEOUT_SECONDS", 5.0)
+# Where `seed_demo` writes the demo hosts' agent tokens (one file per host, mode 0600; Procfile --token-file).
+AGENT_TOKEN_DIR = Path(env_str("AGENT_TOKEN_DIR", str(BASE_DIR / "var" / "agent-tokens")))
 ENGINE_LOG_DIR = Path(env_str("ENGINE_LOG_DIR", str(BASE_DIR / "var" / "engines")))
 ENGINE_LOG_MAX_BYTES = env_int("ENGINE_LOG_MAX_BYTES", 20 * 1024 * 1024)
 ENGINE_LOG_KEEP = env_int("ENGINE_LOG_KEEP", 5)

@@ -18,13 +18,14 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from core.env import write_secret_file
 from models_registry.demo import seed_smollm2
 from models_registry.evaluation.models import EvalRun, EvalSuite, RunState
 from models_registry.evaluation.runner import execute_run
 from models_registry.evaluation.suites import seed_builtin_suites
 from models_registry.models import Model, ModelAlias, ModelVersion, QuantizationConfig
 from models_registry.services import register_version
-from nodes import services
+from nodes import agent_tokens, services
 from nodes.agent.gpus import GpuSource, simulated_gpu_config
 from nodes.agent.services import report_gpus
 from nodes.choices import DeploymentState, DesiredState, Engine
@@ -106,6 +107,31 @@ STOPPED_BY_MAKE_STOP = "Stopped by make stop; the next make run starts it again.
 def demo_traffic_key_file() -> Path:
     """Where `seed_demo` leaves the demo-traffic API key for the agents' traffic generator (mode 0600)."""
     return Path(settings.BASE_DIR) / "var" / "demo-traffic.key"
+
+
+def demo_agent_token_file(host_name: str) -> Path:
+    """Where `seed_demo` leaves a demo host's agent token for its agent (`--token-file`, mode 0600)."""
+    return Path(settings.AGENT_TOKEN_DIR) / host_name
+
+
+def ensure_demo_agent_token(host: Host) -> str | None:
+    """Keep the demo host's token file naming its active token; issue a new one when it does not.
+
+    The raw token goes only to that file (mode 0600, replaced atomically after commit); the line
+    returned names its prefix.
+    """
+    path = demo_agent_token_file(host.name)
+    try:
+        raw = path.read_text().strip()
+    except OSError:
+        raw = ""
+    active = agent_tokens.active_token(host)
+    if raw and active is not None and active.hashed_token == agent_tokens.hash_agent_token(raw):
+        return None
+    issued = agent_tokens.issue_agent_token(host)
+    raw_token = issued.raw_token
+    transaction.on_commit(lambda: write_secret_file(path, raw_token))
+    return f"agent token of {host.name}: {issued.token.prefix}… in {path} (mode 0600)"
 
 
 def write_config_dir(directory: Path, config: dict[str, Any]) -> Path:
@@ -201,6 +227,9 @@ def seed_demo_fleet(*, time_scale: float = 1.0) -> list[str]:
                 },
             )
             hosts[spec.name] = host
+            token_note = ensure_demo_agent_token(host)
+            if token_note:
+                created.append(token_note)
         # Registered (and verified) on demo-a; each agent verifies the files on its own host at launch.
         versions = _ensure_versions(DEMO_HOSTS[0].name)
         _ensure_simulated_gpus(hosts)

@@ -205,3 +205,27 @@ class PerformanceBaseline(models.Model):
 
     def __str__(self) -> str:
         return f"{self.deployment_id}: {self.name}"
+
+
+class AgentToken(models.Model):
+    """The credential one host's agent presents on /api/agent/: only a keyed hash and a visible prefix.
+
+    Created when the host is registered (shown once), rotated or revoked from the console. A rotated
+    token is revoked, not deleted, so an agent still using it is told "revoked", not "unknown".
+    """
+
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="agent_tokens")
+    prefix = models.CharField(max_length=16)
+    hashed_token = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.host.name}: {self.prefix}…"

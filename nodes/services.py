@@ -11,13 +11,19 @@ from django.db import transaction
 from core.celery import enqueue_on_commit
 from core.redis_client import publish_config_change
 from nodes import tasks
+from nodes.agent_channel import request_drain, uses_agent_channel
 from nodes.choices import SLEEP_CAPABLE_ENGINES, SLEEP_LEVELS, DeploymentState, DesiredState, HostState
 from nodes.lifecycle import host_is_reachable, record_event, request_wake, transition
 from nodes.models import Deployment, Host
 
 
 def _enqueue(task: Any, deployment: Deployment, **kwargs: Any) -> None:
-    """Send `task` to the agent of the deployment's host once the transaction commits."""
+    """Send `task` to the agent of the deployment's host once the transaction commits.
+
+    An agent on the agent channel has no queue: it learns the new desired state at its next sync.
+    """
+    if uses_agent_channel(deployment.host):
+        return
     enqueue_on_commit(task, deployment.pk, queue=deployment.host.agent_queue, **kwargs)
 
 
@@ -52,6 +58,8 @@ def request_stop(deployment: Deployment, *, drain: bool = False) -> Deployment:
                 if drain
                 else "Stop requested.",
             )
+        if drain and uses_agent_channel(deployment.host):
+            request_drain(deployment.pk)
         _enqueue(tasks.stop_deployment, deployment, drain=drain)
     return deployment
 
@@ -63,6 +71,16 @@ def request_restart(deployment: Deployment) -> Deployment:
         )
         deployment.desired_state = DesiredState.RUNNING
         record_event(deployment, "Restart requested.")
+        if uses_agent_channel(deployment.host):
+            # The agent stops the engine it sees in STOPPING, and its "stopped" brings it back to PENDING.
+            if deployment.state in (
+                DeploymentState.STARTING,
+                DeploymentState.READY,
+                DeploymentState.DEGRADED,
+            ):
+                transition(deployment, DeploymentState.STOPPING, "Restarting the engine.")
+            elif deployment.state != DeploymentState.STOPPING:
+                transition(deployment, DeploymentState.PENDING, "Restart: launching again.", pid=None)
         _enqueue(tasks.restart_deployment, deployment)
     return deployment
 

@@ -11,13 +11,13 @@ active version's deployments.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from django.db import transaction
 
 from console.models import ApiKey, Quota, Tenant
 from console.services import issue_api_key, revoke_api_key
+from core.env import write_secret_file
 from core.redis_client import publish_config_change
 from models_registry.models import ModelAlias, ModelVersion
 from nodes.demo import DEMO_ENGINES, demo_traffic_key_file
@@ -156,16 +156,3 @@ def seed_demo_traffic(key_file: Path | None = None) -> list[str]:
         transaction.on_commit(lambda: write_secret_file(path, raw_key))
     prefix = issued.api_key.prefix
     return [f"demo traffic: tenant '{DEMO_TRAFFIC_TENANT}', key {prefix}… in {path} (mode 0600)"]
-
-
-def write_secret_file(path: Path, secret: str) -> None:
-    """Write `secret` to `path`, readable by this user only, replacing any older file atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)  # an older partial file may have kept other permissions
-        os.write(fd, secret.encode() + b"\n")
-    finally:
-        os.close(fd)
-    os.replace(partial, path)

@@ -69,6 +69,7 @@ def test_idle_demo_is_quiet(tmp_path: Path) -> None:
         "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
         "REDIS_KEY_PREFIX": f"idle{uuid.uuid4().hex[:8]}:",
         "ENGINE_LOG_DIR": str(tmp_path / "engines"),
+        "AGENT_TOKEN_DIR": str(tmp_path / "agent-tokens"),
         "MODEL_ROOTS": str(tmp_path / "models"),
         "DEMO_ENGINE_PORT_BASE": str(free_port_block(4)),
         "HOST": "127.0.0.1",

@@ -1,20 +1,12 @@
-"""`python -m nodes.agent --host NAME`: run the node agent for NAME (see nodes/agent/main.py)."""
+"""`python -m nodes.agent --host NAME`: the node agent of a fleet host (see nodes/agent/remote.py).
+
+It reaches the control plane through the agent channel only; it needs no DATABASE_URL and never
+imports Django. (`manage.py run_agent` is the co-located agent for a single-machine install.)
+"""
 
 from __future__ import annotations
 
-import os
-
-import django
-
-
-def main() -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "inferchain.settings")
-    django.setup()
-    # After setup: the agent's modules import models, which need the app registry ready.
-    from nodes.agent.main import build_parser, run
-
-    run(build_parser().parse_args())
-
+from nodes.agent.remote import main
 
 if __name__ == "__main__":
     main()

@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from nodes.agent.model_fetch import fetch_for_launch
 from nodes.agent.modelstore import FetchError
 from nodes.agent.services import bind_host_for, engine_spec, launch_record, new_start_token, redact_argv
 from nodes.choices import DeploymentState, DesiredState, Engine
-from nodes.engines import get_adapter
+from nodes.engines import EngineSpec, get_adapter
 from nodes.engines import vllm as vllm_adapter
 from nodes.lifecycle import clear_wake_request, engine_api_key, record_event, transition
 from nodes.models import Deployment
@@ -116,15 +117,39 @@ def launch(deployment_id: int) -> str:
             return "error"
 
 
-def _launch(deployment: Deployment) -> str:
+@dataclass
+class LaunchPlan:
+    """What to start for a deployment whose checks passed: its engine input, command line and env."""
+
+    spec: EngineSpec
+    argv: list[str]
+    env: dict[str, str]
+
+
+def prepare_launch(
+    deployment: Deployment, *, python: str | None = None, local: bool = True
+) -> LaunchPlan | str:
+    """The checks before a launch (files, fit, port), a new start token and the engine's command line.
+
+    Returns the plan, or the outcome when the deployment must not (or need not) start. `local=False`
+    is the agent channel's use: the engine starts on another machine, whose agent checks its port and
+    runs the command line with its own interpreter (`python`).
+    """
     if deployment.desired_state != DesiredState.RUNNING:
         return "not wanted"
-    if engine_running(deployment):
+    if local and engine_running(deployment):
         return "already running"
-    if deployment.pid and process.is_alive(deployment.pid) and deployment.state == DeploymentState.STARTING:
+    if (
+        local
+        and deployment.pid
+        and process.is_alive(deployment.pid)
+        and deployment.state == DeploymentState.STARTING
+    ):
         return "already starting"
 
-    store = active_store()
+    # Only an engine started on this machine fetches from the store here: a fleet agent's host (the agent
+    # channel, local=False) is still checked where the control plane sees the files (docs/nodes.md).
+    store = active_store() if local else None
     model_path = None
     if store is None:
         transition(deployment, DeploymentState.VERIFYING, "Verifying model files on the host.")
@@ -152,25 +177,40 @@ def _launch(deployment: Deployment) -> str:
     if not check.ok:
         transition(deployment, DeploymentState.FAILED, f"Refused before start: {check.summary()}", pid=None)
         return "refused"
-    reap_orphan(deployment)
-    bind = bind_host_for(deployment.host)
-    if not process.port_is_free(deployment.port, bind):
-        transition(
-            deployment,
-            DeploymentState.FAILED,
-            f"Refused before start: port {deployment.port} on {deployment.host.name} is already in use "
-            "by another process; pick a free port.",
-            pid=None,
-        )
-        return "port in use"
+    if local:
+        reap_orphan(deployment)
+        bind = bind_host_for(deployment.host)
+        if not process.port_is_free(deployment.port, bind):
+            transition(deployment, DeploymentState.FAILED, port_in_use_message(deployment), pid=None)
+            return "port in use"
 
     # A new token per launch: a new engine key, and a pid that cannot be mistaken for the old one.
     deployment.start_token = new_start_token()
     Deployment.objects.filter(pk=deployment.pk).update(start_token=deployment.start_token)
+    return launch_plan(deployment, python=python, model_path=model_path)
+
+
+def launch_plan(
+    deployment: Deployment, *, python: str | None = None, model_path: str | None = None
+) -> LaunchPlan:
+    """The command line of the deployment's current start token (deterministic, so it can be rebuilt)."""
     adapter = get_adapter(deployment.engine)
-    spec = engine_spec(deployment, model_path=model_path)
-    argv = adapter.build_argv(spec)
-    env = adapter.build_env(spec)
+    spec = engine_spec(deployment, python=python, model_path=model_path)
+    return LaunchPlan(spec=spec, argv=adapter.build_argv(spec), env=adapter.build_env(spec))
+
+
+def port_in_use_message(deployment: Deployment) -> str:
+    return (
+        f"Refused before start: port {deployment.port} on {deployment.host.name} is already in use "
+        "by another process; pick a free port."
+    )
+
+
+def _launch(deployment: Deployment) -> str:
+    plan = prepare_launch(deployment)
+    if isinstance(plan, str):
+        return plan
+    spec, argv, env = plan.spec, plan.argv, plan.env
     record = process.start_engine(
         argv=argv,
         env=env,
@@ -397,14 +437,18 @@ def restart(deployment_id: int) -> str:
     return launch(deployment_id)
 
 
-def record_crash(deployment: Deployment, reason: str) -> None:
+def record_crash(deployment: Deployment, reason: str, *, remote_log_tail: str | None = None) -> None:
     """The engine exited or hung: schedule a restart with capped exponential backoff, or give up.
 
     After NODE_MAX_RESTARTS restarts that did not stay up, the deployment is FAILED with the last
     log lines attached, for a person to read.
     """
-    log_tail = process.tail(deployment.log_path, 40) if deployment.log_path else ""
-    process.forget_record(engine_dir(deployment.host.name), deployment.pk)
+    if remote_log_tail is not None:
+        # Reported by the host's agent over the agent channel: the log and state file are on its disk.
+        log_tail = remote_log_tail
+    else:
+        log_tail = process.tail(deployment.log_path, 40) if deployment.log_path else ""
+        process.forget_record(engine_dir(deployment.host.name), deployment.pk)
     if deployment.desired_state == DesiredState.STOPPED:
         transition(deployment, DeploymentState.STOPPED, reason, log_tail=log_tail, pid=None, ready_at=None)
         return

@@ -13,7 +13,7 @@ from models_registry.models import ModelVersion, QuantizationConfig
 from nodes import baselines
 from nodes.choices import ACTIVE_STATES, DeploymentState, Engine
 from nodes.lifecycle import host_is_reachable, live_deployment_key, live_gpu_key, read_live
-from nodes.models import Deployment, DeploymentEvent, Gpu, Host, PerformanceBaseline
+from nodes.models import AgentToken, Deployment, DeploymentEvent, Gpu, Host, PerformanceBaseline
 from nodes.preflight import held_fraction, preflight
 from nodes.services import sleep_problems
 from nodes.spec import DeploySpec
@@ -113,6 +113,13 @@ class GpuSerializer(serializers.ModelSerializer):
         return prefetched.get(redis_key) if prefetched is not None else read_live(redis_key)
 
 
+class AgentTokenInfoSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = AgentToken
+        fields = ["prefix", "created_at", "last_used_at"]
+        read_only_fields = fields
+
+
 class HostSerializer(StrictModelSerializer):
     """A host; GPUs, heartbeat and state come from its agent and are read-only here."""
 
@@ -122,6 +129,8 @@ class HostSerializer(StrictModelSerializer):
     reachable = serializers.SerializerMethodField()
     agent_queue = serializers.CharField(read_only=True)
     deployment_count = serializers.SerializerMethodField()
+    agent_token = serializers.SerializerMethodField()
+    new_agent_token = serializers.SerializerMethodField()
 
     class Meta:
         model = Host
@@ -139,10 +148,23 @@ class HostSerializer(StrictModelSerializer):
             "agent_queue",
             "gpus",
             "deployment_count",
+            "agent_token",
+            "new_agent_token",
             "created_at",
             "updated_at",
         ]
         read_only_fields = ["state", "last_heartbeat", "agent_info", "created_at", "updated_at"]
+
+    @extend_schema_field(AgentTokenInfoSerializer(allow_null=True))
+    def get_agent_token(self, obj: Host) -> dict[str, Any] | None:
+        """The host's active agent token (prefix and dates only; the token itself is never shown again)."""
+        active = [t for t in obj.agent_tokens.all() if t.revoked_at is None]
+        return AgentTokenInfoSerializer(active[0]).data if active else None
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_new_agent_token(self, obj: Host) -> str | None:
+        """The token just issued (on create and rotate only): shown once, stored hashed."""
+        return self.context.get("new_agent_token")
 
     def get_reachable(self, obj: Host) -> bool:
         return host_is_reachable(obj)
@@ -436,7 +458,11 @@ class PreflightResultSerializer(serializers.Serializer):
 
 class DeploymentLogSerializer(serializers.Serializer):
     source = serializers.ChoiceField(  # type: ignore[assignment]
-        choices=[("file", "the engine's log file"), ("last_exit", "the lines kept at its last exit")]
+        choices=[
+            ("file", "the engine's log file"),
+            ("agent", "the engine's log file, read by the host's agent"),
+            ("last_exit", "the lines kept at its last exit"),
+        ]
     )
     path = serializers.CharField()
     lines = serializers.ListField(child=serializers.CharField())

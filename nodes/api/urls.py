@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from nodes.api import views
+from nodes.api import agent_views, views
 
 router = DefaultRouter()
 router.register("hosts", views.HostViewSet, basename="host")
@@ -11,6 +11,8 @@ router.register("deployments", views.DeploymentViewSet, basename="deployment")
 router.register("baselines", views.PerformanceBaselineViewSet, basename="baseline")
 
 urlpatterns = [
+    path("agent/sync/", agent_views.agent_sync, name="agent-sync"),
+    path("agent/logs/", agent_views.agent_logs, name="agent-logs"),
     path("telemetry/history/", views.telemetry_history, name="telemetry-history"),
     *router.urls,
 ]

@@ -6,10 +6,13 @@ from typing import Any
 
 from django.db import transaction
 from django.db.models import Prefetch
+from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.decorators import action, api_view
 from rest_framework.exceptions import ValidationError
+from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -18,7 +21,7 @@ from core.audit import record_audit
 from core.choices import AuditAction
 from core.redis_client import publish_config_change
 from models_registry.api.serializers import FitResultSerializer
-from nodes import baselines, history, lifecycle, process, services
+from nodes import agent_channel, agent_tokens, baselines, history, lifecycle, process, services
 from nodes.api.serializers import (
     BaselineCheckSerializer,
     DeploymentEventSerializer,
@@ -39,6 +42,15 @@ from nodes.preflight import preflight
 from nodes.spec import DeploySpec
 
 MAX_LOG_LINES = 1000
+
+
+class PlainTextRenderer(BaseRenderer):
+    media_type = "text/plain"
+    format = "txt"
+    charset = "utf-8"
+
+    def render(self, data: Any, accepted_media_type: str | None = None, renderer_context: Any = None) -> Any:
+        return data if isinstance(data, (str, bytes)) else str(data)
 
 
 class LiveListMixin:
@@ -70,8 +82,47 @@ class HostViewSet(LiveListMixin, AuditedModelViewSet):
 
     def get_queryset(self) -> Any:
         return Host.objects.prefetch_related(
-            "gpus", Prefetch("deployments", queryset=Deployment.objects.only("id", "host_id", "state"))
+            "gpus",
+            "agent_tokens",
+            Prefetch("deployments", queryset=Deployment.objects.only("id", "host_id", "state")),
         )
+
+    def perform_create(self, serializer: Any) -> None:
+        """A new host gets its agent token at once; the create response shows it, nothing else ever does."""
+        with transaction.atomic():
+            super().perform_create(serializer)
+            issued = agent_tokens.issue_agent_token(serializer.instance, actor=self.request.user)
+        self._new_token = issued.raw_token
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        context = super().get_serializer_context()
+        if getattr(self, "_new_token", None):
+            context["new_agent_token"] = self._new_token
+        return context
+
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        response = super().create(request, *args, **kwargs)
+        if getattr(self, "_new_token", None):
+            response.data["new_agent_token"] = self._new_token
+        return response
+
+    @extend_schema(request=None, responses={200: HostSerializer})
+    @action(detail=True, methods=["post"], url_path="rotate-agent-token")
+    def rotate_agent_token(self, request: Request, pk: str | None = None) -> Response:
+        """A new agent token for this host (shown once in the answer); the previous one stops working."""
+        host = self.get_object()
+        issued = agent_tokens.issue_agent_token(host, actor=request.user)
+        host = self.get_queryset().get(pk=host.pk)
+        context = {**self.get_serializer_context(), "new_agent_token": issued.raw_token}
+        return Response(HostSerializer(host, context=context).data)
+
+    @extend_schema(request=None, responses={200: HostSerializer})
+    @action(detail=True, methods=["post"], url_path="revoke-agent-token")
+    def revoke_agent_token(self, request: Request, pk: str | None = None) -> Response:
+        """Revoke the host's agent token: its agent is refused from its next call; engines keep serving."""
+        host = self.get_object()
+        agent_tokens.revoke_agent_tokens(host, actor=request.user)
+        return Response(self.get_serializer(self.get_queryset().get(pk=host.pk)).data)
 
     def perform_destroy(self, instance: Any) -> None:
         if instance.deployments.exists():
@@ -243,19 +294,36 @@ class DeploymentViewSet(LiveListMixin, AuditedModelViewSet):
     @extend_schema(responses={200: DeploymentLogSerializer})
     @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def logs(self, request: Request, pk: str | None = None) -> Response:
-        """The tail of the engine's log. Read from the file when this web process shares the host's
-        disk (single-machine installs, the demo); otherwise the lines the agent attached last."""
+        """The tail of the engine's log: asked of the host's agent when it is on the agent channel (any
+        host), read from the file when this web process shares the host's disk (the co-located agent);
+        otherwise the lines the agent attached at the engine's last exit."""
         deployment = self.get_object()
         try:
             lines = max(1, min(MAX_LOG_LINES, int(request.query_params.get("lines", 200))))
         except ValueError:
             raise ValidationError({"lines": ["An integer."]}) from None
-        text = process.tail(deployment.log_path, lines) if deployment.log_path else ""
-        source = "file" if text else "last_exit"
-        if not text:
-            text = deployment.last_log_lines
-        body = {"source": source, "path": deployment.log_path, "lines": text.splitlines()}
+        body = _log_tail(deployment, lines, agent_channel.LOG_MAX_BYTES)
+        body["lines"] = body.pop("text").splitlines()
         return Response(DeploymentLogSerializer(body).data)
+
+    @extend_schema(responses={(200, "text/plain"): OpenApiTypes.STR})
+    @action(
+        detail=True,
+        methods=["get"],
+        url_path="log-download",
+        pagination_class=None,
+        filter_backends=[],
+        renderer_classes=[PlainTextRenderer],
+    )
+    def log_download(self, request: Request, pk: str | None = None) -> HttpResponse:
+        """The engine's log as a text file: its last LOG_DOWNLOAD_MAX_BYTES (8 MiB), from wherever it runs."""
+        deployment = self.get_object()
+        body = _log_tail(
+            deployment, agent_channel.LOG_DOWNLOAD_MAX_LINES, agent_channel.LOG_DOWNLOAD_MAX_BYTES
+        )
+        response = HttpResponse(body["text"], content_type="text/plain; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="{deployment.name}.log"'
+        return response
 
     @extend_schema(request=PreflightSerializer, responses={200: PreflightResultSerializer})
     @action(detail=False, methods=["post"], pagination_class=None, filter_backends=[])
@@ -343,3 +411,17 @@ def telemetry_history(request: Request) -> Response:
     }
     # Already plain numbers: up to 3,600 points per column are not passed through DRF's fields one by one.
     return Response(body)
+
+
+def _log_tail(deployment: Deployment, lines: int, max_bytes: int) -> dict[str, Any]:
+    """{source, path, text} of the deployment's engine log, from its agent or this machine's disk."""
+    if agent_channel.uses_agent_channel(deployment.host):
+        answer = agent_channel.request_log(deployment, lines=lines, max_bytes=max_bytes)
+        if answer is not None and answer.get("path"):
+            return {"source": "agent", "path": answer["path"], "text": answer["text"]}
+        text = ""
+    else:
+        text = process.tail(deployment.log_path, lines, max_bytes) if deployment.log_path else ""
+    if text:
+        return {"source": "file", "path": deployment.log_path, "text": text}
+    return {"source": "last_exit", "path": deployment.log_path, "text": deployment.last_log_lines}

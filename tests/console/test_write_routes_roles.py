@@ -22,6 +22,9 @@ OPEN_WRITES = {
     "POST /api/auth/login/",
     "POST /api/auth/logout/",
     "POST /api/fit-check/",  # a calculation; writes nothing
+    # The agent channel: no role; the host's agent token is the credential (tests/nodes/test_agent_token.py).
+    "POST /api/agent/sync/",
+    "POST /api/agent/logs/",
 }
 # Where evaluators work: suites, cases, runs and their review marks, and shadow-pair marks.
 EVALUATOR_PATHS = ("/api/eval-suites/", "/api/eval-suite-versions/", "/api/eval-cases/", "/api/eval-runs/")

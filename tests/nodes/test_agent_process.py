@@ -1,6 +1,7 @@
-"""The real agent process (`python -m nodes.agent`): a Celery worker consuming node.<host> plus the
-supervisor. Deploy through the API -> ready; the agent dies and comes back -> the engine is
-re-adopted, not duplicated; stop through the API -> stopped."""
+"""The real co-located agent process (`manage.py run_agent`, for single-machine installs): a Celery
+worker consuming node.<host> plus the supervisor. (The fleet agent, `python -m nodes.agent`, is
+tested in test_agent_without_database.py.) Deploy through the API -> ready; the agent dies and comes
+back -> the engine is re-adopted, not duplicated; stop through the API -> stopped."""
 
 from __future__ import annotations
 
@@ -54,9 +55,8 @@ def start_agent(tmp_path: Path, node_settings: Any) -> Iterator[Callable[[], sub
         proc = subprocess.Popen(
             [
                 sys.executable,
-                "-m",
-                "nodes.agent",
-                "--host",
+                "manage.py",
+                "run_agent",
                 "node-p",
                 "--simulated-gpus",
                 "1",
@@ -123,10 +123,10 @@ def test_deploy_survive_agent_restart_and_stop(
     agent.wait(10)
     assert process.is_alive(engine_pid)
     start_agent()
-    time.sleep(3)
+    # The row still says READY from before: wait for the new agent's own word, not a fixed sleep.
+    wait_for(lambda: "re-adopted deployment" in log.read_text(), 60, "re-adoption", log)
     wait_for(lambda: state() == DeploymentState.READY, 30, "ready after agent restart", log)
     assert Deployment.objects.get(pk=pk).pid == engine_pid
-    assert "re-adopted deployment" in log.read_text()
 
     response = admin_client.post(f"/api/deployments/{pk}/stop/", {}, format="json")
     assert response.status_code == 202, response.content

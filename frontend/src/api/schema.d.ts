@@ -401,6 +401,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/deployments/{id}/log-download/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The engine's log as a text file: its last LOG_DOWNLOAD_MAX_BYTES (8 MiB), from wherever it runs. */
+        get: operations["deployments_log_download_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/deployments/{id}/logs/": {
         parameters: {
             query?: never;
@@ -409,8 +426,9 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * @description The tail of the engine's log. Read from the file when this web process shares the host's
-         *     disk (single-machine installs, the demo); otherwise the lines the agent attached last.
+         * @description The tail of the engine's log: asked of the host's agent when it is on the agent channel (any
+         *     host), read from the file when this web process shares the host's disk (the co-located agent);
+         *     otherwise the lines the agent attached at the engine's last exit.
          */
         get: operations["deployments_logs_retrieve"];
         put?: never;
@@ -982,6 +1000,40 @@ export interface paths {
         put?: never;
         /** @description Accept no new deployments on this host; running engines keep serving. */
         post: operations["hosts_drain_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/hosts/{id}/revoke-agent-token/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Revoke the host's agent token: its agent is refused from its next call; engines keep serving. */
+        post: operations["hosts_revoke_agent_token_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/hosts/{id}/rotate-agent-token/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description A new agent token for this host (shown once in the answer); the previous one stops working. */
+        post: operations["hosts_rotate_agent_token_create"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1959,6 +2011,13 @@ export interface components {
             simulated_gpus?: boolean;
             /** Format: double */
             heartbeat_seconds?: number;
+        };
+        AgentTokenInfo: {
+            readonly prefix: string;
+            /** Format: date-time */
+            readonly created_at: string;
+            /** Format: date-time */
+            readonly last_used_at: string | null;
         };
         Alert: {
             readonly id: number;
@@ -2992,6 +3051,8 @@ export interface components {
             readonly agent_queue: string;
             readonly gpus: components["schemas"]["Gpu"][];
             readonly deployment_count: number;
+            readonly agent_token: components["schemas"]["AgentTokenInfo"] | null;
+            readonly new_agent_token: string | null;
             /** Format: date-time */
             readonly created_at: string;
             /** Format: date-time */
@@ -4582,10 +4643,11 @@ export interface components {
         };
         /**
          * @description * `file` - the engine's log file
+         *     * `agent` - the engine's log file, read by the host's agent
          *     * `last_exit` - the lines kept at its last exit
          * @enum {string}
          */
-        SourceEnum: "file" | "last_exit";
+        SourceEnum: "file" | "agent" | "last_exit";
         /**
          * @description * `directory` - Directory
          *     * `gguf` - GGUF file
@@ -5683,6 +5745,28 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["DeploymentEvent"][];
+                };
+            };
+        };
+    };
+    deployments_log_download_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this deployment. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
                 };
             };
         };
@@ -6908,6 +6992,50 @@ export interface operations {
         };
     };
     hosts_drain_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this host. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Host"];
+                };
+            };
+        };
+    };
+    hosts_revoke_agent_token_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this host. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Host"];
+                };
+            };
+        };
+    };
+    hosts_rotate_agent_token_create: {
         parameters: {
             query?: never;
             header?: never;

@@ -275,7 +275,14 @@ export function DeploymentDetailPage() {
                 ))}
               </ul>
             </Card>
-            <Card title={`Log tail${logs?.source === "last_exit" ? " (from the last exit)" : ""}`}>
+            <Card
+              title={`Log tail${logs?.source === "last_exit" ? " (from the last exit)" : logs?.source === "agent" ? " (from the host's agent)" : ""}`}
+              actions={
+                <a className="btn btn-small" href={`/api/deployments/${id}/log-download/`} download data-testid="log-download">
+                  Download log
+                </a>
+              }
+            >
               <pre className="log-tail" data-testid="log-tail">{logs?.lines.join("\n") || "No log yet."}</pre>
             </Card>
           </div>

@@ -6,6 +6,8 @@ import { Card, ErrorState, Page } from "../../components/Page";
 import { StatusBadge } from "../../components/StatusBadge";
 import { Table } from "../../components/Table";
 import { DeployWizard } from "./DeployWizard";
+import { AddHostDialog, AgentTokenActions, AgentTokenDialog } from "./HostDialogs";
+import type { Host } from "../../api/types";
 import "./nodes.css";
 import { GpuUtilizationChart } from "./charts";
 import { ageSeconds, formatBytes, formatPct } from "../../format";
@@ -17,6 +19,8 @@ export function NodesPage() {
   const { isAdmin } = useAuth();
   const navigate = useNavigate();
   const [deploying, setDeploying] = useState(false);
+  const [adding, setAdding] = useState(false);
+  const [tokenShown, setTokenShown] = useState<Host | null>(null);
   const { hosts, deployments, live } = useFleet();
 
   return (
@@ -25,9 +29,14 @@ export function NodesPage() {
       subtitle="Hosts report their GPUs and heartbeat through their agent; deployments run engines on them."
       actions={
         isAdmin && (
-          <button type="button" className="btn btn-primary" onClick={() => setDeploying(true)} data-testid="deploy-button">
-            Deploy a model
-          </button>
+          <>
+            <button type="button" className="btn" onClick={() => setAdding(true)} data-testid="add-host-button">
+              Register a host
+            </button>
+            <button type="button" className="btn btn-primary" onClick={() => setDeploying(true)} data-testid="deploy-button">
+              Deploy a model
+            </button>
+          </>
         )
       }
     >
@@ -42,14 +51,17 @@ export function NodesPage() {
               testId={`host-${host.name}`}
               actions={
                 isAdmin && (
-                  <button
-                    type="button"
-                    className="btn btn-small"
-                    title={host.state === "draining" ? "Accept new deployments again" : "Accept no new deployments; running engines keep serving"}
-                    onClick={() => api.post(`/api/hosts/${host.id}/${host.state === "draining" ? "undrain" : "drain"}/`, {}).then(hosts.reload)}
-                  >
-                    {host.state === "draining" ? "Undrain" : "Drain"}
-                  </button>
+                  <>
+                    <button
+                      type="button"
+                      className="btn btn-small"
+                      title={host.state === "draining" ? "Accept new deployments again" : "Accept no new deployments; running engines keep serving"}
+                      onClick={() => api.post(`/api/hosts/${host.id}/${host.state === "draining" ? "undrain" : "drain"}/`, {}).then(hosts.reload)}
+                    >
+                      {host.state === "draining" ? "Undrain" : "Drain"}
+                    </button>
+                    <AgentTokenActions host={host} onRotated={setTokenShown} onChanged={hosts.reload} />
+                  </>
                 )
               }
               title={
@@ -64,6 +76,17 @@ export function NodesPage() {
             >
               <div className="muted">
                 {host.address} · {host.role || "no role"} · {host.agent_queue}
+              </div>
+              <div className="muted" data-testid={`agent-token-${host.name}`}>
+                Agent token:{" "}
+                {host.agent_token ? (
+                  <>
+                    <code>{host.agent_token.prefix}…</code>
+                    {host.agent_token.last_used_at ? ` · used ${new Date(host.agent_token.last_used_at).toLocaleString()}` : " · not used yet"}
+                  </>
+                ) : (
+                  "none (its agent is refused)"
+                )}
               </div>
               <div className="muted">
                 Heartbeat: {age === null ? "never" : `${age.toFixed(0)} s ago`}
@@ -136,6 +159,16 @@ export function NodesPage() {
           ]}
         />
       </Card>
+      <AddHostDialog
+        open={adding}
+        onClose={() => setAdding(false)}
+        onCreated={(host) => {
+          setAdding(false);
+          setTokenShown(host);
+          hosts.reload();
+        }}
+      />
+      <AgentTokenDialog host={tokenShown} onClose={() => setTokenShown(null)} />
       {deploying && (
         <DeployWizard
           hosts={hosts.data?.results ?? []}

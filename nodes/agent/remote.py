@@ -1,0 +1,648 @@
+"""The node agent of a fleet host: `python -m nodes.agent --host NAME --control-plane URL`.
+
+It holds no database credentials and imports nothing of Django: all it knows of the control plane
+is the agent channel (/api/agent/, nodes/agent_channel.py) and the host's token. Once per
+telemetry period it probes its engines, judges their health (the same three-part rule as the
+co-located supervisor: liveness, readiness, progress), samples the GPUs, and sends one batch:
+heartbeat + telemetry + the state changes it queued. The answer lists the deployments the host must
+run, with a command line for each launch that is due; the agent starts and stops engines to match.
+
+Engines are children of the agent but run in their own sessions: when the control plane is
+unreachable they keep serving, the agent keeps supervising them and queues what it sees (an
+engine that became ready, one that exited) in a file next to the engine logs; when the control
+plane answers again the queue is replayed, oldest first. Every change names the start token of its
+engine, so replaying one twice changes nothing (nodes/agent_channel.py applies it only once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.metadata
+import json
+import logging
+import os
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nodes import process
+from nodes.agent.client import (
+    CONTROL_PLANE_ENV,
+    AgentRefused,
+    ControlPlane,
+    ControlPlaneUnavailable,
+    read_token,
+)
+from nodes.agent.gpus import GpuSource, simulated_gpu_config
+from nodes.engines import get_adapter
+from nodes.engines import vllm as vllm_adapter
+from nodes.engines.metrics import EngineMetrics, bucket_delta, histogram_quantile, merge_buckets
+from nodes.probes import get_json, http_get, lists_model
+
+log = logging.getLogger("nodes.agent")
+
+# Stands for the agent's own interpreter in the command lines the control plane sends
+# (nodes/agent_channel.AGENT_PYTHON; a test keeps the two equal).
+AGENT_PYTHON = "{agent-python}"
+PROBE_TIMEOUT = 1.0
+DEGRADE_AFTER_FAILURES = 3
+RATE_WINDOW_SECONDS = 10.0
+# Changes kept while the control plane is away; beyond it the oldest are dropped (and logged).
+OUTBOX_LIMIT = 10_000
+LOG_ANSWER_MAX_LINES = 100_000
+LOG_ANSWER_MAX_BYTES = 8 * 1024 * 1024
+# Until the control plane's first answer says otherwise (nodes/agent_channel.agent_settings).
+DEFAULT_SETTINGS: dict[str, float] = {
+    "telemetry_seconds": 1.0,
+    "heartbeat_seconds": 2.0,
+    "hang_seconds": 30.0,
+    "startup_timeout_seconds": 900.0,
+    "stop_timeout_seconds": 20.0,
+    "log_max_bytes": 20 * 1024 * 1024,
+    "log_keep": 5,
+}
+
+
+@dataclass
+class LocalEngine:
+    """An engine process this agent runs (or re-adopted after a restart), and its health track."""
+
+    deployment_id: int
+    pid: int
+    start_token: str
+    port: int
+    log_path: str
+    started_at: float
+    # starting | ready | degraded | adopted (state not known until the control plane answers) | stopping
+    phase: str = "starting"
+    last_answer: float = field(default_factory=time.monotonic)
+    last_progress: float = field(default_factory=time.monotonic)
+    last_tokens: float | None = None
+    readiness_failures: int = 0
+    history: list[tuple[float, EngineMetrics]] = field(default_factory=list)
+
+
+@dataclass
+class Observation:
+    alive: bool
+    health_ok: bool = False
+    ready: bool = False
+    metrics: EngineMetrics | None = None
+    sim_gpus: list[dict[str, Any]] = field(default_factory=list)
+    error: str = ""
+
+
+def observe(engine: LocalEngine, deployment: dict[str, Any]) -> Observation:
+    """Probe one engine on this host (loopback). Never raises."""
+    if not process.is_alive(engine.pid):
+        return Observation(alive=False)
+    adapter = get_adapter(deployment["engine"])
+    key = deployment.get("engine_key") or None
+    obs = Observation(alive=True)
+    health = http_get("127.0.0.1", engine.port, adapter.health_path, timeout=PROBE_TIMEOUT)
+    obs.health_ok = health.ok
+    if not health.ok:
+        obs.error = health.error or f"{adapter.health_path} answered {health.status}"
+    else:
+        models = http_get("127.0.0.1", engine.port, adapter.models_path, timeout=PROBE_TIMEOUT, api_key=key)
+        name = deployment["served_model_name"]
+        obs.ready = lists_model(models, name)
+        if not obs.ready:
+            obs.error = models.error or f"{adapter.models_path} answered {models.status} without '{name}'"
+    if adapter.metrics_path is not None:
+        scraped = http_get("127.0.0.1", engine.port, adapter.metrics_path, timeout=PROBE_TIMEOUT, api_key=key)
+        if scraped.ok:
+            try:
+                obs.metrics = adapter.parse_metrics(scraped.body.decode("utf-8", errors="replace"))
+            except ValueError as exc:
+                obs.error = obs.error or f"unreadable /metrics: {exc}"
+    if deployment["engine"] == "sim":
+        data = get_json("127.0.0.1", engine.port, "/sim/gpu", timeout=PROBE_TIMEOUT, api_key=key)
+        if isinstance(data, dict) and isinstance(data.get("gpus"), list):
+            obs.sim_gpus = [g for g in data["gpus"] if isinstance(g, dict)]
+    return obs
+
+
+class Agent:
+    """One host's agent. `tick()` does one round (probe, judge, sync, act); `run()` loops."""
+
+    def __init__(
+        self, host_name: str, control_plane: ControlPlane, gpus: GpuSource, engine_dir: Path
+    ) -> None:
+        self.host_name = host_name
+        self.control_plane = control_plane
+        self.gpus = gpus
+        self.engine_dir = engine_dir
+        self.settings = dict(DEFAULT_SETTINGS)
+        self.engines: dict[int, LocalEngine] = {}
+        self.deployments: dict[int, dict[str, Any]] = {}
+        self.inventory_sent = False
+        self.connected = False
+        self.ever_connected = False
+        self.stop_event = threading.Event()
+        self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"agent-{host_name}")
+        self._lock = threading.Lock()  # outbox and engines, shared with stop threads
+        self.outbox_path = engine_dir / "agent-outbox.json"
+        self.outbox: list[dict[str, Any]] = self._load_outbox()
+
+    # --- the queue of state changes ---
+
+    def _load_outbox(self) -> list[dict[str, Any]]:
+        try:
+            value = json.loads(self.outbox_path.read_text())
+        except (OSError, ValueError):
+            return []
+        return [c for c in value if isinstance(c, dict)] if isinstance(value, list) else []
+
+    def _save_outbox(self) -> None:
+        self.engine_dir.mkdir(parents=True, exist_ok=True)
+        temporary = self.outbox_path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(self.outbox))
+        temporary.replace(self.outbox_path)
+
+    def queue(self, kind: str, engine: LocalEngine, **fields: Any) -> None:
+        """Queue one state change for the control plane (kept on disk until it is acknowledged)."""
+        change = {
+            "id": uuid.uuid4().hex,
+            "kind": kind,
+            "deployment_id": engine.deployment_id,
+            "start_token": engine.start_token,
+            "at": time.time(),
+            **fields,
+        }
+        with self._lock:
+            self.outbox.append(change)
+            if len(self.outbox) > OUTBOX_LIMIT:
+                dropped = self.outbox[: len(self.outbox) - OUTBOX_LIMIT]
+                del self.outbox[: len(dropped)]
+                log.error("dropped %d queued changes: the control plane has been away too long", len(dropped))
+            self._save_outbox()
+        log.info("queued %s of deployment %s", kind, engine.deployment_id)
+
+    # --- start ---
+
+    def adopt(self) -> None:
+        """Find engines a previous run of this agent started that still run (their state files)."""
+        for record_file in sorted(self.engine_dir.glob("deployment-*.json")):
+            with contextlib.suppress(OSError, ValueError, TypeError):
+                record = process.EngineRecord(**json.loads(record_file.read_text()))
+                if process.is_alive(record.pid) and process.carries_token(record.pid, record.start_token):
+                    self.engines[record.deployment_id] = LocalEngine(
+                        deployment_id=record.deployment_id,
+                        pid=record.pid,
+                        start_token=record.start_token,
+                        port=record.port,
+                        log_path=record.log_path,
+                        started_at=record.started_at,
+                        phase="adopted",
+                    )
+                    log.info("re-adopted deployment %s (pid %s)", record.deployment_id, record.pid)
+                else:
+                    process.forget_record(self.engine_dir, record.deployment_id)
+
+    def run(self) -> None:
+        self.adopt()
+        try:
+            while not self.stop_event.is_set():
+                began = time.monotonic()
+                try:
+                    self.tick()
+                except Exception:  # one bad round must not end supervision of the host
+                    log.exception("agent round failed on %s", self.host_name)
+                interval = float(self.settings["telemetry_seconds"])
+                self.stop_event.wait(max(0.05, interval - (time.monotonic() - began)))
+        finally:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+    # --- one round ---
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        watched = [
+            (e, self.deployments[e.deployment_id])
+            for e in list(self.engines.values())
+            if e.phase != "stopping" and e.deployment_id in self.deployments
+        ]
+        observations = list(self.pool.map(lambda pair: observe(*pair), watched))
+        engines_live = []
+        sim_reports: dict[int, list[dict[str, Any]]] = {}
+        for (engine, deployment), obs in zip(watched, observations, strict=True):
+            self.judge(engine, deployment, obs, now)
+            if engine.deployment_id in self.engines and engine.phase in ("starting", "ready", "degraded"):
+                engines_live.append(self.live_record(engine, deployment, obs, now))
+            for report in obs.sim_gpus:
+                sim_reports.setdefault(int(report.get("index", 0)), []).append(report)
+            with contextlib.suppress(OSError):
+                process.truncate_if_large(
+                    Path(engine.log_path), int(self.settings["log_max_bytes"]), int(self.settings["log_keep"])
+                )
+        samples = self.gpus.sample(sim_reports)
+        if self.control_plane.ready_for_call():
+            self.sync(samples, engines_live)
+
+    def sync(self, samples: list[dict[str, Any]], engines_live: list[dict[str, Any]]) -> None:
+        with self._lock:
+            changes = list(self.outbox)
+        batch = {
+            "host": self.host_name,
+            "info": self.info(),
+            "gpu_inventory": None if self.inventory_sent else self.gpus.inventory(),
+            "gpus": samples,
+            "engines": engines_live,
+            "changes": changes,
+        }
+        try:
+            answer = self.control_plane.post("/api/agent/sync/", batch)
+        except ControlPlaneUnavailable as exc:
+            if self.connected:
+                log.warning("control plane unreachable (%s); engines keep serving, changes are queued", exc)
+            elif self.control_plane.failures == 1 and not self.ever_connected:
+                log.info("waiting for the control plane (%s)", exc)
+            self.connected = False
+            return
+        except AgentRefused as exc:
+            log.error("control plane refused this agent's token: %s", exc)
+            self.connected = False
+            return
+        if not self.connected:
+            log.info("connected to the control plane (%d queued changes sent)", len(changes))
+        self.connected = self.ever_connected = True
+        self.inventory_sent = True
+        acked = set(answer.get("acked", []))
+        with self._lock:
+            self.outbox = [c for c in self.outbox if c["id"] not in acked]
+            self._save_outbox()
+        self.settings.update(answer.get("settings", {}))
+        self.deployments = {int(d["id"]): d for d in answer.get("deployments", [])}
+        self.reconcile()
+        for request in answer.get("log_requests", []):
+            self.pool.submit(self.answer_log, request)
+
+    def info(self) -> dict[str, Any]:
+        try:
+            vllm_version: str | None = importlib.metadata.version("vllm")
+        except importlib.metadata.PackageNotFoundError:
+            vllm_version = None
+        return {
+            "pid": os.getpid(),
+            "nvml": self.gpus.nvml_available,
+            "gpu_note": self.gpus.nvml_error,
+            "simulated_gpus": self.gpus.simulated,
+            "heartbeat_seconds": self.settings["heartbeat_seconds"],
+            **self.gpus.versions(),
+            "vllm_version": vllm_version,
+            "queued_changes": len(self.outbox),
+            "python": sys.executable,
+        }
+
+    # --- acting on the control plane's answer ---
+
+    def reconcile(self) -> None:
+        """Start, stop and forget engines so the host runs what the control plane's answer says."""
+        queued = {(c["kind"], c["deployment_id"], c["start_token"]) for c in self.outbox}
+        for deployment_id, engine in list(self.engines.items()):
+            deployment = self.deployments.get(deployment_id)
+            if deployment is None or deployment["start_token"] != engine.start_token:
+                # Deleted, or an engine of an earlier launch the control plane no longer knows.
+                if engine.phase != "stopping":
+                    log.warning(
+                        "stopping engine pid %s of deployment %s: not wanted", engine.pid, deployment_id
+                    )
+                    engine.phase = "stopping"
+                    self.pool.submit(self.stop_engine, engine, False, False)
+            elif engine.phase == "adopted":
+                engine.phase = {"ready": "ready", "degraded": "degraded"}.get(deployment["state"], "starting")
+            elif engine.phase == "ready" and deployment["state"] == "degraded":
+                # Degraded by the control plane (the host missed heartbeats): the next passing probe
+                # reports the recovery.
+                engine.phase = "degraded"
+        for deployment_id, deployment in self.deployments.items():
+            current = self.engines.get(deployment_id)
+            token = deployment["start_token"]
+            if current is not None and current.start_token != token:
+                continue  # being stopped above
+            stop_wanted = deployment["desired_state"] == "stopped" or deployment["state"] == "stopping"
+            if stop_wanted:
+                if current is not None and current.phase != "stopping":
+                    current.phase = "stopping"
+                    self.pool.submit(self.stop_engine, current, bool(deployment.get("drain")), True)
+                elif (
+                    current is None
+                    and deployment["state"] == "stopping"
+                    and ("stopped", deployment_id, token) not in queued
+                ):
+                    self.queue(
+                        "stopped", self._ghost(deployment), message="Engine was not running.", log_tail=""
+                    )
+            elif deployment.get("launch") and current is None:
+                if ("failed", deployment_id, token) not in queued:
+                    self.launch(deployment)
+            elif (
+                current is None
+                and deployment["state"] in ("starting", "ready", "degraded")
+                and deployment.get("pid")
+                and ("exited", deployment_id, token) not in queued
+            ):
+                self.queue(
+                    "exited", self._ghost(deployment), message="The engine was gone when the agent restarted."
+                )
+
+    def _ghost(self, deployment: dict[str, Any]) -> LocalEngine:
+        """A stand-in for a deployment's engine that does not run here, to address a change to it."""
+        return LocalEngine(
+            deployment_id=int(deployment["id"]),
+            pid=0,
+            start_token=deployment["start_token"],
+            port=int(deployment["port"]),
+            log_path="",
+            started_at=0.0,
+        )
+
+    def launch(self, deployment: dict[str, Any]) -> None:
+        spec = deployment["launch"]
+        ghost = self._ghost(deployment)
+        bind = str(deployment.get("bind_host") or "0.0.0.0")
+        if not process.port_is_free(ghost.port, bind):
+            self.queue(
+                "failed",
+                ghost,
+                message=f"Refused before start: port {ghost.port} on {self.host_name} is already in use "
+                "by another process; pick a free port.",
+            )
+            return
+        argv = [sys.executable if part == AGENT_PYTHON else str(part) for part in spec["argv"]]
+        record = process.start_engine(
+            argv=argv,
+            env={str(k): str(v) for k, v in spec.get("env", {}).items()},
+            directory=self.engine_dir,
+            deployment_id=ghost.deployment_id,
+            port=ghost.port,
+            start_token=ghost.start_token,
+            log_keep=int(spec.get("log_keep", self.settings["log_keep"])),
+        )
+        engine = LocalEngine(
+            deployment_id=ghost.deployment_id,
+            pid=record.pid,
+            start_token=ghost.start_token,
+            port=ghost.port,
+            log_path=record.log_path,
+            started_at=record.started_at,
+        )
+        self.engines[engine.deployment_id] = engine
+        self.queue("started", engine, pid=record.pid, log_path=record.log_path)
+        log.info("launched deployment %s pid %s", engine.deployment_id, record.pid)
+
+    def stop_engine(self, engine: LocalEngine, drain: bool, report: bool) -> None:
+        """SIGTERM (after draining in-flight requests when asked), SIGKILL after the stop timeout."""
+        try:
+            if drain:
+                deadline = time.monotonic() + 300.0
+                deployment = self.deployments.get(engine.deployment_id, {})
+                while time.monotonic() < deadline and process.is_alive(engine.pid):
+                    obs = observe(engine, deployment) if deployment else Observation(alive=False)
+                    metrics = obs.metrics
+                    if metrics is None or not (metrics.num_requests_running + metrics.num_requests_waiting):
+                        break
+                    time.sleep(0.5)
+            if process.is_alive(engine.pid):
+                forced = process.stop_engine(engine.pid, float(self.settings["stop_timeout_seconds"]))
+                message = (
+                    "Engine did not exit on SIGTERM within the stop timeout; killed."
+                    if forced
+                    else "Engine stopped gracefully."
+                )
+            else:
+                message = "Engine was not running."
+            process.forget_record(self.engine_dir, engine.deployment_id)
+            if report:
+                self.queue("stopped", engine, message=message, log_tail=process.tail(engine.log_path, 20))
+        except Exception:
+            log.exception("stopping deployment %s failed", engine.deployment_id)
+        finally:
+            with self._lock:
+                if self.engines.get(engine.deployment_id) is engine:
+                    del self.engines[engine.deployment_id]
+
+    # --- health ---
+
+    def judge(self, engine: LocalEngine, deployment: dict[str, Any], obs: Observation, now: float) -> None:
+        """One observation -> a queued state change, a kill, or nothing (as the co-located supervisor)."""
+        if engine.phase not in ("starting", "ready", "degraded"):
+            return
+        if not obs.alive:
+            code = process.exit_code(engine.pid)
+            how = f" with code {code}" if code is not None else ""
+            when = " during start-up" if engine.phase == "starting" else ""
+            self._crashed(engine, f"The engine exited{how}{when}.")
+            return
+        metrics = obs.metrics
+        answered = obs.health_ok or metrics is not None
+        if answered:
+            engine.last_answer = now
+        moved = False
+        if metrics is not None:
+            tokens = metrics.tokens_processed
+            moved = engine.last_tokens is not None and tokens != engine.last_tokens
+            if moved or metrics.num_requests_running == 0:
+                engine.last_progress = now
+            engine.last_tokens = tokens
+            engine.history.append((now, metrics))
+            engine.history = [(t, m) for t, m in engine.history if now - t <= RATE_WINDOW_SECONDS + 1]
+        elif answered:
+            engine.last_progress = now
+
+        if engine.phase == "starting":
+            if obs.health_ok and obs.ready:
+                kernel = self.reported_kernel(engine, deployment)
+                note = f" The engine reports quantization kernel {kernel}." if kernel else ""
+                name = deployment["served_model_name"]
+                engine.phase = "ready"
+                self.queue(
+                    "ready",
+                    engine,
+                    message=f"Ready: /health answers and /v1/models lists '{name}'.{note}",
+                    kernel=kernel or "",
+                )
+            elif time.time() - engine.started_at > float(self.settings["startup_timeout_seconds"]):
+                self._kill_hung(
+                    engine,
+                    f"Not ready after {float(self.settings['startup_timeout_seconds']):.0f} s "
+                    f"({obs.error or 'no answer'}).",
+                )
+            return
+
+        hang = float(self.settings["hang_seconds"])
+        running = metrics.num_requests_running if metrics is not None else 0.0
+        if now - engine.last_progress > hang:
+            self._kill_hung(
+                engine, f"Hung: {running:.0f} running requests but no token progress for {hang:.0f} s."
+            )
+            return
+        if now - engine.last_answer > hang:
+            self._kill_hung(engine, f"Hung: no answer to any probe for {hang:.0f} s ({obs.error}).")
+            return
+        if obs.health_ok and obs.ready:
+            engine.readiness_failures = 0
+            if engine.phase == "degraded":
+                engine.phase = "ready"
+                self.queue("ready", engine, message="Recovered: probes pass again.")
+        elif moved:
+            engine.readiness_failures = 0
+        else:
+            engine.readiness_failures += 1
+            if engine.readiness_failures >= DEGRADE_AFTER_FAILURES and engine.phase == "ready":
+                engine.phase = "degraded"
+                self.queue("degraded", engine, message=f"Not ready: {obs.error}")
+
+    def reported_kernel(self, engine: LocalEngine, deployment: dict[str, Any]) -> str | None:
+        if deployment["engine"] != "vllm" or not engine.log_path:
+            return None
+        return vllm_adapter.reported_quantization_kernel(
+            process.tail(engine.log_path, 20_000, 4 * 1024 * 1024)
+        )
+
+    def _kill_hung(self, engine: LocalEngine, reason: str) -> None:
+        process.stop_engine(engine.pid, timeout=5.0)
+        self._crashed(engine, reason)
+
+    def _crashed(self, engine: LocalEngine, reason: str) -> None:
+        log_tail = process.tail(engine.log_path, 40) if engine.log_path else ""
+        process.forget_record(self.engine_dir, engine.deployment_id)
+        with self._lock:
+            self.engines.pop(engine.deployment_id, None)
+        self.queue("exited", engine, message=reason, log_tail=log_tail)
+
+    # --- telemetry ---
+
+    def live_record(
+        self, engine: LocalEngine, deployment: dict[str, Any], obs: Observation, now: float
+    ) -> dict[str, Any]:
+        """The engine's live record as the proxy's scorer and the console read it."""
+        m = obs.metrics or EngineMetrics()
+        tokens_per_s = 0.0
+        ttft_window, itl_window = m.ttft_buckets, m.itl_buckets
+        if len(engine.history) >= 2:
+            t0, first = engine.history[0]
+            if now - t0 > 0:
+                tokens_per_s = max(
+                    0.0, (m.generation_tokens_total - first.generation_tokens_total) / (now - t0)
+                )
+            ttft_window = bucket_delta(m.ttft_buckets, first.ttft_buckets)
+            itl_window = bucket_delta(m.itl_buckets, first.itl_buckets)
+        ttft, ttft_p95 = _quantiles(ttft_window, m.ttft_buckets)
+        itl, itl_p95 = _quantiles(itl_window, m.itl_buckets)
+        return {
+            "ts": time.time(),
+            "deployment_id": engine.deployment_id,
+            "served_model_name": deployment["served_model_name"],
+            "engine": deployment["engine"],
+            "alive": obs.alive,
+            "ready": obs.ready,
+            "num_requests_running": m.num_requests_running,
+            "num_requests_waiting": m.num_requests_waiting,
+            "kv_cache_usage_perc": m.kv_cache_usage_perc,
+            "num_gpu_blocks": m.num_gpu_blocks,
+            "block_size": m.block_size or deployment.get("block_size"),
+            "kv_cache_total_tokens": m.kv_cache_total_tokens,
+            "prompt_tokens_total": m.prompt_tokens_total,
+            "generation_tokens_total": m.generation_tokens_total,
+            "prefix_cache_queries_total": m.prefix_cache_queries_total,
+            "prefix_cache_hits_total": m.prefix_cache_hits_total,
+            "tokens_per_s": round(tokens_per_s, 2),
+            "ttft_p50_s": ttft,
+            "itl_p50_s": itl,
+            "ttft_p95_s": ttft_p95,
+            "itl_p95_s": itl_p95,
+            "has_metrics": obs.metrics is not None,
+        }
+
+    # --- logs ---
+
+    def answer_log(self, request: dict[str, Any]) -> None:
+        """Send the tail of one engine's log the control plane asked for (bounded in lines and bytes)."""
+        deployment_id = int(request["deployment_id"])
+        engine = self.engines.get(deployment_id)
+        path = Path(engine.log_path) if engine else process.log_file(self.engine_dir, deployment_id)
+        lines = max(1, min(int(request.get("lines", 200)), LOG_ANSWER_MAX_LINES))
+        max_bytes = max(1, min(int(request.get("max_bytes", 1024 * 1024)), LOG_ANSWER_MAX_BYTES))
+        text = process.tail(path, lines, max_bytes) if path.exists() else ""
+        try:
+            size = path.stat().st_size
+        except OSError:
+            size = 0
+        body = {
+            "host": self.host_name,
+            "request_id": request["id"],
+            "deployment_id": deployment_id,
+            "path": str(path) if path.exists() else "",
+            "text": text,
+            "truncated": size > max_bytes,
+        }
+        try:
+            self.control_plane.post("/api/agent/logs/", body)
+        except (ControlPlaneUnavailable, AgentRefused) as exc:
+            log.warning("could not send the log of deployment %s: %s", deployment_id, exc)
+
+
+def _quantiles(window: Any, lifetime: Any) -> tuple[float | None, float | None]:
+    p50 = histogram_quantile(0.5, window)
+    if p50 is None:
+        window = merge_buckets([lifetime])
+        p50 = histogram_quantile(0.5, window)
+    return p50, histogram_quantile(0.95, window)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description="inferchain node agent (talks to the control plane's agent channel; no database access)"
+    )
+    parser.add_argument("--host", required=True, help="Host name as registered in the console.")
+    parser.add_argument(
+        "--control-plane",
+        default=os.environ.get(CONTROL_PLANE_ENV, "http://127.0.0.1:8000"),
+        help=f"Base URL of the control plane (or {CONTROL_PLANE_ENV}).",
+    )
+    parser.add_argument(
+        "--token-file",
+        default=None,
+        help="File (mode 0600) holding the host's agent token; else INFERCHAIN_AGENT_TOKEN(_FILE).",
+    )
+    parser.add_argument(
+        "--engine-dir",
+        default=None,
+        help="Engine logs and state files (default: $ENGINE_LOG_DIR/<host>, else var/engines/<host>).",
+    )
+    parser.add_argument("--simulated-gpus", type=int, default=None)
+    parser.add_argument("--simulated-gpu-profile", default="h100-llama3-8b-fp16")
+    parser.add_argument("--loglevel", default="info")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    options = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=options.loglevel.upper(), format="[%(asctime)s: %(levelname)s/%(name)s] %(message)s"
+    )
+    token = read_token(options.token_file)
+    engine_dir = Path(
+        options.engine_dir or Path(os.environ.get("ENGINE_LOG_DIR", "var/engines")) / options.host
+    )
+    gpus = GpuSource(options.host)
+    if not gpus.nvml_available:
+        count = 1 if options.simulated_gpus is None else options.simulated_gpus
+        gpus = GpuSource(options.host, simulated_gpu_config(options.simulated_gpu_profile, count))
+        log.warning("%s Reporting %d simulated GPU(s), marked simulated.", gpus.nvml_error, count)
+    agent = Agent(options.host, ControlPlane(options.control_plane, options.host, token), gpus, engine_dir)
+    log.info(
+        "agent of %s: control plane %s, engines under %s", options.host, options.control_plane, engine_dir
+    )
+    try:
+        agent.run()
+    except KeyboardInterrupt:
+        agent.stop_event.set()

@@ -1,0 +1,431 @@
+"""The control plane's side of the agent channel (/api/agent/): what one sync call of a host's agent does.
+
+An agent holds no database credentials. Once per NODE_TELEMETRY_SECONDS it sends one batch: its
+heartbeat, its GPU samples and engines' live records, and the state changes it queued (engine
+started, ready, degraded, exited, stopped), oldest first. This module applies the changes through
+`lifecycle.transition` and `runtime.record_crash` (the same rules as for an agent on the control
+plane's own machine), publishes the telemetry to Redis, prepares launches (file check, fit check,
+start token, command line) and answers with the deployments the host must run.
+
+Every change is idempotent: it names the deployment and the start token of the engine it is about,
+and it applies only while the deployment is in the state it expects, so an agent that replays its
+queue after an outage (or retries a batch whose answer it never got) changes nothing twice.
+
+Engine logs stay on the agent's host: the web process asks for a tail through Redis
+(`request_log`), the next sync hands the request to the agent, and the agent posts the lines back
+(`answer_log`), bounded in lines and bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from core.live import FLEET_GROUP, deployment_group, host_group
+from core.redis_client import get_redis, key
+from nodes import history
+from nodes.agent import runtime
+from nodes.agent.services import bind_host_for, launch_record, record_heartbeat, redact_argv, report_gpus
+from nodes.choices import DeploymentState, DesiredState, HostState
+from nodes.lifecycle import (
+    engine_api_key,
+    live_deployment_key,
+    live_gpu_key,
+    push_event,
+    transition,
+)
+from nodes.models import Deployment, Gpu, Host
+
+log = logging.getLogger("nodes.agent_channel")
+
+# Stands for the agent's own interpreter in a command line the control plane builds.
+AGENT_PYTHON = "{agent-python}"
+SUPERVISED_STATES = (DeploymentState.STARTING, DeploymentState.READY, DeploymentState.DEGRADED)
+# Log tails through the channel: at most this many lines and bytes per answer.
+LOG_MAX_LINES = 1000
+LOG_MAX_BYTES = 1024 * 1024
+LOG_DOWNLOAD_MAX_LINES = 100_000
+LOG_DOWNLOAD_MAX_BYTES = 8 * 1024 * 1024
+CHANGE_KINDS = ("started", "ready", "degraded", "exited", "stopped", "failed")
+
+
+def uses_agent_channel(host: Host) -> bool:
+    """Whether the host's agent reaches the control plane through /api/agent/ (no database access)."""
+    return (host.agent_info or {}).get("channel") == "api"
+
+
+def agent_settings() -> dict[str, Any]:
+    """The supervision settings the control plane hands its agents, so they need no settings of their own."""
+    return {
+        "telemetry_seconds": settings.NODE_TELEMETRY_SECONDS,
+        "heartbeat_seconds": settings.NODE_HEARTBEAT_SECONDS,
+        "hang_seconds": settings.NODE_HANG_SECONDS,
+        "startup_timeout_seconds": settings.NODE_STARTUP_TIMEOUT_SECONDS,
+        "stop_timeout_seconds": settings.NODE_STOP_TIMEOUT_SECONDS,
+        "log_max_bytes": settings.ENGINE_LOG_MAX_BYTES,
+        "log_keep": settings.ENGINE_LOG_KEEP,
+    }
+
+
+# --- one sync ---------------------------------------------------------------------------------------
+
+
+def sync(host: Host, batch: dict[str, Any]) -> dict[str, Any]:
+    """Apply one batch from the host's agent and answer with what it must run."""
+    info = {**batch.get("info", {}), "channel": "api"}
+    if _heartbeat_due(host, info):
+        record_heartbeat(host.name, info)
+    if batch.get("gpu_inventory") is not None:
+        report_gpus(host, batch["gpu_inventory"])
+    acked = []
+    for change in batch.get("changes", []):
+        try:
+            outcome = apply_change(host, change)
+        except Exception:
+            # Not acknowledged: the agent sends it again (with the ones after it, kept in order).
+            log.exception("agent %s: change %s could not be applied", host.name, change.get("id"))
+            break
+        log.info(
+            "agent %s: %s of deployment %s: %s", host.name, change["kind"], change["deployment_id"], outcome
+        )
+        acked.append(change["id"])
+    deployments = {
+        d.pk: d
+        for d in Deployment.objects.select_related("host", "model_version", "quantization").filter(host=host)
+    }
+    publish_telemetry(
+        host, deployments, batch.get("engines", []), batch.get("gpus", []), batch.get("info", {})
+    )
+    for deployment in deployments.values():
+        reconcile(deployment)
+    drains = _drains_requested(list(deployments))
+    return {
+        "acked": acked,
+        "settings": agent_settings(),
+        "deployments": [describe(d, drain=d.pk in drains) for d in deployments.values()],
+        "log_requests": take_log_requests(host.name),
+    }
+
+
+def apply_change(host: Host, change: dict[str, Any]) -> str:
+    """One queued state change of the agent; returns what it did ("applied", "stale", "duplicate")."""
+    deployment = (
+        Deployment.objects.select_related("host", "model_version", "quantization")
+        .filter(pk=change["deployment_id"], host=host)
+        .first()
+    )
+    if deployment is None:
+        return "gone"
+    if change.get("start_token", "") != deployment.start_token:
+        return "stale"  # about an engine of an earlier launch
+    kind = change["kind"]
+    message = str(change.get("message", ""))[:2000]
+    log_tail = str(change.get("log_tail", ""))[-20_000:]
+    state = deployment.state
+    if kind == "started":
+        if state != DeploymentState.VERIFYING or deployment.pid:
+            return "duplicate"
+        # Recorded with the interpreter the agent runs engines with (it reports it in its info).
+        plan = runtime.launch_plan(deployment, python=str(host_info(host).get("python") or AGENT_PYTHON))
+        pid = int(change["pid"])
+        started = datetime.fromtimestamp(float(change.get("at", time.time())), tz=UTC)
+        transition(
+            deployment,
+            DeploymentState.STARTING,
+            f"Engine started (pid {pid}) on {host.name}; waiting for /health and /v1/models.",
+            pid=pid,
+            launch=launch_record(deployment, plan.spec, plan.argv, plan.env),
+            launch_argv=redact_argv(plan.argv, plan.spec.api_key),
+            reported_quantization="",
+            log_path=str(change.get("log_path", ""))[:500],
+            started_at=started,
+            ready_at=None,
+            next_restart_at=None,
+        )
+    elif kind == "ready":
+        if state == DeploymentState.STARTING:
+            transition(
+                deployment,
+                DeploymentState.READY,
+                message,
+                ready_at=timezone.now(),
+                reported_quantization=str(change.get("kernel", ""))[:64],
+            )
+        elif state == DeploymentState.DEGRADED:
+            # Degraded while starting (the host missed heartbeats) has no ready time yet.
+            extra = {} if deployment.ready_at else {"ready_at": timezone.now()}
+            transition(deployment, DeploymentState.READY, message or "Recovered: probes pass again.", **extra)
+        else:
+            return "duplicate"
+    elif kind == "degraded":
+        if state != DeploymentState.READY:
+            return "duplicate"
+        transition(deployment, DeploymentState.DEGRADED, message)
+    elif kind == "exited":
+        if state == DeploymentState.STOPPING:
+            transition(
+                deployment, DeploymentState.STOPPED, message, log_tail=log_tail, pid=None, ready_at=None
+            )
+        elif state in SUPERVISED_STATES:
+            runtime.record_crash(deployment, message, remote_log_tail=log_tail)
+        else:
+            return "duplicate"
+    elif kind == "stopped":
+        if state == DeploymentState.STOPPED and not deployment.pid:
+            return "duplicate"
+        if deployment.desired_state == DesiredState.RUNNING and state == DeploymentState.STOPPING:
+            transition(
+                deployment, DeploymentState.PENDING, "Restart: launching again.", log_tail=log_tail, pid=None
+            )
+        else:
+            transition(
+                deployment,
+                DeploymentState.STOPPED,
+                message,
+                log_tail=log_tail,
+                pid=None,
+                ready_at=None,
+                next_restart_at=None,
+            )
+    elif kind == "failed":
+        if state != DeploymentState.VERIFYING:
+            return "duplicate"
+        transition(deployment, DeploymentState.FAILED, message, pid=None)
+    else:
+        return "unknown"
+    return "applied"
+
+
+def host_info(host: Host) -> dict[str, Any]:
+    return Host.objects.filter(pk=host.pk).values_list("agent_info", flat=True).first() or {}
+
+
+def reconcile(deployment: Deployment) -> None:
+    """Launches due (new, or a crashed engine's backoff over) and stops that need no engine."""
+    if deployment.desired_state == DesiredState.RUNNING and (
+        deployment.state == DeploymentState.PENDING
+        or (
+            deployment.state == DeploymentState.CRASHED
+            and deployment.next_restart_at is not None
+            and deployment.next_restart_at <= timezone.now()
+        )
+    ):
+        try:
+            runtime.prepare_launch(deployment, python=AGENT_PYTHON, local=False)
+        except Exception as exc:  # a database or disk error counts as a crash, retried with backoff
+            log.exception("preparing the launch of deployment %s failed", deployment.pk)
+            deployment.refresh_from_db()
+            runtime.record_crash(
+                deployment, f"Launch failed: {type(exc).__name__}: {exc}.", remote_log_tail=""
+            )
+    elif deployment.desired_state == DesiredState.STOPPED and deployment.state == DeploymentState.CRASHED:
+        transition(deployment, DeploymentState.STOPPED, "Stopped while waiting to restart.", pid=None)
+    elif (
+        deployment.state == DeploymentState.READY
+        and deployment.restart_count
+        and deployment.ready_at
+        and (timezone.now() - deployment.ready_at).total_seconds() >= settings.NODE_STABLE_SECONDS
+    ):
+        Deployment.objects.filter(pk=deployment.pk).update(restart_count=0)
+
+
+def _heartbeat_due(host: Host, info: dict[str, Any]) -> bool:
+    """Whether this sync writes the host row: at most once per NODE_HEARTBEAT_SECONDS while nothing changed.
+
+    The agent syncs every NODE_TELEMETRY_SECONDS; the row needs a fresh timestamp only often enough for
+    the unreachable sweep, and the agent's info only when it changes.
+    """
+    if host.last_heartbeat is None or host.state in (HostState.UNKNOWN, HostState.UNREACHABLE):
+        return True
+    if (host.agent_info or {}) != info:
+        return True
+    return (timezone.now() - host.last_heartbeat).total_seconds() >= settings.NODE_HEARTBEAT_SECONDS
+
+
+def describe(deployment: Deployment, *, drain: bool = False) -> dict[str, Any]:
+    """One deployment as its agent needs it; `launch` carries the command line when one is due."""
+    wanted = deployment.desired_state == DesiredState.RUNNING
+    launch = None
+    if (
+        wanted
+        and deployment.state == DeploymentState.VERIFYING
+        and deployment.start_token
+        and not deployment.pid
+    ):
+        plan = runtime.launch_plan(deployment, python=AGENT_PYTHON)
+        launch = {"argv": plan.argv, "env": plan.env, "log_keep": settings.ENGINE_LOG_KEEP}
+    return {
+        "id": deployment.pk,
+        "name": deployment.name,
+        "engine": deployment.engine,
+        "served_model_name": deployment.served_model_name,
+        "port": deployment.port,
+        "block_size": deployment.block_size,
+        "desired_state": deployment.desired_state,
+        "state": deployment.state,
+        "start_token": deployment.start_token,
+        "pid": deployment.pid,
+        "engine_key": engine_api_key(deployment) if deployment.start_token else "",
+        "bind_host": bind_host_for(deployment.host),
+        "drain": drain,
+        "launch": launch,
+    }
+
+
+# --- telemetry --------------------------------------------------------------------------------------
+
+
+def publish_telemetry(
+    host: Host,
+    deployments: dict[int, Deployment],
+    engines: list[dict[str, Any]],
+    gpus: list[dict[str, Any]],
+    info: dict[str, Any],
+) -> None:
+    """The agent's engine live records and GPU samples, as the co-located supervisor publishes them."""
+    ttl = max(1, round(settings.NODE_LIVE_TTL_SECONDS))
+    live_engines = []
+    for record in engines:
+        deployment = deployments.get(int(record.get("deployment_id", -1)))
+        # Only an engine that still serves: a crashed or stopped one's live key must stay dropped.
+        if deployment is None or deployment.state not in SUPERVISED_STATES:
+            continue
+        live = {**record, "host": host.name, "name": deployment.name, "state": deployment.state}
+        live_engines.append(live)
+    indices = set(Gpu.objects.filter(host=host).values_list("index", flat=True))
+    samples = [s for s in gpus if isinstance(s.get("index"), int) and s["index"] in indices]
+    try:
+        pipe = get_redis().pipeline(transaction=False)
+        for live in live_engines:
+            pipe.set(live_deployment_key(live["deployment_id"]), json.dumps(live), ex=ttl)
+        for sample in samples:
+            pipe.set(live_gpu_key(host.name, sample["index"]), json.dumps(sample), ex=ttl)
+        history.record(pipe, host.name, samples, live_engines)
+        pipe.execute()
+    except Exception as exc:  # Redis down: the proxy treats missing live data as busy
+        log.warning("could not write live state of host %s: %s", host.name, exc)
+    for live in live_engines:
+        push_event([deployment_group(live["deployment_id"])], {"type": "deployment.metrics", **live})
+    event = {
+        "type": "host.telemetry",
+        "host": host.name,
+        "ts": samples[0]["ts"] if samples and "ts" in samples[0] else time.time(),
+        "simulated": bool(info.get("simulated_gpus", False)),
+        "gpu_note": info.get("gpu_note", ""),
+        "gpus": samples,
+        "engines": live_engines,
+    }
+    push_event([FLEET_GROUP, host_group(host.name)], event)
+
+
+# --- drain flag -------------------------------------------------------------------------------------
+
+
+def request_drain(deployment_id: int) -> None:
+    """Tell the agent that the stop it is about to see waits for in-flight requests first."""
+    try:
+        get_redis().set(key("agent", "drain", str(deployment_id)), "1", ex=3600)
+    except Exception as exc:
+        log.warning("could not flag the drain of deployment %s: %s", deployment_id, exc)
+
+
+def _drains_requested(deployment_ids: list[int]) -> set[int]:
+    """The deployments whose pending stop is a drain (one MGET for the whole host)."""
+    if not deployment_ids:
+        return set()
+    try:
+        flags = get_redis().mget([key("agent", "drain", str(pk)) for pk in deployment_ids])
+    except Exception:
+        return set()
+    return {pk for pk, flag in zip(deployment_ids, flags, strict=True) if flag}
+
+
+# --- logs through the agent -------------------------------------------------------------------------
+
+
+def _requests_key(host_name: str) -> str:
+    return key("agent", "logreq", host_name)
+
+
+def _answer_key(request_id: str) -> str:
+    return key("agent", "logans", request_id)
+
+
+def _meta_key(request_id: str) -> str:
+    return key("agent", "logmeta", request_id)
+
+
+def request_log(
+    deployment: Deployment, *, lines: int, max_bytes: int, timeout: float | None = None
+) -> dict[str, Any] | None:
+    """Ask the deployment's agent for the tail of its engine log; None when it did not answer in time.
+
+    The request waits in Redis for the agent's next sync (at most NODE_TELEMETRY_SECONDS away); the
+    agent posts the lines to /api/agent/logs/, which pushes them to the list this call waits on.
+    """
+    wait = timeout if timeout is not None else settings.AGENT_LOG_TIMEOUT_SECONDS
+    request_id = uuid.uuid4().hex
+    request = {
+        "id": request_id,
+        "deployment_id": deployment.pk,
+        "lines": max(1, min(lines, LOG_DOWNLOAD_MAX_LINES)),
+        "max_bytes": max(1, min(max_bytes, LOG_DOWNLOAD_MAX_BYTES)),
+    }
+    expiry = max(5, int(wait) + 5)
+    redis = get_redis()
+    pipe = redis.pipeline(transaction=False)
+    pipe.set(
+        _meta_key(request_id),
+        json.dumps({"host": deployment.host.name, "deployment_id": deployment.pk}),
+        ex=expiry,
+    )
+    pipe.rpush(_requests_key(deployment.host.name), json.dumps(request))
+    pipe.expire(_requests_key(deployment.host.name), expiry)
+    pipe.execute()
+    answer = redis.blpop([_answer_key(request_id)], timeout=max(1, round(wait)))
+    if answer is None:
+        return None
+    value = json.loads(answer[1])
+    return value if isinstance(value, dict) else None
+
+
+def take_log_requests(host_name: str) -> list[dict[str, Any]]:
+    """The log requests waiting for this host's agent (each handed out once)."""
+    try:
+        pipe = get_redis().pipeline(transaction=True)
+        pipe.lrange(_requests_key(host_name), 0, 99)
+        pipe.ltrim(_requests_key(host_name), 100, -1)
+        raw, _ = pipe.execute()
+    except Exception as exc:
+        log.warning("could not read log requests of host %s: %s", host_name, exc)
+        return []
+    return [json.loads(item) for item in raw]
+
+
+def answer_log(host: Host, answer: dict[str, Any]) -> bool:
+    """An agent's answer to a log request; refused (False) when the request was not for this host."""
+    redis = get_redis()
+    raw = redis.get(_meta_key(str(answer["request_id"])))
+    if raw is None:
+        return False
+    meta = json.loads(raw)
+    if meta.get("host") != host.name or meta.get("deployment_id") != answer["deployment_id"]:
+        return False
+    body = {
+        "text": str(answer.get("text", ""))[-LOG_DOWNLOAD_MAX_BYTES:],
+        "path": str(answer.get("path", "")),
+        "truncated": bool(answer.get("truncated", False)),
+    }
+    pipe = redis.pipeline(transaction=False)
+    pipe.rpush(_answer_key(str(answer["request_id"])), json.dumps(body))
+    pipe.expire(_answer_key(str(answer["request_id"])), 30)
+    pipe.delete(_meta_key(str(answer["request_id"])))
+    pipe.execute()
+    return True
