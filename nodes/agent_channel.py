@@ -40,6 +40,7 @@ from nodes.lifecycle import (
     live_gpu_key,
     push_event,
     transition,
+    wake_requested,
 )
 from nodes.models import Deployment, Gpu, Host
 
@@ -105,6 +106,7 @@ def sync(host: Host, batch: dict[str, Any]) -> dict[str, Any]:
     )
     for deployment in deployments.values():
         reconcile(deployment)
+    wake_sleepers(host, deployments)
     drains = _drains_requested(list(deployments))
     return {
         "acked": acked,
@@ -160,7 +162,7 @@ def apply_change(host: Host, change: dict[str, Any]) -> str:
             )
         elif state == DeploymentState.DEGRADED:
             # Degraded while starting (the host missed heartbeats) has no ready time yet.
-            extra = {} if deployment.ready_at else {"ready_at": timezone.now()}
+            extra: dict[str, Any] = {} if deployment.ready_at else {"ready_at": timezone.now()}
             transition(deployment, DeploymentState.READY, message or "Recovered: probes pass again.", **extra)
         else:
             return "duplicate"
@@ -201,6 +203,20 @@ def apply_change(host: Host, change: dict[str, Any]) -> str:
     else:
         return "unknown"
     return "applied"
+
+
+def wake_sleepers(host: Host, deployments: dict[int, Deployment]) -> None:
+    """Sleeping engines someone asked to wake (the proxy holding a request): the control plane's worker
+    wakes them (runtime.wake, a call to the engine's port), as the co-located supervisor's wake watch
+    does. Checked at every sync, so a held request waits at most one telemetry period more."""
+    sleeping = [pk for pk, d in deployments.items() if d.state == DeploymentState.SLEEPING]
+    if not sleeping:
+        return
+    from nodes import tasks  # the tasks module imports the runtime this module is imported by
+
+    for deployment_id in wake_requested(sleeping):
+        # runtime.wake clears the key; until the task has run, a later sync may send another (a no-op).
+        tasks.wake_deployment.apply_async((deployment_id,), {"reason": "woken on request"}, queue="control")
 
 
 def host_info(host: Host) -> dict[str, Any]:

@@ -20,9 +20,13 @@ from nodes.models import Deployment, Host
 def _enqueue(task: Any, deployment: Deployment, **kwargs: Any) -> None:
     """Send `task` to the agent of the deployment's host once the transaction commits.
 
-    An agent on the agent channel has no queue: it learns the new desired state at its next sync.
+    An agent on the agent channel has no queue: it learns the new desired state at its next sync. Sleep
+    and wake are the exception: they are calls to the engine's port with its key (runtime.sleep/wake),
+    which the control plane's own worker makes for such a host (its agent leaves a sleeper alone).
     """
     if uses_agent_channel(deployment.host):
+        if task in (tasks.sleep_deployment, tasks.wake_deployment):
+            enqueue_on_commit(task, deployment.pk, **kwargs)  # the control queue
         return
     enqueue_on_commit(task, deployment.pk, queue=deployment.host.agent_queue, **kwargs)
 

@@ -86,6 +86,9 @@ class LocalEngine:
     last_tokens: float | None = None
     readiness_failures: int = 0
     history: list[tuple[float, EngineMetrics]] = field(default_factory=list)
+    # Wall time the engine last had work (running or waiting requests, or tokens moving): the
+    # control plane's idle-sleep check reads it from the live record.
+    last_busy_wall: float = field(default_factory=time.time)
 
 
 @dataclass
@@ -435,6 +438,11 @@ class Agent:
         """One observation -> a queued state change, a kill, or nothing (as the co-located supervisor)."""
         if engine.phase not in ("starting", "ready", "degraded"):
             return
+        if deployment["state"] == "sleeping" and obs.alive:
+            # Asleep (the control plane put it to sleep through its dev endpoints): requests queue and no
+            # token moves, which is no hang; only its exit counts.
+            engine.last_answer = engine.last_progress = now
+            return
         if not obs.alive:
             code = process.exit_code(engine.pid)
             how = f" with code {code}" if code is not None else ""
@@ -451,6 +459,8 @@ class Agent:
             moved = engine.last_tokens is not None and tokens != engine.last_tokens
             if moved or metrics.num_requests_running == 0:
                 engine.last_progress = now
+            if moved or metrics.num_requests_running or metrics.num_requests_waiting:
+                engine.last_busy_wall = time.time()
             engine.last_tokens = tokens
             engine.history.append((now, metrics))
             engine.history = [(t, m) for t, m in engine.history if now - t <= RATE_WINDOW_SECONDS + 1]
@@ -560,6 +570,7 @@ class Agent:
             "ttft_p95_s": ttft_p95,
             "itl_p95_s": itl_p95,
             "has_metrics": obs.metrics is not None,
+            "idle_since": engine.last_busy_wall,
         }
 
     # --- logs ---

@@ -21,11 +21,11 @@ from nodes import process
 class Relay:
     """A TCP relay from a local port to the control plane: `cut()` drops it, `restore()` brings it back."""
 
-    def __init__(self, target_host: str, target_port: int) -> None:
+    def __init__(self, target_host: str, target_port: int, bind: str = "127.0.0.1") -> None:
         self.target = (target_host, target_port)
         self.listener = socket.socket()
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind(("127.0.0.1", 0))
+        self.listener.bind((bind, 0))
         self.port = int(self.listener.getsockname()[1])
         self.up = threading.Event()
         self.up.set()
