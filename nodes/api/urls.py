@@ -3,12 +3,13 @@ from __future__ import annotations
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from nodes.api import views
+from nodes.api import scaling, views
 
 router = DefaultRouter()
 router.register("hosts", views.HostViewSet, basename="host")
 router.register("deployments", views.DeploymentViewSet, basename="deployment")
 router.register("baselines", views.PerformanceBaselineViewSet, basename="baseline")
+router.register("scaling-policies", scaling.ScalingPolicyViewSet, basename="scalingpolicy")
 
 urlpatterns = [
     path("telemetry/history/", views.telemetry_history, name="telemetry-history"),

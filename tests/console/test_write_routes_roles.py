@@ -44,6 +44,7 @@ ADMIN_ONLY_PATHS = (
     "/api/alerts/",
     "/api/alert-rules/",
     "/api/baselines/",
+    "/api/scaling-policies/",
 )
 ROLE_REFUSAL = "Your role does not allow this action."
 
