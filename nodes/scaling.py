@@ -49,7 +49,8 @@ log = logging.getLogger(__name__)
 # Scale down only when, with one engine fewer, every measure would be at most this share of its target:
 # the dead band between it and the target is what keeps a pool from flapping.
 SCALE_DOWN_HEADROOM = 0.5
-# A scale-up adds at most as many engines as the pool has (doubling), at least one.
+# A scale-up for KV usage or TTFT at most doubles the pool (their ratios to the target overstate what
+# an engine more removes); one for waiting requests sizes the pool by capacity (see decide).
 MAX_GROWTH_FACTOR = 2.0
 # Engine parameters a scaled engine copies from the template.
 TEMPLATE_FIELDS = (
@@ -221,7 +222,7 @@ def decide(
     """Scale up, scale down or hold, from the pool's state and the time of its last change.
 
     Bounds first (below the minimum: up at once; above the maximum: down). Then up when any measure
-    exceeds its target, by the worst measure's ratio (at most doubling), once the engines already
+    exceeds its target, to the most engines any exceeded measure wants, once the engines already
     starting are up and the scale-up cooldown has passed; down by one when the pool would still be at
     most SCALE_DOWN_HEADROOM of every target with one engine fewer (`is_quiet`), has been so without a
     break since `quiet_since` for the scale-down cooldown, and as long since the last change.
@@ -236,35 +237,39 @@ def decide(
     if not state.serving or not state.live:
         return Decision(HOLD, n, "No live numbers from the pool's engines yet.")
 
-    ratios: list[tuple[float, str]] = []
+    # Each exceeded measure says how many engines it wants. Waiting requests: the requests in the pool
+    # (running + waiting) over what one engine holds at the target (the running it sustains now plus
+    # the waiting allowed), since queues do not shrink in proportion to engines. KV usage and TTFT:
+    # in proportion to their ratio to the target, at most doubling.
+    wants: list[tuple[int, str]] = []
     wpe = state.waiting_per_engine or 0.0
     target_wait = policy.target_waiting_per_engine
     if wpe > target_wait:
-        ratios.append(
-            (
-                wpe / target_wait if target_wait > 0 else math.inf,
-                f"{wpe:.1f} waiting per engine > {target_wait:g}",
-            )
-        )
+        reporting = max(1, sum(1 for d in state.serving if d.pk in state.live))
+        per_engine = state.running_total / reporting + target_wait
+        wanted = math.ceil((state.running_total + state.waiting_total) / per_engine) if per_engine > 0 else hi
+        wants.append((wanted, f"{wpe:.1f} waiting per engine > {target_wait:g}"))
     if state.kv_usage is not None and state.kv_usage > policy.target_kv_usage:
-        ratios.append(
+        ratio = state.kv_usage / policy.target_kv_usage
+        wants.append(
             (
-                state.kv_usage / policy.target_kv_usage,
+                math.ceil(n * min(ratio, MAX_GROWTH_FACTOR)),
                 f"KV cache {state.kv_usage:.0%} > {policy.target_kv_usage:.0%}",
             )
         )
     target_ttft = policy.target_ttft_ratio
     if target_ttft is not None and state.ttft_ratio is not None and state.ttft_ratio > target_ttft:
-        ratios.append(
+        ratio = state.ttft_ratio / target_ttft
+        wants.append(
             (
-                state.ttft_ratio / target_ttft,
+                math.ceil(n * min(ratio, MAX_GROWTH_FACTOR)),
                 f"TTFT p95 {state.ttft_ratio:.1f}x the baseline > {target_ttft:g}x",
             )
         )
 
     since = _since(last_change_at, now)
-    if ratios:
-        why = "; ".join(text for _, text in ratios)
+    if wants:
+        why = "; ".join(text for _, text in wants)
         if n >= hi:
             return Decision(
                 ScalingDecision.Action.BLOCKED, n, f"{why}, but the pool is at its maximum of {hi}."
@@ -275,9 +280,7 @@ def decide(
             return Decision(
                 HOLD, n, f"{why}; scale-up cooldown ({since:.0f} of {policy.scale_up_cooldown_s} s)."
             )
-        worst = max(ratio for ratio, _ in ratios)
-        wanted = min(math.ceil(n * min(worst, MAX_GROWTH_FACTOR)), hi)
-        return Decision(ScalingDecision.Action.SCALE_UP, max(wanted, n + 1), why)
+        return Decision(ScalingDecision.Action.SCALE_UP, min(hi, max(n + 1, *(w for w, _ in wants))), why)
 
     if n <= lo or state.starting or quiet_since is None:
         return Decision(HOLD, n, "Within the targets.")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import models
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.decorators import action
@@ -94,7 +95,8 @@ class ScalingPolicySerializer(StrictModelSerializer):
                 return attrs[name]
             if self.instance is not None:
                 return getattr(self.instance, name)
-            return ScalingPolicy._meta.get_field(name).get_default()
+            field = ScalingPolicy._meta.get_field(name)
+            return field.get_default() if isinstance(field, models.Field) else None
 
         errors = scaling.validate_policy(
             value("pool"), value("template"), int(value("min_engines")), int(value("max_engines"))

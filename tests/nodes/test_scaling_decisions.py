@@ -22,7 +22,9 @@ UP, DOWN = ScalingDecision.Action.SCALE_UP, ScalingDecision.Action.SCALE_DOWN
 
 
 @pytest.fixture
-def template(host: Host, make_deployment: Any, redis_clean: None) -> Deployment:
+def template(host: Host, make_deployment: Any, node_settings: Any, redis_clean: None) -> Deployment:
+    # Hosts stay reachable through the test however slow the machine (the lost-host test ages one).
+    node_settings.NODE_UNREACHABLE_SECONDS = 3600
     Host.objects.filter(pk=host.pk).update(role=ROLE)
     return make_deployment(role=ROLE, state=DeploymentState.READY)
 
@@ -53,14 +55,18 @@ def test_queue_growth_adds_a_copy_of_the_template_on_the_least_loaded_host(
         assert getattr(added, name) == getattr(template, name), name
     assert added.state == DeploymentState.PENDING and added.desired_state == DesiredState.RUNNING
     audit = AuditEvent.objects.get(object_type="nodes.scalingpolicy")
-    assert audit.after["scaling"] == UP and audit.after["metrics"]["waiting_total"] == 10.0
+    assert (
+        audit.after is not None
+        and audit.after["scaling"] == UP
+        and audit.after["metrics"]["waiting_total"] == 10.0
+    )
     policy.refresh_from_db()
     assert policy.last_target_engines == 2
 
 
 def test_a_second_run_in_the_same_interval_decides_nothing(template: Deployment, second_host: Host) -> None:
     policy = make_policy(template)
-    set_live(template, waiting=10)
+    set_live(template, waiting=10, running=8)
     assert scaling.evaluate(policy.pk, now=at(0)) is not None
     assert scaling.evaluate(policy.pk, now=at(5)) is None
     assert ScalingDecision.objects.count() == 1 and len(wanted_running(policy)) == 2
@@ -70,7 +76,7 @@ def test_no_scale_up_while_an_engine_starts_nor_within_the_cooldown(
     template: Deployment, second_host: Host
 ) -> None:
     policy = make_policy(template, scale_up_cooldown_s=60)
-    set_live(template, waiting=10)
+    set_live(template, waiting=10, running=8)
     scaling.evaluate(policy.pk, now=at(0))
     # The new engine is still starting: the scaler waits for it.
     assert scaling.evaluate(policy.pk, now=at(10)) is None
@@ -78,13 +84,13 @@ def test_no_scale_up_while_an_engine_starts_nor_within_the_cooldown(
     assert "starting" in policy.last_reason
     settle(policy)
     for dep in wanted_running(policy):
-        set_live(dep, waiting=10)
+        set_live(dep, waiting=8, running=2)
     assert scaling.evaluate(policy.pk, now=at(20)) is None
     policy.refresh_from_db()
     assert "cooldown" in policy.last_reason
     decision = scaling.evaluate(policy.pk, now=at(60))
     assert decision is not None and decision.action == UP
-    # 10 waiting per engine is 5x the target: doubling, the most one step adds.
+    # 20 requests in the pool, each engine running 2 and allowed 2 waiting: 5 engines wanted, 4 at most.
     assert (decision.engines_before, decision.engines_after) == (2, 4)
 
 
@@ -92,7 +98,7 @@ def test_idle_pool_drains_the_scaled_engine_and_keeps_the_template(
     template: Deployment, second_host: Host
 ) -> None:
     policy = make_policy(template, scale_down_cooldown_s=120)
-    set_live(template, waiting=10)
+    set_live(template, waiting=10, running=8)
     scaling.evaluate(policy.pk, now=at(0))
     settle(policy)
     engines = wanted_running(policy)
@@ -118,7 +124,7 @@ def test_idle_pool_drains_the_scaled_engine_and_keeps_the_template(
 
 def test_load_between_the_targets_moves_nothing(template: Deployment, second_host: Host) -> None:
     policy = make_policy(template)
-    set_live(template, waiting=10)
+    set_live(template, waiting=10, running=8)
     scaling.evaluate(policy.pk, now=at(0))
     settle(policy)
     # 3 waiting over 2 engines: under the target (2 each), above half of it with one engine fewer.
@@ -169,7 +175,7 @@ def test_a_host_lost_during_scale_up_is_replaced_elsewhere_not_duplicated(
     template: Deployment, second_host: Host
 ) -> None:
     policy = make_policy(template)
-    set_live(template, waiting=10)
+    set_live(template, waiting=10, running=8)
     first = scaling.evaluate(policy.pk, now=at(0))
     assert first is not None
     lost = Deployment.objects.get(pk=first.metrics["added_ids"][0])
@@ -192,7 +198,7 @@ def test_a_host_lost_during_scale_up_is_replaced_elsewhere_not_duplicated(
 
 def test_at_the_maximum_the_wish_is_recorded_once(template: Deployment, second_host: Host) -> None:
     policy = make_policy(template, max_engines=1)
-    set_live(template, waiting=10)
+    set_live(template, waiting=10, running=8)
     first = scaling.evaluate(policy.pk, now=at(0))
     assert first is not None and first.action == ScalingDecision.Action.BLOCKED
     assert "maximum of 1" in first.reason
@@ -207,7 +213,7 @@ def test_no_host_fits_blocks_with_the_reasons(template: Deployment, second_host:
     Deployment.objects.filter(pk=template.pk).update(gpu_memory_utilization=0.6)
     template.refresh_from_db()
     policy = make_policy(template)
-    set_live(template, waiting=10)
+    set_live(template, waiting=10, running=8)
     decision = scaling.evaluate(policy.pk, now=at(0))
     assert decision is not None and decision.action == ScalingDecision.Action.BLOCKED
     assert "No host fits" in decision.reason and "already taken" in decision.reason
@@ -216,7 +222,7 @@ def test_no_host_fits_blocks_with_the_reasons(template: Deployment, second_host:
 
 def test_silent_engines_are_never_taken_as_idle(template: Deployment, second_host: Host) -> None:
     policy = make_policy(template, min_engines=1)
-    set_live(template, waiting=10)
+    set_live(template, waiting=10, running=8)
     scaling.evaluate(policy.pk, now=at(0))
     settle(policy)
     from core.redis_client import get_redis

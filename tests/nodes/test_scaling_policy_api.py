@@ -18,7 +18,9 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def template(host: Host, make_deployment: Any, redis_clean: None) -> Deployment:
+def template(host: Host, make_deployment: Any, node_settings: Any, redis_clean: None) -> Deployment:
+    # Hosts stay reachable through the test however slow the machine (the lost-host test ages one).
+    node_settings.NODE_UNREACHABLE_SECONDS = 3600
     Host.objects.filter(pk=host.pk).update(role=ROLE)
     return make_deployment(role=ROLE, state=DeploymentState.READY, gpu_memory_utilization=0.3)
 
@@ -94,7 +96,7 @@ def test_decisions_are_listed_newest_first_for_everyone(
     admin_client: Any, viewer_client: Any, pool: RoutePool, template: Deployment
 ) -> None:
     policy = ScalingPolicy.objects.create(pool=pool, template=template, max_engines=3)
-    set_live(template, waiting=9)
+    set_live(template, waiting=9, running=8)
     assert scaling.evaluate(policy.pk, now=at(0)) is not None
     response = viewer_client.get(f"/api/scaling-policies/{policy.pk}/decisions/")
     assert response.status_code == 200
