@@ -16,8 +16,9 @@ Load: closed-loop clients streaming chat completions through the proxy (--max-to
 the pool is back at its minimum (or --idle-timeout). Printed: the time from the step to the first
 scale-up decision, to the last one, and to the moment the pool serves with its final engine count;
 goodput (requests per second that finished with TTFT <= --slo-ttft and no error) from the step until
-the added engines serve (one engine) and over the last --window seconds of the step (at the target); the time from
-the end of the load to the pool back at one engine; and every failed request (there should be none).
+the added engines serve (one engine) and over the last --window seconds of the step (at the target);
+the time from the end of the load to the pool back at one engine; and every failed request (there
+should be none).
 """
 
 from __future__ import annotations
