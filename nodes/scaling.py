@@ -115,6 +115,7 @@ class PoolState:
     running_total: float = 0.0
     kv_usage: float | None = None
     ttft_ratio: float | None = None
+    max_running: float = 0.0
 
     @property
     def engines(self) -> int:
@@ -159,6 +160,7 @@ def read_pool_state(policy: ScalingPolicy, rows: list[Deployment] | None = None)
     for live in state.live.values():
         state.waiting_total += float(live.get("num_requests_waiting") or 0)
         state.running_total += float(live.get("num_requests_running") or 0)
+        state.max_running = max(state.max_running, float(live.get("num_requests_running") or 0))
         if live.get("kv_cache_usage_perc") is not None:
             kv.append(float(live["kv_cache_usage_perc"]))
         if baseline is not None and policy.target_ttft_ratio is not None:
@@ -238,15 +240,16 @@ def decide(
         return Decision(HOLD, n, "No live numbers from the pool's engines yet.")
 
     # Each exceeded measure says how many engines it wants. Waiting requests: the requests in the pool
-    # (running + waiting) over what one engine holds at the target (the running it sustains now plus
-    # the waiting allowed), since queues do not shrink in proportion to engines. KV usage and TTFT:
+    # (running + waiting) over what one engine holds at the target (the most any engine runs at once
+    # plus the waiting allowed), since queues do not shrink in proportion to engines. KV usage and TTFT:
     # in proportion to their ratio to the target, at most doubling.
     wants: list[tuple[int, str]] = []
     wpe = state.waiting_per_engine or 0.0
     target_wait = policy.target_waiting_per_engine
     if wpe > target_wait:
-        reporting = max(1, sum(1 for d in state.serving if d.pk in state.live))
-        per_engine = state.running_total / reporting + target_wait
+        # Engines are copies of one template: the busiest one shows what each can run at once (an engine
+        # that just became ready has not taken its share yet and would understate it).
+        per_engine = state.max_running + target_wait
         wanted = math.ceil((state.running_total + state.waiting_total) / per_engine) if per_engine > 0 else hi
         wants.append((wanted, f"{wpe:.1f} waiting per engine > {target_wait:g}"))
     if state.kv_usage is not None and state.kv_usage > policy.target_kv_usage:
@@ -453,8 +456,12 @@ def _forget_removed(policy: ScalingPolicy) -> None:
 # --- one evaluation -----------------------------------------------------------------------------
 
 
-def _last_change_at(policy: ScalingPolicy) -> datetime | None:
-    return (
+def _last_change_at(policy: ScalingPolicy, state: PoolState) -> datetime | None:
+    """The last change of the pool: its latest scaling decision, or an engine becoming ready since.
+
+    Counting readiness keeps the cooldowns from judging new capacity before it has taken load.
+    """
+    decided = (
         policy.decisions.filter(
             action__in=[
                 ScalingDecision.Action.SCALE_UP,
@@ -465,6 +472,8 @@ def _last_change_at(policy: ScalingPolicy) -> datetime | None:
         .values_list("at", flat=True)
         .first()
     )
+    times = [t for t in (decided, *(d.ready_at for d in state.serving)) if t is not None]
+    return max(times) if times else None
 
 
 def _record(
@@ -540,7 +549,11 @@ def evaluate(policy_id: int, *, now: datetime | None = None) -> ScalingDecision 
             else:
                 policy.quiet_since = None
             choice = decide(
-                policy, state, last_change_at=_last_change_at(policy), quiet_since=policy.quiet_since, now=now
+                policy,
+                state,
+                last_change_at=_last_change_at(policy, state),
+                quiet_since=policy.quiet_since,
+                now=now,
             )
             target, reason = choice.target, choice.reason
             decision = _apply(policy, choice, state, now=now, interval=interval, metrics=metrics)
