@@ -116,6 +116,9 @@ class PoolState:
     kv_usage: float | None = None
     ttft_ratio: float | None = None
     max_running: float = 0.0
+    # Requests one engine runs at once: the template's max_num_seqs when set, or the busiest engine's
+    # running count now if that is higher (engines are copies of the template).
+    engine_capacity: float = 0.0
 
     @property
     def engines(self) -> int:
@@ -168,6 +171,7 @@ def read_pool_state(policy: ScalingPolicy, rows: list[Deployment] | None = None)
             if ratio is not None:
                 state.ttft_ratio = max(state.ttft_ratio or 0.0, float(ratio))
     state.kv_usage = sum(kv) / len(kv) if kv else None
+    state.engine_capacity = max(state.max_running, float(policy.template.max_num_seqs or 0))
     return state
 
 
@@ -190,13 +194,24 @@ def _since(then: datetime | None, now: datetime) -> float:
     return math.inf if then is None else (now - then).total_seconds()
 
 
+def projected_waiting(state: PoolState, engines: int) -> float:
+    """Waiting requests per engine if the pool's requests ran on `engines` engines.
+
+    Each engine runs at most `engine_capacity` requests at once; the rest would wait. Counting the
+    running requests matters: a saturated pool shows no queue, yet
+    it would grow one as soon as it lost an engine.
+    """
+    total = state.running_total + state.waiting_total
+    return max(0.0, total - engines * state.engine_capacity) / max(1, engines)
+
+
 def is_quiet(policy: ScalingPolicy, state: PoolState) -> bool:
     """Whether the pool would be at most SCALE_DOWN_HEADROOM of every target with one engine fewer."""
     n = state.engines
     if n <= 1 or not state.live or state.starting or len(state.live) < len(state.serving):
         return False
     fewer = n - 1
-    quiet = state.waiting_total / fewer <= SCALE_DOWN_HEADROOM * policy.target_waiting_per_engine and (
+    quiet = projected_waiting(state, fewer) <= SCALE_DOWN_HEADROOM * policy.target_waiting_per_engine and (
         (state.kv_usage or 0.0) * n / fewer <= SCALE_DOWN_HEADROOM * policy.target_kv_usage
     )
     if policy.target_ttft_ratio is not None and state.ttft_ratio is not None:
@@ -208,7 +223,7 @@ def quiet_reason(policy: ScalingPolicy, state: PoolState) -> str:
     n = state.engines
     fewer = max(1, n - 1)
     return (
-        f"with {fewer} engine(s) {state.waiting_total / fewer:.1f} waiting per engine and KV cache "
+        f"with {fewer} engine(s) {projected_waiting(state, fewer):.1f} waiting per engine and KV cache "
         f"{(state.kv_usage or 0.0) * n / fewer:.0%}, at most {SCALE_DOWN_HEADROOM:.0%} of the targets"
     )
 
@@ -247,9 +262,9 @@ def decide(
     wpe = state.waiting_per_engine or 0.0
     target_wait = policy.target_waiting_per_engine
     if wpe > target_wait:
-        # Engines are copies of one template: the busiest one shows what each can run at once (an engine
-        # that just became ready has not taken its share yet and would understate it).
-        per_engine = state.max_running + target_wait
+        # Engines are copies of one template: what one runs at once is its max_num_seqs or what the busiest
+        # runs (an engine that just became ready has not taken its share yet and would understate it).
+        per_engine = state.engine_capacity + target_wait
         wanted = math.ceil((state.running_total + state.waiting_total) / per_engine) if per_engine > 0 else hi
         wants.append((wanted, f"{wpe:.1f} waiting per engine > {target_wait:g}"))
     if state.kv_usage is not None and state.kv_usage > policy.target_kv_usage:

@@ -84,13 +84,13 @@ def test_no_scale_up_while_an_engine_starts_nor_within_the_cooldown(
     assert "starting" in policy.last_reason
     settle(policy)
     for dep in wanted_running(policy):
-        set_live(dep, waiting=8, running=2)
+        set_live(dep, waiting=30, running=16)
     assert scaling.evaluate(policy.pk, now=at(20)) is None
     policy.refresh_from_db()
     assert "cooldown" in policy.last_reason
     decision = scaling.evaluate(policy.pk, now=at(60))
     assert decision is not None and decision.action == UP
-    # 20 requests in the pool, each engine running 2 and allowed 2 waiting: 5 engines wanted, 4 at most.
+    # 92 requests in the pool, an engine runs 16 (max_num_seqs) and may have 2 waiting: 6 wanted, 4 at most.
     assert (decision.engines_before, decision.engines_after) == (2, 4)
 
 
@@ -154,21 +154,31 @@ def test_an_oscillating_load_does_not_flap(template: Deployment, second_host: Ho
     assert len(wanted_running(policy)) <= policy.max_engines
 
 
-def test_scale_down_after_a_long_quiet_spell_then_up_again_is_bounded(
+def test_busy_and_quiet_spells_move_the_pool_only_the_way_each_spell_asks(
     template: Deployment, second_host: Host
 ) -> None:
     policy = make_policy(template, scale_up_cooldown_s=20, scale_down_cooldown_s=40)
+    moves: list[tuple[bool, str]] = []
     for step in range(60):  # 10 minutes: 100 s busy, 100 s quiet, three times
         settle(policy)
-        high = (step // 10) % 2 == 0
+        busy = (step // 10) % 2 == 0
         engines = wanted_running(policy)
+        # Busy: 40 requests, each engine runs up to 16 (its max_num_seqs), the rest wait.
+        running = min(16.0, 40.0 / len(engines)) if busy else 0.0
+        waiting = max(0.0, 40.0 - 16.0 * len(engines)) / len(engines) if busy else 0.0
         for dep in engines:
-            set_live(dep, waiting=(8.0 / len(engines)) if high else 0.0, kv=0.5 if high else 0.02)
-        scaling.evaluate(policy.pk, now=at(step * 10))
-    actions = list(ScalingDecision.objects.order_by("at").values_list("action", flat=True))
-    # Three busy spells and three quiet ones: each spell moves the pool, no more.
-    assert actions.count(UP) <= 6 and actions.count(DOWN) <= 6
-    assert actions.count(UP) >= 3 and actions.count(DOWN) >= 2
+            set_live(dep, waiting=waiting, running=running, kv=0.5 if busy else 0.02)
+        decision = scaling.evaluate(policy.pk, now=at(step * 10))
+        if decision is not None:
+            moves.append((busy, decision.action))
+    # Up only while busy, down only while quiet: the pool never moves against the load.
+    assert all(action == UP for busy, action in moves if busy)
+    assert all(action == DOWN for busy, action in moves if not busy)
+    ups = sum(1 for _, action in moves if action == UP)
+    downs = sum(1 for _, action in moves if action == DOWN)
+    # 40 requests want 3 engines (16 running + 2 waiting each), reached in one step from 1; each quiet
+    # spell of 100 s takes back at most two (40 s quiet and 40 s since the last change each).
+    assert moves[0] == (True, UP) and ups <= 3 and 2 <= downs <= 6
 
 
 def test_a_host_lost_during_scale_up_is_replaced_elsewhere_not_duplicated(
@@ -231,3 +241,23 @@ def test_silent_engines_are_never_taken_as_idle(template: Deployment, second_hos
     for step in range(1, 20):
         assert scaling.evaluate(policy.pk, now=at(step * 10)) is None
     assert len(wanted_running(policy)) == 2
+
+
+def test_a_saturated_pool_without_a_queue_is_not_shrunk(template: Deployment, second_host: Host) -> None:
+    Deployment.objects.filter(pk=template.pk).update(max_num_seqs=8)
+    template.refresh_from_db()
+    policy = make_policy(template, scale_down_cooldown_s=20)
+    set_live(template, waiting=10, running=8)
+    scaling.evaluate(policy.pk, now=at(0))
+    settle(policy)
+    # Every engine runs 8 (its most) and nothing waits: one engine fewer would queue 8 requests.
+    for dep in wanted_running(policy):
+        set_live(dep, waiting=0, running=8, kv=0.3)
+    for step in range(1, 20):
+        assert scaling.evaluate(policy.pk, now=at(step * 10)) is None
+    assert len(wanted_running(policy)) == 2
+    # Half the load: the 8 requests fit on one engine, so the copy goes.
+    for dep in wanted_running(policy):
+        set_live(dep, waiting=0, running=4, kv=0.15)
+    actions = [scaling.evaluate(policy.pk, now=at(step * 10)) for step in range(20, 25)]
+    assert [d.action for d in actions if d is not None] == [DOWN]
