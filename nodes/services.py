@@ -8,17 +8,22 @@ from typing import Any
 
 from django.db import transaction
 
-from core.celery import enqueue_on_commit
+from core.celery import app, enqueue_on_commit
 from core.redis_client import publish_config_change
-from nodes import tasks
 from nodes.choices import DeploymentState, DesiredState, HostState
 from nodes.lifecycle import host_is_reachable, record_event, transition
 from nodes.models import Deployment, Host
 
+# The agent's tasks (nodes/tasks.py), sent by name: nodes.tasks runs the scaler, which asks these
+# services for launches and drains, so importing the task objects here would close an import cycle.
+LAUNCH_TASK = "nodes.launch_deployment"
+STOP_TASK = "nodes.stop_deployment"
+RESTART_TASK = "nodes.restart_deployment"
 
-def _enqueue(task: Any, deployment: Deployment, **kwargs: Any) -> None:
-    """Send `task` to the agent of the deployment's host once the transaction commits."""
-    enqueue_on_commit(task, deployment.pk, queue=deployment.host.agent_queue, **kwargs)
+
+def _enqueue(task_name: str, deployment: Deployment, **kwargs: Any) -> None:
+    """Send the task to the agent of the deployment's host once the transaction commits."""
+    enqueue_on_commit(app.signature(task_name), deployment.pk, queue=deployment.host.agent_queue, **kwargs)
 
 
 def request_start(deployment: Deployment, message: str = "Start requested.") -> Deployment:
@@ -33,7 +38,7 @@ def request_start(deployment: Deployment, message: str = "Start requested.") -> 
             transition(deployment, DeploymentState.PENDING, message)
         else:
             record_event(deployment, message)
-        _enqueue(tasks.launch_deployment, deployment)
+        _enqueue(LAUNCH_TASK, deployment)
     return deployment
 
 
@@ -52,7 +57,7 @@ def request_stop(deployment: Deployment, *, drain: bool = False) -> Deployment:
                 if drain
                 else "Stop requested.",
             )
-        _enqueue(tasks.stop_deployment, deployment, drain=drain)
+        _enqueue(STOP_TASK, deployment, drain=drain)
     return deployment
 
 
@@ -63,7 +68,7 @@ def request_restart(deployment: Deployment) -> Deployment:
         )
         deployment.desired_state = DesiredState.RUNNING
         record_event(deployment, "Restart requested.")
-        _enqueue(tasks.restart_deployment, deployment)
+        _enqueue(RESTART_TASK, deployment)
     return deployment
 
 
