@@ -10,6 +10,8 @@ import logging
 ROUTINE_TASKS = (
     "nodes.check_host_heartbeats",
     "nodes-host-heartbeat-sweep",
+    "nodes.evaluate_scaling",
+    "nodes-scaling-evaluate",
     "routing.evaluate_rollouts",
     "routing-rollout-gates",
     "alerts.evaluate",

@@ -149,6 +149,9 @@ CELERY_BEAT_SCHEDULE = {
     # The bound for "unreachable" is NODE_UNREACHABLE_SECONDS after the last heartbeat plus this period
     # (docs/nodes.md); the sweep is one indexed query.
     "nodes-host-heartbeat-sweep": {"task": "nodes.check_host_heartbeats", "schedule": 2.0},
+    # Pool autoscaling (nodes/scaling.py): each policy is evaluated once per its own interval; the tick
+    # only bounds how late an evaluation can be.
+    "nodes-scaling-evaluate": {"task": "nodes.evaluate_scaling", "schedule": 2.0},
     "routing-request-log-partitions-and-retention": {"task": "routing.prune_request_log", "schedule": 3600.0},
     # Canary gates (routing.rollouts): each running rollout advanced, held, promoted or rolled back.
     "routing-rollout-gates": {"task": "routing.evaluate_rollouts", "schedule": ROLLOUT_GATE_INTERVAL_SECONDS},
@@ -286,6 +289,10 @@ NODE_UNREACHABLE_SECONDS = env_float("NODE_UNREACHABLE_SECONDS", 6.0)
 NODE_HANG_SECONDS = env_float("NODE_HANG_SECONDS", 30.0)
 NODE_STARTUP_TIMEOUT_SECONDS = env_float("NODE_STARTUP_TIMEOUT_SECONDS", 900.0)
 NODE_STOP_TIMEOUT_SECONDS = env_float("NODE_STOP_TIMEOUT_SECONDS", 20.0)
+# A drain reads the engine's in-flight count only after this long: the time proxies take to drop the
+# endpoint (config change over pub/sub, then a snapshot reload), so a request routed just before the
+# drain began has reached the engine and is counted, not cut by the stop.
+NODE_DRAIN_SETTLE_SECONDS = env_float("NODE_DRAIN_SETTLE_SECONDS", 1.0)
 NODE_MAX_RESTARTS = env_int("NODE_MAX_RESTARTS", 5)
 NODE_RESTART_BACKOFF_SECONDS = env_float("NODE_RESTART_BACKOFF_SECONDS", 2.0)
 NODE_RESTART_BACKOFF_MAX_SECONDS = env_float("NODE_RESTART_BACKOFF_MAX_SECONDS", 60.0)

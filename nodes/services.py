@@ -8,27 +8,34 @@ from typing import Any
 
 from django.db import transaction
 
-from core.celery import enqueue_on_commit
+from core.celery import app, enqueue_on_commit
 from core.redis_client import publish_config_change
-from nodes import tasks
 from nodes.agent_channel import request_drain, uses_agent_channel
 from nodes.choices import SLEEP_CAPABLE_ENGINES, SLEEP_LEVELS, DeploymentState, DesiredState, HostState
 from nodes.lifecycle import host_is_reachable, record_event, request_wake, transition
 from nodes.models import Deployment, Host
 
+# The agent's tasks (nodes/tasks.py), sent by name: nodes.tasks runs the scaler, which asks these
+# services for launches and drains, so importing the task objects here would close an import cycle.
+LAUNCH_TASK = "nodes.launch_deployment"
+STOP_TASK = "nodes.stop_deployment"
+RESTART_TASK = "nodes.restart_deployment"
+SLEEP_TASK = "nodes.sleep_deployment"
+WAKE_TASK = "nodes.wake_deployment"
 
-def _enqueue(task: Any, deployment: Deployment, **kwargs: Any) -> None:
-    """Send `task` to the agent of the deployment's host once the transaction commits.
+
+def _enqueue(task_name: str, deployment: Deployment, **kwargs: Any) -> None:
+    """Send the task to the agent of the deployment's host once the transaction commits.
 
     An agent on the agent channel has no queue: it learns the new desired state at its next sync. Sleep
     and wake are the exception: they are calls to the engine's port with its key (runtime.sleep/wake),
     which the control plane's own worker makes for such a host (its agent leaves a sleeper alone).
     """
     if uses_agent_channel(deployment.host):
-        if task in (tasks.sleep_deployment, tasks.wake_deployment):
-            enqueue_on_commit(task, deployment.pk, **kwargs)  # the control queue
+        if task_name in (SLEEP_TASK, WAKE_TASK):
+            enqueue_on_commit(app.signature(task_name), deployment.pk, **kwargs)  # the control queue
         return
-    enqueue_on_commit(task, deployment.pk, queue=deployment.host.agent_queue, **kwargs)
+    enqueue_on_commit(app.signature(task_name), deployment.pk, queue=deployment.host.agent_queue, **kwargs)
 
 
 def request_start(deployment: Deployment, message: str = "Start requested.") -> Deployment:
@@ -43,7 +50,7 @@ def request_start(deployment: Deployment, message: str = "Start requested.") -> 
             transition(deployment, DeploymentState.PENDING, message)
         else:
             record_event(deployment, message)
-        _enqueue(tasks.launch_deployment, deployment)
+        _enqueue(LAUNCH_TASK, deployment)
     return deployment
 
 
@@ -64,7 +71,7 @@ def request_stop(deployment: Deployment, *, drain: bool = False) -> Deployment:
             )
         if drain and uses_agent_channel(deployment.host):
             request_drain(deployment.pk)
-        _enqueue(tasks.stop_deployment, deployment, drain=drain)
+        _enqueue(STOP_TASK, deployment, drain=drain)
     return deployment
 
 
@@ -85,7 +92,7 @@ def request_restart(deployment: Deployment) -> Deployment:
                 transition(deployment, DeploymentState.STOPPING, "Restarting the engine.")
             elif deployment.state != DeploymentState.STOPPING:
                 transition(deployment, DeploymentState.PENDING, "Restart: launching again.", pid=None)
-        _enqueue(tasks.restart_deployment, deployment)
+        _enqueue(RESTART_TASK, deployment)
     return deployment
 
 
@@ -128,7 +135,7 @@ def request_sleep(deployment: Deployment, level: int, reason: str = "Sleep reque
         raise SleepRefused("state", f"Only a ready engine can sleep; this one is {deployment.state}.")
     with transaction.atomic():
         record_event(deployment, f"{reason} (level {level})")
-        _enqueue(tasks.sleep_deployment, deployment, level=level, reason=reason)
+        _enqueue(SLEEP_TASK, deployment, level=level, reason=reason)
     return deployment
 
 
@@ -139,7 +146,7 @@ def request_wake_up(deployment: Deployment, reason: str = "Wake requested.") -> 
         raise SleepRefused("state", f"Only a sleeping engine can be woken; this one is {deployment.state}.")
     with transaction.atomic():
         record_event(deployment, reason)
-        _enqueue(tasks.wake_deployment, deployment, reason=reason)
+        _enqueue(WAKE_TASK, deployment, reason=reason)
     request_wake(deployment.pk)
     return deployment
 

@@ -7,6 +7,7 @@ owns the engine; the heartbeat sweep runs on the control queue from beat.
 from __future__ import annotations
 
 from core.celery import app
+from nodes import scaling
 from nodes.agent import runtime
 from nodes.lifecycle import mark_unreachable_hosts
 
@@ -40,3 +41,16 @@ def wake_deployment(deployment_id: int, reason: str = "") -> str:
 def check_host_heartbeats() -> list[str]:
     """Mark hosts that missed heartbeats unreachable (beat runs it every 2 s)."""
     return mark_unreachable_hosts()
+
+
+@app.task(name="nodes.evaluate_scaling")
+def evaluate_scaling() -> list[int]:
+    """Evaluate each enabled scaling policy whose interval has passed (beat runs it every 2 s)."""
+    return scaling.evaluate_due()
+
+
+@app.task(name="nodes.evaluate_scaling_policy")
+def evaluate_scaling_policy(policy_id: int) -> int | None:
+    """One policy's evaluation now (idempotent: once per policy and interval)."""
+    decision = scaling.evaluate(policy_id)
+    return decision.pk if decision is not None else None

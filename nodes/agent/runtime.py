@@ -300,6 +300,7 @@ def stop(deployment_id: int, *, drain: bool = False, drain_timeout: float = 300.
                 transition(deployment, DeploymentState.STOPPING, "Stopping the engine.")
             if drain:
                 deadline = time.monotonic() + drain_timeout
+                time.sleep(settings.NODE_DRAIN_SETTLE_SECONDS)
                 while time.monotonic() < deadline:
                     pending = _in_flight(deployment)
                     if not pending:

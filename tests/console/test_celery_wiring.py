@@ -46,6 +46,7 @@ def test_beat_schedules_every_periodic_task_by_a_registered_name() -> None:
     schedule = app.conf.beat_schedule
     assert {entry["task"] for entry in schedule.values()} == {
         "nodes.check_host_heartbeats",
+        "nodes.evaluate_scaling",
         "routing.prune_request_log",
         "routing.evaluate_rollouts",
         "routing.rollup_history",

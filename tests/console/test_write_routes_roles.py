@@ -48,6 +48,7 @@ ADMIN_ONLY_PATHS = (
     "/api/alerts/",
     "/api/alert-rules/",
     "/api/baselines/",
+    "/api/scaling-policies/",
 )
 ROLE_REFUSAL = "Your role does not allow this action."
 

@@ -1776,6 +1776,61 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/scaling-policies/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description A route pool's scaling policy, its live engine count and its decision history. */
+        get: operations["scaling_policies_list"];
+        put?: never;
+        /** @description A route pool's scaling policy, its live engine count and its decision history. */
+        post: operations["scaling_policies_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/scaling-policies/{id}/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description A route pool's scaling policy, its live engine count and its decision history. */
+        get: operations["scaling_policies_retrieve"];
+        /** @description A route pool's scaling policy, its live engine count and its decision history. */
+        put: operations["scaling_policies_update"];
+        post?: never;
+        /** @description A route pool's scaling policy, its live engine count and its decision history. */
+        delete: operations["scaling_policies_destroy"];
+        options?: never;
+        head?: never;
+        /** @description A route pool's scaling policy, its live engine count and its decision history. */
+        patch: operations["scaling_policies_partial_update"];
+        trace?: never;
+    };
+    "/api/scaling-policies/{id}/decisions/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The pool's scaling history, newest first (the last 200 decisions). */
+        get: operations["scaling_policies_decisions_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/shadow-configs/": {
         parameters: {
             query?: never;
@@ -3649,6 +3704,21 @@ export interface components {
             previous?: string | null;
             results: components["schemas"]["RoutePool"][];
         };
+        PaginatedScalingPolicyList: {
+            /** @example 123 */
+            count: number;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=400&limit=100
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=200&limit=100
+             */
+            previous?: string | null;
+            results: components["schemas"]["ScalingPolicy"][];
+        };
         PaginatedShadowConfigList: {
             /** @example 123 */
             count: number;
@@ -3895,6 +3965,23 @@ export interface components {
             wake_timeout_s?: number;
         };
         /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        PatchedScalingPolicyRequest: {
+            pool?: number;
+            template?: number;
+            enabled?: boolean;
+            min_engines?: number;
+            max_engines?: number;
+            /** Format: double */
+            target_waiting_per_engine?: number;
+            /** Format: double */
+            target_kv_usage?: number;
+            /** Format: double */
+            target_ttft_ratio?: number | null;
+            scale_up_cooldown_s?: number;
+            scale_down_cooldown_s?: number;
+            evaluation_interval_s?: number;
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         PatchedShadowConfigRequest: {
             alias?: number;
             candidate_version?: number;
@@ -3972,6 +4059,11 @@ export interface components {
         PoolCostList: {
             window: components["schemas"]["CostWindow"];
             results: components["schemas"]["PoolCost"][];
+        };
+        PoolEngines: {
+            serving: number;
+            starting: number;
+            draining: number;
         };
         PoolSpend: {
             pool: string;
@@ -4523,6 +4615,74 @@ export interface components {
             readonly marked_by_name: string;
             /** Format: date-time */
             readonly marked_at: string;
+        };
+        ScalingDecision: {
+            readonly id: number;
+            /** Format: date-time */
+            readonly at: string;
+            readonly action: components["schemas"]["ScalingDecisionActionEnum"];
+            readonly reason: string;
+            readonly engines_before: number;
+            readonly engines_after: number;
+            readonly metrics: unknown;
+            readonly deployment: number | null;
+            readonly deployment_name: string;
+            readonly host_name: string;
+        };
+        /**
+         * @description * `scale_up` - Scale up
+         *     * `scale_down` - Scale down
+         *     * `replace` - Replace
+         *     * `blocked` - Blocked
+         * @enum {string}
+         */
+        ScalingDecisionActionEnum: "scale_up" | "scale_down" | "replace" | "blocked";
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        ScalingPolicy: {
+            readonly id: number;
+            pool: number;
+            readonly pool_name: string;
+            template: number;
+            readonly template_name: string;
+            enabled: boolean;
+            min_engines: number;
+            max_engines: number;
+            /** Format: double */
+            target_waiting_per_engine: number;
+            /** Format: double */
+            target_kv_usage: number;
+            /** Format: double */
+            target_ttft_ratio: number | null;
+            scale_up_cooldown_s: number;
+            scale_down_cooldown_s: number;
+            evaluation_interval_s: number;
+            readonly engines: components["schemas"]["PoolEngines"];
+            /** Format: date-time */
+            readonly last_evaluated_at: string | null;
+            readonly last_target_engines: number | null;
+            readonly last_reason: string;
+            readonly last_metrics: unknown;
+            /** Format: date-time */
+            readonly created_at: string;
+            /** Format: date-time */
+            readonly updated_at: string;
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        ScalingPolicyRequest: {
+            pool: number;
+            template: number;
+            enabled?: boolean;
+            min_engines?: number;
+            max_engines?: number;
+            /** Format: double */
+            target_waiting_per_engine?: number;
+            /** Format: double */
+            target_kv_usage?: number;
+            /** Format: double */
+            target_ttft_ratio?: number | null;
+            scale_up_cooldown_s?: number;
+            scale_down_cooldown_s?: number;
+            evaluation_interval_s?: number;
         };
         /**
          * @description * `round_robin` - Round robin
@@ -8950,6 +9110,182 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["UsageBucket"][];
+                };
+            };
+        };
+    };
+    scaling_policies_list: {
+        parameters: {
+            query?: {
+                enabled?: boolean;
+                /** @description Number of results to return per page. */
+                limit?: number;
+                /** @description The initial index from which to return the results. */
+                offset?: number;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                pool?: number;
+                /** @description A search term. */
+                search?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedScalingPolicyList"];
+                };
+            };
+        };
+    };
+    scaling_policies_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ScalingPolicyRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["ScalingPolicyRequest"];
+                "multipart/form-data": components["schemas"]["ScalingPolicyRequest"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScalingPolicy"];
+                };
+            };
+        };
+    };
+    scaling_policies_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this scaling policy. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScalingPolicy"];
+                };
+            };
+        };
+    };
+    scaling_policies_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this scaling policy. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ScalingPolicyRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["ScalingPolicyRequest"];
+                "multipart/form-data": components["schemas"]["ScalingPolicyRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScalingPolicy"];
+                };
+            };
+        };
+    };
+    scaling_policies_destroy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this scaling policy. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No response body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    scaling_policies_partial_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this scaling policy. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["PatchedScalingPolicyRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["PatchedScalingPolicyRequest"];
+                "multipart/form-data": components["schemas"]["PatchedScalingPolicyRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScalingPolicy"];
+                };
+            };
+        };
+    };
+    scaling_policies_decisions_list: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this scaling policy. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScalingDecision"][];
                 };
             };
         };

@@ -68,6 +68,11 @@ export type Traffic = Schemas["Traffic"];
 export type RoutedTraffic = Schemas["RoutedTraffic"];
 export type RefusedTraffic = Schemas["RefusedTraffic"];
 
+// Pool autoscaling (nodes/scaling.py)
+export type ScalingPolicy = Schemas["ScalingPolicy"];
+export type ScalingDecision = Schemas["ScalingDecision"];
+export type ScalingAction = Schemas["ScalingDecisionActionEnum"];
+
 // Cost per output token (routing/cost.py)
 export type DeploymentCost = Schemas["DeploymentCost"];
 export type DeploymentCostList = Schemas["DeploymentCostList"];

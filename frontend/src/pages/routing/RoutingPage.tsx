@@ -10,6 +10,7 @@ import { Table } from "../../components/Table";
 import { formatNumber } from "../../format";
 import { useApi } from "../../hooks/useApi";
 import { PoolHistory } from "./PoolHistory";
+import { ScalingCard } from "./ScalingCard";
 import "./routing.css";
 import { SCORERS, describeMatch } from "./rules";
 
@@ -84,6 +85,7 @@ export function RoutingPage() {
           ]}
         />
       </Card>
+      <ScalingCard pools={pools.data?.results ?? []} />
       <PoolCostCard />
       <Card title="Policies" testId="policies-card">
         <ErrorState error={policies.error} onRetry={policies.reload} />
