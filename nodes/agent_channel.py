@@ -32,6 +32,7 @@ from core.live import FLEET_GROUP, deployment_group, host_group
 from core.redis_client import get_redis, key
 from nodes import history
 from nodes.agent import runtime
+from nodes.agent.model_fetch import fetch_spec, remote_model_path
 from nodes.agent.services import bind_host_for, launch_record, record_heartbeat, redact_argv, report_gpus
 from nodes.choices import DeploymentState, DesiredState, HostState
 from nodes.lifecycle import (
@@ -135,7 +136,11 @@ def apply_change(host: Host, change: dict[str, Any]) -> str:
         if state != DeploymentState.VERIFYING or deployment.pid:
             return "duplicate"
         # Recorded with the interpreter the agent runs engines with (it reports it in its info).
-        plan = runtime.launch_plan(deployment, python=str(host_info(host).get("python") or AGENT_PYTHON))
+        plan = runtime.launch_plan(
+            deployment,
+            python=str(host_info(host).get("python") or AGENT_PYTHON),
+            model_path=remote_model_path(deployment),
+        )
         pid = int(change["pid"])
         started = datetime.fromtimestamp(float(change.get("at", time.time())), tz=UTC)
         transition(
@@ -275,8 +280,14 @@ def describe(deployment: Deployment, *, drain: bool = False) -> dict[str, Any]:
         and deployment.start_token
         and not deployment.pid
     ):
-        plan = runtime.launch_plan(deployment, python=AGENT_PYTHON)
-        launch = {"argv": plan.argv, "env": plan.env, "log_keep": settings.ENGINE_LOG_KEEP}
+        plan = runtime.launch_plan(deployment, python=AGENT_PYTHON, model_path=remote_model_path(deployment))
+        launch = {
+            "argv": plan.argv,
+            "env": plan.env,
+            "log_keep": settings.ENGINE_LOG_KEEP,
+            # Files the agent fetches from the model store and verifies before it starts the engine.
+            "fetch": fetch_spec(deployment),
+        }
     return {
         "id": deployment.pk,
         "name": deployment.name,

@@ -7,6 +7,7 @@ nodes/agent/modelstore.py (which touches no database) and records the verified a
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from django.conf import settings
 from django.utils import timezone
@@ -64,3 +65,43 @@ def fetch_for_launch(deployment: Deployment, store: ModelStore) -> str:
             started=started,
         )
     return str(model_store.local_model_path(version, result.path))
+
+
+# --- a fleet agent's host (the agent channel): the agent fetches, the control plane plans ------------
+
+
+def agent_model_root(deployment: Deployment) -> Path | None:
+    """The model root a fleet agent reported for the deployment's host (None: not a fleet agent's host,
+    or an agent that fetches nothing)."""
+    info = deployment.host.agent_info or {}
+    root = info.get("model_root") if info.get("channel") == "api" else None
+    return Path(str(root)) if root else None
+
+
+def remote_model_path(deployment: Deployment) -> str | None:
+    """What a fleet agent's engine loads while a store is active: the version's directory under the
+    model root its agent reported. None when the host's files are checked in place instead."""
+    store = model_store.active_store()
+    root = agent_model_root(deployment)
+    version = deployment.model_version
+    if store is None or root is None or not version.manifest_digest:
+        return None
+    return str(model_store.local_model_path(version, root / version.manifest_digest))
+
+
+def fetch_spec(deployment: Deployment) -> dict[str, object] | None:
+    """What a fleet agent needs to fetch the deployment's version before launching it (no credential:
+    an S3 store's keys stay on the host)."""
+    store = model_store.active_store()
+    if store is None or remote_model_path(deployment) is None:
+        return None
+    version = deployment.model_version
+    return {
+        "store": model_store.describe(store),
+        "digest": version.manifest_digest,
+        "files": [list(row) for row in model_store.manifest_of(version)],
+        "max_bytes": settings.NODE_MODEL_CACHE_BYTES,
+        "in_use": sorted(in_use_digests(deployment.host.name, exclude_id=deployment.pk)),
+        "retries": settings.NODE_MODEL_FETCH_RETRIES,
+        "retry_delay": settings.NODE_MODEL_FETCH_RETRY_SECONDS,
+    }

@@ -40,6 +40,7 @@ from nodes.agent.client import (
     read_token,
 )
 from nodes.agent.gpus import GpuSource, simulated_gpu_config
+from nodes.agent.modelstore import FetchError, StoreConfig, WantedFile, fetch_version
 from nodes.engines import get_adapter
 from nodes.engines import vllm as vllm_adapter
 from nodes.engines.metrics import EngineMetrics, bucket_delta, histogram_quantile, merge_buckets
@@ -136,9 +137,18 @@ class Agent:
     """One host's agent. `tick()` does one round (probe, judge, sync, act); `run()` loops."""
 
     def __init__(
-        self, host_name: str, control_plane: ControlPlane, gpus: GpuSource, engine_dir: Path
+        self,
+        host_name: str,
+        control_plane: ControlPlane,
+        gpus: GpuSource,
+        engine_dir: Path,
+        model_root: Path | None = None,
     ) -> None:
         self.host_name = host_name
+        # Where versions fetched from the model store live on this host (reported to the control plane,
+        # which builds the engine's command line with it).
+        self.model_root = (model_root or engine_dir / "model-cache").resolve()
+        self.fetching: set[int] = set()  # deployments whose files are being fetched before their launch
         self.control_plane = control_plane
         self.gpus = gpus
         self.engine_dir = engine_dir
@@ -302,6 +312,7 @@ class Agent:
             "vllm_version": vllm_version,
             "queued_changes": len(self.outbox),
             "python": sys.executable,
+            "model_root": str(self.model_root),
         }
 
     # --- acting on the control plane's answer ---
@@ -368,6 +379,59 @@ class Agent:
         )
 
     def launch(self, deployment: dict[str, Any]) -> None:
+        """Start the deployment's engine, first fetching its files from the model store when the plan
+        says so (in the pool: a fetch takes minutes, the heartbeat must not wait)."""
+        fetch = deployment["launch"].get("fetch")
+        if not fetch:
+            self._start(deployment)
+            return
+        deployment_id = int(deployment["id"])
+        with self._lock:
+            if deployment_id in self.fetching:
+                return
+            self.fetching.add(deployment_id)
+        self.pool.submit(self._fetch_then_start, deployment, fetch)
+
+    def _fetch_then_start(self, deployment: dict[str, Any], fetch: dict[str, Any]) -> None:
+        ghost = self._ghost(deployment)
+        store = fetch["store"]
+        try:
+            result = fetch_version(
+                StoreConfig(**store),
+                str(fetch["digest"]),
+                [WantedFile(str(p), int(size), str(sha)) for p, size, sha in fetch["files"]],
+                self.model_root,
+                max_bytes=int(fetch.get("max_bytes") or 0),
+                in_use=set(fetch.get("in_use") or ()),
+                retries=int(fetch.get("retries", 5)),
+                retry_delay=float(fetch.get("retry_delay", 1.0)),
+            )
+        except FetchError as exc:
+            self.queue(
+                "failed", ghost, message=f"Model files not fetched from '{store.get('name', '')}': {exc}"
+            )
+            return
+        except Exception as exc:  # a disk error: the launch fails with it rather than the agent
+            log.exception("fetching the files of deployment %s failed", ghost.deployment_id)
+            self.queue("failed", ghost, message=f"Model files not fetched: {type(exc).__name__}: {exc}")
+            return
+        finally:
+            with self._lock:
+                self.fetching.discard(ghost.deployment_id)
+        if not result.cached:
+            log.info(
+                "fetched deployment %s's files: %s files, %s bytes (%s resumed)",
+                ghost.deployment_id,
+                result.files_fetched,
+                result.bytes_fetched,
+                result.resumed,
+            )
+        current = self.deployments.get(ghost.deployment_id)
+        # Still wanted with the same start token once the files are here (a stop may have come meanwhile).
+        if current is not None and current.get("start_token") == ghost.start_token and current.get("launch"):
+            self._start(current)
+
+    def _start(self, deployment: dict[str, Any]) -> None:
         spec = deployment["launch"]
         ghost = self._ghost(deployment)
         bind = str(deployment.get("bind_host") or "0.0.0.0")
@@ -629,6 +693,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="Engine logs and state files (default: $ENGINE_LOG_DIR/<host>, else var/engines/<host>).",
     )
+    parser.add_argument(
+        "--model-root",
+        default=os.environ.get("INFERCHAIN_MODEL_ROOT"),
+        help="Where versions fetched from the model store are kept (default: <engine dir>/model-cache).",
+    )
     parser.add_argument("--simulated-gpus", type=int, default=None)
     parser.add_argument("--simulated-gpu-profile", default="h100-llama3-8b-fp16")
     parser.add_argument("--loglevel", default="info")
@@ -649,7 +718,13 @@ def main(argv: list[str] | None = None) -> None:
         count = 1 if options.simulated_gpus is None else options.simulated_gpus
         gpus = GpuSource(options.host, simulated_gpu_config(options.simulated_gpu_profile, count))
         log.warning("%s Reporting %d simulated GPU(s), marked simulated.", gpus.nvml_error, count)
-    agent = Agent(options.host, ControlPlane(options.control_plane, options.host, token), gpus, engine_dir)
+    agent = Agent(
+        options.host,
+        ControlPlane(options.control_plane, options.host, token),
+        gpus,
+        engine_dir,
+        Path(options.model_root) if options.model_root else None,
+    )
     log.info(
         "agent of %s: control plane %s, engines under %s", options.host, options.control_plane, engine_dir
     )

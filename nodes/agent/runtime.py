@@ -23,7 +23,7 @@ from django.utils import timezone
 from models_registry import services as registry
 from models_registry.store import active_store
 from nodes import process
-from nodes.agent.model_fetch import fetch_for_launch
+from nodes.agent.model_fetch import agent_model_root, fetch_for_launch, remote_model_path
 from nodes.agent.modelstore import FetchError
 from nodes.agent.services import bind_host_for, engine_spec, launch_record, new_start_token, redact_argv
 from nodes.choices import DeploymentState, DesiredState, Engine
@@ -147,9 +147,12 @@ def prepare_launch(
     ):
         return "already starting"
 
-    # Only an engine started on this machine fetches from the store here: a fleet agent's host (the agent
-    # channel, local=False) is still checked where the control plane sees the files (docs/nodes.md).
-    store = active_store() if local else None
+    # An engine started on this machine is fetched here; a fleet agent's host (the agent channel,
+    # local=False) fetches into the model root its agent reported, after this sync hands it the plan
+    # (agent_channel.describe). An agent that reports no model root is checked in place, as before.
+    store = active_store()
+    if store is not None and not local and agent_model_root(deployment) is None:
+        store = None
     model_path = None
     if store is None:
         transition(deployment, DeploymentState.VERIFYING, "Verifying model files on the host.")
@@ -157,6 +160,13 @@ def prepare_launch(
         if problem:
             transition(deployment, DeploymentState.FAILED, problem, pid=None)
             return "verification failed"
+    elif not local:
+        transition(
+            deployment,
+            DeploymentState.VERIFYING,
+            f"Fetching model files from the store '{store.name}' on {deployment.host.name}.",
+        )
+        model_path = remote_model_path(deployment)
     else:
         transition(
             deployment, DeploymentState.VERIFYING, f"Fetching model files from the store '{store.name}'."
