@@ -129,6 +129,8 @@ class Services:
         self.shadow = ShadowMirror(self.upstream, self.live.states, None)
         self.metric = MetricChildren()
         self.tokenizers = Tokenizers()
+        # Stage chains' built stage objects by (chain name, version): see pipeline/stages.py.
+        self.chains: dict[tuple[str, int], Any] = {}
         self.max_body: int = settings.PROXY_MAX_BODY_BYTES
         self.long_prompt_tokens: int = settings.PROXY_LONG_PROMPT_TOKENS
         self.id_prefix = uuid.uuid4().hex[:20]

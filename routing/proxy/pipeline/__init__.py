@@ -28,12 +28,15 @@ async def run(ctx: RequestContext, svc: Services) -> None:
     await authenticate.step(ctx, svc)
     await read.step(ctx, svc)
     await count.step(ctx, svc)
-    if ctx.stages:
+    if svc.snapshot.chains:
+        stages.select(ctx, svc)
+    chain = ctx.chain
+    if chain is not None and chain.pre:
         await stages.pre(ctx, svc)
     route.step(ctx, svc)
     await admit.step(ctx, svc)
     await call.step(ctx, svc)
-    if ctx.stages:
+    if chain is not None and chain.post:
         await stages.post(ctx, svc)
 
 

@@ -8,6 +8,7 @@ import datetime as dt
 import time
 
 from routing.proxy import metrics as m
+from routing.proxy.pipeline import stages
 from routing.proxy.pipeline.context import RequestContext
 from routing.proxy.services import Services
 from routing.proxy.shadow import MirrorJob
@@ -84,6 +85,9 @@ async def finish(ctx: RequestContext, svc: Services) -> None:
             metric(m.VERSION_TTFT, ctx.alias, version, ctx.arm).observe(ctx.ttft_s)
     if ctx.shadow is not None:
         mirror(svc, ctx, latency)
+    if ctx.chain is not None:
+        note = stages.account(ctx)
+        ctx.route_reason = f"{note}; {ctx.route_reason}" if ctx.route_reason else note
     if ctx.key is None or svc.reqlog is None:
         return  # unauthenticated noise is counted in metrics, not logged per row
     key = ctx.key

@@ -22,11 +22,15 @@ from routing.proxy.tokens import TokenCount
 from routing.proxy.upstream import ClientGone, UpstreamResponse, UpstreamTimeout
 
 if TYPE_CHECKING:
-    from routing.proxy.pipeline.stages import Stage
+    from routing.proxy.pipeline.stages import Chain
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+# Shared placeholders of context fields that a step always replaces before use (never mutated).
+NOTHING: dict[str, Any] = {}
+NONE: list[Any] = []
 
 # A client hang-up is watched for only once a request has been with the engine this long: most answers
 # are back sooner, and a watcher (a task blocked in the ASGI `receive()`) costs CPU on every request.
@@ -87,20 +91,22 @@ class RequestContext:
     # Whether the answer's text is collected (the tenant logs prompts, or the request is mirrored).
     collect_text: bool = False
     # ---- what the steps hand each other (set in pipeline order) ----
+    # Fields a step always sets before any later step reads them start as the shared NOTHING / NONE,
+    # never written to: a request that never gets that far allocates nothing for them.
     scope: Scope | None = None
     send: Send | None = None
     # read: the parsed body, the output cap and the field that carries it.
-    body: dict[str, Any] = field(default_factory=dict)
+    body: dict[str, Any] = NOTHING
     requested_out: int | None = None
     max_out_field: str = "max_tokens"
     # count: the prompt's text parts and its token count.
-    parts: list[str] = field(default_factory=list)
+    parts: list[str] = NONE
     counted: TokenCount | None = None
     token_prompt: bool = False
     # route: the policy, the pool object, the endpoints to pick from and the time the decision took.
     policy: Policy | None = None
     pool_obj: Pool | None = None
-    candidates: list[Endpoint] = field(default_factory=list)
+    candidates: list[Endpoint] = NONE
     reason: str = ""
     route_time: float = 0.0
     baseline: Callable[[], list[Endpoint]] | None = None
@@ -108,10 +114,14 @@ class RequestContext:
     reserve: int = 0
     score_req: ScoreRequest | None = None
     # call: the body sent upstream (model name set per endpoint) and whether the client asked for usage.
-    upstream_body: dict[str, Any] = field(default_factory=dict)
+    upstream_body: dict[str, Any] = NOTHING
     client_wants_usage: bool = False
-    # The policy's stages for this request (empty: the fast path, nothing called per chunk).
-    stages: tuple[Stage, ...] = ()
+    # The request's stage chain (None: the fast path, no stage runs) and its stages' per-request state,
+    # outcomes ("pass" unless a stage says otherwise) and time spent on answer text.
+    chain: Chain | None = None
+    stage_state: dict[str, Any] = NOTHING
+    stage_outcomes: dict[str, str] = NOTHING
+    stage_time: dict[str, float] = NOTHING
 
     def track_upstream(self, resp: UpstreamResponse) -> None:
         """The engine call in flight (UpstreamPool.post's hook): the one to abort if the client leaves."""

@@ -15,7 +15,8 @@ import orjson
 
 from routing.proxy import metrics as m
 from routing.proxy.config import Pool
-from routing.proxy.errors import error_body
+from routing.proxy.errors import ProxyError, error_body
+from routing.proxy.pipeline import stages
 from routing.proxy.pipeline.context import RequestContext, RetryableUpstreamError, Send, client_gone_error
 from routing.proxy.pipeline.read import unsupported_endpoint
 from routing.proxy.pipeline.respond import JSON_HEADERS, SSE_HEADERS, response_headers, send_raw
@@ -48,6 +49,8 @@ async def whole(ctx: RequestContext, resp: UpstreamResponse, path: str, deadline
     # No time to first token for a whole answer: it arrives at once, so TTFT stays empty.
     ctx.status = resp.status
     if resp.status == 200:
+        if ctx.chain is not None and ctx.chain.answer:
+            data = staged_whole(ctx, data)
         usage_from(ctx, data)
     elif resp.status >= 400:
         if resp.status in (404, 405) and not is_openai_error(data):
@@ -121,7 +124,17 @@ async def stream(
                 # TTFT is the first generated text, not the first byte (engines send the role first).
                 if ctx.ttft_s is None and FIRST_TOKEN.search(events):
                     ctx.ttft_s = time.perf_counter() - started
-                out = filter_events(ctx, events, client_wants_usage, log_text)
+                if ctx.chain is not None and ctx.chain.answer:
+                    try:
+                        out = staged_events(ctx, events, client_wants_usage, log_text)
+                    except ProxyError as err:
+                        # The answer is under way: end it with the stage's error, as OpenAI ends a
+                        # stream a filter stopped.
+                        ctx.error_type = err.code or err.type
+                        out = b"data: " + err.body() + b"\n\ndata: [DONE]\n\n"
+                        events = out
+                else:
+                    out = filter_events(ctx, events, client_wants_usage, log_text)
                 chunks += events.count(b"data: ") - events.count(b"data: [DONE]")
                 if b"data: [DONE]" in events:
                     done = True
@@ -232,3 +245,67 @@ def usage_event(ctx: RequestContext, events: bytes, client_wants_usage: bool) ->
     if client_wants_usage or obj.get("choices"):
         return events
     return events[:begin] + events[end:]
+
+
+def staged_whole(ctx: RequestContext, data: bytes) -> bytes:
+    """A whole answer's choices through the chain's answer stages (a ProxyError refuses it)."""
+    try:
+        parsed = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return data
+    if not isinstance(parsed, dict):
+        return data
+    for n, choice in enumerate(parsed.get("choices") or []):
+        if not isinstance(choice, dict):
+            continue
+        index = choice.get("index", n)
+        msg = choice.get("message")
+        if isinstance(msg, dict) and isinstance(msg.get("content"), str):
+            msg["content"] = stages.answer_text(ctx, index, msg["content"]) + stages.answer_text(
+                ctx, index, None
+            )
+        elif isinstance(choice.get("text"), str):
+            choice["text"] = stages.answer_text(ctx, index, choice["text"]) + stages.answer_text(
+                ctx, index, None
+            )
+    return orjson.dumps(parsed)
+
+
+def staged_events(ctx: RequestContext, events: bytes, client_wants_usage: bool, log_text: bool) -> bytes:
+    """`filter_events` with each choice's text passed through the chain's answer stages; what a stage
+    holds back goes out with the choice's last chunk (the one with its finish_reason)."""
+    kept: list[bytes] = []
+    for event in events.split(b"\n\n"):
+        if not event:
+            continue
+        keep = True
+        if event.startswith(b"data: {"):
+            try:
+                obj = orjson.loads(event[6:])
+            except orjson.JSONDecodeError:
+                obj = None
+            if isinstance(obj, dict):
+                usage = obj.get("usage")
+                if isinstance(usage, dict):
+                    ctx.completion_tokens = usage.get("completion_tokens") or 0
+                    ctx.usage_prompt_tokens = usage.get("prompt_tokens")
+                    if not obj.get("choices") and not client_wants_usage:
+                        keep = False
+                for n, choice in enumerate(obj.get("choices") or []):
+                    if not isinstance(choice, dict):
+                        continue
+                    index = choice.get("index", n)
+                    delta = choice.get("delta")
+                    field, holder = ("content", delta) if isinstance(delta, dict) else ("text", choice)
+                    text = holder.get(field)
+                    out = stages.answer_text(ctx, index, text) if isinstance(text, str) else ""
+                    if choice.get("finish_reason") is not None:
+                        out += stages.answer_text(ctx, index, None)
+                    if isinstance(text, str) or out:
+                        holder[field] = out
+                    if log_text and out:
+                        ctx.response_parts.append(out)
+                event = b"data: " + orjson.dumps(obj)
+        if keep:
+            kept.append(event + b"\n\n")
+    return b"".join(kept)

@@ -75,6 +75,9 @@ def pick_pool(
 ) -> tuple[Pool, str]:
     pools = svc.snapshot.pools
     assert ctx.key is not None
+    chain = ctx.chain
+    if chain is not None and chain.pool is not None and chain.pool in pools:
+        return pools[chain.pool], "chain generate step"
     if policy is not None:
         for n, rule in enumerate(policy.rules):
             if rule.pool in pools and rule_matches(
