@@ -194,8 +194,8 @@ def main() -> None:
                 if f"{server}@before" not in proxies:
                     continue
                 for key in args.keys:
-                    this, before = per_request[server, key], per_request[f"{server}@before", key]
-                    ratios = [a / b for a, b in zip(this, before, strict=True)]
+                    this_runs, before_runs = per_request[server, key], per_request[f"{server}@before", key]
+                    ratios = [a / b for a, b in zip(this_runs, before_runs, strict=True)]
                     print(
                         f"{mode:6s} {server:10s} {key:8s} this tree / compare tree CPU per request: "
                         f"{statistics.median(ratios):.3f} (reps: {', '.join(f'{r:.3f}' for r in ratios)})",
