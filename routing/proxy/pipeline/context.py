@@ -28,10 +28,6 @@ Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
-# Shared placeholders of context fields that a step always replaces before use (never mutated).
-NOTHING: dict[str, Any] = {}
-NONE: list[Any] = []
-
 # A client hang-up is watched for only once a request has been with the engine this long: most answers
 # are back sooner, and a watcher (a task blocked in the ASGI `receive()`) costs CPU on every request.
 WATCH_DISCONNECT_AFTER_S = 0.02
@@ -91,22 +87,20 @@ class RequestContext:
     # Whether the answer's text is collected (the tenant logs prompts, or the request is mirrored).
     collect_text: bool = False
     # ---- what the steps hand each other (set in pipeline order) ----
-    # Fields a step always sets before any later step reads them start as the shared NOTHING / NONE,
-    # never written to: a request that never gets that far allocates nothing for them.
     scope: Scope | None = None
     send: Send | None = None
     # read: the parsed body, the output cap and the field that carries it.
-    body: dict[str, Any] = NOTHING
+    body: dict[str, Any] = field(default_factory=dict)
     requested_out: int | None = None
     max_out_field: str = "max_tokens"
     # count: the prompt's text parts and its token count.
-    parts: list[str] = NONE
+    parts: list[str] = field(default_factory=list)
     counted: TokenCount | None = None
     token_prompt: bool = False
     # route: the policy, the pool object, the endpoints to pick from and the time the decision took.
     policy: Policy | None = None
     pool_obj: Pool | None = None
-    candidates: list[Endpoint] = NONE
+    candidates: list[Endpoint] = field(default_factory=list)
     reason: str = ""
     route_time: float = 0.0
     baseline: Callable[[], list[Endpoint]] | None = None
@@ -114,14 +108,14 @@ class RequestContext:
     reserve: int = 0
     score_req: ScoreRequest | None = None
     # call: the body sent upstream (model name set per endpoint) and whether the client asked for usage.
-    upstream_body: dict[str, Any] = NOTHING
+    upstream_body: dict[str, Any] = field(default_factory=dict)
     client_wants_usage: bool = False
     # The request's stage chain (None: the fast path, no stage runs) and its stages' per-request state,
     # outcomes ("pass" unless a stage says otherwise) and time spent on answer text.
     chain: Chain | None = None
-    stage_state: dict[str, Any] = NOTHING
-    stage_outcomes: dict[str, str] = NOTHING
-    stage_time: dict[str, float] = NOTHING
+    stage_state: dict[str, Any] = field(default_factory=dict)
+    stage_outcomes: dict[str, str] = field(default_factory=dict)
+    stage_time: dict[str, float] = field(default_factory=dict)
 
     def track_upstream(self, resp: UpstreamResponse) -> None:
         """The engine call in flight (UpstreamPool.post's hook): the one to abort if the client leaves."""
