@@ -27,7 +27,10 @@ async def run(ctx: RequestContext, svc: Services) -> None:
     """The steps up to the answer; each raises a ProxyError to stop the request with that answer."""
     await authenticate.step(ctx, svc)
     await read.step(ctx, svc)
-    await count.step(ctx, svc)
+    tokenizer = count.tokenizer_to_load(ctx, svc)
+    if tokenizer is not None:
+        await svc.tokenizers.get(tokenizer)
+    count.step(ctx, svc)
     if svc.snapshot.chains:
         stages.select(ctx, svc)
     chain = ctx.chain

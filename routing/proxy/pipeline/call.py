@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -37,6 +37,7 @@ def prepare(ctx: RequestContext, svc: Services) -> None:
     """The shadow draw, the body the engine gets, and what the scorer is told about the request."""
     info, body, pool, counted, scope = ctx.key, ctx.body, ctx.pool_obj, ctx.counted, ctx.scope
     assert info is not None and pool is not None and counted is not None and scope is not None
+    assert body is not None
     shadow = svc.snapshot.shadows.get(ctx.alias)
     if (
         shadow is not None
@@ -71,6 +72,7 @@ def prepare(ctx: RequestContext, svc: Services) -> None:
 async def step(ctx: RequestContext, svc: Services) -> None:
     prepare(ctx, svc)
     assert ctx.pool_obj is not None and ctx.score_req is not None and ctx.send is not None
+    assert ctx.upstream_body is not None
     watch = DisconnectWatch(ctx)
     try:
         await try_endpoints(
@@ -93,7 +95,7 @@ async def try_endpoints(
     svc: Services,
     ctx: RequestContext,
     pool: Pool,
-    candidates: list[Endpoint],
+    candidates: Sequence[Endpoint],
     score_req: ScoreRequest,
     upstream: dict[str, Any],
     reason: str,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +22,7 @@ from routing.proxy.tokens import TokenCount
 from routing.proxy.upstream import ClientGone, UpstreamResponse, UpstreamTimeout
 
 if TYPE_CHECKING:
-    from routing.proxy.pipeline.stages import Chain
+    from routing.proxy.pipeline.stages import Chain, StageRun
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -90,17 +90,17 @@ class RequestContext:
     scope: Scope | None = None
     send: Send | None = None
     # read: the parsed body, the output cap and the field that carries it.
-    body: dict[str, Any] = field(default_factory=dict)
+    body: dict[str, Any] | None = None
     requested_out: int | None = None
     max_out_field: str = "max_tokens"
     # count: the prompt's text parts and its token count.
-    parts: list[str] = field(default_factory=list)
+    parts: Sequence[str] = ()
     counted: TokenCount | None = None
     token_prompt: bool = False
     # route: the policy, the pool object, the endpoints to pick from and the time the decision took.
     policy: Policy | None = None
     pool_obj: Pool | None = None
-    candidates: list[Endpoint] = field(default_factory=list)
+    candidates: Sequence[Endpoint] = ()
     reason: str = ""
     route_time: float = 0.0
     baseline: Callable[[], list[Endpoint]] | None = None
@@ -108,14 +108,11 @@ class RequestContext:
     reserve: int = 0
     score_req: ScoreRequest | None = None
     # call: the body sent upstream (model name set per endpoint) and whether the client asked for usage.
-    upstream_body: dict[str, Any] = field(default_factory=dict)
+    upstream_body: dict[str, Any] | None = None
     client_wants_usage: bool = False
-    # The request's stage chain (None: the fast path, no stage runs) and its stages' per-request state,
-    # outcomes ("pass" unless a stage says otherwise) and time spent on answer text.
+    # The request's stage chain (None: the fast path, no stage runs) and its stages' per-request state.
     chain: Chain | None = None
-    stage_state: dict[str, Any] = field(default_factory=dict)
-    stage_outcomes: dict[str, str] = field(default_factory=dict)
-    stage_time: dict[str, float] = field(default_factory=dict)
+    stage_run: StageRun | None = None
 
     def track_upstream(self, resp: UpstreamResponse) -> None:
         """The engine call in flight (UpstreamPool.post's hook): the one to abort if the client leaves."""

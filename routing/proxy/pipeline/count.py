@@ -1,5 +1,5 @@
 """Step 3, count: the prompt's tokens (the model's own tokenizer, or the simulator's rule) and the key's
-input cap."""
+input cap. Synchronous: a tokenizer not loaded yet is loaded (off the loop) before it runs."""
 
 from __future__ import annotations
 
@@ -10,9 +10,18 @@ from routing.proxy.services import Services
 from routing.proxy.tokens import chat_roles, count_prompt_tokens, count_sim_rule, prompt_text_parts
 
 
-async def step(ctx: RequestContext, svc: Services) -> None:
+def tokenizer_to_load(ctx: RequestContext, svc: Services) -> str | None:
+    """The path of the alias's tokenizer when it is not loaded yet (the pipeline awaits its loading)."""
+    model_info = svc.snapshot.models.get(ctx.alias)
+    if model_info is None or model_info.sim_tokens or not model_info.tokenizer_path:
+        return None
+    path = model_info.tokenizer_path
+    return None if path in svc.tokenizers.loaded else path
+
+
+def step(ctx: RequestContext, svc: Services) -> None:
     info, body, alias = ctx.key, ctx.body, ctx.alias
-    assert info is not None
+    assert info is not None and body is not None
     if ctx.kind == "embedding" and alias in svc.snapshot.no_embeddings:
         raise unsupported_endpoint("POST", "/v1/embeddings", alias)
     parts = prompt_text_parts(body, ctx.kind)
@@ -22,7 +31,7 @@ async def step(ctx: RequestContext, svc: Services) -> None:
     else:
         tokenizer = None
         if model_info is not None and model_info.tokenizer_path:
-            tokenizer = await svc.tokenizers.get(model_info.tokenizer_path)
+            tokenizer = svc.tokenizers.loaded[model_info.tokenizer_path]
         counted = count_prompt_tokens(parts, tokenizer, chat_roles(body) if ctx.kind == "chat" else None)
     prompt = body.get("prompt")
     if ctx.kind == "completion" and isinstance(prompt, list) and all(is_int(t) for t in prompt):

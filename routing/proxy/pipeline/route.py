@@ -5,6 +5,7 @@ fallback pool's when the pool has none that can take it."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from routing.proxy import metrics as m
@@ -210,7 +211,7 @@ def raise_if_version_not_ready(svc: Services, pool: Pool) -> None:
     )
 
 
-def default_out(candidates: list[Endpoint], tokens: int) -> int:
+def default_out(candidates: Sequence[Endpoint], tokens: int) -> int:
     lens = [ep.max_model_len for ep in candidates if ep.max_model_len]
     if lens:
         return max(1, min(DEFAULT_OUTPUT_RESERVE, max(lens) - tokens))

@@ -4,7 +4,7 @@ A stage has the interface of an Envoy filter or a Kong plugin: `on_request` befo
 change the request or refuse it with a ProxyError), `on_text` for each piece of answer text as it
 streams, `on_end` when the answer's text is complete, and `on_response` once the answer is out. A stage
 object is built once per chain version (its configuration, e.g. a compiled pattern) and keeps its
-per-request state in the context (`ctx.stage_state[name]`), never on itself.
+per-request state in the context (`run_of(ctx).state[name]`), never on itself.
 
 With no chain for the request, nothing here runs: `select` is one dict lookup when chains exist at all.
 Every hook's time and every stage's outcome go to Prometheus (inferchain_proxy_stage_*); a stage that
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from routing.proxy import metrics as m
 from routing.proxy.config import ChainSpec
@@ -27,6 +28,24 @@ log = logging.getLogger("routing.proxy.app")
 
 # Characters a regex term may match at most, when the chain does not say (how much a stream holds back).
 DEFAULT_MAX_MATCH_CHARS = 64
+
+
+class StageRun:
+    """One request's pass through its chain: each stage's state, outcome and time on answer text."""
+
+    __slots__ = ("outcomes", "spent", "state")
+
+    def __init__(self) -> None:
+        self.state: dict[str, Any] = {}
+        # "pass" unless the stage says otherwise: masked, blocked, refused, error.
+        self.outcomes: dict[str, str] = {}
+        self.spent: dict[str, float] = {}
+
+
+def run_of(ctx: RequestContext) -> StageRun:
+    run = ctx.stage_run
+    assert run is not None
+    return run
 
 
 def content_filter(message: str) -> ProxyError:
@@ -89,15 +108,16 @@ class Guard(Stage):
 
     async def on_request(self, ctx: RequestContext, svc: Services) -> None:
         body = ctx.body
+        assert body is not None
         if not any(self.pattern.search(part) for part in ctx.parts):
-            ctx.stage_outcomes[self.name] = "pass"
+            run_of(ctx).outcomes[self.name] = "pass"
             return
         if self.block:
-            ctx.stage_outcomes[self.name] = "blocked"
+            run_of(ctx).outcomes[self.name] = "blocked"
             raise content_filter(
                 "The prompt contains a term this tenant's content policy does not allow; remove it and retry."
             )
-        ctx.stage_outcomes[self.name] = "masked"
+        run_of(ctx).outcomes[self.name] = "masked"
         for msg in body.get("messages") or []:
             content = msg.get("content") if isinstance(msg, dict) else None
             if isinstance(content, str):
@@ -114,9 +134,9 @@ class Guard(Stage):
         ctx.parts = [self._mask(p) for p in ctx.parts]
 
     def _state(self, ctx: RequestContext) -> dict[int, str]:
-        state: dict[int, str] | None = ctx.stage_state.get(self.name)
+        state: dict[int, str] | None = run_of(ctx).state.get(self.name)
         if state is None:
-            state = ctx.stage_state[self.name] = {}
+            state = run_of(ctx).state[self.name] = {}
         return state
 
     def on_text(self, ctx: RequestContext, index: int, text: str) -> str:
@@ -124,11 +144,11 @@ class Guard(Stage):
         pending = state.get(index, "") + text
         if self.pattern.search(pending) is not None:
             if self.block:
-                ctx.stage_outcomes[self.name] = "blocked"
+                run_of(ctx).outcomes[self.name] = "blocked"
                 raise content_filter(
                     "The answer contained a term this tenant's content policy does not allow."
                 )
-            ctx.stage_outcomes[self.name] = "masked"
+            run_of(ctx).outcomes[self.name] = "masked"
             pending = self._mask(pending)
         if len(pending) <= self.hold:
             state[index] = pending
@@ -177,7 +197,7 @@ def select(ctx: RequestContext, svc: Services) -> None:
             built.clear()
         chain = built[spec.name, spec.version] = Chain(spec)
     ctx.chain = chain
-    ctx.stage_state, ctx.stage_outcomes, ctx.stage_time = {}, {}, {}
+    ctx.stage_run = StageRun()
 
 
 def _record(ctx: RequestContext, stage: Stage, hook: str, started: float) -> None:
@@ -202,10 +222,10 @@ async def pre(ctx: RequestContext, svc: Services) -> None:
         try:
             await stage.on_request(ctx, svc)
         except ProxyError:
-            ctx.stage_outcomes.setdefault(stage.name, "refused")
+            run_of(ctx).outcomes.setdefault(stage.name, "refused")
             raise
         except Exception as exc:
-            ctx.stage_outcomes[stage.name] = "error"
+            run_of(ctx).outcomes[stage.name] = "error"
             raise _failed(stage, exc) from exc
         finally:
             _record(ctx, stage, "request", started)
@@ -222,13 +242,15 @@ def answer_text(ctx: RequestContext, index: int, text: str | None) -> str:
             if text is None:
                 out += stage.on_end(ctx, index)
         except ProxyError:
-            ctx.stage_outcomes.setdefault(stage.name, "refused")
+            run_of(ctx).outcomes.setdefault(stage.name, "refused")
             raise
         except Exception as exc:
-            ctx.stage_outcomes[stage.name] = "error"
+            run_of(ctx).outcomes[stage.name] = "error"
             raise _failed(stage, exc) from exc
         finally:
-            ctx.stage_time[stage.name] = ctx.stage_time.get(stage.name, 0.0) + time.perf_counter() - started
+            run_of(ctx).spent[stage.name] = (
+                run_of(ctx).spent.get(stage.name, 0.0) + time.perf_counter() - started
+            )
     return out
 
 
@@ -240,10 +262,10 @@ async def post(ctx: RequestContext, svc: Services) -> None:
         try:
             await stage.on_response(ctx, svc)
         except ProxyError:
-            ctx.stage_outcomes.setdefault(stage.name, "refused")
+            run_of(ctx).outcomes.setdefault(stage.name, "refused")
             raise
         except Exception as exc:
-            ctx.stage_outcomes[stage.name] = "error"
+            run_of(ctx).outcomes[stage.name] = "error"
             raise _failed(stage, exc) from exc
         finally:
             _record(ctx, stage, "response", started)
@@ -254,10 +276,10 @@ def account(ctx: RequestContext) -> str:
     chain = ctx.chain
     assert chain is not None
     for stage in (*chain.pre, *chain.post):
-        outcome = ctx.stage_outcomes.get(stage.name, "pass")
+        outcome = run_of(ctx).outcomes.get(stage.name, "pass")
         m.STAGE_OUTCOMES.labels(chain.name, stage.name, outcome).inc()
-        spent = ctx.stage_time.get(stage.name)
+        spent = run_of(ctx).spent.get(stage.name)
         if spent is not None:
             m.STAGE_SECONDS.labels(chain.name, stage.name, "chunks").observe(spent)
-    notes = [f"{name} {outcome}" for name, outcome in ctx.stage_outcomes.items() if outcome != "pass"]
+    notes = [f"{name} {outcome}" for name, outcome in run_of(ctx).outcomes.items() if outcome != "pass"]
     return chain.reason + (f" ({', '.join(notes)})" if notes else "")
