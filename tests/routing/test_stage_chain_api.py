@@ -107,7 +107,7 @@ def test_each_save_is_a_version_and_an_audit_event(admin_client: APIClient) -> N
     versions = admin_client.get(f"/api/stage-chains/{body['id']}/versions/").json()
     assert [v["version"] for v in versions] == [2, 1]
     assert versions[1]["stages"][1]["config"]["action"] == "mask"
-    assert versions[0]["created_by"] == "admin"
+    assert versions[0]["created_by"] == "alice-admin"
     assert StageChainVersion.objects.count() == 2
     assert AuditEvent.objects.filter(object_type="routing.stagechain").count() == 2
     # One chain per alias and tenant.
