@@ -11,7 +11,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from routing.choices import Priority
 from routing.proxy.config import Endpoint, KeyInfo, Policy, Pool, Shadow
@@ -21,9 +21,6 @@ from routing.proxy.scorers import ScoreRequest
 from routing.proxy.tokens import TokenCount
 from routing.proxy.upstream import ClientGone, UpstreamResponse, UpstreamTimeout
 
-if TYPE_CHECKING:
-    from routing.proxy.pipeline.stages import Chain, StageRun
-
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -31,6 +28,30 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 # A client hang-up is watched for only once a request has been with the engine this long: most answers
 # are back sooner, and a watcher (a task blocked in the ASGI `receive()`) costs CPU on every request.
 WATCH_DISCONNECT_AFTER_S = 0.02
+
+
+class StageChain(Protocol):
+    """What the steps see of a request's chain (routing/proxy/pipeline/stages.py:Chain builds it)."""
+
+    name: str
+    pre: tuple[Any, ...]
+    post: tuple[Any, ...]
+    # The post-stages that look at answer text (the relay hands them each piece of it).
+    answer: tuple[Any, ...]
+    pool: str | None
+    reason: str
+
+
+class StageRun:
+    """One request's pass through its chain: each stage's state, outcome and time on answer text."""
+
+    __slots__ = ("outcomes", "spent", "state")
+
+    def __init__(self) -> None:
+        self.state: dict[str, Any] = {}
+        # "pass" unless the stage says otherwise: masked, blocked, refused, error.
+        self.outcomes: dict[str, str] = {}
+        self.spent: dict[str, float] = {}
 
 
 class RetryableUpstreamError(Exception):
@@ -111,7 +132,7 @@ class RequestContext:
     upstream_body: dict[str, Any] | None = None
     client_wants_usage: bool = False
     # The request's stage chain (None: the fast path, no stage runs) and its stages' per-request state.
-    chain: Chain | None = None
+    chain: StageChain | None = None
     stage_run: StageRun | None = None
 
     def track_upstream(self, resp: UpstreamResponse) -> None:

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 from routing.proxy import metrics as m
 from routing.proxy.config import ChainSpec
 from routing.proxy.errors import ProxyError
-from routing.proxy.pipeline.context import RequestContext
+from routing.proxy.pipeline.context import RequestContext, StageRun
 from routing.proxy.services import Services
 from routing.proxy.stagespec import StageSpec, guard_pattern
 
@@ -28,18 +27,6 @@ log = logging.getLogger("routing.proxy.app")
 
 # Characters a regex term may match at most, when the chain does not say (how much a stream holds back).
 DEFAULT_MAX_MATCH_CHARS = 64
-
-
-class StageRun:
-    """One request's pass through its chain: each stage's state, outcome and time on answer text."""
-
-    __slots__ = ("outcomes", "spent", "state")
-
-    def __init__(self) -> None:
-        self.state: dict[str, Any] = {}
-        # "pass" unless the stage says otherwise: masked, blocked, refused, error.
-        self.outcomes: dict[str, str] = {}
-        self.spent: dict[str, float] = {}
 
 
 def run_of(ctx: RequestContext) -> StageRun:
