@@ -22,7 +22,7 @@ STAGES_SCHEMA = {
     "items": {
         "type": "object",
         "properties": {
-            "kind": {"type": "string", "enum": ["generate", "guard", "chain"]},
+            "kind": {"type": "string", "enum": ["generate", "guard", "classify", "chain"]},
             "name": {"type": "string"},
             "config": {"type": "object", "additionalProperties": True},
         },

@@ -7,6 +7,11 @@ the pool, or the alias's policy picks one), then optional post-stages. Kinds:
 - `generate`: `{"pool": "<pool name>"}` (optional).
 - `guard`: `{"terms": [...], "regex": false, "action": "block" | "mask"}`: the tenant's sensitive terms,
   matched case-insensitively in the prompt (before generation) or in the answer (after it).
+- `classify`: `{"rules": [{"match": {...}, "pool": "<pool name>"}, ...]}`: the first rule whose conditions
+  all hold sends the request to its pool (else the generate step's choice stands). Conditions:
+  `min_prompt_tokens`, `max_prompt_tokens`, `keywords` (any of them, case-insensitive; regular
+  expressions with `"regex": true`), `code` (the prompt holds code or not), `images` (image parts or
+  not), `min_messages`, `max_messages` (conversation depth).
 - `chain`: `{"chain": "<chain name>"}`: another chain's stages in its place (its own generate step
   must then be this chain's only one).
 """
@@ -17,7 +22,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-KINDS = ("generate", "guard", "chain")
+KINDS = ("generate", "guard", "classify", "chain")
+CLASSIFY_MATCH = {
+    "min_prompt_tokens",
+    "max_prompt_tokens",
+    "keywords",
+    "regex",
+    "code",
+    "images",
+    "min_messages",
+    "max_messages",
+}
 GUARD_ACTIONS = ("block", "mask")
 MAX_TERMS = 1000
 MAX_TERM_CHARS = 200
@@ -67,6 +82,49 @@ def _guard(config: dict[str, Any], where: str) -> None:
             raise ChainError(f"{where}.config.max_match_chars must be an integer from 1 to {MAX_TERM_CHARS}.")
 
 
+def _classify(config: dict[str, Any], where: str) -> None:
+    rules = config.get("rules")
+    if not isinstance(rules, list) or not rules:
+        raise ChainError(
+            f"{where}.config.rules must be a non-empty list of {{'match': {{...}}, 'pool': name}}."
+        )
+    for j, rule in enumerate(rules):
+        at = f"{where}.config.rules[{j}]"
+        if not isinstance(rule, dict) or not isinstance(rule.get("pool"), str) or not rule["pool"]:
+            raise ChainError(f"{at} needs a 'pool' name.")
+        match = rule.get("match") or {}
+        if not isinstance(match, dict):
+            raise ChainError(f"{at}.match must be an object.")
+        unknown = set(match) - CLASSIFY_MATCH
+        if unknown:
+            raise ChainError(
+                f"{at}.match has unknown conditions {sorted(unknown)}; known: {sorted(CLASSIFY_MATCH)}."
+            )
+        for name in ("min_prompt_tokens", "max_prompt_tokens", "min_messages", "max_messages"):
+            value = match.get(name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                raise ChainError(f"{at}.match.{name} must be a non-negative integer.")
+        for name in ("code", "images", "regex"):
+            if name in match and not isinstance(match[name], bool):
+                raise ChainError(f"{at}.match.{name} must be true or false.")
+        keywords = match.get("keywords")
+        if keywords is not None:
+            if (
+                not isinstance(keywords, list)
+                or not keywords
+                or not all(isinstance(k, str) and k for k in keywords)
+            ):
+                raise ChainError(f"{at}.match.keywords must be a non-empty list of non-empty strings.")
+            if match.get("regex"):
+                for k, word in enumerate(keywords):
+                    try:
+                        re.compile(word)
+                    except re.error as exc:
+                        raise ChainError(
+                            f"{at}.match.keywords[{k}] is not a valid regular expression: {exc}."
+                        ) from None
+
+
 def parse_stages(raw: Any) -> list[StageSpec]:
     """The chain's stages from JSON; raises ChainError on the first problem (with its place)."""
     if not isinstance(raw, list) or not raw:
@@ -94,6 +152,8 @@ def parse_stages(raw: Any) -> list[StageSpec]:
             raise ChainError(f"{where}.config must be an object.")
         if kind == "guard":
             _guard(config, where)
+        elif kind == "classify":
+            _classify(config, where)
         elif kind == "generate":
             pool = config.get("pool")
             if pool is not None and (not isinstance(pool, str) or not pool):
@@ -133,9 +193,18 @@ def split(stages: list[StageSpec]) -> tuple[list[StageSpec], StageSpec, list[Sta
             f"the chain has {len(at)} generate steps (with its included chains); it needs exactly one."
         )
     i = at[0]
+    late = [s.name for s in stages[i + 1 :] if s.kind == "classify"]
+    if late:
+        raise ChainError(
+            f"the classify stage '{late[0]}' comes after the generate step; it picks the pool: move it up."
+        )
     return stages[:i], stages[i], stages[i + 1 :]
 
 
 def pools_named(stages: list[StageSpec]) -> list[tuple[str, str]]:
     """(stage name, pool name) of every stage that points at a pool."""
-    return [(s.name, s.config["pool"]) for s in stages if s.kind == "generate" and s.config.get("pool")]
+    named = [(s.name, s.config["pool"]) for s in stages if s.kind == "generate" and s.config.get("pool")]
+    for s in stages:
+        if s.kind == "classify":
+            named.extend((s.name, rule["pool"]) for rule in s.config["rules"])
+    return named

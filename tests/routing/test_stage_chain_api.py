@@ -118,3 +118,18 @@ def test_each_save_is_a_version_and_an_audit_event(admin_client: APIClient) -> N
 def test_viewers_cannot_write_chains(viewer_client: APIClient) -> None:
     resp = viewer_client.post("/api/stage-chains/", {"name": "c", "stages": [GENERATE]}, format="json")
     assert resp.status_code == 403
+
+
+def test_a_classify_rule_needs_a_pool_with_ready_deployments_and_comes_first(admin_client: APIClient) -> None:
+    ready_deployment("llama")
+    rules = {"rules": [{"match": {"keywords": ["refund"]}, "pool": "support"}]}
+    status, body = save(admin_client, [{"kind": "classify", "config": rules}, GENERATE], alias="llama")
+    assert status == 400 and "no pool named 'support'" in body["stages"][0]
+    bad = {"rules": [{"match": {"keywords": ["[a-"], "regex": True}, "pool": "llama"}]}
+    status, body = save(admin_client, [{"kind": "classify", "config": bad}, GENERATE], alias="llama")
+    assert status == 400 and "not a valid regular expression" in body["stages"][0]
+    good = {"rules": [{"match": {"code": True}, "pool": "llama"}]}
+    status, body = save(admin_client, [GENERATE, {"kind": "classify", "config": good}], alias="llama")
+    assert status == 400 and "comes after the generate step" in body["stages"][0]
+    status, body = save(admin_client, [{"kind": "classify", "config": good}, GENERATE], alias="llama")
+    assert status == 201, body

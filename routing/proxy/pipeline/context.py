@@ -45,10 +45,12 @@ class StageChain(Protocol):
 class StageRun:
     """One request's pass through its chain: each stage's state, outcome and time on answer text."""
 
-    __slots__ = ("outcomes", "spent", "state")
+    __slots__ = ("outcomes", "pool", "spent", "state")
 
     def __init__(self) -> None:
         self.state: dict[str, Any] = {}
+        # The pool a pre-stage chose for this request (a classify rule), over the generate step's.
+        self.pool: str | None = None
         # "pass" unless the stage says otherwise: masked, blocked, refused, error.
         self.outcomes: dict[str, str] = {}
         self.spent: dict[str, float] = {}

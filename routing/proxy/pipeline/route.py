@@ -77,8 +77,12 @@ def pick_pool(
     pools = svc.snapshot.pools
     assert ctx.key is not None
     chain = ctx.chain
-    if chain is not None and chain.pool is not None and chain.pool in pools:
-        return pools[chain.pool], "chain generate step"
+    if chain is not None:
+        branch = ctx.stage_run.pool if ctx.stage_run is not None else None
+        if branch is not None and branch in pools:
+            return pools[branch], "chain branch"
+        if chain.pool is not None and chain.pool in pools:
+            return pools[chain.pool], "chain generate step"
     if policy is not None:
         for n, rule in enumerate(policy.rules):
             if rule.pool in pools and rule_matches(

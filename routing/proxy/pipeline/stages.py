@@ -14,7 +14,9 @@ raises fails that request only, with a 500 naming the stage, and is logged with 
 from __future__ import annotations
 
 import logging
+import re
 import time
+from typing import Any
 
 from routing.proxy import metrics as m
 from routing.proxy.config import ChainSpec
@@ -150,9 +152,76 @@ class Guard(Stage):
         return self._state(ctx).pop(index, "")
 
 
+# Code in a prompt: a fenced block, or a line that starts the way code lines do, or ends in ; { or }.
+CODE = re.compile(
+    r"```|^[ \t]*(?:def|class|import|from \S+ import|function|const|let|var|#include|public|private|fn|func"
+    r"|package|SELECT|INSERT|UPDATE)\b|[;{}][ \t]*$",
+    re.MULTILINE,
+)
+IMAGE_PARTS = ("image_url", "input_image", "image")
+
+
+class Classify(Stage):
+    """Choose the pool from the request's content when the client does not say: prompt length,
+    keywords or regular expressions, code, images, conversation depth; first matching rule wins."""
+
+    kind = "classify"
+
+    def __init__(self, spec: StageSpec, chain: str) -> None:
+        super().__init__(spec, chain)
+        self.rules: list[tuple[dict[str, Any], re.Pattern[str] | None, str]] = []
+        for rule in spec.config["rules"]:
+            match = dict(rule.get("match") or {})
+            words = match.get("keywords")
+            pattern = guard_pattern(words, bool(match.get("regex"))) if words else None
+            self.rules.append((match, pattern, rule["pool"]))
+
+    async def on_request(self, ctx: RequestContext, svc: Services) -> None:
+        body = ctx.body
+        assert body is not None
+        raw = body.get("messages")
+        messages: list[Any] = raw if isinstance(raw, list) else []
+        text = "\n".join(ctx.parts)
+        code: bool | None = None
+        images: bool | None = None
+        run = run_of(ctx)
+        for n, (match, pattern, pool) in enumerate(self.rules):
+            tokens = ctx.prompt_tokens
+            if "min_prompt_tokens" in match and tokens < match["min_prompt_tokens"]:
+                continue
+            if "max_prompt_tokens" in match and tokens > match["max_prompt_tokens"]:
+                continue
+            if "min_messages" in match and len(messages) < match["min_messages"]:
+                continue
+            if "max_messages" in match and len(messages) > match["max_messages"]:
+                continue
+            if pattern is not None and pattern.search(text) is None:
+                continue
+            if "code" in match:
+                if code is None:
+                    code = CODE.search(text) is not None
+                if code != match["code"]:
+                    continue
+            if "images" in match:
+                if images is None:
+                    images = any(
+                        isinstance(part, dict) and part.get("type") in IMAGE_PARTS
+                        for msg in messages
+                        if isinstance(msg, dict) and isinstance(msg.get("content"), list)
+                        for part in msg["content"]
+                    )
+                if images != match["images"]:
+                    continue
+            run.pool = pool
+            run.outcomes[self.name] = f"rule {n} -> {pool}"
+            return
+
+
 def build(spec: StageSpec, chain: str, *, post: bool) -> Stage:
     if spec.kind == "guard":
         return Guard(spec, chain, post=post)
+    if spec.kind == "classify":
+        return Classify(spec, chain)
     raise ValueError(f"no stage of kind {spec.kind!r}")  # stagespec.KINDS and this list move together
 
 
