@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
 import pytest
 from rest_framework.test import APIClient
@@ -98,7 +99,10 @@ def test_a_cycle_of_included_chains_is_refused(admin_client: APIClient) -> None:
 
 def test_each_save_is_a_version_and_an_audit_event(admin_client: APIClient) -> None:
     Tenant.objects.create(name="acme")
-    stages = [GENERATE, {"kind": "guard", "name": "terms", "config": {"terms": ["secret"], "action": "mask"}}]
+    stages: list[dict[str, Any]] = [
+        GENERATE,
+        {"kind": "guard", "name": "terms", "config": {"terms": ["secret"], "action": "mask"}},
+    ]
     status, body = save(admin_client, stages, alias="llama", tenant="acme")
     assert status == 201 and body["version"] == 1 and body["tenant"] == "acme"
     stages[1]["config"]["action"] = "block"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import openai
 import pytest
@@ -56,7 +57,7 @@ def test_classify_sends_each_request_to_the_pool_its_content_asks_for(
     publish_config_change("stage_chain")
     proxy = start_proxy()
     client = openai.OpenAI(base_url=proxy.url + "/v1", api_key=tk.raw_key, max_retries=0, timeout=30)
-    asks = {
+    asks: dict[str, Any] = {
         "code": [{"role": "user", "content": "Why does this fail?\ndef f(x):\n    return x +"}],
         "support": [{"role": "user", "content": "Where is my REFUND for last month?"}],
         "deep": [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i}"} for i in range(5)],
@@ -76,9 +77,9 @@ def test_classify_sends_each_request_to_the_pool_its_content_asks_for(
             # The simulator is text-only: the engine of the vision pool refuses the image, so the
             # request did reach it.
             with pytest.raises(openai.BadRequestError, match="accepts text only"):
-                client.chat.completions.create(model="llama", messages=messages, max_tokens=4)  # type: ignore[arg-type]
+                client.chat.completions.create(model="llama", messages=messages, max_tokens=4)
             continue
-        client.chat.completions.create(model="llama", messages=messages, max_tokens=4)  # type: ignore[arg-type]
+        client.chat.completions.create(model="llama", messages=messages, max_tokens=4)
     deadline = time.monotonic() + 10
     while RequestLog.objects.count() < len(asks) and time.monotonic() < deadline:
         time.sleep(0.1)
