@@ -85,8 +85,9 @@ def test_terms_are_masked_in_streamed_and_whole_answers(
     eventually(lambda: "".join(pieces(client)) == masked)
     after = pieces(client)
     assert "".join(after) == masked
-    # Still a stream: held back only a term's length, not buffered to the end.
-    assert sum(1 for p in after if p) >= len([p for p in before if p]) - 2
+    # Still a stream, not one answer at the end (how many tokens share an event varies with load; the
+    # exact hold-back is tested in test_guard_holdback.py).
+    assert sum(1 for p in after if p) >= 2, after
     assert whole(client) == masked
     # Another tenant's answers pass untouched.
     theirs = openai.OpenAI(base_url=proxy.url + "/v1", api_key=other.raw_key, max_retries=0, timeout=30)
