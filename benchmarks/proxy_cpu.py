@@ -1,6 +1,7 @@
 """CPU time of one proxy process per request, JSON and streaming, at 16 clients, with and without a quota.
 
     .venv/bin/python benchmarks/proxy_cpu.py [--requests 6000] [--reps 3] [--keys quota,noquota]
+        [--compare-tree ../before]
 
 Same setup as benchmarks/proxy_overhead.py (trivial backend, standalone proxy, a scratch PostgreSQL
 database or `--db sqlite`; `--servers inferchain,uvicorn` compares HTTP servers). Each proxy is sent
@@ -33,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from proxy_overhead import (
     BENCH_DIR,
     BODY,
+    REPO,
     bench_database,
     free_port,
     setup_inferchain_db,
@@ -89,6 +91,14 @@ def main() -> None:
         help="comma-separated tenants to send as: quota (limits far above the load), noquota",
     )
     parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument(
+        "--compare-tree",
+        type=Path,
+        default=None,
+        help="another checkout of this repository (e.g. `git worktree add ../before main`): for each server "
+        "a second proxy runs from it (`<server>@before`, same database and keys), its reps interleaved "
+        "with this tree's, and the ratio this tree / that tree is printed",
+    )
     args = parser.parse_args()
     try:
         import uvloop
@@ -132,6 +142,33 @@ def main() -> None:
             procs.append(proxy)
             wait_ready(f"http://127.0.0.1:{port}/healthz", proxy)
             proxies[server] = (proxy, f"http://127.0.0.1:{port}/v1/chat/completions", raw_keys)
+            if args.compare_tree is not None:
+                tree = args.compare_tree.resolve()
+                port = free_port()
+                before_env = {
+                    **env,
+                    "PYTHONPATH": str(tree),
+                    "REDIS_KEY_PREFIX": f"benchcpu{os.getpid()}{server}before:",
+                    "REQUEST_LOG_SPOOL_DIR": str(logs / f"spool-{server}-before"),
+                    # The keys were hashed with this tree's secret (var/secret_key unless set).
+                    "SECRET_KEY_FILE": os.environ.get("SECRET_KEY_FILE", str(REPO / "var" / "secret_key")),
+                }
+                proxy = spawn(
+                    [
+                        *(sys.executable, "-m", "routing.proxy", "--port", str(port)),
+                        *("--workers", "1", "--server", server),
+                    ],
+                    logs / f"proxy-{server}-before.log",
+                    before_env,
+                    cwd=tree,
+                )
+                procs.append(proxy)
+                wait_ready(f"http://127.0.0.1:{port}/healthz", proxy)
+                proxies[f"{server}@before"] = (
+                    proxy,
+                    f"http://127.0.0.1:{port}/v1/chat/completions",
+                    raw_keys,
+                )
         modes = {"both": (False, True), "json": (False,), "stream": (True,)}[args.mode]
         cells = [(server, key) for server in proxies for key in args.keys]
         for stream in modes:
@@ -153,6 +190,17 @@ def main() -> None:
                     f"per request (runs: {runs}; load average {os.getloadavg()[0]:.2f})",
                     flush=True,
                 )
+            for server in args.servers:
+                if f"{server}@before" not in proxies:
+                    continue
+                for key in args.keys:
+                    this_runs, before_runs = per_request[server, key], per_request[f"{server}@before", key]
+                    ratios = [a / b for a, b in zip(this_runs, before_runs, strict=True)]
+                    print(
+                        f"{mode:6s} {server:10s} {key:8s} this tree / compare tree CPU per request: "
+                        f"{statistics.median(ratios):.3f} (reps: {', '.join(f'{r:.3f}' for r in ratios)})",
+                        flush=True,
+                    )
             for server in proxies:
                 if "quota" in args.keys and "noquota" in args.keys:
                     # Ratio within each rep (the two ran back to back), then the median of those.

@@ -1,7 +1,7 @@
 """Proxy overhead and throughput, side by side in one run: direct, inferchain proxy, LiteLLM proxy.
 
     .venv/bin/python benchmarks/proxy_overhead.py [--seconds 5] [--reps 3] [--skip-litellm]
-        [--keys quota,noquota]
+        [--keys quota,noquota] [--compare-tree ../before]
 
 All targets front the same trivial OpenAI-compatible backend (benchmarks/trivial_backend.py)
 on loopback. For each target: latency at 1 client (p50, p99 of sequential requests) and requests/s
@@ -73,9 +73,11 @@ def wait_ready(
     raise RuntimeError(f"{url}: not ready after {timeout}s")
 
 
-def spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def spawn(
+    cmd: list[str], log: Path, env: dict[str, str] | None = None, cwd: Path = REPO
+) -> subprocess.Popen[bytes]:
     fh = log.open("wb")
-    return subprocess.Popen(cmd, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT, env=env or dict(os.environ))
+    return subprocess.Popen(cmd, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, env=env or dict(os.environ))
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -303,6 +305,14 @@ def main() -> None:
         default="postgres",
         help="where the proxy's keys and request log live (default postgres, as deployed)",
     )
+    parser.add_argument(
+        "--compare-tree",
+        type=Path,
+        default=None,
+        help="another checkout of this repository (e.g. `git worktree add ../before main`): its proxy runs "
+        "beside this one, on the same database and keys, as targets `before` and `before-noquota`, and "
+        "a table of this tree / that tree per cell follows",
+    )
     args = parser.parse_args()
     try:
         import uvloop
@@ -377,6 +387,37 @@ def measure(args: argparse.Namespace, db_url: str) -> dict[str, Any]:
                 raw_keys[key_name],
                 procs[-1].pid,
             )
+        if args.compare_tree is not None:
+            tree = args.compare_tree.resolve()
+            before_port = free_port()
+            procs.append(
+                spawn(
+                    [
+                        *(sys.executable, "-m", "routing.proxy", "--port", str(before_port)),
+                        *("--workers", str(args.proxy_workers), "--server", args.proxy_server),
+                    ],
+                    logs / "proxy-before.log",
+                    {
+                        **env,
+                        "PYTHONPATH": str(tree),
+                        "REDIS_KEY_PREFIX": f"bench{os.getpid()}before:",
+                        # The keys were hashed with this tree's secret (var/secret_key unless set).
+                        "SECRET_KEY_FILE": os.environ.get(
+                            "SECRET_KEY_FILE", str(REPO / "var" / "secret_key")
+                        ),
+                    },
+                    cwd=tree,
+                )
+            )
+            wait_ready(f"http://127.0.0.1:{before_port}/healthz", procs[-1])
+            results["notes"]["compare_tree"] = str(tree)
+            for key_name in args.keys:
+                name = "before" if key_name == "quota" else f"before-{key_name}"
+                targets[name] = (
+                    f"http://127.0.0.1:{before_port}/v1/chat/completions",
+                    raw_keys[key_name],
+                    procs[-1].pid,
+                )
 
         if not args.skip_litellm:
             exe, why = ensure_litellm()
@@ -496,6 +537,29 @@ def render_table(results: dict[str, Any]) -> str:
                 cpu = _per_rep_ratio(results, "inferchain", "inferchain-noquota", label, "cpu_us")
                 rps = _per_rep_ratio(results, "inferchain", "inferchain-noquota", label, "rps")
                 lines.append(f"| {label} | {cpu:.2f} | {rps:.2f} |")
+    pairs = [
+        (a, b) for a, b in (("inferchain", "before"), ("inferchain-noquota", "before-noquota")) if b in t
+    ]
+    if pairs:
+        lines.append("")
+        lines.append(
+            "| tenant | cell | CPU us/request this tree | compare tree | ratio | p50 ms this tree | "
+            "compare tree | ratio | req/s ratio |"
+        )
+        lines.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+        for a, b in pairs:
+            for label in CELLS:
+                if label not in t[a] or label not in t[b]:
+                    continue
+                cpu = _per_rep_ratio(results, a, b, label, "cpu_us")
+                p50 = _per_rep_ratio(results, a, b, label, "p50_ms")
+                rps = _per_rep_ratio(results, a, b, label, "rps")
+                tenant = "quota" if a == "inferchain" else "no quota"
+                lines.append(
+                    f"| {tenant} | {label} | {t[a][label]['cpu_us']:.0f} | "
+                    f"{t[b][label]['cpu_us']:.0f} | {cpu:.3f} | {t[a][label]['p50_ms']:.2f} | "
+                    f"{t[b][label]['p50_ms']:.2f} | {p50:.3f} | {rps:.3f} |"
+                )
     return "\n".join(lines)
 
 

@@ -355,3 +355,54 @@ class MetricRollup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.subject} {self.resolution_s}s {self.bucket:%Y-%m-%d %H:%M:%S}"
+
+
+class StageChain(models.Model):
+    """A policy's chain of stages around generation, for one alias, one tenant, or both.
+
+    `stages` is the JSON form checked by routing/proxy/stagespec.py: optional pre-stages, exactly one
+    `generate` step, optional post-stages. A request takes the most specific enabled chain: its tenant's
+    for its alias, then its tenant's for any alias, then its alias's. A chain with neither alias nor
+    tenant applies to nothing by itself; other chains include it. Each save is a new `version`, kept
+    in StageChainVersion.
+    """
+
+    name = models.CharField(max_length=100, unique=True)
+    alias = models.CharField(max_length=100, blank=True, default="")
+    tenant = models.ForeignKey(
+        "console.Tenant", null=True, blank=True, on_delete=models.CASCADE, related_name="stage_chains"
+    )
+    stages = models.JSONField(default=list)
+    enabled = models.BooleanField(default=True)
+    version = models.PositiveIntegerField(default=1)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class StageChainVersion(models.Model):
+    """One saved version of a StageChain: its stages as they were, who saved them and when."""
+
+    chain = models.ForeignKey(StageChain, on_delete=models.CASCADE, related_name="versions")
+    version = models.PositiveIntegerField()
+    stages = models.JSONField(default=list)
+    alias = models.CharField(max_length=100, blank=True, default="")
+    tenant_id = models.BigIntegerField(null=True, blank=True)
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["chain", "-version"]
+        constraints = [
+            models.UniqueConstraint(fields=["chain", "version"], name="stage_chain_version_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.chain_id} v{self.version}"

@@ -3,11 +3,12 @@ from __future__ import annotations
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from routing.api import cost, history, rollouts, shadow_pairs, views
+from routing.api import chains, cost, history, rollouts, shadow_pairs, views
 
 router = DefaultRouter()
 router.register("route-pools", views.RoutePoolViewSet, basename="routepool")
 router.register("route-policies", views.RoutePolicyViewSet, basename="routepolicy")
+router.register("stage-chains", chains.StageChainViewSet, basename="stagechain")
 router.register("request-log", views.RequestLogViewSet, basename="requestlog")
 router.register("rollouts", rollouts.RolloutViewSet, basename="rollout")
 router.register("shadow-configs", rollouts.ShadowConfigViewSet, basename="shadowconfig")

@@ -22,7 +22,8 @@ from nodes.choices import DeploymentState
 from nodes.lifecycle import engine_api_key
 from nodes.models import Deployment
 from routing.choices import Scorer
-from routing.models import ACTIVE_ROLLOUT_STATES, Rollout, RoutePolicy, RoutePool, ShadowConfig
+from routing.models import ACTIVE_ROLLOUT_STATES, Rollout, RoutePolicy, RoutePool, ShadowConfig, StageChain
+from routing.proxy.stagespec import ChainError, StageSpec, expand, parse_stages, split
 
 log = logging.getLogger(__name__)
 
@@ -241,6 +242,45 @@ class RoutingSnapshot:
     version_labels: dict[int, str] = field(default_factory=dict)
     # Enabled shadow configurations with a share above 0, by alias.
     shadows: dict[str, Shadow] = field(default_factory=dict)
+    # Enabled stage chains by (tenant id or None, alias or ""): see chain_for.
+    chains: dict[tuple[int | None, str], ChainSpec] = field(default_factory=dict)
+
+    def chain_for(self, tenant_id: int, alias: str) -> ChainSpec | None:
+        """The most specific chain: the tenant's for this alias, the tenant's for any, the alias's."""
+        chains = self.chains
+        return chains.get((tenant_id, alias)) or chains.get((tenant_id, "")) or chains.get((None, alias))
+
+
+@dataclass(frozen=True, slots=True)
+class ChainSpec:
+    """One enabled chain, its includes expanded: pre-stages, the generate step, post-stages."""
+
+    name: str
+    version: int
+    pre: tuple[StageSpec, ...]
+    generate: StageSpec
+    post: tuple[StageSpec, ...]
+
+
+def _chains() -> dict[tuple[int | None, str], ChainSpec]:
+    rows = list(StageChain.objects.all())
+    parsed: dict[str, list[StageSpec]] = {}
+    for row in rows:
+        try:
+            parsed[row.name] = parse_stages(row.stages)
+        except ChainError as exc:  # the API checks; a hand-edited row must not break routing
+            log.warning("stage chain %s: skipped: %s", row.name, exc)
+    out: dict[tuple[int | None, str], ChainSpec] = {}
+    for row in rows:
+        if not row.enabled or (not row.alias and row.tenant_id is None) or row.name not in parsed:
+            continue
+        try:
+            pre, generate, post = split(expand(row.name, parsed))
+        except ChainError as exc:
+            log.warning("stage chain %s: skipped: %s", row.name, exc)
+            continue
+        out[(row.tenant_id, row.alias)] = ChainSpec(row.name, row.version, tuple(pre), generate, tuple(post))
+    return out
 
 
 def parse_rule(raw: dict[str, Any]) -> Rule:
@@ -605,6 +645,7 @@ def load_routing_snapshot() -> RoutingSnapshot:
         ),
         version_labels=version_labels,
         shadows=_shadows(by_alias),
+        chains=_chains(),
     )
 
 

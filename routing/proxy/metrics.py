@@ -320,3 +320,23 @@ KEY_LOOKUPS = Counter(
     ["source"],
     registry=REGISTRY,
 )
+# Chain stages (routing/proxy/pipeline/stages.py): time per hook and outcome per request, by chain and
+# stage name (both configured objects, so bounded). `hook`: request, response or chunks (the sum of a
+# request's chunk calls); `outcome`: pass, masked, blocked, refused (a ProxyError) or error (it raised).
+STAGE_SECONDS = LOOP.add(
+    LoopMetric(
+        "histogram",
+        "inferchain_proxy_stage_seconds",
+        "Time in one chain stage's hook per request, by chain, stage and hook.",
+        ["chain", "stage", "hook"],
+        (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1),
+    )
+)
+STAGE_OUTCOMES = LOOP.add(
+    LoopMetric(
+        "counter",
+        "inferchain_proxy_stage_outcomes",
+        "Requests through a chain stage, by chain, stage and outcome.",
+        ["chain", "stage", "outcome"],
+    )
+)

@@ -38,6 +38,7 @@ ADMIN_ONLY_PATHS = (
     "/api/users/",
     "/api/route-pools/",
     "/api/route-policies/",
+    "/api/stage-chains/",
     "/api/rollouts/",
     "/api/shadow-configs/",
     "/api/models/",

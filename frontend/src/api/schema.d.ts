@@ -1933,6 +1933,61 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/stage-chains/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Every write tells the proxies to reload their routing snapshot once the transaction commits. */
+        get: operations["stage_chains_list"];
+        put?: never;
+        /** @description Every write tells the proxies to reload their routing snapshot once the transaction commits. */
+        post: operations["stage_chains_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/stage-chains/{id}/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Every write tells the proxies to reload their routing snapshot once the transaction commits. */
+        get: operations["stage_chains_retrieve"];
+        /** @description Every write tells the proxies to reload their routing snapshot once the transaction commits. */
+        put: operations["stage_chains_update"];
+        post?: never;
+        /** @description Every write tells the proxies to reload their routing snapshot once the transaction commits. */
+        delete: operations["stage_chains_destroy"];
+        options?: never;
+        head?: never;
+        /** @description Every write tells the proxies to reload their routing snapshot once the transaction commits. */
+        patch: operations["stage_chains_partial_update"];
+        trace?: never;
+    };
+    "/api/stage-chains/{id}/versions/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Every saved version of the chain, newest first. */
+        get: operations["stage_chains_versions_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/telemetry/history/": {
         parameters: {
             query?: never;
@@ -3749,6 +3804,36 @@ export interface components {
             previous?: string | null;
             results: components["schemas"]["ShadowPair"][];
         };
+        PaginatedStageChainList: {
+            /** @example 123 */
+            count: number;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=400&limit=100
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=200&limit=100
+             */
+            previous?: string | null;
+            results: components["schemas"]["StageChain"][];
+        };
+        PaginatedStageChainVersionList: {
+            /** @example 123 */
+            count: number;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=400&limit=100
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?offset=200&limit=100
+             */
+            previous?: string | null;
+            results: components["schemas"]["StageChainVersion"][];
+        };
         PaginatedTenantList: {
             /** @example 123 */
             count: number;
@@ -3994,6 +4079,22 @@ export interface components {
             max_inflight?: number;
             /** Format: double */
             timeout_s?: number;
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        PatchedStageChainRequest: {
+            name?: string;
+            alias?: string;
+            tenant?: string | null;
+            /** @description Pre-stages, exactly one {'kind': 'generate'} step, then post-stages (routing/proxy/stagespec.py). */
+            stages?: {
+                /** @enum {string} */
+                kind: "generate" | "guard" | "classify" | "chain";
+                name?: string;
+                config?: {
+                    [key: string]: unknown;
+                };
+            }[];
+            enabled?: boolean;
         };
         /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         PatchedTenantRequest: {
@@ -4814,6 +4915,53 @@ export interface components {
          * @enum {string}
          */
         SourceKindEnum: "directory" | "gguf";
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        StageChain: {
+            readonly id: number;
+            name: string;
+            alias: string;
+            tenant: string | null;
+            /** @description Pre-stages, exactly one {'kind': 'generate'} step, then post-stages (routing/proxy/stagespec.py). */
+            stages: {
+                /** @enum {string} */
+                kind: "generate" | "guard" | "classify" | "chain";
+                name?: string;
+                config?: {
+                    [key: string]: unknown;
+                };
+            }[];
+            enabled: boolean;
+            readonly version: number;
+            /** Format: date-time */
+            readonly updated_at: string;
+        };
+        /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
+        StageChainRequest: {
+            name: string;
+            alias?: string;
+            tenant?: string | null;
+            /** @description Pre-stages, exactly one {'kind': 'generate'} step, then post-stages (routing/proxy/stagespec.py). */
+            stages: {
+                /** @enum {string} */
+                kind: "generate" | "guard" | "classify" | "chain";
+                name?: string;
+                config?: {
+                    [key: string]: unknown;
+                };
+            }[];
+            enabled?: boolean;
+        };
+        StageChainVersion: {
+            readonly version: number;
+            readonly stages: unknown;
+            readonly alias: string;
+            readonly tenant_id: number | null;
+            readonly enabled: boolean;
+            /** Format: date-time */
+            readonly created_at: string;
+            /** @description Required. 150 characters or fewer. Letters, digits and @/./+/-/_ only. */
+            readonly created_by: string;
+        };
         Stats: {
             /** Format: double */
             mean: number | null;
@@ -9568,6 +9716,193 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ShadowPair"];
+                };
+            };
+        };
+    };
+    stage_chains_list: {
+        parameters: {
+            query?: {
+                alias?: string;
+                enabled?: boolean;
+                /** @description Number of results to return per page. */
+                limit?: number;
+                /** @description The initial index from which to return the results. */
+                offset?: number;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                /** @description A search term. */
+                search?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedStageChainList"];
+                };
+            };
+        };
+    };
+    stage_chains_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["StageChainRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["StageChainRequest"];
+                "multipart/form-data": components["schemas"]["StageChainRequest"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StageChain"];
+                };
+            };
+        };
+    };
+    stage_chains_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this stage chain. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StageChain"];
+                };
+            };
+        };
+    };
+    stage_chains_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this stage chain. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["StageChainRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["StageChainRequest"];
+                "multipart/form-data": components["schemas"]["StageChainRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StageChain"];
+                };
+            };
+        };
+    };
+    stage_chains_destroy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this stage chain. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No response body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    stage_chains_partial_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this stage chain. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["PatchedStageChainRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["PatchedStageChainRequest"];
+                "multipart/form-data": components["schemas"]["PatchedStageChainRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StageChain"];
+                };
+            };
+        };
+    };
+    stage_chains_versions_list: {
+        parameters: {
+            query?: {
+                alias?: string;
+                enabled?: boolean;
+                /** @description Number of results to return per page. */
+                limit?: number;
+                /** @description The initial index from which to return the results. */
+                offset?: number;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                /** @description A search term. */
+                search?: string;
+            };
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this stage chain. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedStageChainVersionList"];
                 };
             };
         };

@@ -1,0 +1,225 @@
+"""Step 7, pick endpoint and call: the scorer picks one of the candidates, the pooled keep-alive client
+sends the request, and a failure before the first byte reaches the client is retried on another
+endpoint. The answer itself is relayed by routing/proxy/pipeline/relay.py."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import orjson
+
+from routing.choices import Scorer
+from routing.proxy import metrics as m
+from routing.proxy.config import Endpoint, Pool
+from routing.proxy.errors import ProxyError, unavailable
+from routing.proxy.pipeline import relay
+from routing.proxy.pipeline.context import (
+    DisconnectWatch,
+    RequestContext,
+    RetryableUpstreamError,
+    Send,
+    client_gone_error,
+    header,
+)
+from routing.proxy.scorers import EndpointLoad, ScoreRequest, choose, prefix_key, token_prefix_key
+from routing.proxy.services import Services
+
+log = logging.getLogger("routing.proxy.app")
+
+PATHS = {"chat": "/v1/chat/completions", "completion": "/v1/completions", "embedding": "/v1/embeddings"}
+
+
+def prepare(ctx: RequestContext, svc: Services) -> None:
+    """The shadow draw, the body the engine gets, and what the scorer is told about the request."""
+    info, body, pool, counted, scope = ctx.key, ctx.body, ctx.pool_obj, ctx.counted, ctx.scope
+    assert info is not None and pool is not None and counted is not None and scope is not None
+    assert body is not None
+    shadow = svc.snapshot.shadows.get(ctx.alias)
+    if (
+        shadow is not None
+        and info.shadow_consent
+        and ctx.kind != "embedding"
+        and body.get("n") in (None, 1)
+        and random.random() * 100.0 < shadow.percent
+    ):
+        ctx.shadow = shadow
+        ctx.shadow_body = body
+    ctx.collect_text = info.log_prompts or ctx.shadow is not None
+    upstream = dict(body)
+    if ctx.stream:
+        upstream["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+    ctx.upstream_body = upstream
+    ctx.client_wants_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    ctx.score_req = ScoreRequest(
+        tokens_needed=ctx.reserve,
+        prefix_key=(
+            token_prefix_key(counted.leading_ids)
+            if counted.leading_ids is not None
+            else prefix_key("".join(ctx.parts))
+        )
+        if pool.scorer in (Scorer.PREFIX_AFFINITY, Scorer.WEIGHTED)
+        else None,
+        session_key=header(scope, pool.session_header.encode())
+        if pool.scorer == Scorer.SESSION_AFFINITY
+        else None,
+    )
+
+
+async def step(ctx: RequestContext, svc: Services) -> None:
+    prepare(ctx, svc)
+    assert ctx.pool_obj is not None and ctx.score_req is not None and ctx.send is not None
+    assert ctx.upstream_body is not None
+    watch = DisconnectWatch(ctx)
+    try:
+        await try_endpoints(
+            svc,
+            ctx,
+            ctx.pool_obj,
+            ctx.candidates,
+            ctx.score_req,
+            ctx.upstream_body,
+            ctx.reason,
+            ctx.route_time,
+            ctx.send,
+            ctx.baseline,
+        )
+    finally:
+        watch.cancel()
+
+
+async def try_endpoints(
+    svc: Services,
+    ctx: RequestContext,
+    pool: Pool,
+    candidates: Sequence[Endpoint],
+    score_req: ScoreRequest,
+    upstream: dict[str, Any],
+    reason: str,
+    route_time: float,
+    send: Send,
+    baseline: Callable[[], list[Endpoint]] | None = None,
+) -> None:
+    """Send to one of `candidates`, retrying on another before the first byte reaches the client.
+
+    `baseline` (a canary request only): where to go when no candidate endpoint could even be
+    reached. A candidate that answers badly (5xx, timeout) keeps the request: those answers are
+    the canary's to own, and its gates must see them.
+    """
+    tried: set[str] = set()
+    last: RetryableUpstreamError | None = None
+    unreachable_only = True
+    wall = time.time()
+    states = svc.live.states
+    state_of = svc.live.of
+    for attempt in range(pool.max_retries + 1):
+        now = time.monotonic()
+        live = [ep for ep in candidates if ep.id not in tried and state_of(ep).available(now)]
+        if not live and baseline is not None and last is not None and unreachable_only:
+            candidates, baseline = baseline(), None
+            ctx.arm = "primary"
+            reason += "; canary candidate unreachable, baseline"
+            svc.metric(m.CANARY_DRAWS, pool.alias, "candidate_unreachable").inc()
+            live = [ep for ep in candidates if ep.id not in tried and state_of(ep).available(now)]
+        if not live:
+            break
+        t0 = time.perf_counter()
+        loads = [
+            EndpointLoad(
+                endpoint_id=ep.id,
+                inflight=states[ep.id].inflight,
+                kv_free_tokens=states[ep.id].kv_free_now(wall),
+                kv_total_tokens=states[ep.id].kv_total_tokens,
+                max_inflight=pool.max_inflight_per_endpoint,
+            )
+            for ep in live
+        ]
+        rr = svc.live.rr.get(pool.name, 0)
+        svc.live.rr[pool.name] = rr + 1
+        index, why = choose(pool.scorer, loads, score_req, weights=pool.weights, rr=rr)
+        ep = live[index]
+        decision = route_time + time.perf_counter() - t0
+        m.DECISION_SECONDS.observe(decision)
+        dep_label = ep.id
+        svc.metric(m.ROUTE_DECISIONS, pool.name, pool.scorer, dep_label).inc()
+        ctx.endpoint = ep
+        ctx.route_reason = f"{reason}; {why}" + (f"; retry {attempt}" if attempt else "")
+        ctx.retries = attempt
+        state = states[ep.id]
+        state.begin(now, score_req.tokens_needed)
+        inflight = svc.metric(m.INFLIGHT, dep_label)
+        inflight.inc()
+        try:
+            upstream["model"] = ep.served_model_name
+            await attempt_call(svc, ctx, pool, ep, orjson.dumps(upstream), send)
+            if ctx.status < 500:
+                state.success()
+            return
+        except RetryableUpstreamError as exc:
+            last = exc
+            unreachable_only = unreachable_only and exc.unreachable
+            tried.add(ep.id)
+            if state.failure(time.monotonic()):
+                m.EJECTIONS.labels(dep_label).inc()
+                log.warning("proxy: ejected endpoint %s (%s)", ep.id, exc.reason)
+            if attempt < pool.max_retries:
+                m.RETRIES.labels(ctx.alias).inc()
+        finally:
+            state.end()
+            inflight.dec()
+    if last is not None and last.status == 504:
+        raise ProxyError(
+            504,
+            f"The model server timed out ({last.reason}).",
+            type="server_error",
+            code="upstream_timeout",
+        )
+    if last is not None:
+        raise ProxyError(
+            502, f"The model server failed ({last.reason}).", type="server_error", code="upstream_error"
+        )
+    raise unavailable(
+        f"No healthy endpoint serves '{pool.alias}' right now; retry shortly.", code="no_healthy_endpoint"
+    )
+
+
+async def attempt_call(
+    svc: Services, ctx: RequestContext, pool: Pool, ep: Endpoint, payload: bytes, send: Send
+) -> None:
+    """One call to `ep`; RetryableUpstreamError while nothing has reached the client yet."""
+    path = PATHS[ctx.kind]
+    host, port = svc.hostport(ep.base_url)
+    extra = b"Authorization: Bearer " + ep.api_key.encode() + b"\r\n" if ep.api_key else b""
+    started = time.perf_counter()
+    deadline = started + pool.total_timeout_s
+    # Non-streaming answers arrive whole, so for them only the total timeout applies.
+    header_budget = pool.first_byte_timeout_s if ctx.stream else pool.total_timeout_s
+    ctx.deadline(started + header_budget)
+    try:
+        resp = await svc.upstream.post(
+            host, port, path, payload, extra, pool.connect_timeout_s, ctx.track_upstream
+        )
+    except TimeoutError:
+        ctx.clear_deadline()
+        raise RetryableUpstreamError("no response before the first-byte timeout", 504) from None
+    except OSError as exc:
+        ctx.clear_deadline()
+        if ctx.client_gone:
+            raise client_gone_error() from None
+        raise RetryableUpstreamError(f"connect failed: {type(exc).__name__}", unreachable=True) from None
+    try:
+        if resp.status >= 500:
+            raise RetryableUpstreamError(f"HTTP {resp.status}")
+        if not ctx.stream or resp.status != 200:
+            await relay.whole(ctx, resp, path, deadline, send)
+            return
+        await relay.stream(svc, ctx, pool, resp, started, deadline, send)
+    finally:
+        ctx.clear_deadline()
+        # Forget it before it goes back to the pool: a later hang-up must not close a connection
+        # that another request may be using by then.
+        ctx.upstream = None
+        resp.release()

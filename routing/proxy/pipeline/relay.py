@@ -1,0 +1,311 @@
+"""Step 8, relay: the engine's answer to the client, whole or as a stream; usage read on the way.
+
+A stream's first chunk is awaited before the client is answered (until then a failure is retryable);
+after it, every batch of events goes out as it comes, and a break in the middle ends the stream with an
+OpenAI-shaped error event.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+
+import orjson
+
+from routing.proxy import metrics as m
+from routing.proxy.config import Pool
+from routing.proxy.errors import ProxyError, error_body
+from routing.proxy.pipeline import stages
+from routing.proxy.pipeline.context import RequestContext, RetryableUpstreamError, Send, client_gone_error
+from routing.proxy.pipeline.read import unsupported_endpoint
+from routing.proxy.pipeline.respond import JSON_HEADERS, SSE_HEADERS, response_headers, send_raw
+from routing.proxy.services import Services
+from routing.proxy.upstream import UpstreamResponse
+
+FIRST_TOKEN = re.compile(rb'"(?:content|text)": ?"[^"]')
+
+
+def is_openai_error(data: bytes) -> bool:
+    try:
+        parsed = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(parsed, dict) and isinstance(parsed.get("error"), dict)
+
+
+async def whole(ctx: RequestContext, resp: UpstreamResponse, path: str, deadline: float, send: Send) -> None:
+    """A non-streamed answer (or any error answer), read whole and passed on."""
+    try:
+        if not resp.complete:
+            ctx.deadline(deadline)
+        data = await resp.read()
+    except TimeoutError:
+        raise RetryableUpstreamError("total timeout", 504) from None
+    except OSError as exc:
+        if ctx.client_gone:
+            raise client_gone_error() from None
+        raise RetryableUpstreamError(f"read failed: {type(exc).__name__}") from None
+    # No time to first token for a whole answer: it arrives at once, so TTFT stays empty.
+    ctx.status = resp.status
+    if resp.status == 200:
+        if ctx.chain is not None and ctx.chain.answer:
+            data = staged_whole(ctx, data)
+        usage_from(ctx, data)
+    elif resp.status >= 400:
+        if resp.status in (404, 405) and not is_openai_error(data):
+            # The engine has no such route (FastAPI's {"detail": "Not Found"}).
+            raise unsupported_endpoint("POST", path, ctx.alias)
+        ctx.error_type = f"upstream_{resp.status}"
+    await send_raw(send, resp.status, data, response_headers(ctx, JSON_HEADERS))
+
+
+def usage_from(ctx: RequestContext, data: bytes) -> None:
+    try:
+        parsed = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return
+    usage = parsed.get("usage") if isinstance(parsed, dict) else None
+    if isinstance(usage, dict):
+        ctx.completion_tokens = usage.get("completion_tokens") or 0
+        ctx.usage_prompt_tokens = usage.get("prompt_tokens")
+    if ctx.collect_text and isinstance(parsed, dict):
+        for choice in parsed.get("choices") or []:
+            msg = choice.get("message") or {}
+            text = msg.get("content") if isinstance(msg, dict) else None
+            text = text if isinstance(text, str) else choice.get("text")
+            if isinstance(text, str):
+                ctx.response_parts.append(text)
+
+
+async def stream(
+    svc: Services,
+    ctx: RequestContext,
+    pool: Pool,
+    resp: UpstreamResponse,
+    started: float,
+    deadline: float,
+    send: Send,
+) -> None:
+    client_wants_usage = ctx.client_wants_usage
+    # Wait for the first chunk before answering the client: until then a failure is retryable.
+    try:
+        first = resp.read_nowait()
+        if first is None:
+            first = await resp.readany()  # still under the first-byte deadline set before the call
+    except TimeoutError:
+        raise RetryableUpstreamError("no first token before the first-byte timeout", 504) from None
+    except OSError as exc:
+        if ctx.client_gone:
+            raise client_gone_error() from None
+        raise RetryableUpstreamError(f"stream failed before first byte: {type(exc).__name__}") from None
+    if not first:
+        raise RetryableUpstreamError("stream closed before first byte")
+    ctx.status = 200
+    await send({"type": "http.response.start", "status": 200, "headers": response_headers(ctx, SSE_HEADERS)})
+    buffer = b""
+    chunks = 0
+    done = False
+    ended = False
+    chunk: bytes = first
+    log_text = ctx.collect_text
+    # A short answer is usually all in by now: then nothing below waits, and no timer is needed.
+    if resp.complete:
+        ctx.clear_deadline()
+    else:
+        ctx.deadline(deadline, pool.inter_token_timeout_s)
+    try:
+        while True:
+            ctx.progress_at = time.perf_counter()
+            buffer += chunk
+            cut = buffer.rfind(b"\n\n")
+            if cut >= 0:
+                events, buffer = buffer[: cut + 2], buffer[cut + 2 :]
+                # TTFT is the first generated text, not the first byte (engines send the role first).
+                if ctx.ttft_s is None and FIRST_TOKEN.search(events):
+                    ctx.ttft_s = time.perf_counter() - started
+                if ctx.chain is not None and ctx.chain.answer:
+                    try:
+                        out = staged_events(ctx, events, client_wants_usage, log_text)
+                    except ProxyError as err:
+                        # The answer is under way: end it with the stage's error, as OpenAI ends a
+                        # stream a filter stopped.
+                        ctx.error_type = err.code or err.type
+                        out = b"data: " + err.body() + b"\n\ndata: [DONE]\n\n"
+                        events = out
+                else:
+                    out = filter_events(ctx, events, client_wants_usage, log_text)
+                chunks += events.count(b"data: ") - events.count(b"data: [DONE]")
+                if b"data: [DONE]" in events:
+                    done = True
+                if out:
+                    # The last events and the end of the response go out in one write.
+                    await send({"type": "http.response.body", "body": out, "more_body": not done})
+                    ended = done
+            if done:
+                break
+            chunk = await resp.readany()
+            if not chunk:
+                break
+    except (TimeoutError, OSError) as exc:
+        ctx.error_type = "upstream_timeout" if isinstance(exc, TimeoutError) else "upstream_disconnected"
+    if ctx.client_gone:
+        # Nobody to tell; the engine already saw its connection close and stopped generating.
+        ctx.status = 499
+        ctx.error_type = "client_disconnected"
+        if ctx.completion_tokens is None:
+            ctx.completion_tokens = max(0, chunks - 1)
+        return
+    if not done:
+        if not ctx.error_type:
+            ctx.error_type = "upstream_disconnected"
+        ctx.status = 502 if ctx.error_type == "upstream_disconnected" else 504
+        ep = ctx.endpoint
+        if ep is not None and svc.live.of(ep).failure(time.monotonic()):
+            m.EJECTIONS.labels(ep.id).inc()
+        event = error_body(
+            "The model server stopped in the middle of the answer; the output above is incomplete.",
+            type="server_error",
+            code=ctx.error_type,
+        )
+        with contextlib.suppress(Exception):
+            await send(
+                {
+                    "type": "http.response.body",
+                    "body": b"data: " + event + b"\n\ndata: [DONE]\n\n",
+                    "more_body": True,
+                }
+            )
+    if ctx.completion_tokens is None:
+        ctx.completion_tokens = max(0, chunks - 1)  # an estimate: one token per content chunk
+    if not ended:
+        await send({"type": "http.response.body", "body": b""})
+
+
+def filter_events(ctx: RequestContext, events: bytes, client_wants_usage: bool, log_text: bool) -> bytes:
+    """Read usage from the stream; drop the usage-only chunk when the client did not ask for it."""
+    if not log_text:
+        return usage_event(ctx, events, client_wants_usage)
+    kept: list[bytes] = []
+    for event in events.split(b"\n\n"):
+        if not event:
+            continue
+        keep = True
+        if event.startswith(b"data: {"):
+            try:
+                obj = orjson.loads(event[6:])
+            except orjson.JSONDecodeError:
+                obj = None
+            if isinstance(obj, dict):
+                usage = obj.get("usage")
+                if isinstance(usage, dict):
+                    ctx.completion_tokens = usage.get("completion_tokens") or 0
+                    ctx.usage_prompt_tokens = usage.get("prompt_tokens")
+                    if not obj.get("choices") and not client_wants_usage:
+                        keep = False
+                for choice in obj.get("choices") or []:
+                    delta = choice.get("delta") or {}
+                    text = delta.get("content") if isinstance(delta, dict) else None
+                    text = text if isinstance(text, str) else choice.get("text")
+                    if isinstance(text, str):
+                        ctx.response_parts.append(text)
+        if keep:
+            kept.append(event + b"\n\n")
+    return b"".join(kept)
+
+
+def usage_event(ctx: RequestContext, events: bytes, client_wants_usage: bool) -> bytes:
+    """Parse only the last event that carries usage (found by its bytes); the rest pass untouched.
+
+    `"usage":{` cannot occur inside a JSON string (its quotes would be escaped), so the marker finds
+    exactly the events with a usage object. The engine sends usage in the last chunk (with
+    `continuous_usage_stats` in every chunk), so the last one in a batch is the current total.
+    """
+    at = events.rfind(b'"usage":{')
+    if at < 0:
+        at = events.rfind(b'"usage": {')
+        if at < 0:
+            return events
+    begin = events.rfind(b"\n\n", 0, at)
+    begin = 0 if begin < 0 else begin + 2
+    end = events.find(b"\n\n", at)
+    end = len(events) if end < 0 else end + 2
+    event = events[begin:end]
+    if not event.startswith(b"data: {"):
+        return events
+    try:
+        obj = orjson.loads(event[6:])
+    except orjson.JSONDecodeError:
+        return events
+    usage = obj.get("usage") if isinstance(obj, dict) else None
+    if not isinstance(usage, dict):
+        return events
+    ctx.completion_tokens = usage.get("completion_tokens") or 0
+    ctx.usage_prompt_tokens = usage.get("prompt_tokens")
+    if client_wants_usage or obj.get("choices"):
+        return events
+    return events[:begin] + events[end:]
+
+
+def staged_whole(ctx: RequestContext, data: bytes) -> bytes:
+    """A whole answer's choices through the chain's answer stages (a ProxyError refuses it)."""
+    try:
+        parsed = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return data
+    if not isinstance(parsed, dict):
+        return data
+    for n, choice in enumerate(parsed.get("choices") or []):
+        if not isinstance(choice, dict):
+            continue
+        index = choice.get("index", n)
+        msg = choice.get("message")
+        if isinstance(msg, dict) and isinstance(msg.get("content"), str):
+            msg["content"] = stages.answer_text(ctx, index, msg["content"]) + stages.answer_text(
+                ctx, index, None
+            )
+        elif isinstance(choice.get("text"), str):
+            choice["text"] = stages.answer_text(ctx, index, choice["text"]) + stages.answer_text(
+                ctx, index, None
+            )
+    return orjson.dumps(parsed)
+
+
+def staged_events(ctx: RequestContext, events: bytes, client_wants_usage: bool, log_text: bool) -> bytes:
+    """`filter_events` with each choice's text passed through the chain's answer stages; what a stage
+    holds back goes out with the choice's last chunk (the one with its finish_reason)."""
+    kept: list[bytes] = []
+    for event in events.split(b"\n\n"):
+        if not event:
+            continue
+        keep = True
+        if event.startswith(b"data: {"):
+            try:
+                obj = orjson.loads(event[6:])
+            except orjson.JSONDecodeError:
+                obj = None
+            if isinstance(obj, dict):
+                usage = obj.get("usage")
+                if isinstance(usage, dict):
+                    ctx.completion_tokens = usage.get("completion_tokens") or 0
+                    ctx.usage_prompt_tokens = usage.get("prompt_tokens")
+                    if not obj.get("choices") and not client_wants_usage:
+                        keep = False
+                for n, choice in enumerate(obj.get("choices") or []):
+                    if not isinstance(choice, dict):
+                        continue
+                    index = choice.get("index", n)
+                    delta = choice.get("delta")
+                    field, holder = ("content", delta) if isinstance(delta, dict) else ("text", choice)
+                    text = holder.get(field)
+                    out = stages.answer_text(ctx, index, text) if isinstance(text, str) else ""
+                    if choice.get("finish_reason") is not None:
+                        out += stages.answer_text(ctx, index, None)
+                    if isinstance(text, str) or out:
+                        holder[field] = out
+                    if log_text and out:
+                        ctx.response_parts.append(out)
+                event = b"data: " + orjson.dumps(obj)
+        if keep:
+            kept.append(event + b"\n\n")
+    return b"".join(kept)
