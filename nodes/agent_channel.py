@@ -28,6 +28,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
+from core.celery import app
 from core.live import FLEET_GROUP, deployment_group, host_group
 from core.redis_client import get_redis, key
 from nodes import history
@@ -55,6 +56,7 @@ LOG_MAX_LINES = 1000
 LOG_MAX_BYTES = 1024 * 1024
 LOG_DOWNLOAD_MAX_LINES = 100_000
 LOG_DOWNLOAD_MAX_BYTES = 8 * 1024 * 1024
+WAKE_TASK = "nodes.wake_deployment"
 CHANGE_KINDS = ("started", "ready", "degraded", "exited", "stopped", "failed")
 
 
@@ -217,11 +219,12 @@ def wake_sleepers(host: Host, deployments: dict[int, Deployment]) -> None:
     sleeping = [pk for pk, d in deployments.items() if d.state == DeploymentState.SLEEPING]
     if not sleeping:
         return
-    from nodes import tasks  # the tasks module imports the runtime this module is imported by
-
     for deployment_id in wake_requested(sleeping):
         # runtime.wake clears the key; until the task has run, a later sync may send another (a no-op).
-        tasks.wake_deployment.apply_async((deployment_id,), {"reason": "woken on request"}, queue="control")
+        # Sent by name, as nodes.services does: nodes.tasks imports the modules that import this one.
+        app.signature(WAKE_TASK).apply_async(
+            (deployment_id,), {"reason": "woken on request"}, queue="control"
+        )
 
 
 def host_info(host: Host) -> dict[str, Any]:
