@@ -36,7 +36,7 @@ from core.metrics_access import metrics_allowed
 from core.redis_client import CONFIG_CHANNEL, async_redis, key_cache_generation, key_cache_record
 from core.redis_client import key as rkey
 from routing.choices import Priority, Scorer
-from routing.proxy import bearer
+from routing.proxy import bearer, spill
 from routing.proxy import metrics as m
 from routing.proxy.canary import draw
 from routing.proxy.config import (
@@ -1120,6 +1120,10 @@ class Proxy:
         candidates, fallback_used = self._candidates(pool, policy, tokens, out)
         if fallback_used is not None:
             return fallback_used, f"{reason}; fallback {fallback_used.name}", candidates
+        if policy is not None and pool.name in policy.spills:
+            spilled = spill.route(self, policy.spills[pool.name], candidates, tokens, out)
+            if spilled is not None:
+                return spilled[0], f"{reason}; {spilled[2]}", spilled[1]
         return pool, reason, candidates
 
     def _fits(self, ep: Endpoint, tokens: int, out: int | None) -> bool:
