@@ -55,11 +55,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
 
-from bench.runner import Level, Plan, Report, run  # noqa: E402
-from bench.stats import Slo  # noqa: E402
-from bench.workload import SyntheticMix, WorkItem, synthetic  # noqa: E402
-from benchmarks.proxy_overhead import (  # noqa: E402
+from proxy_overhead import (  # noqa: E402
     LITELLM_VERSION,
     bench_database,
     ensure_litellm,
@@ -68,6 +66,10 @@ from benchmarks.proxy_overhead import (  # noqa: E402
     stop,
     wait_ready,
 )
+
+from bench.runner import Level, Plan, Report, run  # noqa: E402
+from bench.stats import Slo  # noqa: E402
+from bench.workload import SyntheticMix, WorkItem, synthetic  # noqa: E402
 from nodes.sim.testing import SimHandle, start_sim  # noqa: E402
 
 BENCH_DIR = REPO / "var" / "bench"
@@ -554,7 +556,7 @@ def targets(scenario: str, table: dict[str, list[dict[str, Any]]]) -> list[str]:
                 )
             for p in litellm:
                 other = _at(table, p, c)
-                line += f"; {_ratio(row['goodput_rps'], other and other['goodput_rps'])} {p}"
+                line += f"; {_ratio(row['goodput_rps'], other['goodput_rps'] if other else None)} {p}"
             lines.append(line)
         rr_rows = table.get("round_robin", [])
         if rr_rows:

@@ -3,17 +3,32 @@ quick mode: real simulator engines, a scratch database, a real proxy per policy,
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from benchmarks.routing_scenarios import build_scenario, prefix_items
-
 REPO = Path(__file__).resolve().parents[2]
+
+
+def _harness() -> Any:
+    """benchmarks/routing_scenarios.py as a module (benchmarks/ is scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(
+        "routing_scenarios", REPO / "benchmarks/routing_scenarios.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+harness = _harness()
+build_scenario, prefix_items = harness.build_scenario, harness.prefix_items
 
 
 def test_prefix_workload_shares_system_prompts_and_keeps_session_turns_in_order() -> None:
