@@ -76,7 +76,7 @@ BENCH_DIR = REPO / "var" / "bench"
 ALIAS = "bench"
 CHAIN_MAX_SHORT_TOKENS = 4000
 # The demo's spill (routing/demo.py DEMO_SPILL), restated so a change there shows in this file's diff.
-CHAIN_SPILL = {"max_inflight": 6, "max_kv_used": 0.5, "min_home_inflight": 1}
+CHAIN_SPILL: dict[str, int | float] = {"max_inflight": 6, "max_kv_used": 0.5, "min_home_inflight": 1}
 INFERCHAIN_SCORERS = (
     "round_robin",
     "random",
@@ -188,7 +188,7 @@ def build_scenario(name: str, quick: bool) -> Scenario:
         return Scenario(
             name,
             (A100_70B, A10, A10),
-            heterogeneous_items(max(n, 200), seed=17),
+            heterogeneous_items(3 * 120 + 8, seed=17),
             levels,
             n if quick else 120,
             policies=(*INFERCHAIN_SCORERS, "chain_nospill", "chain"),
@@ -202,7 +202,7 @@ def build_scenario(name: str, quick: bool) -> Scenario:
                 max(n, 240), seed=17, tenants=4 if quick else 48, prefix_words=300 if quick else 3000
             ),
             levels,
-            n if quick else 240,
+            n,
             policies=INFERCHAIN_SCORERS,
             notes=["chain: not applicable (one kind of engine: its rules would send everything to one pool)"],
         )
@@ -211,7 +211,7 @@ def build_scenario(name: str, quick: bool) -> Scenario:
         return Scenario(
             name,
             (A10, A10, A10, A10),
-            homogeneous_items(max(n, 200), seed=17),
+            homogeneous_items(max(n, 200) + 8, seed=17),
             levels,
             n,
             policies=INFERCHAIN_SCORERS,
@@ -407,23 +407,36 @@ def warm_up(target: str, key: str, scenario: Scenario, sims: list[SimHandle]) ->
     reset_caches(sims)
 
 
-def measure(target: str, key: str, scenario: Scenario, time_scale: float, seed: int) -> list[dict[str, Any]]:
-    """One closed-loop pass over the scenario's levels; per level, its metrics in modelled time."""
-    plan = Plan(
-        target=target,
-        key=key,
-        model=ALIAS,
-        items=scenario.items,
-        levels=[Level(clients=c) for c in scenario.levels],
-        requests_per_level=scenario.requests_per_level,
-        max_seconds_per_level=600.0,
-        timeout_s=300.0,
-        slo=Slo(ttft_s=scenario.slo_ttft_s / time_scale, itl_s=scenario.slo_itl_s / time_scale),
-        stop_past_knee=False,
-        seed=seed,
-    )
-    report = asyncio.run(run(plan, Report(plan), lambda total, label: _NoBar()))
-    return [model_time(level, time_scale) for level in report.levels]
+def measure(
+    target: str, key: str, scenario: Scenario, time_scale: float, seed: int, sims: list[SimHandle]
+) -> list[dict[str, Any]]:
+    """One closed-loop pass over the scenario's levels; per level, its metrics in modelled time.
+
+    Each level sends its own slice of the workload (level k: requests k*N onwards) and starts with empty
+    prefix caches: a prompt sent again at the next level would hit the cache its first sending left,
+    and a policy that sends it to the same engine again (round robin does, deterministically) would be
+    rewarded for that alone."""
+    out = []
+    n = scenario.requests_per_level
+    for k, clients in enumerate(scenario.levels):
+        start = (k * n) % len(scenario.items)
+        plan = Plan(
+            target=target,
+            key=key,
+            model=ALIAS,
+            items=[*scenario.items[start:], *scenario.items[:start]],
+            levels=[Level(clients=clients)],
+            requests_per_level=n,
+            max_seconds_per_level=600.0,
+            timeout_s=300.0,
+            slo=Slo(ttft_s=scenario.slo_ttft_s / time_scale, itl_s=scenario.slo_itl_s / time_scale),
+            stop_past_knee=False,
+            seed=seed,
+        )
+        reset_caches(sims)
+        report = asyncio.run(run(plan, Report(plan), lambda total, label: _NoBar()))
+        out += [model_time(level, time_scale) for level in report.levels]
+    return out
 
 
 def model_time(level: dict[str, Any], ts: float) -> dict[str, Any]:
@@ -616,6 +629,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", default="", help="write the plot to this path (.png and .svg)")
     parser.add_argument("--json-out", default="")
     parser.add_argument(
+        "--spill",
+        default="",
+        help="override the chain's spill caps, e.g. max_inflight=12,max_kv_used=0.6 (default: the demo's)",
+    )
+    parser.add_argument(
         "--from-json", default="", help="print the tables (and plot) of an earlier run's JSON, run nothing"
     )
     args = parser.parse_args(argv)
@@ -632,6 +650,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     scenario = build_scenario(args.scenario, args.quick)
+    for item in filter(None, args.spill.split(",")):
+        name, _, value = item.partition("=")
+        if name not in CHAIN_SPILL:
+            raise SystemExit(f"--spill: unknown cap {name!r}; use {', '.join(CHAIN_SPILL)}")
+        CHAIN_SPILL[name] = float(value) if name == "max_kv_used" else int(value)
     if args.clients:
         scenario.levels = tuple(int(c) for c in args.clients.split(","))
     if args.requests:
@@ -674,12 +697,12 @@ def main(argv: list[str] | None = None) -> int:
                     if policy.startswith("litellm:"):
                         _proc, url, lkey = litellm[policy]
                         warm_up(url, lkey, scenario, sims)
-                        levels = measure(url, lkey, scenario, ts, seed=rep)
+                        levels = measure(url, lkey, scenario, ts, seed=rep, sims=sims)
                     else:
                         configure_policy(policy)
                         with inferchain_proxy(db_url, logs) as url:
                             warm_up(url, key, scenario, sims)
-                            levels = measure(url, key, scenario, ts, seed=rep)
+                            levels = measure(url, key, scenario, ts, seed=rep, sims=sims)
                     results[policy].append(levels)
                     print(
                         f"rep {rep + 1}/{reps} {policy}: {time.perf_counter() - t0:.1f} s, "
@@ -725,6 +748,7 @@ def main(argv: list[str] | None = None) -> int:
                 "requests_per_level": scenario.requests_per_level,
                 "litellm_version": LITELLM_VERSION,
                 "notes": notes,
+                "chain_spill": CHAIN_SPILL,
                 "medians": table,
                 "runs": results,
             },
