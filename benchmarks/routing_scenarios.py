@@ -180,17 +180,18 @@ def homogeneous_items(n: int, seed: int) -> list[WorkItem]:
     return synthetic(SyntheticMix(requests=n, prompt_tokens=300, output_tokens=96, sigma=0.4, seed=seed))
 
 
-def build_scenario(name: str, quick: bool) -> Scenario:
-    n = 12 if quick else 160
+def build_scenario(name: str, quick: bool, requests: int = 0) -> Scenario:
+    """The scenario; `requests` per level overrides its default (the workload grows to match)."""
+    n = requests or (12 if quick else 160)
     levels: tuple[int, ...]
     if name == "heterogeneous":
         levels = (4,) if quick else (8, 16, 32)
         return Scenario(
             name,
             (A100_70B, A10, A10),
-            heterogeneous_items(3 * 120 + 8, seed=17),
+            heterogeneous_items(len(levels) * (requests or 120) + 8, seed=17),
             levels,
-            n if quick else 120,
+            requests or (n if quick else 120),
             policies=(*INFERCHAIN_SCORERS, "chain_nospill", "chain"),
         )
     if name == "prefix":
@@ -199,7 +200,7 @@ def build_scenario(name: str, quick: bool) -> Scenario:
             name,
             (A10, A10, A10, A10),
             prefix_items(
-                max(n, 240), seed=17, tenants=4 if quick else 48, prefix_words=300 if quick else 3000
+                max(n + 8, 240), seed=17, tenants=4 if quick else 48, prefix_words=300 if quick else 3000
             ),
             levels,
             n,
@@ -211,7 +212,7 @@ def build_scenario(name: str, quick: bool) -> Scenario:
         return Scenario(
             name,
             (A10, A10, A10, A10),
-            homogeneous_items(max(n, 200) + 8, seed=17),
+            homogeneous_items(max(n + 8, 200), seed=17),
             levels,
             n,
             policies=INFERCHAIN_SCORERS,
@@ -649,7 +650,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"plot: {written}")
         return 0
 
-    scenario = build_scenario(args.scenario, args.quick)
+    scenario = build_scenario(args.scenario, args.quick, args.requests)
     for item in filter(None, args.spill.split(",")):
         name, _, value = item.partition("=")
         if name not in CHAIN_SPILL:
