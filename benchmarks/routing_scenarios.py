@@ -518,17 +518,29 @@ def plot(scenario: Scenario, table: dict[str, list[dict[str, Any]]], path: Path)
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(14, 4.2), constrained_layout=True)
-    for policy, rows in table.items():
+    metrics = ("goodput_rps", "latency_p50_s", "latency_p99_s")
+    if len(scenario.levels) == 1:  # one load level: a bar per policy
+        names = list(table)
+        for ax, metric in zip(axes, metrics, strict=True):
+            ax.barh(names, [table[p][0][metric] or 0.0 for p in names])
+            ax.invert_yaxis()
+        for ax in axes[1:]:
+            ax.set_yticklabels([])
+    for policy, rows in table.items() if len(scenario.levels) > 1 else ():
         x = [r["clients"] for r in rows]
         style = "o-" if policy.startswith("chain") or "affinity" in policy else "o--"
-        for ax, metric in zip(axes, ("goodput_rps", "latency_p50_s", "latency_p99_s"), strict=True):
+        for ax, metric in zip(axes, metrics, strict=True):
             ax.plot(x, [r[metric] for r in rows], style, label=policy)
     for ax, title in zip(
         axes, ("goodput (req/s meeting the SLO)", "median latency (s)", "P99 latency (s)"), strict=True
     ):
         ax.set_title(title)
-        ax.set_xlabel("concurrent clients")
-    axes[0].legend(fontsize=7)
+        if len(scenario.levels) > 1:
+            ax.set_xlabel("concurrent clients")
+    if len(scenario.levels) > 1:
+        axes[0].legend(fontsize=7)
+    else:
+        fig.supxlabel(f"{scenario.levels[0]} concurrent clients")
     fig.suptitle(f"routing scenario: {scenario.name} (simulated, modelled time, median of reps)")
     written = []
     for suffix in (".png", ".svg"):
