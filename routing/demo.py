@@ -1,8 +1,9 @@
 """Demo routing for `make run`: the demo fleet's long-context and high-throughput engines as two pools,
 the demo tenants' quotas that let both pools work, and the key of the demo's background traffic.
 
-Short prompts go to the high-throughput pool (least outstanding); long prompts, `x-task: summarize`
-and anything the fast pool cannot take go to the long-context pool (best fit on free KV cache).
+Short prompts go to the high-throughput pool (least outstanding), spilling onto the long-context pool
+while it has headroom and the fast pool is busier; long prompts, `x-task: summarize` and anything the
+fast pool cannot take go to the long-context pool (best fit on free KV cache).
 
 The fast engines run the AWQ quantization, a version other than the alias's active one (fp16), so
 the fast pool names that version (`RoutePool.model_version`): a pool that names none serves only the
@@ -27,6 +28,10 @@ from routing.models import RoutePolicy, RoutePool
 
 DEMO_ALIAS = "llama-3.1-8b"  # nodes.demo.SERVED_NAME
 FAST_POOL_MAX_PROMPT_TOKENS = 6000
+# Short prompts overflow onto the long-context pool while it has headroom (routing.proxy.spill): at most
+# this many requests in flight on a long-context engine and half its KV cache, so long prompts always
+# find room there; measured in docs/benchmarks.md (heterogeneous chain).
+DEMO_SPILL: dict[str, int | float] = {"max_inflight": 6, "max_kv_used": 0.5, "min_home_inflight": 1}
 # The longest context of the demo fleet (llama-long's engine): a demo key may send prompts up to it.
 LONG_CONTEXT = max(e.max_model_len for e in DEMO_ENGINES)
 
@@ -109,15 +114,19 @@ def seed_demo_routing() -> list[str]:
             "name": "llama by prompt length",
             "rules": [
                 {"match": {"task": ["summarize"]}, "pool": long.name},
-                {"match": {"max_prompt_tokens": FAST_POOL_MAX_PROMPT_TOKENS}, "pool": fast.name},
+                {
+                    "match": {"max_prompt_tokens": FAST_POOL_MAX_PROMPT_TOKENS},
+                    "pool": fast.name,
+                    "spill": {"pool": long.name, **DEMO_SPILL},
+                },
             ],
             "default_pool": long,
             "fallback_pool": long,
         },
     )
     return [
-        f"routing: {DEMO_ALIAS} -> {fast.name} (prompts up to {FAST_POOL_MAX_PROMPT_TOKENS} tokens), "
-        f"else {long.name}"
+        f"routing: {DEMO_ALIAS} -> {fast.name} (prompts up to {FAST_POOL_MAX_PROMPT_TOKENS} tokens, "
+        f"spilling onto {long.name} while it has headroom), else {long.name}"
     ]
 
 

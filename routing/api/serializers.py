@@ -37,9 +37,30 @@ class RuleMatchSerializer(serializers.Serializer):
     priority = serializers.ChoiceField(choices=["interactive", "batch"], required=False)
 
 
+class RouteSpillSerializer(serializers.Serializer):
+    """Overflow of a rule's requests onto another pool while it has headroom (routing.proxy.spill)."""
+
+    pool = serializers.CharField(help_text="The pool the rule's requests may spill onto.")
+    max_inflight = serializers.IntegerField(
+        required=False, min_value=1, help_text="Spill only to an endpoint with fewer requests in flight."
+    )
+    max_kv_used = serializers.FloatField(
+        required=False,
+        min_value=0.0,
+        max_value=1.0,
+        help_text="Spill only while the endpoint's KV cache, with the request, is at most this full.",
+    )
+    min_home_inflight = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        help_text="Spill only when the rule's own pool has at least this many in flight on every endpoint.",
+    )
+
+
 class RouteRuleSerializer(serializers.Serializer):
     match = RuleMatchSerializer(required=False)
     pool = serializers.CharField(help_text="The name of the pool this rule sends to.")
+    spill = RouteSpillSerializer(required=False)
 
 
 @extend_schema_field(RouteRuleSerializer(many=True))
@@ -183,6 +204,10 @@ class RoutePolicySerializer(StrictModelSerializer):
                 raise serializers.ValidationError(f"rules[{i}]: {exc}") from None
             if rule.pool not in pools:
                 raise serializers.ValidationError(f"rules[{i}]: no pool named '{rule.pool}'.")
+            if rule.spill is not None and rule.spill.pool not in pools:
+                raise serializers.ValidationError(
+                    f"rules[{i}]: no pool named '{rule.spill.pool}' to spill onto."
+                )
         return value
 
 

@@ -393,6 +393,9 @@ class Proxy:
     ) -> tuple[list[Endpoint], Pool | None]:
         return route_step.candidates_of(self.services, pool, policy, tokens, out)
 
+    def _state(self, ep: Endpoint) -> EndpointState:
+        return self.services.live.of(ep)
+
 
 def build_proxy_app() -> Proxy:
     """The ASGI app for `/v1/` (and the lifespan handler that starts its background tasks)."""

@@ -23,6 +23,7 @@ from nodes.lifecycle import engine_api_key
 from nodes.models import Deployment
 from routing.choices import Scorer
 from routing.models import ACTIVE_ROLLOUT_STATES, Rollout, RoutePolicy, RoutePool, ShadowConfig, StageChain
+from routing.proxy.spill import Spill, parse_spill
 from routing.proxy.stagespec import ChainError, StageSpec, expand, parse_stages, split
 
 log = logging.getLogger(__name__)
@@ -202,6 +203,8 @@ class Rule:
     tasks: frozenset[str] | None = None
     tenants: frozenset[str] | None = None
     priority: str | None = None
+    # Where the requests this rule sends may overflow while that pool has headroom (routing.proxy.spill).
+    spill: Spill | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +214,17 @@ class Policy:
     rules: tuple[Rule, ...]
     default_pool: str | None
     fallback_pool: str | None
+    # By pool name: the spill of the first rule that sends to that pool and names one. It applies to
+    # every request this policy sends to the pool (routing.proxy.spill).
+    spills: dict[str, Spill] = field(default_factory=dict)
+
+
+def policy_spills(rules: tuple[Rule, ...]) -> dict[str, Spill]:
+    spills: dict[str, Spill] = {}
+    for rule in rules:
+        if rule.spill is not None and rule.spill.pool != rule.pool:
+            spills.setdefault(rule.pool, rule.spill)
+    return spills
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,6 +308,9 @@ def parse_rule(raw: dict[str, Any]) -> Rule:
     unknown = set(match) - known
     if unknown:
         raise ValueError(f"unknown match keys: {sorted(unknown)}")
+    spill = parse_spill(raw.get("spill"))
+    if spill is not None and spill.pool == raw["pool"]:
+        raise ValueError("a rule cannot spill onto its own pool")
 
     def names(value: Any, label: str) -> frozenset[str] | None:
         if value is None:
@@ -322,6 +339,7 @@ def parse_rule(raw: dict[str, Any]) -> Rule:
         tasks=names(match.get("task"), "task"),
         tenants=names(match.get("tenant"), "tenant"),
         priority=priority,
+        spill=spill,
     )
 
 
@@ -627,6 +645,7 @@ def load_routing_snapshot() -> RoutingSnapshot:
             rules=tuple(rules),
             default_pool=prow.default_pool.name if prow.default_pool else None,
             fallback_pool=prow.fallback_pool.name if prow.fallback_pool else None,
+            spills=policy_spills(tuple(rules)),
         )
     # Canaries ride on the pools: the candidate's endpoints are already among each pool's staged ones.
     rollouts = _canaries()

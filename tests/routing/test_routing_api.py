@@ -83,3 +83,29 @@ def test_viewer_reads_but_cannot_write(viewer_client: APIClient) -> None:
     assert (
         viewer_client.post("/api/route-pools/", {"name": "x", "alias": "a"}, format="json").status_code == 403
     )
+
+
+def test_policy_rule_spill_is_validated(admin_client: APIClient) -> None:
+    RoutePool.objects.create(name="fast", alias="llama")
+    RoutePool.objects.create(name="long", alias="llama")
+    for spill, says in (
+        ({"pool": "nope"}, "no pool named 'nope' to spill onto"),
+        ({"pool": "fast"}, "own pool"),
+        ({"pool": "long", "max_kv_used": 2}, "max_kv_used"),
+        ({"pool": "long", "burst": 1}, "unknown spill keys"),
+    ):
+        bad = admin_client.post(
+            "/api/route-policies/",
+            {"name": "p", "alias": "llama", "rules": [{"pool": "fast", "spill": spill}]},
+            format="json",
+        )
+        assert bad.status_code == 400 and says in json.dumps(bad.json()["rules"]), bad.content
+    assert not RoutePolicy.objects.exists()
+    rules = [
+        {"match": {"max_prompt_tokens": 6000}, "pool": "fast", "spill": {"pool": "long", "max_inflight": 4}}
+    ]
+    ok = admin_client.post(
+        "/api/route-policies/", {"name": "p", "alias": "llama", "rules": rules}, format="json"
+    )
+    assert ok.status_code == 201, ok.content
+    assert RoutePolicy.objects.get().rules == rules

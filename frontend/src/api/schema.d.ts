@@ -4607,11 +4607,41 @@ export interface components {
             match?: components["schemas"]["RuleMatch"];
             /** @description The name of the pool this rule sends to. */
             pool: string;
+            spill?: components["schemas"]["RouteSpill"];
         };
         RouteRuleRequest: {
             match?: components["schemas"]["RuleMatchRequest"];
             /** @description The name of the pool this rule sends to. */
             pool: string;
+            spill?: components["schemas"]["RouteSpillRequest"];
+        };
+        /** @description Overflow of a rule's requests onto another pool while it has headroom (routing.proxy.spill). */
+        RouteSpill: {
+            /** @description The pool the rule's requests may spill onto. */
+            pool: string;
+            /** @description Spill only to an endpoint with fewer requests in flight. */
+            max_inflight?: number;
+            /**
+             * Format: double
+             * @description Spill only while the endpoint's KV cache, with the request, is at most this full.
+             */
+            max_kv_used?: number;
+            /** @description Spill only when the rule's own pool has at least this many in flight on every endpoint. */
+            min_home_inflight?: number;
+        };
+        /** @description Overflow of a rule's requests onto another pool while it has headroom (routing.proxy.spill). */
+        RouteSpillRequest: {
+            /** @description The pool the rule's requests may spill onto. */
+            pool: string;
+            /** @description Spill only to an endpoint with fewer requests in flight. */
+            max_inflight?: number;
+            /**
+             * Format: double
+             * @description Spill only while the endpoint's KV cache, with the request, is at most this full.
+             */
+            max_kv_used?: number;
+            /** @description Spill only when the rule's own pool has at least this many in flight on every endpoint. */
+            min_home_inflight?: number;
         };
         /** @description Requests a policy sent to a pool, per deployment (none: the pool had no healthy endpoint). */
         RoutedTraffic: {

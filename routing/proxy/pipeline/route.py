@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from routing.proxy import metrics as m
+from routing.proxy import spill
 from routing.proxy.canary import draw
 from routing.proxy.config import Canary, Endpoint, Policy, Pool
 from routing.proxy.errors import ProxyError, bad_request, unavailable
@@ -117,6 +118,10 @@ def route(
     candidates, fallback_used = candidates_of(svc, pool, policy, tokens, out)
     if fallback_used is not None:
         return fallback_used, f"{reason}; fallback {fallback_used.name}", candidates
+    if policy is not None and pool.name in policy.spills:
+        spilled = spill.route(svc, policy.spills[pool.name], candidates, tokens, out, fits)
+        if spilled is not None:
+            return spilled[0], f"{reason}; {spilled[2]}", spilled[1]
     return pool, reason, candidates
 
 

@@ -1,0 +1,778 @@
+"""What the route decision buys: routing policies compared on simulated fleets, one command per scenario.
+
+    .venv/bin/python benchmarks/routing_scenarios.py heterogeneous|prefix|homogeneous
+        [--quick] [--reps 3] [--time-scale 2] [--policies a,b] [--skip-litellm] [--plot docs/x]
+
+Each scenario starts its simulator engines (nodes/sim, fixed profiles, `--time-scale` times faster than
+the modelled hardware), a scratch PostgreSQL database holding them as ready deployments, and, for every
+policy in turn, a fresh inferchain proxy (`python -m routing.proxy`) configured with that policy, or a
+LiteLLM proxy (its own virtualenv, pinned, configured as benchmarks/proxy_overhead.py does) with one of
+its routing strategies over the same engines. The load is `inferchain bench`'s runner (bench/):
+closed loop at the scenario's client counts, the same seeded workload for every policy, streamed, timed
+by token arrival. Between runs every engine's prefix cache is reset, so no policy inherits another's
+cache. The policies run interleaved (rep 1 of every policy, then rep 2, ...) and the tables report the
+median over reps, so a change in this shared machine's load hits every policy alike.
+
+Times are the modelled hardware's: wall-clock times are multiplied by the time scale (throughputs
+divided by it), so a number reads as it would on the GPUs the profiles model. Goodput counts the
+requests meeting the SLO (TTFT and time per output token, modelled time) per second.
+
+Scenarios (docs/benchmarks.md has the tables and what they mean):
+
+- heterogeneous: one long-context engine (A100-80G x4, Llama-3.1-70B bf16, 32k context) and two
+  high-throughput engines (A10-24G, Llama-3.1-8B AWQ int4, 8k context); 80% short prompts (~300
+  tokens), 20% long (~6,500 tokens). `chain` is the demo's policy (routing/demo.py): prompts up to
+  4,000 tokens to the fast pool, spilling onto the long pool while it has headroom; the rest to the
+  long pool. `chain_nospill` is the same without the spill.
+- prefix: four identical A10 engines; 48 tenants, each with its own ~3,000-token system prompt (their
+  sum exceeds one engine's KV cache, not four), in multi-turn sessions (X-Session-Id).
+- homogeneous: four identical A10 engines, short prompts with nothing shared: the control.
+
+`--quick` runs a tiny version (a few requests, one level, one rep, inferchain policies only) in seconds:
+the test that keeps this harness from rotting (tests/routing/test_routing_scenarios.py).
+Results: Markdown on stdout, JSON with every rep in var/bench/routing_<scenario>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from proxy_overhead import (  # noqa: E402
+    LITELLM_VERSION,
+    bench_database,
+    ensure_litellm,
+    free_port,
+    spawn,
+    stop,
+    wait_ready,
+)
+
+from bench.runner import Level, Plan, Report, run  # noqa: E402
+from bench.stats import Slo  # noqa: E402
+from bench.workload import SyntheticMix, WorkItem, synthetic  # noqa: E402
+from nodes.sim.testing import SimHandle, start_sim  # noqa: E402
+
+BENCH_DIR = REPO / "var" / "bench"
+ALIAS = "bench"
+CHAIN_MAX_SHORT_TOKENS = 4000
+# The demo's spill (routing/demo.py DEMO_SPILL), restated so a change there shows in this file's diff.
+CHAIN_SPILL: dict[str, int | float] = {"max_inflight": 6, "max_kv_used": 0.5, "min_home_inflight": 1}
+INFERCHAIN_SCORERS = (
+    "round_robin",
+    "random",
+    "least_outstanding",
+    "best_fit",
+    "prefix_affinity",
+    "session_affinity",
+)
+LITELLM_STRATEGIES = ("simple-shuffle", "least-busy", "latency-based-routing")
+
+
+@dataclass(frozen=True)
+class Node:
+    role: str
+    profile: str
+    model: str
+    max_model_len: int
+    tp: int = 1
+
+
+@dataclass
+class Scenario:
+    name: str
+    nodes: tuple[Node, ...]
+    items: list[WorkItem]
+    levels: tuple[int, ...]
+    requests_per_level: int
+    slo_ttft_s: float = 2.0
+    slo_itl_s: float = 0.1
+    policies: tuple[str, ...] = ()
+    notes: list[str] = field(default_factory=list)
+
+
+A10 = Node(
+    "high-throughput", "a10-llama3-8b-int4", "hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4", 8192
+)
+A100_70B = Node("long-context", "a100-llama3-70b-fp16", "meta-llama/Llama-3.1-70B-Instruct", 32768, tp=4)
+
+
+def _words(rng: random.Random, n: int) -> str:
+    from bench.workload import _WORDS
+
+    return " ".join(rng.choice(_WORDS) for _ in range(n))
+
+
+def heterogeneous_items(n: int, seed: int) -> list[WorkItem]:
+    mix = SyntheticMix(
+        requests=n,
+        prompt_tokens=300,
+        output_tokens=96,
+        long_share=0.2,
+        long_prompt_tokens=6500,
+        sigma=0.15,
+        seed=seed,
+    )
+    return synthetic(mix)
+
+
+def prefix_items(n: int, seed: int, tenants: int = 48, prefix_words: int = 3000) -> list[WorkItem]:
+    """Multi-turn sessions of many tenants, each tenant with its own long system prompt.
+
+    Sessions of 1-4 turns; each turn repeats the conversation so far (system prompt, earlier turns and
+    canned assistant answers) plus a new ~80-word question. The sessions are interleaved (turn k of a
+    session comes about a round of sessions after turn k-1) so a closed loop sends a session's turns in
+    order, rarely at once."""
+    rng = random.Random(seed)
+    systems = [_words(random.Random(seed * 7919 + t), prefix_words) for t in range(tenants)]
+    sessions: list[list[WorkItem]] = []
+    count = 0
+    s = 0
+    while count < n:
+        tenant = rng.randrange(tenants)
+        turns = rng.randint(1, 4)
+        messages: list[dict[str, Any]] = [{"role": "system", "content": systems[tenant]}]
+        mine: list[WorkItem] = []
+        for _ in range(turns):
+            messages = [*messages, {"role": "user", "content": _words(rng, 80)}]
+            mine.append(
+                WorkItem(
+                    max_tokens=max(8, int(rng.lognormvariate(4.1, 0.3))),
+                    messages=list(messages),
+                    prefix_group=str(tenant),
+                    session_id=f"s{s}",
+                )
+            )
+            messages = [*messages, {"role": "assistant", "content": _words(rng, 60)}]
+        sessions.append(mine)
+        count += turns
+        s += 1
+    out: list[WorkItem] = []
+    depth = 0
+    while len(out) < n:
+        for sess in sessions:
+            if depth < len(sess) and len(out) < n:
+                out.append(sess[depth])
+        depth += 1
+    return out
+
+
+def homogeneous_items(n: int, seed: int) -> list[WorkItem]:
+    return synthetic(SyntheticMix(requests=n, prompt_tokens=300, output_tokens=96, sigma=0.4, seed=seed))
+
+
+def build_scenario(name: str, quick: bool, requests: int = 0) -> Scenario:
+    """The scenario; `requests` per level overrides its default (the workload grows to match)."""
+    n = requests or (12 if quick else 160)
+    levels: tuple[int, ...]
+    if name == "heterogeneous":
+        levels = (4,) if quick else (8, 16, 32)
+        return Scenario(
+            name,
+            (A100_70B, A10, A10),
+            heterogeneous_items(len(levels) * (requests or 120) + 8, seed=17),
+            levels,
+            requests or (n if quick else 120),
+            policies=(*INFERCHAIN_SCORERS, "chain_nospill", "chain"),
+        )
+    if name == "prefix":
+        levels = (4,) if quick else (16,)
+        return Scenario(
+            name,
+            (A10, A10, A10, A10),
+            prefix_items(
+                max(n + 8, 240), seed=17, tenants=4 if quick else 48, prefix_words=300 if quick else 3000
+            ),
+            levels,
+            n,
+            policies=INFERCHAIN_SCORERS,
+            notes=["chain: not applicable (one kind of engine: its rules would send everything to one pool)"],
+        )
+    if name == "homogeneous":
+        levels = (4,) if quick else (16,)
+        return Scenario(
+            name,
+            (A10, A10, A10, A10),
+            homogeneous_items(max(n + 8, 200), seed=17),
+            levels,
+            n,
+            policies=INFERCHAIN_SCORERS,
+            notes=["chain: not applicable (one kind of engine: its rules would send everything to one pool)"],
+        )
+    raise SystemExit(f"unknown scenario {name!r}: heterogeneous, prefix or homogeneous")
+
+
+# ---- the fleet ---------------------------------------------------------------------------------------
+
+
+def start_engines(scenario: Scenario, time_scale: float) -> list[SimHandle]:
+    sims: list[SimHandle] = []
+    try:
+        for node in scenario.nodes:
+            sims.append(
+                start_sim(
+                    node.model,
+                    *("--served-model-name", ALIAS, "--max-model-len", str(node.max_model_len)),
+                    *("--tensor-parallel-size", str(node.tp)),
+                    profile=node.profile,
+                    time_scale=time_scale,
+                    timeout=60,
+                )
+            )
+    except BaseException:
+        for sim in sims:
+            sim.stop()
+        raise
+    return sims
+
+
+def setup_database(db_url: str, scenario: Scenario, sims: list[SimHandle]) -> str:
+    """Migrate, register the engines as ready deployments, and issue a key; returns the raw key."""
+    env = {**os.environ, "DATABASE_URL": db_url, "DJANGO_SETTINGS_MODULE": "inferchain.settings"}
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=REPO, env=env, check=True
+    )
+    os.environ["DATABASE_URL"] = db_url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "inferchain.settings")
+    import django
+
+    django.setup()
+    from console.models import Tenant
+    from console.services import issue_api_key
+    from models_registry.models import Model, ModelAlias, ModelVersion
+    from nodes.models import Deployment, Host
+
+    model, _ = Model.objects.get_or_create(name="bench-model")
+    version, _ = ModelVersion.objects.get_or_create(
+        model=model,
+        revision="main",
+        defaults={"source_kind": "directory", "source_path": "/models/bench", "max_context": 32768},
+    )
+    ModelAlias.objects.get_or_create(name=ALIAS, defaults={"active_version": version})
+    host, _ = Host.objects.get_or_create(name="bench-host", defaults={"address": "127.0.0.1"})
+    for i, (node, sim) in enumerate(zip(scenario.nodes, sims, strict=True)):
+        Deployment.objects.create(
+            name=f"bench-{i}",
+            model_version=version,
+            host=host,
+            port=sim.port,
+            served_model_name=ALIAS,
+            max_model_len=node.max_model_len,
+            role=node.role,
+            state="ready",
+            start_token=f"bench{i}",
+            engine="sim",
+        )
+    tenant, _ = Tenant.objects.get_or_create(name="bench-routing")  # no quota: admission skips Redis
+    return issue_api_key(tenant=tenant, name="bench").raw_key
+
+
+def configure_policy(policy: str) -> None:
+    """The pools and policy of `policy` (one of INFERCHAIN_SCORERS, chain, chain_nospill)."""
+    from routing.models import RoutePolicy, RoutePool
+
+    RoutePolicy.objects.all().delete()
+    RoutePool.objects.all().delete()
+    if policy in INFERCHAIN_SCORERS:
+        RoutePool.objects.create(name=ALIAS, alias=ALIAS, scorer=policy)
+        return
+    fast = RoutePool.objects.create(
+        name="fast", alias=ALIAS, role="high-throughput", scorer="least_outstanding"
+    )
+    long = RoutePool.objects.create(name="long", alias=ALIAS, role="long-context", scorer="best_fit")
+    rule: dict[str, Any] = {"match": {"max_prompt_tokens": CHAIN_MAX_SHORT_TOKENS}, "pool": fast.name}
+    if policy == "chain":
+        rule["spill"] = {"pool": long.name, **CHAIN_SPILL}
+    RoutePolicy.objects.create(name="chain", alias=ALIAS, rules=[rule], default_pool=long, fallback_pool=long)
+
+
+@contextlib.contextmanager
+def inferchain_proxy(db_url: str, logs: Path) -> Iterator[str]:
+    port = free_port()
+    env = {
+        **os.environ,
+        "DATABASE_URL": db_url,
+        "REDIS_KEY_PREFIX": f"routebench{os.getpid()}:",
+        "REQUEST_LOG_SPOOL_DIR": str(logs / "spool"),
+    }
+    proc = spawn([sys.executable, "-m", "routing.proxy", "--port", str(port)], logs / "proxy.log", env)
+    try:
+        wait_ready(f"http://127.0.0.1:{port}/healthz", proc)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(proc)
+
+
+def litellm_config(sims: list[SimHandle], strategy: str) -> str:
+    """LiteLLM over the same engines: one deployment per engine under one model name, `strategy` as
+    its router's routing_strategy; otherwise as benchmarks/proxy_overhead.py configures it for speed."""
+    lines = ["model_list:"]
+    for sim in sims:
+        lines += [
+            f"  - model_name: {ALIAS}",
+            "    litellm_params:",
+            f"      model: openai/{ALIAS}",
+            f"      api_base: {sim.openai_base_url}",
+            "      api_key: unused",
+        ]
+    lines += [
+        "router_settings:",
+        f"  routing_strategy: {strategy}",
+        "litellm_settings:",
+        "  telemetry: false",
+        "  set_verbose: false",
+        "  callbacks: []",
+        "  num_retries: 0",
+        "  request_timeout: 600",
+        "general_settings:",
+        "  disable_spend_logs: true",
+        "  disable_error_logs: true",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def start_litellm(exe: Path, sims: list[SimHandle], strategy: str, logs: Path) -> tuple[Any, str, str]:
+    import secrets
+
+    port = free_port()
+    cfg = logs / f"litellm-{strategy}.yaml"
+    cfg.write_text(litellm_config(sims, strategy))
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env["LITELLM_LOG"] = "ERROR"
+    key = "sk-" + secrets.token_hex(16)
+    env["LITELLM_MASTER_KEY"] = key
+    proc = spawn([str(exe), "--config", str(cfg), "--port", str(port)], logs / f"litellm-{strategy}.log", env)
+    return proc, f"http://127.0.0.1:{port}", key
+
+
+def reset_caches(sims: list[SimHandle]) -> None:
+    for sim in sims:
+        req = urllib.request.Request(sim.base_url + "/reset_prefix_cache", method="POST", data=b"")
+        with contextlib.suppress(OSError):
+            urllib.request.urlopen(req, timeout=5).close()
+
+
+def lost_wall_s(sims: list[SimHandle]) -> float:
+    total = 0.0
+    for sim in sims:
+        with urllib.request.urlopen(sim.base_url + "/sim/stats", timeout=5) as r:
+            total += float(json.load(r).get("lost_wall_s", 0.0))
+    return total
+
+
+# ---- one run -----------------------------------------------------------------------------------------
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def warm_up(target: str, key: str, scenario: Scenario, sims: list[SimHandle]) -> None:
+    """A few requests through a fresh proxy (its first requests pay one-off costs: LiteLLM imports
+    modules on its first calls, the inferchain proxy fills its key cache and connection pools), then
+    every engine's prefix cache is emptied again."""
+    plan = Plan(
+        target=target,
+        key=key,
+        model=ALIAS,
+        items=scenario.items[-8:],
+        levels=[Level(clients=4)],
+        requests_per_level=8,
+        timeout_s=300.0,
+        stop_past_knee=False,
+    )
+    asyncio.run(run(plan, Report(plan), lambda total, label: _NoBar()))
+    reset_caches(sims)
+
+
+def measure(
+    target: str, key: str, scenario: Scenario, time_scale: float, seed: int, sims: list[SimHandle]
+) -> list[dict[str, Any]]:
+    """One closed-loop pass over the scenario's levels; per level, its metrics in modelled time.
+
+    Each level sends its own slice of the workload (level k: requests k*N onwards) and starts with empty
+    prefix caches: a prompt sent again at the next level would hit the cache its first sending left,
+    and a policy that sends it to the same engine again (round robin does, deterministically) would be
+    rewarded for that alone."""
+    out = []
+    n = scenario.requests_per_level
+    for k, clients in enumerate(scenario.levels):
+        start = (k * n) % len(scenario.items)
+        plan = Plan(
+            target=target,
+            key=key,
+            model=ALIAS,
+            items=[*scenario.items[start:], *scenario.items[:start]],
+            levels=[Level(clients=clients)],
+            requests_per_level=n,
+            max_seconds_per_level=600.0,
+            timeout_s=300.0,
+            slo=Slo(ttft_s=scenario.slo_ttft_s / time_scale, itl_s=scenario.slo_itl_s / time_scale),
+            stop_past_knee=False,
+            seed=seed,
+        )
+        reset_caches(sims)
+        report = asyncio.run(run(plan, Report(plan), lambda total, label: _NoBar()))
+        out += [model_time(level, time_scale) for level in report.levels]
+    return out
+
+
+def model_time(level: dict[str, Any], ts: float) -> dict[str, Any]:
+    def q(dist: dict[str, Any], name: str) -> float | None:
+        v = dist.get(name)
+        return None if v is None else v * ts
+
+    return {
+        "clients": level["clients"],
+        "requests": level["requests"],
+        "ok": level["ok"],
+        "errors": level["errors"],
+        "goodput_rps": level["goodput_requests_per_s"] / ts,
+        "slo_met_share": level["slo_met_share"],
+        "output_tokens_per_s": level["output_tokens_per_s"] / ts,
+        "requests_per_s": level["requests_per_s"] / ts,
+        "latency_p50_s": q(level["latency_s"], "p50"),
+        "latency_p99_s": q(level["latency_s"], "p99"),
+        "ttft_p50_s": q(level["ttft_s"], "p50"),
+        "ttft_p90_s": q(level["ttft_s"], "p90"),
+        "tpot_p50_s": q(level["tpot_s"], "p50"),
+    }
+
+
+METRICS = (
+    "goodput_rps",
+    "slo_met_share",
+    "output_tokens_per_s",
+    "latency_p50_s",
+    "latency_p99_s",
+    "ttft_p90_s",
+    "tpot_p50_s",
+)
+
+
+def medians(reps: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    out = []
+    for i, first in enumerate(reps[0]):
+        row: dict[str, Any] = {"clients": first["clients"], "reps": len(reps)}
+        for m in METRICS:
+            values = [r[i][m] for r in reps if i < len(r) and r[i][m] is not None]
+            row[m] = statistics.median(values) if values else None
+        row["errors"] = sum(sum(r[i]["errors"].values()) for r in reps if i < len(r))
+        out.append(row)
+    return out
+
+
+def markdown(scenario: Scenario, table: dict[str, list[dict[str, Any]]]) -> str:
+    lines = [
+        f"SLO: TTFT < {scenario.slo_ttft_s:g} s and time per output token < {scenario.slo_itl_s * 1000:g} ms "
+        "(modelled time).",
+        "",
+        "| policy | clients | goodput (req/s) | SLO met | output tok/s | median latency (s) "
+        "| P99 latency (s) "
+        "| p90 TTFT (s) | errors |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+
+    def f(v: Any, fmt: str) -> str:
+        return "-" if v is None else format(v, fmt)
+
+    for policy, rows in table.items():
+        for row in rows:
+            lines.append(
+                f"| {policy} | {row['clients']} | {f(row['goodput_rps'], '.2f')} "
+                f"| {f(row['slo_met_share'], '.0%')} | {f(row['output_tokens_per_s'], '.0f')} "
+                f"| {f(row['latency_p50_s'], '.2f')} | {f(row['latency_p99_s'], '.2f')} "
+                f"| {f(row['ttft_p90_s'], '.2f')} | {row['errors']} |"
+            )
+    lines += [f"- {note}" for note in scenario.notes]
+    return "\n".join(lines)
+
+
+def plot(scenario: Scenario, table: dict[str, list[dict[str, Any]]], path: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2), constrained_layout=True)
+    metrics = ("goodput_rps", "latency_p50_s", "latency_p99_s")
+    if len(scenario.levels) == 1:  # one load level: a bar per policy
+        names = list(table)
+        for ax, metric in zip(axes, metrics, strict=True):
+            ax.barh(names, [table[p][0][metric] or 0.0 for p in names])
+            ax.invert_yaxis()
+        for ax in axes[1:]:
+            ax.set_yticklabels([])
+    for policy, rows in table.items() if len(scenario.levels) > 1 else ():
+        x = [r["clients"] for r in rows]
+        style = "o-" if policy.startswith("chain") or "affinity" in policy else "o--"
+        for ax, metric in zip(axes, metrics, strict=True):
+            ax.plot(x, [r[metric] for r in rows], style, label=policy)
+    for ax, title in zip(
+        axes, ("goodput (req/s meeting the SLO)", "median latency (s)", "P99 latency (s)"), strict=True
+    ):
+        ax.set_title(title)
+        if len(scenario.levels) > 1:
+            ax.set_xlabel("concurrent clients")
+    if len(scenario.levels) > 1:
+        axes[0].legend(fontsize=7)
+    else:
+        fig.supxlabel(f"{scenario.levels[0]} concurrent clients")
+    fig.suptitle(f"routing scenario: {scenario.name} (simulated, modelled time, median of reps)")
+    written = []
+    for suffix in (".png", ".svg"):
+        out = path.with_suffix(suffix)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out, dpi=90)
+        written.append(out)
+    plt.close(fig)
+    return written
+
+
+def _at(table: dict[str, list[dict[str, Any]]], policy: str, clients: int) -> dict[str, Any] | None:
+    return next((r for r in table.get(policy, []) if r["clients"] == clients), None)
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    if a is None or b is None:
+        return "-"
+    return "inf" if b == 0 else f"{a / b:.2f}x"
+
+
+def targets(scenario: str, table: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """The issue's targets checked against the medians, one line each (docs/benchmarks.md)."""
+    lines: list[str] = []
+    litellm = [p for p in table if p.startswith("litellm:")]
+    if scenario == "heterogeneous" and "chain" in table:
+        for row in table["chain"]:
+            c = row["clients"]
+            rr = _at(table, "round_robin", c)
+            singles = [r for p in ("least_outstanding", "best_fit") if (r := _at(table, p, c))]
+            best = max(singles, key=lambda r: r["goodput_rps"] or 0.0, default=None)
+            best_name = next((p for p in ("least_outstanding", "best_fit") if _at(table, p, c) is best), "-")
+            rr_goodput = rr["goodput_rps"] if rr else None
+            line = f"- {c} clients: chain goodput {_ratio(row['goodput_rps'], rr_goodput)} round_robin"
+            if best is not None:
+                line += (
+                    f", {_ratio(row['goodput_rps'], best['goodput_rps'])} {best_name} (best single pool); "
+                    f"median {row['latency_p50_s']:.2f} s vs {best['latency_p50_s']:.2f} s"
+                )
+            for p in litellm:
+                other = _at(table, p, c)
+                line += f"; {_ratio(row['goodput_rps'], other['goodput_rps'] if other else None)} {p}"
+            lines.append(line)
+        rr_rows = table.get("round_robin", [])
+        if rr_rows:
+            top = max(rr_rows, key=lambda r: r["goodput_rps"] or 0.0)
+            mine = _at(table, "chain", top["clients"])
+            if mine is not None:
+                lines.append(
+                    f"- at round_robin's best goodput ({top['clients']} clients, "
+                    f"{top['goodput_rps']:.2f} req/s): "
+                    f"P99 chain {mine['latency_p99_s']:.2f} s vs round_robin {top['latency_p99_s']:.2f} s"
+                )
+    if scenario == "prefix":
+        for p in ("prefix_affinity", "session_affinity"):
+            for row in table.get(p, []):
+                c = row["clients"]
+                rr = _at(table, "round_robin", c)
+                if rr is None:
+                    continue
+                line = (
+                    f"- {p} at {c} clients: output tok/s "
+                    f"{_ratio(row['output_tokens_per_s'], rr['output_tokens_per_s'])} "
+                    f"round_robin; p90 TTFT {_ratio(rr['ttft_p90_s'], row['ttft_p90_s'])} lower"
+                )
+                for q in litellm:
+                    other = _at(table, q, c)
+                    if other is not None:
+                        line += (
+                            f"; vs {q}: tok/s "
+                            f"{_ratio(row['output_tokens_per_s'], other['output_tokens_per_s'])}, "
+                            f"p90 TTFT {_ratio(other['ttft_p90_s'], row['ttft_p90_s'])} lower"
+                        )
+                lines.append(line)
+    return lines
+
+
+# ---- main ----------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("scenario", choices=("heterogeneous", "prefix", "homogeneous"))
+    parser.add_argument("--quick", action="store_true", help="a few requests, one rep, no LiteLLM")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--time-scale", type=float, default=2.0)
+    parser.add_argument(
+        "--policies", default="", help="comma-separated subset (default: all of the scenario)"
+    )
+    parser.add_argument("--skip-litellm", action="store_true")
+    parser.add_argument(
+        "--clients", default="", help="comma-separated client counts (default: the scenario's)"
+    )
+    parser.add_argument(
+        "--requests", type=int, default=0, help="requests per level (default: the scenario's)"
+    )
+    parser.add_argument("--plot", default="", help="write the plot to this path (.png and .svg)")
+    parser.add_argument("--json-out", default="")
+    parser.add_argument(
+        "--spill",
+        default="",
+        help="override the chain's spill caps, e.g. max_inflight=12,max_kv_used=0.6 (default: the demo's)",
+    )
+    parser.add_argument(
+        "--from-json", default="", help="print the tables (and plot) of an earlier run's JSON, run nothing"
+    )
+    args = parser.parse_args(argv)
+    if args.from_json:
+        saved = json.loads(Path(args.from_json).read_text())
+        scenario = build_scenario(saved["scenario"], quick=False)
+        table = {p: medians(runs) for p, runs in saved["runs"].items() if runs}
+        print(markdown(scenario, table))
+        checks = targets(scenario.name, table)
+        print("\nTargets (medians):\n" + "\n".join(checks) if checks else "")
+        if args.plot:
+            for written in plot(scenario, table, Path(args.plot)):
+                print(f"plot: {written}")
+        return 0
+
+    scenario = build_scenario(args.scenario, args.quick, args.requests)
+    for item in filter(None, args.spill.split(",")):
+        name, _, value = item.partition("=")
+        if name not in CHAIN_SPILL:
+            raise SystemExit(f"--spill: unknown cap {name!r}; use {', '.join(CHAIN_SPILL)}")
+        CHAIN_SPILL[name] = float(value) if name == "max_kv_used" else int(value)
+    if args.clients:
+        scenario.levels = tuple(int(c) for c in args.clients.split(","))
+    if args.requests:
+        scenario.requests_per_level = args.requests
+    policies = list(scenario.policies)
+    if not (args.quick or args.skip_litellm):
+        policies += [f"litellm:{s}" for s in LITELLM_STRATEGIES]
+    if args.policies:
+        wanted = args.policies.split(",")
+        policies = [p for p in policies if p in wanted]
+    reps = 1 if args.quick else args.reps
+    ts = args.time_scale
+    logs = Path(tempfile.mkdtemp(prefix=f"routebench-{args.scenario}-"))
+    results: dict[str, list[list[dict[str, Any]]]] = {p: [] for p in policies}
+    notes: dict[str, Any] = {}
+    litellm: dict[str, tuple[Any, str, str]] = {}
+    sims = start_engines(scenario, ts)
+    started = time.perf_counter()
+    try:
+        with bench_database("postgres", f"routes_{args.scenario}") as db_url:
+            key = setup_database(db_url, scenario, sims)
+            if any(p.startswith("litellm:") for p in policies):
+                exe, why = ensure_litellm()
+                if exe is None:
+                    notes["litellm"] = why
+                    policies = [p for p in policies if not p.startswith("litellm:")]
+                else:
+                    for p in [p for p in policies if p.startswith("litellm:")]:
+                        litellm[p] = start_litellm(exe, sims, p.split(":", 1)[1], logs)
+                    for p, (proc, url, _k) in list(litellm.items()):
+                        try:
+                            wait_ready(url + "/health/liveliness", proc, timeout=240)
+                        except RuntimeError as exc:
+                            notes[p] = str(exc)
+                            policies.remove(p)
+            lost0 = lost_wall_s(sims)
+            for rep in range(reps):
+                for policy in policies:
+                    t0 = time.perf_counter()
+                    if policy.startswith("litellm:"):
+                        _proc, url, lkey = litellm[policy]
+                        warm_up(url, lkey, scenario, sims)
+                        levels = measure(url, lkey, scenario, ts, seed=rep, sims=sims)
+                    else:
+                        configure_policy(policy)
+                        with inferchain_proxy(db_url, logs) as url:
+                            warm_up(url, key, scenario, sims)
+                            levels = measure(url, key, scenario, ts, seed=rep, sims=sims)
+                    results[policy].append(levels)
+                    print(
+                        f"rep {rep + 1}/{reps} {policy}: {time.perf_counter() - t0:.1f} s, "
+                        + ", ".join(
+                            f"{lv['clients']}c goodput {lv['goodput_rps']:.2f} "
+                            f"p50 {lv['latency_p50_s'] or 0:.2f}"
+                            for lv in levels
+                        ),
+                        file=sys.stderr,
+                        flush=True,
+                    )
+            notes["sim_lost_wall_s"] = lost_wall_s(sims) - lost0
+    finally:
+        for proc, _url, _k in litellm.values():
+            stop(proc)
+        for sim in sims:
+            sim.stop()
+        shutil.rmtree(logs, ignore_errors=True)
+    table = {p: medians(results[p]) for p in policies if results[p]}
+    print(
+        f"## {scenario.name}: {len(scenario.nodes)} engines, time scale {ts:g}, {reps} reps, "
+        f"{time.perf_counter() - started:.0f} s"
+    )
+    print()
+    print(markdown(scenario, table))
+    checks = targets(scenario.name, table)
+    if checks:
+        print("\nTargets (medians):")
+        print("\n".join(checks))
+    print(
+        "\nsimulator time lost to a busy CPU (all engines, whole run): "
+        f"{notes.get('sim_lost_wall_s', 0):.2f} s"
+    )
+    out = Path(args.json_out or BENCH_DIR / f"routing_{args.scenario}{'_quick' if args.quick else ''}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        json.dumps(
+            {
+                "scenario": scenario.name,
+                "time_scale": ts,
+                "reps": reps,
+                "levels": scenario.levels,
+                "requests_per_level": scenario.requests_per_level,
+                "litellm_version": LITELLM_VERSION,
+                "notes": notes,
+                "chain_spill": CHAIN_SPILL,
+                "medians": table,
+                "runs": results,
+            },
+            indent=2,
+        )
+    )
+    if args.plot:
+        for written in plot(scenario, table, Path(args.plot)):
+            print(f"plot: {written}")
+    return 0 if table and all(r["errors"] == 0 for rows in table.values() for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

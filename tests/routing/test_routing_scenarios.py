@@ -1,0 +1,83 @@
+"""The routing-scenario benchmark (benchmarks/routing_scenarios.py) still runs end to end, in its tiny
+quick mode: real simulator engines, a scratch database, a real proxy per policy, the bench runner."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _harness() -> Any:
+    """benchmarks/routing_scenarios.py as a module (benchmarks/ is scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(
+        "routing_scenarios", REPO / "benchmarks/routing_scenarios.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+harness = _harness()
+build_scenario, prefix_items = harness.build_scenario, harness.prefix_items
+
+
+def test_prefix_workload_shares_system_prompts_and_keeps_session_turns_in_order() -> None:
+    items = prefix_items(60, seed=3, tenants=4, prefix_words=50)
+    assert len(items) == 60
+    by_session: dict[str, list[int]] = {}
+    for n, item in enumerate(items):
+        assert item.messages is not None and item.session_id is not None
+        by_session.setdefault(item.session_id, []).append(n)
+        # A tenant's requests all start with that tenant's system prompt.
+        assert item.messages[0]["role"] == "system"
+    systems = {item.prefix_group: item.messages[0]["content"] for item in items if item.messages}
+    assert len(systems) == 4 and len(set(systems.values())) == 4
+    for positions in by_session.values():
+        turns = [len(items[p].messages or []) for p in positions]
+        assert turns == sorted(turns) and len(set(turns)) == len(turns)  # turn k+1 after turn k
+    assert prefix_items(60, seed=3, tenants=4, prefix_words=50) == items  # seeded
+
+
+def test_heterogeneous_scenario_fleet_matches_the_issue() -> None:
+    scenario = build_scenario("heterogeneous", quick=False)
+    profiles = sorted(node.profile for node in scenario.nodes)
+    assert profiles == ["a10-llama3-8b-int4", "a10-llama3-8b-int4", "a100-llama3-70b-fp16"]
+    long = [i for i in scenario.items if i.messages and len(i.messages[-1]["content"].split()) > 3000]
+    assert 0.1 < len(long) / len(scenario.items) < 0.3
+
+
+@pytest.mark.slow
+def test_quick_heterogeneous_run(tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    proc = subprocess.run(
+        [
+            *(sys.executable, "benchmarks/routing_scenarios.py", "heterogeneous", "--quick"),
+            *("--policies", "round_robin,chain", "--json-out", str(out)),
+        ],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert set(result["medians"]) == {"round_robin", "chain"}
+    for policy, rows in result["medians"].items():
+        (row,) = rows
+        assert row["errors"] == 0, policy
+        assert row["goodput_rps"] is not None and row["output_tokens_per_s"] > 0
+    (run,) = result["runs"]["chain"]
+    assert run[0]["ok"] == run[0]["requests"] == 12
+    assert "| chain | 4 |" in proc.stdout
