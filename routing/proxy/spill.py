@@ -22,21 +22,18 @@ In a policy's rules (JSON):
     {"match": {"max_prompt_tokens": 6000}, "pool": "llama-fast",
      "spill": {"pool": "llama-long", "max_inflight": 6, "max_kv_used": 0.5, "min_home_inflight": 1}}
 
-`decide` is a pure function of the loads, so tests call it directly; `route` applies it for the proxy.
+`decide` is a pure function of the loads, so tests call it directly; the proxy's route step
+(routing/proxy/pipeline/route.py, `spill_to`) applies it. This module imports nothing of the proxy's
+config, which imports it.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from routing.proxy.scorers import EndpointLoad
-
-if TYPE_CHECKING:
-    from routing.proxy.config import Endpoint, Pool
-    from routing.proxy.services import Services
 
 DEFAULT_MAX_INFLIGHT = 6
 DEFAULT_MAX_KV_USED = 0.5
@@ -109,48 +106,3 @@ def decide(
     if not ok:
         return None
     return ok, f"spill {spill.pool} home_inflight={busy}"
-
-
-def _load(state: Any, ep: Endpoint, pool: Pool, wall: float) -> EndpointLoad:
-    return EndpointLoad(
-        endpoint_id=ep.id,
-        inflight=state.inflight,
-        kv_free_tokens=state.kv_free_now(wall),
-        kv_total_tokens=state.kv_total_tokens,
-        max_inflight=pool.max_inflight_per_endpoint,
-    )
-
-
-def route(
-    svc: Services,
-    spill: Spill,
-    home: list[Endpoint],
-    tokens: int,
-    out: int | None,
-    fits: Callable[[Endpoint, int, int | None], bool],
-) -> tuple[Pool, list[Endpoint], str] | None:
-    """The spill pool, its endpoints with headroom and why, when this request spills; else None.
-
-    `svc` is the proxy's services (its snapshot and endpoint states), `home` the candidates of the
-    rule's own pool, `fits` the route step's context-length check. The request's KV need is its prompt
-    plus its output budget.
-    """
-    pool = svc.snapshot.pools.get(spill.pool)
-    if pool is None or not home:
-        return None
-    now, wall = time.monotonic(), time.time()
-    state = svc.live.of
-    eps = [ep for ep in pool.endpoints if fits(ep, tokens, out) and state(ep).available(now)]
-    if not eps:
-        return None
-    need = tokens + (out or 0)
-    decision = decide(
-        spill,
-        [_load(state(ep), ep, pool, wall) for ep in home],
-        [_load(state(ep), ep, pool, wall) for ep in eps],
-        need,
-    )
-    if decision is None:
-        return None
-    chosen, why = decision
-    return pool, [eps[i] for i in chosen], why

@@ -14,6 +14,7 @@ from routing.proxy.canary import draw
 from routing.proxy.config import Canary, Endpoint, Policy, Pool
 from routing.proxy.errors import ProxyError, bad_request, unavailable
 from routing.proxy.pipeline.context import RequestContext, Scope, header
+from routing.proxy.scorers import EndpointLoad
 from routing.proxy.services import Services
 from routing.proxy.wake import hold_until_awake
 
@@ -119,7 +120,7 @@ def route(
     if fallback_used is not None:
         return fallback_used, f"{reason}; fallback {fallback_used.name}", candidates
     if policy is not None and pool.name in policy.spills:
-        spilled = spill.route(svc, policy.spills[pool.name], candidates, tokens, out, fits)
+        spilled = spill_to(svc, policy.spills[pool.name], candidates, tokens, out)
         if spilled is not None:
             return spilled[0], f"{reason}; {spilled[2]}", spilled[1]
     return pool, reason, candidates
@@ -128,6 +129,38 @@ def route(
 def fits(ep: Endpoint, tokens: int, out: int | None) -> bool:
     # As vLLM checks: the prompt plus the requested output (at least one token) within max_model_len.
     return ep.max_model_len is None or tokens + (1 if out is None else out) <= ep.max_model_len
+
+
+def spill_to(
+    svc: Services, rule: spill.Spill, home: list[Endpoint], tokens: int, out: int | None
+) -> tuple[Pool, list[Endpoint], str] | None:
+    """The spill pool, its endpoints with headroom and why, when this request spills (spill.decide);
+    else None. `home` is the candidates of the rule's own pool; the request's KV need is its prompt
+    plus its output budget."""
+    pool = svc.snapshot.pools.get(rule.pool)
+    if pool is None or not home:
+        return None
+    now, wall = time.monotonic(), time.time()
+    state = svc.live.of
+    eps = [ep for ep in pool.endpoints if fits(ep, tokens, out) and state(ep).available(now)]
+    if not eps:
+        return None
+
+    def load(ep: Endpoint) -> EndpointLoad:
+        st = state(ep)
+        return EndpointLoad(
+            endpoint_id=ep.id,
+            inflight=st.inflight,
+            kv_free_tokens=st.kv_free_now(wall),
+            kv_total_tokens=st.kv_total_tokens,
+            max_inflight=pool.max_inflight_per_endpoint,
+        )
+
+    decision = spill.decide(rule, [load(ep) for ep in home], [load(ep) for ep in eps], tokens + (out or 0))
+    if decision is None:
+        return None
+    chosen, why = decision
+    return pool, [eps[i] for i in chosen], why
 
 
 def candidates_of(
