@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any
 
@@ -25,3 +26,28 @@ def push_live_event(group: str, event: dict[str, Any]) -> None:
     if layer is None:
         return
     async_to_sync(layer.group_send)(group, {"type": "live.event", "event": event})
+
+
+def push_live_events(sends: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, BaseException]]:
+    """Many (group, event) pushes in one hop into the event loop; returns the ones that failed.
+
+    Each async_to_sync call from synchronous code costs a few milliseconds of thread hand-off (about
+    3.7 ms here, measured in an agent sync: 60 % of its time went to seven of them), far more than
+    the Redis work of a send. One agent sync pushes an event per engine plus the host's.
+    """
+    layer = get_channel_layer()
+    if layer is None or not sends:
+        return []
+
+    async def send_all() -> list[BaseException | None]:
+        async def one(group: str, event: dict[str, Any]) -> BaseException | None:
+            try:
+                await layer.group_send(group, {"type": "live.event", "event": event})
+            except Exception as exc:
+                return exc
+            return None
+
+        return list(await asyncio.gather(*(one(g, e) for g, e in sends)))
+
+    results = async_to_sync(send_all)()
+    return [(group, exc) for (group, _), exc in zip(sends, results, strict=True) if exc is not None]

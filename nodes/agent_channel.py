@@ -40,7 +40,7 @@ from nodes.lifecycle import (
     engine_api_key,
     live_deployment_key,
     live_gpu_key,
-    push_event,
+    push_events,
     transition,
     wake_requested,
 )
@@ -341,8 +341,10 @@ def publish_telemetry(
         pipe.execute()
     except Exception as exc:  # Redis down: the proxy treats missing live data as busy
         log.warning("could not write live state of host %s: %s", host.name, exc)
-    for live in live_engines:
-        push_event([deployment_group(live["deployment_id"])], {"type": "deployment.metrics", **live})
+    sends: list[tuple[str, dict[str, Any]]] = [
+        (deployment_group(live["deployment_id"]), {"type": "deployment.metrics", **live})
+        for live in live_engines
+    ]
     event = {
         "type": "host.telemetry",
         "host": host.name,
@@ -352,7 +354,8 @@ def publish_telemetry(
         "gpus": samples,
         "engines": live_engines,
     }
-    push_event([FLEET_GROUP, host_group(host.name)], event)
+    sends += [(FLEET_GROUP, event), (host_group(host.name), event)]
+    push_events(sends)  # one hop into the event loop for all of them (core.live.push_live_events)
 
 
 # --- drain flag -------------------------------------------------------------------------------------

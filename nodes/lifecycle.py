@@ -22,7 +22,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from core.live import FLEET_GROUP, deployment_group, host_group, push_live_event
+from core.live import FLEET_GROUP, deployment_group, host_group, push_live_events
 from core.redis_client import get_redis, key, publish_config_change
 from nodes.choices import DeploymentState, HostState
 from nodes.models import Deployment, DeploymentEvent, Host
@@ -139,11 +139,18 @@ def _forget_live(deployment_id: int) -> None:
 
 def push_event(groups: list[str], event: dict[str, Any]) -> None:
     """Push one event to browser groups; a Channels/Redis hiccup is logged, never raised."""
-    for group in groups:
-        try:
-            push_live_event(group, event)
-        except Exception as exc:  # the live feed is best-effort; the database stays the truth
-            log.warning("live push to %s failed: %s", group, exc)
+    push_events([(group, event) for group in groups])
+
+
+def push_events(sends: list[tuple[str, dict[str, Any]]]) -> None:
+    """Push many (group, event) pairs in one go (core.live.push_live_events); failures are logged."""
+    try:
+        failed = push_live_events(sends)
+    except Exception as exc:  # the live feed is best-effort; the database stays the truth
+        log.warning("live push failed: %s", exc)
+        return
+    for group, exc in failed:
+        log.warning("live push to %s failed: %s", group, exc)
 
 
 # --- state transitions --------------------------------------------------------------------------
