@@ -1,11 +1,12 @@
 """Fleet scale: virtual agents report a large fleet to the real control plane through the agent channel.
 
     .venv/bin/python benchmarks/fleet_scale.py [--agents 200] [--engines 1000] [--proxies 4] [--seconds 30]
-                                               [--steps 50,100,200]
+                                               [--steps 50,100,200] [--web-workers 1]
+                                               [--telemetry-seconds 1]
 
-What runs, each as it runs in `make run`: the control plane's web process (uvicorn, one worker, as in
-the Procfile) on a fresh PostgreSQL database of its own, a private redis-server, and `--proxies` proxy
-processes (`python -m routing.proxy`) that poll the engines' live state. The agents are virtual: one
+What runs, each as it runs in `make run`: the control plane's web process (uvicorn, one worker as in
+the Procfile, or `--web-workers N`) on a fresh PostgreSQL database of its own, a private redis-server,
+and `--proxies` proxy processes (`python -m routing.proxy`) that poll the engines' live state. The agents are virtual: one
 asyncio process here plays `--agents` hosts, each with its own agent token, syncing every
 NODE_TELEMETRY_SECONDS exactly as `python -m nodes.agent` does (`POST /api/agent/sync/` with the
 heartbeat info, one sample per GPU and one live record per engine), with a state change now and then
@@ -444,8 +445,16 @@ async def run_step(
     }
 
 
+def children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
 def cpu_of(pids: dict[str, list[int]]) -> dict[str, float]:
-    found = {name: sum(cpu_seconds(p) for p in ps) for name, ps in pids.items()}
+    # uvicorn --workers N: the workers are the master's children.
+    found = {name: sum(cpu_seconds(c) for p in ps for c in (p, *children(p))) for name, ps in pids.items()}
     found["postgres"] = sum(cpu_seconds(p) for p in postgres_pids())
     return found
 
@@ -476,6 +485,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=8.0)
     parser.add_argument("--telemetry-seconds", type=float, default=1.0, help="as NODE_TELEMETRY_SECONDS")
     parser.add_argument("--page-reps", type=int, default=5)
+    parser.add_argument(
+        "--web-workers", type=int, default=1, help="uvicorn worker processes (make run's Procfile: 1)"
+    )
     parser.add_argument("--postgres", default="postgres://postgres@127.0.0.1:5432")
     parser.add_argument("--json", default="", help="also write the results here")
     args = parser.parse_args()
@@ -502,6 +514,8 @@ def main() -> None:
                 "--http",
                 "httptools",
                 "--no-access-log",
+                "--workers",
+                str(args.web_workers),
             ],
         )
         base = f"http://127.0.0.1:{web_port}"
