@@ -6,9 +6,9 @@
 
 What runs, each as it runs in `make run`: the control plane's web process (uvicorn, one worker as in
 the Procfile, or `--web-workers N`) on a fresh PostgreSQL database of its own, a private redis-server,
-and `--proxies` proxy processes (`python -m routing.proxy`) that poll the engines' live state. The agents are virtual: one
-asyncio process here plays `--agents` hosts, each with its own agent token, syncing every
-NODE_TELEMETRY_SECONDS exactly as `python -m nodes.agent` does (`POST /api/agent/sync/` with the
+and `--proxies` proxy processes (`python -m routing.proxy`) that poll the engines' live state. The
+agents are virtual: one asyncio process here plays `--agents` hosts, each with its own agent token,
+syncing every NODE_TELEMETRY_SECONDS exactly as `python -m nodes.agent` does (`POST /api/agent/sync/` with the
 heartbeat info, one sample per GPU and one live record per engine), with a state change now and then
 (an engine degraded, then ready again). `--steps` runs the same fleet with the first N agents only,
 then more, so the table shows what grows with the fleet.
