@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import re
 import time
+from typing import Any
 
 import orjson
 
@@ -182,6 +183,29 @@ async def stream(
         await send({"type": "http.response.body", "body": b""})
 
 
+def read_event(
+    ctx: RequestContext, event: bytes, client_wants_usage: bool
+) -> tuple[dict[str, Any] | None, bool]:
+    """One SSE event: its JSON object (None when it has none) and whether the client gets it. Usage is
+    read into `ctx`; the usage-only chunk is dropped when the client did not ask for usage."""
+    if not event.startswith(b"data: {"):
+        return None, True
+    try:
+        obj = orjson.loads(event[6:])
+    except orjson.JSONDecodeError:
+        return None, True
+    if not isinstance(obj, dict):
+        return None, True
+    keep = True
+    usage = obj.get("usage")
+    if isinstance(usage, dict):
+        ctx.completion_tokens = usage.get("completion_tokens") or 0
+        ctx.usage_prompt_tokens = usage.get("prompt_tokens")
+        if not obj.get("choices") and not client_wants_usage:
+            keep = False
+    return obj, keep
+
+
 def filter_events(ctx: RequestContext, events: bytes, client_wants_usage: bool, log_text: bool) -> bytes:
     """Read usage from the stream; drop the usage-only chunk when the client did not ask for it."""
     if not log_text:
@@ -190,25 +214,14 @@ def filter_events(ctx: RequestContext, events: bytes, client_wants_usage: bool, 
     for event in events.split(b"\n\n"):
         if not event:
             continue
-        keep = True
-        if event.startswith(b"data: {"):
-            try:
-                obj = orjson.loads(event[6:])
-            except orjson.JSONDecodeError:
-                obj = None
-            if isinstance(obj, dict):
-                usage = obj.get("usage")
-                if isinstance(usage, dict):
-                    ctx.completion_tokens = usage.get("completion_tokens") or 0
-                    ctx.usage_prompt_tokens = usage.get("prompt_tokens")
-                    if not obj.get("choices") and not client_wants_usage:
-                        keep = False
-                for choice in obj.get("choices") or []:
-                    delta = choice.get("delta") or {}
-                    text = delta.get("content") if isinstance(delta, dict) else None
-                    text = text if isinstance(text, str) else choice.get("text")
-                    if isinstance(text, str):
-                        ctx.response_parts.append(text)
+        obj, keep = read_event(ctx, event, client_wants_usage)
+        if obj is not None:
+            for choice in obj.get("choices") or []:
+                delta = choice.get("delta") or {}
+                text = delta.get("content") if isinstance(delta, dict) else None
+                text = text if isinstance(text, str) else choice.get("text")
+                if isinstance(text, str):
+                    ctx.response_parts.append(text)
         if keep:
             kept.append(event + b"\n\n")
     return b"".join(kept)
@@ -278,34 +291,23 @@ def staged_events(ctx: RequestContext, events: bytes, client_wants_usage: bool, 
     for event in events.split(b"\n\n"):
         if not event:
             continue
-        keep = True
-        if event.startswith(b"data: {"):
-            try:
-                obj = orjson.loads(event[6:])
-            except orjson.JSONDecodeError:
-                obj = None
-            if isinstance(obj, dict):
-                usage = obj.get("usage")
-                if isinstance(usage, dict):
-                    ctx.completion_tokens = usage.get("completion_tokens") or 0
-                    ctx.usage_prompt_tokens = usage.get("prompt_tokens")
-                    if not obj.get("choices") and not client_wants_usage:
-                        keep = False
-                for n, choice in enumerate(obj.get("choices") or []):
-                    if not isinstance(choice, dict):
-                        continue
-                    index = choice.get("index", n)
-                    delta = choice.get("delta")
-                    field, holder = ("content", delta) if isinstance(delta, dict) else ("text", choice)
-                    text = holder.get(field)
-                    out = stages.answer_text(ctx, index, text) if isinstance(text, str) else ""
-                    if choice.get("finish_reason") is not None:
-                        out += stages.answer_text(ctx, index, None)
-                    if isinstance(text, str) or out:
-                        holder[field] = out
-                    if log_text and out:
-                        ctx.response_parts.append(out)
-                event = b"data: " + orjson.dumps(obj)
+        obj, keep = read_event(ctx, event, client_wants_usage)
+        if obj is not None:
+            for n, choice in enumerate(obj.get("choices") or []):
+                if not isinstance(choice, dict):
+                    continue
+                index = choice.get("index", n)
+                delta = choice.get("delta")
+                field, holder = ("content", delta) if isinstance(delta, dict) else ("text", choice)
+                text = holder.get(field)
+                out = stages.answer_text(ctx, index, text) if isinstance(text, str) else ""
+                if choice.get("finish_reason") is not None:
+                    out += stages.answer_text(ctx, index, None)
+                if isinstance(text, str) or out:
+                    holder[field] = out
+                if log_text and out:
+                    ctx.response_parts.append(out)
+            event = b"data: " + orjson.dumps(obj)
         if keep:
             kept.append(event + b"\n\n")
     return b"".join(kept)
