@@ -152,7 +152,9 @@ def bring_up(args: argparse.Namespace) -> Stack:
 
 def build_fleet(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Hosts with GPUs, ready engines spread over them, one agent token per host, an admin to sign in."""
-    from benchmarks.fakefleet import create_fleet
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from fakefleet import create_fleet
+
     from console.models import User
     from nodes.agent_tokens import issue_agent_token
     from nodes.models import Deployment

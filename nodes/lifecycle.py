@@ -149,8 +149,8 @@ def push_events(sends: list[tuple[str, dict[str, Any]]]) -> None:
     except Exception as exc:  # the live feed is best-effort; the database stays the truth
         log.warning("live push failed: %s", exc)
         return
-    for group, exc in failed:
-        log.warning("live push to %s failed: %s", group, exc)
+    for group, error in failed:
+        log.warning("live push to %s failed: %s", group, error)
 
 
 # --- state transitions --------------------------------------------------------------------------

@@ -65,7 +65,8 @@ def test_fleet_agent_host_sleeps_and_wakes_on_request(
         assert current().state == DeploymentState.SLEEPING
         time.sleep(2.5)  # more than the hang bound, with the agent syncing every 0.2 s
         asleep = current()
-        assert asleep.state == DeploymentState.SLEEPING and process.is_alive(asleep.pid)
+        assert asleep.state == DeploymentState.SLEEPING
+        assert asleep.pid is not None and process.is_alive(asleep.pid)
 
         proxy = start_proxy()
         client = openai.OpenAI(base_url=proxy.url + "/v1", api_key=make_tenant_key().raw_key, max_retries=0)
