@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 from routing.proxy import metrics as m
@@ -271,20 +272,25 @@ def _failed(stage: Stage, exc: Exception) -> ProxyError:
 
 
 async def pre(ctx: RequestContext, svc: Services) -> None:
-    chain = ctx.chain
-    assert chain is not None
-    for stage in chain.pre:
-        started = time.perf_counter()
-        try:
-            await stage.on_request(ctx, svc)
-        except ProxyError:
-            run_of(ctx).outcomes.setdefault(stage.name, "refused")
-            raise
-        except Exception as exc:
-            run_of(ctx).outcomes[stage.name] = "error"
-            raise _failed(stage, exc) from exc
-        finally:
-            _record(ctx, stage, "request", started)
+    assert ctx.chain is not None
+    for stage in ctx.chain.pre:
+        await _run_hook(ctx, stage, "request", stage.on_request(ctx, svc))
+
+
+async def _run_hook(ctx: RequestContext, stage: Any, hook: str, call: Awaitable[None]) -> None:
+    """Await one stage's request or response hook: its outcome and time recorded, an unexpected
+    error turned into the request's `stage_failed` answer naming the stage."""
+    started = time.perf_counter()
+    try:
+        await call
+    except ProxyError:
+        run_of(ctx).outcomes.setdefault(stage.name, "refused")
+        raise
+    except Exception as exc:
+        run_of(ctx).outcomes[stage.name] = "error"
+        raise _failed(stage, exc) from exc
+    finally:
+        _record(ctx, stage, hook, started)
 
 
 def answer_text(ctx: RequestContext, index: int, text: str | None) -> str:
@@ -311,20 +317,9 @@ def answer_text(ctx: RequestContext, index: int, text: str | None) -> str:
 
 
 async def post(ctx: RequestContext, svc: Services) -> None:
-    chain = ctx.chain
-    assert chain is not None
-    for stage in chain.post:
-        started = time.perf_counter()
-        try:
-            await stage.on_response(ctx, svc)
-        except ProxyError:
-            run_of(ctx).outcomes.setdefault(stage.name, "refused")
-            raise
-        except Exception as exc:
-            run_of(ctx).outcomes[stage.name] = "error"
-            raise _failed(stage, exc) from exc
-        finally:
-            _record(ctx, stage, "response", started)
+    assert ctx.chain is not None
+    for stage in ctx.chain.post:
+        await _run_hook(ctx, stage, "response", stage.on_response(ctx, svc))
 
 
 def account(ctx: RequestContext) -> str:
