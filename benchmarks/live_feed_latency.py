@@ -17,7 +17,6 @@ import asyncio
 import json
 import os
 import secrets
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,13 +28,13 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from simhost import sim_host_engine  # noqa: E402 - this folder's, as the other benchmarks import theirs
+
+from nodes.sim.testing import free_port  # noqa: E402 - after the path it is found on
+
 BENCH_DIR = REPO / "var" / "bench"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def configure(tmp: Path) -> dict[str, str]:
@@ -73,40 +72,10 @@ def signed_in_cookie() -> str:
 
 def start_engine(tmp: Path) -> Any:
     """A host with one simulated H100 and one ready simulated engine; returns the supervisor."""
-    from django.utils import timezone
-
-    from models_registry.models import Model
-    from models_registry.services import register_version
     from nodes.agent import runtime
-    from nodes.agent.gpus import GpuSource, simulated_gpu_config
-    from nodes.agent.services import report_gpus
-    from nodes.agent.supervisor import Supervisor
-    from nodes.choices import DeploymentState, Engine, HostState
-    from nodes.demo import LLAMA_31_8B_CONFIG, write_config_dir
-    from nodes.models import Deployment, Host
+    from nodes.choices import DeploymentState
 
-    host = Host.objects.create(name="bench-a", state=HostState.ONLINE, last_heartbeat=timezone.now())
-    gpus = GpuSource(host.name, simulated_gpu_config("h100-llama3-8b-fp16", 1))
-    report_gpus(host, gpus.inventory())
-    version = register_version(
-        model=Model.objects.create(name="Llama-3.1-8B-Instruct"),
-        revision="fp16",
-        source_path=str(write_config_dir(tmp / "models" / "llama", LLAMA_31_8B_CONFIG)),
-        host_name=host.name,
-    )
-    deployment = Deployment.objects.create(
-        name="bench-engine",
-        model_version=version,
-        engine=Engine.SIM,
-        host=host,
-        gpu_indices=[0],
-        max_model_len=8192,
-        max_num_seqs=32,
-        port=free_port(),
-        served_model_name="llama-3.1-8b",
-    )
-    supervisor = Supervisor(host.name, gpus)
-    supervisor.start()
+    supervisor, deployment = sim_host_engine(tmp, "llama-3.1-8b")
     runtime.launch(deployment.pk)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

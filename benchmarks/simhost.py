@@ -1,0 +1,51 @@
+"""One simulated GPU host with a registered Llama-3.1-8B version and one simulator deployment on it,
+for benchmarks that drive a real engine through the agent's supervisor (live_feed_latency.py,
+sleep_wake.py). Django must be set up first."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from nodes.sim.testing import free_port
+
+
+def sim_host_engine(tmp: Path, served_model_name: str, **fields: Any) -> tuple[Any, Any]:
+    """A host "bench-a" with one simulated H100, the version, a simulator deployment serving
+    `served_model_name` (`fields` added to it), and the host's supervisor, started; the engine is not
+    launched. Returns (supervisor, deployment)."""
+    from django.utils import timezone
+
+    from models_registry.models import Model
+    from models_registry.services import register_version
+    from nodes.agent.gpus import GpuSource, simulated_gpu_config
+    from nodes.agent.services import report_gpus
+    from nodes.agent.supervisor import Supervisor
+    from nodes.choices import Engine, HostState
+    from nodes.demo import LLAMA_31_8B_CONFIG, write_config_dir
+    from nodes.models import Deployment, Host
+
+    host = Host.objects.create(name="bench-a", state=HostState.ONLINE, last_heartbeat=timezone.now())
+    gpus = GpuSource(host.name, simulated_gpu_config("h100-llama3-8b-fp16", 1))
+    report_gpus(host, gpus.inventory())
+    version = register_version(
+        model=Model.objects.create(name="Llama-3.1-8B-Instruct"),
+        revision="fp16",
+        source_path=str(write_config_dir(tmp / "models" / "llama", LLAMA_31_8B_CONFIG)),
+        host_name=host.name,
+    )
+    deployment = Deployment.objects.create(
+        name="bench-engine",
+        model_version=version,
+        engine=Engine.SIM,
+        host=host,
+        gpu_indices=[0],
+        max_model_len=8192,
+        max_num_seqs=32,
+        port=free_port(),
+        served_model_name=served_model_name,
+        **fields,
+    )
+    supervisor = Supervisor(host.name, gpus)
+    supervisor.start()
+    return supervisor, deployment
