@@ -112,6 +112,20 @@ def wait_state(deployment_id: int, state: str, timeout: float = 60.0) -> None:
     raise SystemExit(f"deployment did not reach {state}")
 
 
+def wait_listed(port: int, key: str, timeout: float = 30.0) -> None:
+    """Until the proxy's snapshot has the engine (it reloads on the ready state's config change)."""
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/models", headers={"Authorization": f"Bearer {key}"}
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            if ALIAS in {m["id"] for m in json.loads(resp.read())["data"]}:
+                return
+        time.sleep(0.1)
+    raise SystemExit(f"the proxy never listed {ALIAS}")
+
+
 def one_rep(port: int, key: str, deployment_id: int) -> dict[str, float]:
     from nodes.agent import runtime
     from nodes.choices import DesiredState
@@ -170,6 +184,7 @@ def main() -> None:
     reps: list[dict[str, float]] = []
     try:
         wait_state(deployment_id, DeploymentState.READY)
+        wait_listed(port, key)
         chat(port, key)  # warm the proxy's connections
         for n in range(options.reps):
             reps.append(one_rep(port, key, deployment_id))
