@@ -15,14 +15,15 @@ from core.api.base import AuditedModelViewSet, StrictModelSerializer
 from routing.api.views import NotifyProxiesMixin
 from routing.chains import check_chain, record_version
 from routing.models import StageChain, StageChainVersion
-from routing.proxy.stagespec import ChainError
+from routing.proxy.stagespec import KINDS, ChainError
 
 STAGES_SCHEMA = {
     "type": "array",
     "items": {
         "type": "object",
         "properties": {
-            "kind": {"type": "string", "enum": ["generate", "guard", "classify", "chain"]},
+            # From stagespec.KINDS: a new stage kind reaches the console's generated types with no edit here.
+            "kind": {"type": "string", "enum": list(KINDS)},
             "name": {"type": "string"},
             "config": {"type": "object", "additionalProperties": True},
         },
@@ -85,14 +86,23 @@ class StageChainSerializer(StrictModelSerializer):
 
 
 class StageChainVersionSerializer(serializers.ModelSerializer):
+    stages = StagesField(read_only=True)
+    # The tenant's name, as the chain itself shows it (the console diffs one version against another);
+    # versions keep only the id, so a tenant deleted since then shows as null.
+    tenant = serializers.SerializerMethodField()
     created_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="username", read_only=True
+        slug_field="username", read_only=True, allow_null=True
     )
 
     class Meta:
         model = StageChainVersion
-        fields = ["version", "stages", "alias", "tenant_id", "enabled", "created_at", "created_by"]
+        fields = ["version", "stages", "alias", "tenant", "tenant_id", "enabled", "created_at", "created_by"]
         read_only_fields = fields
+
+    @extend_schema_field({"type": "string", "nullable": True})
+    def get_tenant(self, row: StageChainVersion) -> str | None:
+        names: dict[int, str] = self.context.get("tenant_names", {})
+        return names.get(row.tenant_id) if row.tenant_id is not None else None
 
 
 class StageChainViewSet(NotifyProxiesMixin, AuditedModelViewSet):
@@ -102,10 +112,14 @@ class StageChainViewSet(NotifyProxiesMixin, AuditedModelViewSet):
     filterset_fields = ["alias", "enabled"]
     search_fields = ["name", "alias"]
 
+    # No pagination or filters: the answer is the whole history as a plain list (the schema said a page).
     @extend_schema(responses=StageChainVersionSerializer(many=True))
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def versions(self, request: Request, pk: str | None = None) -> Response:
         """Every saved version of the chain, newest first."""
         chain = self.get_object()
-        rows = chain.versions.select_related("created_by")
-        return Response(StageChainVersionSerializer(rows, many=True).data)
+        rows = list(chain.versions.select_related("created_by"))
+        ids = {row.tenant_id for row in rows if row.tenant_id is not None}
+        names = dict(Tenant.objects.filter(pk__in=ids).values_list("pk", "name"))
+        data = StageChainVersionSerializer(rows, many=True, context={"tenant_names": names}).data
+        return Response(data)

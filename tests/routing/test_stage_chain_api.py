@@ -137,3 +137,30 @@ def test_a_classify_rule_needs_a_pool_with_ready_deployments_and_comes_first(adm
     assert status == 400 and "comes after the generate step" in body["stages"][0]
     status, body = save(admin_client, [{"kind": "classify", "config": good}, GENERATE], alias="llama")
     assert status == 201, body
+
+
+def test_versions_are_the_whole_history_as_a_list_with_the_tenant_by_name(admin_client: APIClient) -> None:
+    # The console's history view reads this list (not a page) and shows the tenant by name.
+    Tenant.objects.create(name="acme")
+    status, body = save(admin_client, [GENERATE], alias="llama", tenant="acme")
+    assert status == 201, body
+    for _ in range(3):
+        resp = admin_client.patch(
+            f"/api/stage-chains/{body['id']}/", {"enabled": not body["enabled"]}, format="json"
+        )
+        body = resp.json()
+    versions = admin_client.get(f"/api/stage-chains/{body['id']}/versions/", {"limit": 1}).json()
+    assert isinstance(versions, list) and [v["version"] for v in versions] == [4, 3, 2, 1]
+    assert {v["tenant"] for v in versions} == {"acme"}
+    assert [v["enabled"] for v in versions] == [False, True, False, True]
+    assert versions[0]["stages"] == [GENERATE]
+
+
+def test_deleting_a_chain_is_audited(admin_client: APIClient) -> None:
+    status, body = save(admin_client, [GENERATE], alias="llama")
+    assert status == 201, body
+    assert admin_client.delete(f"/api/stage-chains/{body['id']}/").status_code == 204
+    assert not StageChain.objects.exists()
+    events = AuditEvent.objects.filter(object_type="routing.stagechain")
+    actions = set(events.values_list("action", flat=True))
+    assert len(actions) == 2, actions  # created, then deleted

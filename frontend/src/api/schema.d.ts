@@ -3819,21 +3819,6 @@ export interface components {
             previous?: string | null;
             results: components["schemas"]["StageChain"][];
         };
-        PaginatedStageChainVersionList: {
-            /** @example 123 */
-            count: number;
-            /**
-             * Format: uri
-             * @example http://api.example.org/accounts/?offset=400&limit=100
-             */
-            next?: string | null;
-            /**
-             * Format: uri
-             * @example http://api.example.org/accounts/?offset=200&limit=100
-             */
-            previous?: string | null;
-            results: components["schemas"]["StageChainVersion"][];
-        };
         PaginatedTenantList: {
             /** @example 123 */
             count: number;
@@ -4983,14 +4968,22 @@ export interface components {
         };
         StageChainVersion: {
             readonly version: number;
-            readonly stages: unknown;
+            readonly stages: {
+                /** @enum {string} */
+                kind: "generate" | "guard" | "classify" | "chain";
+                name?: string;
+                config?: {
+                    [key: string]: unknown;
+                };
+            }[];
             readonly alias: string;
+            readonly tenant: string | null;
             readonly tenant_id: number | null;
             readonly enabled: boolean;
             /** Format: date-time */
             readonly created_at: string;
             /** @description Required. 150 characters or fewer. Letters, digits and @/./+/-/_ only. */
-            readonly created_by: string;
+            readonly created_by: string | null;
         };
         Stats: {
             /** Format: double */
@@ -9906,18 +9899,7 @@ export interface operations {
     };
     stage_chains_versions_list: {
         parameters: {
-            query?: {
-                alias?: string;
-                enabled?: boolean;
-                /** @description Number of results to return per page. */
-                limit?: number;
-                /** @description The initial index from which to return the results. */
-                offset?: number;
-                /** @description Which field to use when ordering the results. */
-                ordering?: string;
-                /** @description A search term. */
-                search?: string;
-            };
+            query?: never;
             header?: never;
             path: {
                 /** @description A unique integer value identifying this stage chain. */
@@ -9932,7 +9914,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["PaginatedStageChainVersionList"];
+                    "application/json": components["schemas"]["StageChainVersion"][];
                 };
             };
         };
