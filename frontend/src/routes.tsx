@@ -20,6 +20,8 @@ import { RequestLogPage } from "./pages/requests/RequestLogPage";
 import { RolloutsPage } from "./pages/rollouts/RolloutsPage";
 import { ShadowPairsPage } from "./pages/rollouts/ShadowPairsPage";
 import { RoutingPage } from "./pages/routing/RoutingPage";
+import { StageChainPage } from "./pages/routing/StageChainPage";
+import { StageChainsPage } from "./pages/routing/StageChainsPage";
 import { TenantDetailPage } from "./pages/tenants/TenantDetailPage";
 import { TenantsPage } from "./pages/tenants/TenantsPage";
 
@@ -43,6 +45,8 @@ export const routes: ConsoleRoute[] = [
   { path: "models/fit", element: <FitCalculatorPage /> },
   { path: "models/stores", element: <StoresPage /> },
   { path: "routing", element: <RoutingPage />, nav: { label: "Routing", section: "Fleet" } },
+  { path: "routing/chains", element: <StageChainsPage /> },
+  { path: "routing/chains/:id", element: <StageChainPage /> },
   { path: "rollouts", element: <RolloutsPage />, nav: { label: "Rollouts", section: "Fleet" } },
   { path: "rollouts/shadow/:alias", element: <ShadowPairsPage /> },
   { path: "tenants", element: <TenantsPage />, nav: { label: "Tenants", section: "Access" } },

@@ -67,6 +67,12 @@ export type Scorer = Schemas["ScorerEnum"];
 export type Traffic = Schemas["Traffic"];
 export type RoutedTraffic = Schemas["RoutedTraffic"];
 export type RefusedTraffic = Schemas["RefusedTraffic"];
+// Stage chains (routing/proxy/stagespec.py): pre-stages, one generate step, post-stages.
+export type StageChain = Schemas["StageChain"];
+export type StageChainRequest = Schemas["StageChainRequest"];
+export type StageChainVersion = Schemas["StageChainVersion"];
+export type ChainStage = StageChain["stages"][number];
+export type StageKind = ChainStage["kind"];
 
 // Pool autoscaling (nodes/scaling.py)
 export type ScalingPolicy = Schemas["ScalingPolicy"];

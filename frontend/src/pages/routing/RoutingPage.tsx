@@ -1,4 +1,5 @@
 import { useEffect, useState } from "react";
+import { Link } from "react-router-dom";
 import { ApiError, api } from "../../api/client";
 import type { Page as ApiPage, RefusedTraffic, RoutedTraffic, RoutePolicy, RoutePool, Scorer, Traffic } from "../../api/types";
 import { useAuth } from "../../auth";
@@ -29,11 +30,16 @@ export function RoutingPage() {
       title="Routing"
       subtitle="How /v1/ requests pick a pool (policies) and an endpoint inside it (scorers), and where traffic goes now."
       actions={
-        isAdmin ? (
-          <button type="button" className="btn btn-primary" onClick={() => setEditing("new")}>
-            New pool
-          </button>
-        ) : undefined
+        <>
+          <Link className="btn" to="/routing/chains" data-testid="stage-chains-link">
+            Stage chains
+          </Link>{" "}
+          {isAdmin && (
+            <button type="button" className="btn btn-primary" onClick={() => setEditing("new")}>
+              New pool
+            </button>
+          )}
+        </>
       }
     >
       <TrafficCard />
