@@ -1,7 +1,7 @@
 import { diffJson } from "diff";
 import { useEffect, useMemo, useRef, useState } from "react";
 import { Link, useNavigate, useParams } from "react-router-dom";
-import { ApiError, api } from "../../api/client";
+import { ApiError, api, type FieldErrors } from "../../api/client";
 import type { ModelAlias, Page as ApiPage, RoutePool, StageChain, StageChainRequest, StageChainVersion, StageKind, Tenant } from "../../api/types";
 import { useAuth } from "../../auth";
 import { ConfirmDialog } from "../../components/Dialog";
@@ -16,6 +16,7 @@ import "./routing.css";
 import {
   STAGE_KINDS,
   draftStage,
+  fieldOfError,
   kindInfo,
   newStage,
   stageForApi,
@@ -97,6 +98,7 @@ export function StageChainPage() {
     setStages((list) => list.map((stage, i) => (i === index ? { ...stage, ...change } : stage)));
   }
   function move(index: number, by: number) {
+    setError(null); // the server's messages name stages by their place, which this changes
     setStages((list) => {
       const to = index + by;
       if (to < 0 || to >= list.length) return list;
@@ -107,6 +109,7 @@ export function StageChainPage() {
     });
   }
   function add() {
+    setError(null);
     const stage = newStage(addKind);
     setStages((list) => {
       // Classify picks the pool, so it belongs before the generate step; everything else goes last.
@@ -254,11 +257,15 @@ export function StageChainPage() {
             stage={stage}
             index={index}
             count={stages.length}
+            canEdit={isAdmin}
             choices={choices}
             errors={byStage.get(index) ?? (stage.jsonError ? [stage.jsonError] : [])}
             onChange={(change) => update(index, change)}
             onMove={(by) => move(index, by)}
-            onRemove={() => setStages((list) => list.filter((_, i) => i !== index))}
+            onRemove={() => {
+              setError(null);
+              setStages((list) => list.filter((_, i) => i !== index));
+            }}
           />
         ))}
         <FormErrors error={error} fields={["name", "alias", "tenant", "enabled", "stages"]} />
@@ -294,6 +301,8 @@ interface StageCardProps {
   stage: DraftStage;
   index: number;
   count: number;
+  /** Viewers see the chain but no buttons that change it (the API refuses their writes anyway). */
+  canEdit: boolean;
   choices: Choices;
   errors: string[];
   onChange: (change: Partial<DraftStage>) => void;
@@ -301,9 +310,20 @@ interface StageCardProps {
   onRemove: () => void;
 }
 
-function StageCard({ stage, index, count, choices, errors, onChange, onMove, onRemove }: StageCardProps) {
+function StageCard({ stage, index, count, canEdit, choices, errors, onChange, onMove, onRemove }: StageCardProps) {
   const info = kindInfo(stage.kind);
   const setConfig = (config: Record<string, unknown>) => onChange({ config });
+  // A message about one field goes under that field (named `stage-<index>-<field>` in the forms); the rest, and
+  // every message while the stage is edited as JSON, at the top of the card.
+  const fields: FieldErrors = {};
+  const onCard: string[] = [];
+  for (const message of errors) {
+    const field = stage.json === undefined ? fieldOfError(message) : null;
+    // On its stage's card the "stages[2].config." prefix says nothing more: "terms[0] is not a valid ...".
+    const text = message.replace(/^stages\[\d+\]\.(config\.)?/, "");
+    if (field) (fields[`stage-${index}-${field}`] ??= []).push(text);
+    else onCard.push(text);
+  }
   return (
     <section className={errors.length ? "stage-card stage-card-invalid" : "stage-card"} data-testid={`stage-${index}`} data-kind={stage.kind}>
       <header className="stage-card-head">
@@ -312,12 +332,16 @@ function StageCard({ stage, index, count, choices, errors, onChange, onMove, onR
         </strong>
         <span className="muted stage-card-hint">{info?.hint ?? "Edited as JSON: the console has no form for this kind."}</span>
         <span className="stage-card-buttons">
-          <button type="button" className="btn btn-small" aria-label="Move up" disabled={index === 0} onClick={() => onMove(-1)}>
-            ↑
-          </button>
-          <button type="button" className="btn btn-small" aria-label="Move down" disabled={index === count - 1} onClick={() => onMove(1)}>
-            ↓
-          </button>
+          {canEdit && (
+            <>
+              <button type="button" className="btn btn-small" aria-label="Move up" disabled={index === 0} onClick={() => onMove(-1)}>
+                ↑
+              </button>
+              <button type="button" className="btn btn-small" aria-label="Move down" disabled={index === count - 1} onClick={() => onMove(1)}>
+                ↓
+              </button>
+            </>
+          )}
           {info?.form && (
             // Any stage may be edited as JSON, e.g. for a setting the form does not show; back to the form once it parses.
             <button
@@ -331,22 +355,24 @@ function StageCard({ stage, index, count, choices, errors, onChange, onMove, onR
               {stage.json === undefined ? "Edit as JSON" : "Back to form"}
             </button>
           )}
-          <button type="button" className="btn btn-small btn-danger" aria-label="Remove stage" onClick={onRemove}>
-            Remove
-          </button>
+          {canEdit && (
+            <button type="button" className="btn btn-small btn-danger" aria-label="Remove stage" onClick={onRemove}>
+              Remove
+            </button>
+          )}
         </span>
       </header>
-      {errors.length > 0 && (
+      {onCard.length > 0 && (
         <div className="field-error" role="alert" data-testid={`stage-error-${index}`}>
-          {errors.join(" ")}
+          {onCard.join(" ")}
         </div>
       )}
       <div className="grid-2">
-        <InputField label="Stage name" name={`stage-${index}-name`} value={stage.name} placeholder={`${stage.kind}${index}`} onChange={(e) => onChange({ name: e.target.value })} />
+        <InputField label="Stage name" name={`stage-${index}-name`} value={stage.name} placeholder={`${stage.kind}${index}`} onChange={(e) => onChange({ name: e.target.value })} errors={fields} />
       </div>
-      {stage.json === undefined && info?.form === "generate" && <GenerateForm config={stage.config} choices={choices} onChange={setConfig} index={index} />}
-      {stage.json === undefined && info?.form === "guard" && <GuardForm config={stage.config} onChange={setConfig} index={index} />}
-      {stage.json === undefined && info?.form === "classify" && <ClassifyForm config={stage.config} choices={choices} onChange={setConfig} index={index} />}
+      {stage.json === undefined && info?.form === "generate" && <GenerateForm config={stage.config} choices={choices} onChange={setConfig} index={index} errors={fields} />}
+      {stage.json === undefined && info?.form === "guard" && <GuardForm config={stage.config} onChange={setConfig} index={index} errors={fields} />}
+      {stage.json === undefined && info?.form === "classify" && <ClassifyForm config={stage.config} choices={choices} onChange={setConfig} index={index} errors={fields} />}
       {stage.json === undefined && info?.form === "chain" && (
         <SelectField
           label="Chain to include"
@@ -354,6 +380,7 @@ function StageCard({ stage, index, count, choices, errors, onChange, onMove, onR
           options={withCurrent([{ value: "", label: "Choose a chain" }, ...choices.chains], stage.config.chain)}
           value={String(stage.config.chain ?? "")}
           onChange={(e) => setConfig({ ...stage.config, chain: e.target.value })}
+          errors={fields}
         />
       )}
       {stage.json !== undefined && (
@@ -387,7 +414,14 @@ function withCurrent(options: Option[], current: unknown): Option[] {
 
 type Config = Record<string, unknown>;
 
-function GenerateForm({ config, choices, onChange, index }: { config: Config; choices: Choices; onChange: (c: Config) => void; index: number }) {
+interface FormProps {
+  config: Config;
+  onChange: (c: Config) => void;
+  index: number;
+  errors: FieldErrors;
+}
+
+function GenerateForm({ config, choices, onChange, index, errors }: FormProps & { choices: Choices }) {
   return (
     <SelectField
       label="Pool"
@@ -395,11 +429,12 @@ function GenerateForm({ config, choices, onChange, index }: { config: Config; ch
       options={withCurrent([{ value: "", label: "The alias's policy picks" }, ...choices.pools], config.pool)}
       value={String(config.pool ?? "")}
       onChange={(e) => onChange({ ...config, pool: e.target.value })}
+      errors={errors}
     />
   );
 }
 
-function GuardForm({ config, onChange, index }: { config: Config; onChange: (c: Config) => void; index: number }) {
+function GuardForm({ config, onChange, index, errors }: FormProps) {
   const terms = Array.isArray(config.terms) ? (config.terms as string[]) : [];
   return (
     <div className="grid-2">
@@ -410,6 +445,7 @@ function GuardForm({ config, onChange, index }: { config: Config; onChange: (c: 
         value={terms.join("\n")}
         onChange={(e) => onChange({ ...config, terms: e.target.value.split("\n") })}
         hint="Matched case-insensitively."
+        errors={errors}
       />
       <div>
         <SelectField
@@ -421,8 +457,9 @@ function GuardForm({ config, onChange, index }: { config: Config; onChange: (c: 
           ]}
           value={String(config.action ?? "block")}
           onChange={(e) => onChange({ ...config, action: e.target.value })}
+          errors={errors}
         />
-        <CheckboxField label="Terms are regular expressions" name={`stage-${index}-regex`} checked={config.regex === true} onChange={(e) => onChange({ ...config, regex: e.target.checked })} />
+        <CheckboxField label="Terms are regular expressions" name={`stage-${index}-regex`} checked={config.regex === true} onChange={(e) => onChange({ ...config, regex: e.target.checked })} errors={errors} />
       </div>
     </div>
   );
@@ -434,7 +471,7 @@ const TRI: Option[] = [
   { value: "false", label: "No" },
 ];
 
-function ClassifyForm({ config, choices, onChange, index }: { config: Config; choices: Choices; onChange: (c: Config) => void; index: number }) {
+function ClassifyForm({ config, choices, onChange, index, errors }: FormProps & { choices: Choices }) {
   const rules = Array.isArray(config.rules) ? (config.rules as ClassifyRule[]) : [];
   const setRule = (r: number, rule: ClassifyRule) => onChange({ ...config, rules: rules.map((old, i) => (i === r ? rule : old)) });
   return (
@@ -451,7 +488,7 @@ function ClassifyForm({ config, choices, onChange, index }: { config: Config; ch
           onChange: (e: { target: { value: string } }) => setMatch(name, e.target.value === "" ? undefined : e.target.value === "true"),
         });
         const keywords = Array.isArray(match.keywords) ? (match.keywords as string[]) : [];
-        const at = `stage-${index}-rule-${r}`;
+        const at = `stage-${index}-rules.${r}`;
         return (
           <fieldset key={r} className="classify-rule" data-testid={`rule-${index}-${r}`}>
             <legend>
@@ -460,6 +497,11 @@ function ClassifyForm({ config, choices, onChange, index }: { config: Config; ch
                 Remove rule
               </button>
             </legend>
+            {(errors[`${at}`] ?? []).length > 0 && (
+              <div className="field-error" role="alert" data-testid={`rule-error-${index}-${r}`}>
+                {(errors[`${at}`] ?? []).join(" ")}
+              </div>
+            )}
             <div className="grid-3">
               <InputField label="Keywords (comma-separated)" name={`${at}-keywords`} value={keywords.join(",")} onChange={(e) => setMatch("keywords", e.target.value.split(","))} />
               <CheckboxField label="Keywords are regular expressions" name={`${at}-regex`} checked={match.regex === true} onChange={(e) => setMatch("regex", e.target.checked || undefined)} />

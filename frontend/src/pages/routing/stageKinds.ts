@@ -115,6 +115,14 @@ export function stageOfError(message: string, stages: DraftStage[]): number | nu
   return null;
 }
 
+/** Which field of its stage a server message is about: "stages[0].config.terms[1] ..." -> "terms",
+ * "stages[1].config.rules[2].match ..." -> "rules.2", "stages[0].name ..." -> "name"; null: the stage as a whole. */
+export function fieldOfError(message: string): string | null {
+  const config = /^stages\[\d+\]\.config\.(\w+)(?:\[(\d+)\])?/.exec(message);
+  if (config) return config[1] === "rules" && config[2] !== undefined ? `rules.${config[2]}` : (config[1] ?? null);
+  return /^stages\[\d+\]\.name\b/.test(message) ? "name" : null;
+}
+
 /** A classify rule's conditions in a few words, for the diagram ("keywords refund, invoice"). */
 export function describeConditions(match: Record<string, unknown> | undefined): string {
   if (!match) return "always";
