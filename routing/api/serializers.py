@@ -211,7 +211,7 @@ class RoutePolicySerializer(StrictModelSerializer):
         return value
 
 
-class StageOutcomeSerializer(serializers.Serializer):
+class RequestLogStageSerializer(serializers.Serializer):
     """One stage of the request's chain in the request log (routing/proxy/pipeline/stages.py:columns)."""
 
     name = serializers.CharField()
@@ -223,7 +223,7 @@ class StageOutcomeSerializer(serializers.Serializer):
 
 
 class RequestLogSerializer(serializers.ModelSerializer):
-    stages = StageOutcomeSerializer(
+    stages = RequestLogStageSerializer(
         many=True,
         read_only=True,
         allow_null=True,

@@ -11,6 +11,7 @@ import pytest
 import redis.asyncio as aioredis
 from django.conf import settings
 
+from routing.models import RequestLog
 from routing.proxy.answercache import CacheConfig, Store, digest, lookup, served_versions
 from routing.proxy.config import Canary, Pool, RoutingSnapshot
 from routing.proxy.stagespec import ChainError, parse_stages, split
@@ -101,7 +102,7 @@ def test_a_cache_stage_after_generation_is_refused() -> None:
 
 @pytest.mark.django_db
 def test_the_api_refuses_cache_settings_with_the_reason(admin_client: Any) -> None:
-    stages = [{"kind": "cache", "config": {"ttl_s": 10**9}}, {"kind": "generate"}]
+    stages: list[dict[str, Any]] = [{"kind": "cache", "config": {"ttl_s": 10**9}}, {"kind": "generate"}]
     resp = admin_client.post(
         "/api/stage-chains/", {"name": "c", "alias": "llama", "stages": stages}, format="json"
     )
@@ -112,3 +113,12 @@ def test_the_api_refuses_cache_settings_with_the_reason(admin_client: Any) -> No
         "/api/stage-chains/", {"name": "c", "alias": "llama", "stages": stages}, format="json"
     )
     assert resp.status_code == 201, resp.json()
+
+
+@pytest.mark.django_db
+def test_the_request_log_api_lists_each_stage(admin_client: Any) -> None:
+    stages = [{"name": "answers", "kind": "cache", "outcome": "hit", "ms": 0.25}]
+    RequestLog.objects.create(status=200, alias="llama", stages=stages)
+    RequestLog.objects.create(status=200, alias="llama")
+    rows = admin_client.get("/api/request-log/").json()["results"]
+    assert sorted(map(str, (r["stages"] for r in rows))) == sorted(map(str, [stages, None]))

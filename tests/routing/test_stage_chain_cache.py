@@ -248,13 +248,14 @@ def test_a_hit_is_not_billed_and_the_request_log_names_each_stage(
     )
     row = RequestLog.objects.filter(route_reason__contains="answers hit").latest("created_at")
     assert row.prompt_tokens == 0 and row.completion_tokens == 0 and row.deployment_id is None
+    assert row.stages is not None
     assert [(s["name"], s["kind"], s["outcome"]) for s in row.stages] == [
         ("prompt", "guard", "pass"),
         ("answers", "cache", "hit"),
     ]
     assert all(isinstance(s["ms"], float) and s["ms"] >= 0 for s in row.stages)
     logged = RequestLog.objects.filter(route_reason__contains="answers miss").latest("created_at")
-    assert logged.completion_tokens and logged.stages[1]["outcome"] == "miss"
+    assert logged.completion_tokens and logged.stages is not None and logged.stages[1]["outcome"] == "miss"
 
     # A prompt the guard blocks never reaches the cache stage: "not run".
     with pytest.raises(openai.BadRequestError):
@@ -264,6 +265,7 @@ def test_a_hit_is_not_billed_and_the_request_log_names_each_stage(
         what="the refusal was logged",
     )
     refused = RequestLog.objects.get(route_reason__contains="prompt blocked")
+    assert refused.stages is not None
     assert [s["outcome"] for s in refused.stages] == ["blocked", "not run"]
 
 
