@@ -39,14 +39,14 @@ def sim(transactional_db: None, redis_clean: None) -> Iterator[FleetMember]:
 
 
 def engine_requests(sim: FleetMember) -> int:
-    """Requests the simulator finished (its vllm:request_success counter, every finish reason)."""
+    """Requests the simulator took (its vllm:request_params_n histogram counts one per request)."""
     with urllib.request.urlopen(sim.sim.base_url + "/metrics", timeout=5) as resp:
         text = resp.read().decode()
     return int(
         sum(
             float(line.rsplit(" ", 1)[1])
             for line in text.splitlines()
-            if line.startswith("vllm:request_success")
+            if line.startswith("vllm:request_params_n_count")
         )
     )
 
@@ -125,6 +125,12 @@ def test_identical_deterministic_requests_reach_the_engine_once(
     assert ask(client, extra_headers={"cache-control": "no-cache"})[1] == "bypass"
     assert engine_requests(sim) == before + 7
     assert ask(client)[1] == "hit"
+    # no-store: neither read nor written; several choices: not cached.
+    other = {"messages": [{"role": "user", "content": "Name a colour"}]}
+    assert ask(client, **other, extra_headers={"cache-control": "no-store"})[1] == "bypass"
+    assert ask(client, **other)[1] == "miss"
+    assert ask(client, **other, n=2, temperature=0.7, seed=1)[1] == "skip"  # a seed, but two choices
+    assert engine_requests(sim) == before + 10
 
     # A post-stage applies to what a hit replays (the entry holds the engine's raw answer).
     word = first.split()[0]
@@ -141,7 +147,7 @@ def test_identical_deterministic_requests_reach_the_engine_once(
     assert said == "hit" and word not in text and text.replace("*" * len(word), word) == first
     streamed, said, _ = ask_streamed(client)
     assert said == "hit" and streamed == text
-    assert engine_requests(sim) == before + 7
+    assert engine_requests(sim) == before + 10
 
 
 def test_a_streamed_answer_replays_whole_and_the_reverse(
