@@ -128,6 +128,9 @@ class RequestLog(models.Model):
     route_reason = models.CharField(max_length=200, blank=True, default="")
     prompt_text = models.TextField(null=True, blank=True)
     response_text = models.TextField(null=True, blank=True)
+    # The request's stage chain, one object per stage in chain order: {"name", "kind", "outcome", "ms"}
+    # (outcome e.g. pass, hit, miss, masked, blocked, "not run"); empty when no chain applied.
+    stages = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]

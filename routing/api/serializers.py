@@ -211,7 +211,25 @@ class RoutePolicySerializer(StrictModelSerializer):
         return value
 
 
+class RequestLogStageSerializer(serializers.Serializer):
+    """One stage of the request's chain in the request log (routing/proxy/pipeline/stages.py:columns)."""
+
+    name = serializers.CharField()
+    kind = serializers.CharField(help_text="guard, classify, cache, ...")
+    outcome = serializers.CharField(
+        help_text='pass, hit, miss, bypass, skip, masked, blocked, "not run", ...'
+    )
+    ms = serializers.FloatField(help_text="Milliseconds in the stage's hooks for this request.")
+
+
 class RequestLogSerializer(serializers.ModelSerializer):
+    stages = RequestLogStageSerializer(
+        many=True,
+        read_only=True,
+        allow_null=True,
+        help_text="Per stage of the request's chain; null without one.",
+    )
+
     class Meta:
         model = RequestLog
         # The columns the proxy writes, in its order: one list, so a new column cannot be missed here.

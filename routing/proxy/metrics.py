@@ -340,3 +340,30 @@ STAGE_OUTCOMES = LOOP.add(
         ["chain", "stage", "outcome"],
     )
 )
+# The cache stage (routing/proxy/answercache.py), by chain and stage name. `result` of a lookup: hit,
+# miss (also when Redis failed: the request went on to the engine), bypass (the client's header), skip
+# (not a deterministic request); of a store: stored, too_large, not_replayable, failed.
+CACHE_LOOKUPS = LOOP.add(
+    LoopMetric(
+        "counter",
+        "inferchain_proxy_cache_lookups",
+        "Requests through a cache stage, by chain, stage and result (hit, miss, bypass, skip).",
+        ["chain", "stage", "result"],
+    )
+)
+CACHE_STORES = LOOP.add(
+    LoopMetric(
+        "counter",
+        "inferchain_proxy_cache_stores",
+        "Answers a cache stage tried to store, by chain, stage and result.",
+        ["chain", "stage", "result"],
+    )
+)
+CACHE_EVICTIONS = LOOP.add(
+    LoopMetric(
+        "counter",
+        "inferchain_proxy_cache_evictions",
+        "Entries a cache stage evicted to keep a tenant within its entry or byte bound.",
+        ["chain", "stage"],
+    )
+)

@@ -56,6 +56,7 @@ COLUMNS = (
     "route_reason",
     "prompt_text",
     "response_text",
+    "stages",
 )
 # Column defaults for rows that omit a field (spooled rows from older versions, tests).
 DEFAULTS: dict[str, Any] = {
@@ -76,6 +77,7 @@ DEFAULTS: dict[str, Any] = {
 
 
 _COMPLETE = frozenset(COLUMNS)
+_STAGES_AT = COLUMNS.index("stages")
 
 
 def _without_nul(row: dict[str, Any]) -> dict[str, Any]:
@@ -124,7 +126,10 @@ def write_rows(rows: list[dict[str, Any]]) -> None:
                 created = row["created_at"]
                 if isinstance(created, str):
                     created = dt.datetime.fromisoformat(created)
-                params.append([ops.adapt_datetimefield_value(created), *(row.get(c) for c in COLUMNS[1:])])
+                values = [ops.adapt_datetimefield_value(created), *(row.get(c) for c in COLUMNS[1:])]
+                if values[_STAGES_AT] is not None:  # a JSON column holds text here
+                    values[_STAGES_AT] = orjson.dumps(values[_STAGES_AT]).decode()
+                params.append(values)
             cursor.executemany(
                 f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(COLUMNS))})", params
             )

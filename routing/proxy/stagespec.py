@@ -12,6 +12,9 @@ the pool, or the alias's policy picks one), then optional post-stages. Kinds:
   `min_prompt_tokens`, `max_prompt_tokens`, `keywords` (any of them, case-insensitive; regular
   expressions with `"regex": true`), `code` (the prompt holds code or not), `images` (image parts or
   not), `min_messages`, `max_messages` (conversation depth).
+- `cache`: `{"ttl_s": 300, "max_entry_bytes": 262144, "max_entries": 10000, "max_bytes": 67108864}` (all
+  optional): answers to deterministic requests (temperature 0 or a seed, one choice) replayed from Redis
+  (routing/proxy/answercache.py); a pre-stage only.
 - `chain`: `{"chain": "<chain name>"}`: another chain's stages in its place (its own generate step
   must then be this chain's only one).
 """
@@ -22,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-KINDS = ("generate", "guard", "classify", "chain")
+KINDS = ("generate", "guard", "classify", "cache", "chain")
 CLASSIFY_MATCH = {
     "min_prompt_tokens",
     "max_prompt_tokens",
@@ -36,6 +39,19 @@ CLASSIFY_MATCH = {
 GUARD_ACTIONS = ("block", "mask")
 MAX_TERMS = 1000
 MAX_TERM_CHARS = 200
+# The cache stage's settings: (lowest, highest) of each.
+CACHE_BOUNDS = {
+    "ttl_s": (1, 7 * 24 * 3600),
+    "max_entry_bytes": (1024, 8 * 1024 * 1024),
+    "max_entries": (1, 1_000_000),
+    "max_bytes": (1024, 1024 * 1024 * 1024),
+}
+CACHE_DEFAULTS = {
+    "ttl_s": 300,
+    "max_entry_bytes": 256 * 1024,
+    "max_entries": 10_000,
+    "max_bytes": 64 * 1024 * 1024,
+}
 
 
 class ChainError(ValueError):
@@ -80,6 +96,25 @@ def _guard(config: dict[str, Any], where: str) -> None:
         size = config["max_match_chars"]
         if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= MAX_TERM_CHARS:
             raise ChainError(f"{where}.config.max_match_chars must be an integer from 1 to {MAX_TERM_CHARS}.")
+
+
+def _cache(config: dict[str, Any], where: str) -> None:
+    unknown = set(config) - set(CACHE_BOUNDS)
+    if unknown:
+        raise ChainError(f"{where}.config has unknown keys {sorted(unknown)}; known: {sorted(CACHE_BOUNDS)}.")
+    for name, (low, high) in CACHE_BOUNDS.items():
+        value = config.get(name)
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high
+        ):
+            raise ChainError(f"{where}.config.{name} must be an integer from {low} to {high}.")
+    entry = config.get("max_entry_bytes", CACHE_DEFAULTS["max_entry_bytes"])
+    total = config.get("max_bytes", CACHE_DEFAULTS["max_bytes"])
+    if entry > total:
+        raise ChainError(
+            f"{where}.config.max_entry_bytes ({entry}) is larger than max_bytes ({total}); "
+            "one entry could never be kept."
+        )
 
 
 def _classify(config: dict[str, Any], where: str) -> None:
@@ -154,6 +189,8 @@ def parse_stages(raw: Any) -> list[StageSpec]:
             _guard(config, where)
         elif kind == "classify":
             _classify(config, where)
+        elif kind == "cache":
+            _cache(config, where)
         elif kind == "generate":
             pool = config.get("pool")
             if pool is not None and (not isinstance(pool, str) or not pool):
@@ -197,6 +234,12 @@ def split(stages: list[StageSpec]) -> tuple[list[StageSpec], StageSpec, list[Sta
     if late:
         raise ChainError(
             f"the classify stage '{late[0]}' comes after the generate step; it picks the pool: move it up."
+        )
+    late = [s.name for s in stages[i + 1 :] if s.kind == "cache"]
+    if late:
+        raise ChainError(
+            f"the cache stage '{late[0]}' comes after the generate step; it answers before generation: "
+            "move it up."
         )
     return stages[:i], stages[i], stages[i + 1 :]
 

@@ -48,6 +48,18 @@ def _log_rows() -> tuple[Tenant, Tenant]:
                 route_reason="policy llama by prompt length rule 1; least_outstanding inflight=0",
             )
         )
+    # A chain's stages: req000 passed its guard and missed the cache; req008 was answered from the cache.
+    rows[0].stages = [
+        {"name": "prompt", "kind": "guard", "outcome": "pass", "ms": 0.05},
+        {"name": "answers", "kind": "cache", "outcome": "miss", "ms": 0.4},
+    ]
+    rows[8].stages = [{"name": "answers", "kind": "cache", "outcome": "hit", "ms": 0.3}]
+    rows[8].route_pool, rows[8].deployment_id, rows[8].route_reason = (
+        "",
+        None,
+        "chain cached v1 (answers hit)",
+    )
+    rows[8].prompt_tokens, rows[8].completion_tokens = 0, 0  # a hit bills no tokens
     RequestLog.objects.bulk_create(rows)
     return acme, globex
 
@@ -138,4 +150,10 @@ def test_routing_and_request_log_pages(
     dialog = page.get_by_test_id("request-dialog")
     expect(dialog).to_contain_text("req000")
     expect(dialog).to_contain_text("least_outstanding")
+    stages = page.get_by_test_id("request-stages")
+    expect(stages).to_contain_text("prompt (guard): pass")
+    expect(stages).to_contain_text("answers (cache): miss, 0.4 ms")
     screenshot(page, "request-log-detail", full_page=False)
+    dialog.get_by_role("button", name="Close").last.click()
+    # An answer replayed by the cache stage: no pool and no engine, "cache hit" in the route column.
+    expect(table.locator("tbody tr").nth(2).locator("td").last).to_have_text("cache hit · answers")

@@ -4073,7 +4073,7 @@ export interface components {
             /** @description Pre-stages, exactly one {'kind': 'generate'} step, then post-stages (routing/proxy/stagespec.py). */
             stages?: {
                 /** @enum {string} */
-                kind: "generate" | "guard" | "classify" | "chain";
+                kind: "generate" | "guard" | "classify" | "cache" | "chain";
                 name?: string;
                 config?: {
                     [key: string]: unknown;
@@ -4319,6 +4319,21 @@ export interface components {
             readonly route_reason: string;
             readonly prompt_text: string | null;
             readonly response_text: string | null;
+            /** @description Per stage of the request's chain; null without one. */
+            readonly stages: components["schemas"]["RequestLogStage"][] | null;
+        };
+        /** @description One stage of the request's chain in the request log (routing/proxy/pipeline/stages.py:columns). */
+        RequestLogStage: {
+            name: string;
+            /** @description guard, classify, cache, ... */
+            kind: string;
+            /** @description pass, hit, miss, bypass, skip, masked, blocked, "not run", ... */
+            outcome: string;
+            /**
+             * Format: double
+             * @description Milliseconds in the stage's hooks for this request.
+             */
+            ms: number;
         };
         /**
          * @description * `admin` - Admin
@@ -4939,7 +4954,7 @@ export interface components {
             /** @description Pre-stages, exactly one {'kind': 'generate'} step, then post-stages (routing/proxy/stagespec.py). */
             stages: {
                 /** @enum {string} */
-                kind: "generate" | "guard" | "classify" | "chain";
+                kind: "generate" | "guard" | "classify" | "cache" | "chain";
                 name?: string;
                 config?: {
                     [key: string]: unknown;
@@ -4958,7 +4973,7 @@ export interface components {
             /** @description Pre-stages, exactly one {'kind': 'generate'} step, then post-stages (routing/proxy/stagespec.py). */
             stages: {
                 /** @enum {string} */
-                kind: "generate" | "guard" | "classify" | "chain";
+                kind: "generate" | "guard" | "classify" | "cache" | "chain";
                 name?: string;
                 config?: {
                     [key: string]: unknown;

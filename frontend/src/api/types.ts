@@ -87,6 +87,7 @@ export type PoolCostList = Schemas["PoolCostList"];
 export type TenantUsage = Schemas["TenantUsage"];
 export type TenantUsageList = Schemas["TenantUsageList"];
 export type RequestLogRow = Schemas["RequestLog"];
+export type RequestLogStage = Schemas["RequestLogStage"];
 export type RequestLogPage = Schemas["PaginatedRequestLogList"];
 export type UsageBucket = Schemas["UsageBucket"];
 

@@ -4,6 +4,8 @@ RequestContext carried through, the long-lived services (routing/proxy/services.
     authenticate -> read (and validate) -> count -> pre-stages -> route (pick pool) -> admit (limits)
     -> call (pick endpoint, call; relay streams or passes the answer) -> post-stages -> account
 
+A cache hit found by a pre-stage is answered by `replay` in place of route, admit and call.
+
 `account` runs whatever happened before it (an error is answered first, in the OpenAI shape).
 """
 
@@ -15,7 +17,7 @@ import time
 
 from routing.proxy import metrics as m
 from routing.proxy.errors import ProxyError
-from routing.proxy.pipeline import account, admit, authenticate, call, count, read, route, stages
+from routing.proxy.pipeline import account, admit, authenticate, call, count, read, replay, route, stages
 from routing.proxy.pipeline.context import Receive, RequestContext, Scope, Send
 from routing.proxy.pipeline.respond import send_error
 from routing.proxy.services import Services
@@ -36,11 +38,17 @@ async def run(ctx: RequestContext, svc: Services) -> None:
     chain = ctx.chain
     if chain is not None and chain.pre:
         await stages.pre(ctx, svc)
+        if stages.run_of(ctx).cached is not None:
+            # A cache hit: the stored answer instead of route, admit and call.
+            await replay.step(ctx, svc)
+            if chain.respond:
+                await stages.post(ctx, svc)
+            return
     if not route.step(ctx, svc):
         await route.hold(ctx, svc)  # only sleeping engines could take it: wake one, then go on
     await admit.step(ctx, svc)
     await call.step(ctx, svc)
-    if chain is not None and chain.post:
+    if chain is not None and chain.respond:
         await stages.post(ctx, svc)
 
 

@@ -49,6 +49,9 @@ def mirror(svc: Services, ctx: RequestContext, latency: float) -> None:
 async def finish(ctx: RequestContext, svc: Services) -> None:
     latency = time.perf_counter() - ctx.started
     prompt = ctx.usage_prompt_tokens if ctx.usage_prompt_tokens is not None else ctx.prompt_tokens
+    if ctx.stage_run is not None and ctx.stage_run.cached is not None:
+        # A cache hit: no engine worked for it, so no tokens are billed, logged or counted.
+        prompt, ctx.completion_tokens, ctx.usage_prompt_tokens = 0, 0, 0
     completion = ctx.completion_tokens or 0
     if ctx.admission is not None:
         svc.leases.held.pop(ctx.request_id, None)
@@ -85,9 +88,11 @@ async def finish(ctx: RequestContext, svc: Services) -> None:
             metric(m.VERSION_TTFT, ctx.alias, version, ctx.arm).observe(ctx.ttft_s)
     if ctx.shadow is not None:
         mirror(svc, ctx, latency)
+    per_stage = None
     if ctx.chain is not None:
         note = stages.account(ctx)
         ctx.route_reason = f"{note}; {ctx.route_reason}" if ctx.route_reason else note
+        per_stage = stages.columns(ctx)
     if ctx.key is None or svc.reqlog is None:
         return  # unauthenticated noise is counted in metrics, not logged per row
     key = ctx.key
@@ -118,5 +123,6 @@ async def finish(ctx: RequestContext, svc: Services) -> None:
             "route_reason": ctx.route_reason[:200],
             "prompt_text": ctx.prompt_text if key.log_prompts else None,
             "response_text": "".join(ctx.response_parts) if key.log_prompts else None,
+            "stages": per_stage,
         }
     )

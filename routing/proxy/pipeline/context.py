@@ -38,6 +38,8 @@ class StageChain(Protocol):
     post: tuple[Any, ...]
     # The post-stages that look at answer text (the relay hands them each piece of it).
     answer: tuple[Any, ...]
+    # The stages whose response hook runs once the answer is out (post-stages, and pre-stages with one).
+    respond: tuple[Any, ...]
     pool: str | None
     reason: str
 
@@ -45,7 +47,7 @@ class StageChain(Protocol):
 class StageRun:
     """One request's pass through its chain: each stage's state, outcome and time on answer text."""
 
-    __slots__ = ("outcomes", "pool", "spent", "state")
+    __slots__ = ("cached", "headers", "outcomes", "pool", "spent", "state", "tap", "took")
 
     def __init__(self) -> None:
         self.state: dict[str, Any] = {}
@@ -54,6 +56,14 @@ class StageRun:
         # "pass" unless the stage says otherwise: masked, blocked, refused, error.
         self.outcomes: dict[str, str] = {}
         self.spent: dict[str, float] = {}
+        # Seconds in each stage's request and response hooks (with `spent`: the request log's per-stage ms).
+        self.took: dict[str, float] = {}
+        # A stored answer a pre-stage found (a cache hit): it is replayed instead of route, admit and call.
+        self.cached: dict[str, Any] | None = None
+        # Sees the engine's raw answer as the relay passes it on (whole JSON or a batch of SSE events).
+        self.tap: Callable[[bytes], None] | None = None
+        # Headers the stages add to the answer (x-inferchain-cache).
+        self.headers: list[tuple[bytes, bytes]] = []
 
 
 class RetryableUpstreamError(Exception):

@@ -50,6 +50,8 @@ async def whole(ctx: RequestContext, resp: UpstreamResponse, path: str, deadline
     # No time to first token for a whole answer: it arrives at once, so TTFT stays empty.
     ctx.status = resp.status
     if resp.status == 200:
+        if ctx.stage_run is not None and ctx.stage_run.tap is not None:
+            ctx.stage_run.tap(data)  # the raw answer, before post-stages change it
         if ctx.chain is not None and ctx.chain.answer:
             data = staged_whole(ctx, data)
         usage_from(ctx, data)
@@ -110,6 +112,7 @@ async def stream(
     ended = False
     chunk: bytes = first
     log_text = ctx.collect_text
+    tap = ctx.stage_run.tap if ctx.stage_run is not None else None
     # A short answer is usually all in by now: then nothing below waits, and no timer is needed.
     if resp.complete:
         ctx.clear_deadline()
@@ -125,6 +128,8 @@ async def stream(
                 # TTFT is the first generated text, not the first byte (engines send the role first).
                 if ctx.ttft_s is None and FIRST_TOKEN.search(events):
                     ctx.ttft_s = time.perf_counter() - started
+                if tap is not None:
+                    tap(events)  # the raw events, before post-stages change them
                 if ctx.chain is not None and ctx.chain.answer:
                     try:
                         out = staged_events(ctx, events, client_wants_usage, log_text)

@@ -32,4 +32,6 @@ def response_headers(ctx: RequestContext, base: list[tuple[bytes, bytes]]) -> li
     headers = [*base, (b"x-request-id", ctx.request_id.encode())]
     if ctx.admission is not None:
         headers.extend(ctx.admission.headers)
+    if ctx.stage_run is not None:
+        headers.extend(ctx.stage_run.headers)
     return headers

@@ -19,10 +19,14 @@ import time
 from collections.abc import Awaitable
 from typing import Any
 
+import orjson
+import redis.asyncio as aioredis
+
+from routing.proxy import answercache
 from routing.proxy import metrics as m
 from routing.proxy.config import ChainSpec
 from routing.proxy.errors import ProxyError
-from routing.proxy.pipeline.context import RequestContext, StageRun
+from routing.proxy.pipeline.context import RequestContext, StageRun, header
 from routing.proxy.services import Services
 from routing.proxy.stagespec import StageSpec, guard_pattern
 
@@ -218,24 +222,132 @@ class Classify(Stage):
             return
 
 
+class CacheVisit:
+    """One request's pass through a cache stage: its entry's name and what the relay passed on."""
+
+    __slots__ = ("name", "recorder")
+
+    def __init__(self, name: str, recorder: answercache.Recorder | None) -> None:
+        self.name = name
+        # None: nothing is stored (the client said no-store, or Redis failed at lookup).
+        self.recorder = recorder
+
+
+class Cache(Stage):
+    """Exact-match answers to deterministic requests (temperature 0 or a seed, one choice), per tenant,
+    in Redis (routing/proxy/answercache.py). A hit is answered by pipeline/replay.py instead of route,
+    admit and call; a miss records the engine's raw answer and stores it once it is out. Redis down:
+    the request goes on to the engine (fail open). `x-inferchain-cache: hit | miss | bypass | skip` on
+    the answer says which."""
+
+    kind = "cache"
+
+    def __init__(self, spec: StageSpec, chain: str) -> None:
+        super().__init__(spec, chain)
+        self.config = answercache.CacheConfig.of(spec.config)
+        self.store = answercache.Store()
+
+    def _outcome(self, ctx: RequestContext, outcome: str, said: bytes) -> None:
+        run = run_of(ctx)
+        run.outcomes[self.name] = outcome
+        run.headers.append((b"x-inferchain-cache", said))
+        m.CACHE_LOOKUPS.labels(self.chain, self.name, said.decode()).inc()
+
+    async def on_request(self, ctx: RequestContext, svc: Services) -> None:
+        body, scope, key = ctx.body, ctx.scope, ctx.key
+        assert body is not None and scope is not None and key is not None
+        if ctx.kind == "embedding" or not answercache.deterministic(body):
+            self._outcome(ctx, "skip", b"skip")
+            return
+        asked = (header(scope, b"x-inferchain-cache") or "").lower()
+        control = (header(scope, b"cache-control") or "").lower()
+        if "no-store" in control:
+            self._outcome(ctx, "bypass", b"bypass")  # neither read nor written
+            return
+        name = answercache.digest(
+            ctx.kind, ctx.alias, answercache.served_versions(svc.snapshot, ctx.alias), body
+        )
+        recorder = answercache.Recorder()
+        visit = run_of(ctx).state[self.name] = CacheVisit(name, recorder)
+        if asked == "bypass" or "no-cache" in control:
+            # Not read; the fresh answer replaces the entry.
+            run_of(ctx).tap = recorder
+            self._outcome(ctx, "bypass", b"bypass")
+            return
+        if svc.redis is None:
+            visit.recorder = None
+            self._outcome(ctx, "unavailable, failed open", b"miss")
+            return
+        try:
+            entry = await answercache.lookup(svc.redis, key.tenant_id, name)
+        except (aioredis.RedisError, OSError) as exc:
+            log.warning("proxy: cache stage %s: Redis lookup failed (%s); failing open", self.name, exc)
+            visit.recorder = None
+            self._outcome(ctx, "unavailable, failed open", b"miss")
+            return
+        if entry is not None:
+            run_of(ctx).cached = entry
+            self._outcome(ctx, "hit", b"hit")
+            return
+        run_of(ctx).tap = recorder
+        self._outcome(ctx, "miss", b"miss")
+
+    async def on_response(self, ctx: RequestContext, svc: Services) -> None:
+        run = run_of(ctx)
+        visit = run.state.get(self.name)
+        if (
+            not isinstance(visit, CacheVisit)
+            or visit.recorder is None
+            or run.cached is not None
+            or ctx.status != 200
+            or ctx.error_type
+            or ctx.client_gone
+            or svc.redis is None
+        ):
+            return
+        assert ctx.key is not None
+        answer = visit.recorder.answer(ctx.kind)
+        if answer is None:
+            m.CACHE_STORES.labels(self.chain, self.name, "not_replayable").inc()
+            return
+        value = orjson.dumps(answer)
+        if len(value) > self.config.max_entry_bytes:
+            m.CACHE_STORES.labels(self.chain, self.name, "too_large").inc()
+            return
+        try:
+            evicted = await self.store.put(svc.redis, ctx.key.tenant_id, visit.name, value, self.config)
+        except (aioredis.RedisError, OSError) as exc:
+            log.warning("proxy: cache stage %s: Redis store failed (%s)", self.name, exc)
+            m.CACHE_STORES.labels(self.chain, self.name, "failed").inc()
+            return
+        m.CACHE_STORES.labels(self.chain, self.name, "stored").inc()
+        if evicted:
+            m.CACHE_EVICTIONS.labels(self.chain, self.name).inc(evicted)
+
+
 def build(spec: StageSpec, chain: str, *, post: bool) -> Stage:
     if spec.kind == "guard":
         return Guard(spec, chain, post=post)
     if spec.kind == "classify":
         return Classify(spec, chain)
+    if spec.kind == "cache":
+        return Cache(spec, chain)
     raise ValueError(f"no stage of kind {spec.kind!r}")  # stagespec.KINDS and this list move together
 
 
 class Chain:
     """A chain's stage objects, built once per chain version."""
 
-    __slots__ = ("answer", "name", "pool", "post", "pre", "reason")
+    __slots__ = ("answer", "name", "pool", "post", "pre", "reason", "respond")
 
     def __init__(self, spec: ChainSpec) -> None:
         self.name = spec.name
         self.pre = tuple(build(s, spec.name, post=False) for s in spec.pre)
         self.post = tuple(build(s, spec.name, post=True) for s in spec.post)
         self.answer = tuple(s for s in self.post if s.on_answer)
+        # Whose response hook runs once the answer is out: every post-stage, and the pre-stages that
+        # have one (a cache stage stores the answer it missed).
+        self.respond = (*self.post, *(s for s in self.pre if type(s).on_response is not Stage.on_response))
         pool = spec.generate.config.get("pool")
         self.pool: str | None = pool if isinstance(pool, str) and pool else None
         self.reason = f"chain {spec.name} v{spec.version}"
@@ -258,7 +370,10 @@ def select(ctx: RequestContext, svc: Services) -> None:
 
 
 def _record(ctx: RequestContext, stage: Stage, hook: str, started: float) -> None:
-    m.STAGE_SECONDS.labels(stage.chain, stage.name, hook).observe(time.perf_counter() - started)
+    took = time.perf_counter() - started
+    m.STAGE_SECONDS.labels(stage.chain, stage.name, hook).observe(took)
+    spent = run_of(ctx).took
+    spent[stage.name] = spent.get(stage.name, 0.0) + took
 
 
 def _failed(stage: Stage, exc: Exception) -> ProxyError:
@@ -318,7 +433,7 @@ def answer_text(ctx: RequestContext, index: int, text: str | None) -> str:
 
 async def post(ctx: RequestContext, svc: Services) -> None:
     assert ctx.chain is not None
-    for stage in ctx.chain.post:
+    for stage in ctx.chain.respond:
         await _run_hook(ctx, stage, "response", stage.on_response(ctx, svc))
 
 
@@ -334,3 +449,22 @@ def account(ctx: RequestContext) -> str:
             m.STAGE_SECONDS.labels(chain.name, stage.name, "chunks").observe(spent)
     notes = [f"{name} {outcome}" for name, outcome in run_of(ctx).outcomes.items() if outcome != "pass"]
     return chain.reason + (f" ({', '.join(notes)})" if notes else "")
+
+
+def columns(ctx: RequestContext) -> list[dict[str, Any]]:
+    """The request log's `stages` column: per stage (chain order) its name, kind, outcome and the
+    milliseconds its hooks took; "not run" for a stage the request never reached."""
+    chain = ctx.chain
+    assert chain is not None
+    run = run_of(ctx)
+    out: list[dict[str, Any]] = []
+    for stage in (*chain.pre, *chain.post):
+        name = stage.name
+        took, spent = run.took.get(name), run.spent.get(name)
+        if took is None and spent is None and name not in run.outcomes:
+            outcome = "not run"
+        else:
+            outcome = run.outcomes.get(name, "pass")
+        ms = ((took or 0.0) + (spent or 0.0)) * 1000
+        out.append({"name": name, "kind": stage.kind, "outcome": outcome, "ms": round(ms, 3)})
+    return out

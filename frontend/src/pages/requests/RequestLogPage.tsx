@@ -8,7 +8,7 @@ import { Table } from "../../components/Table";
 import { formatDateTime, formatNumber, isoToLocalInput, localInputToIso } from "../../format";
 import { useApi, type ApiResource } from "../../hooks/useApi";
 import "../routing/routing.css";
-import type { Page as ApiPage, RequestLogPage, RequestLogRow, Tenant, UsageBucket } from "../../api/types";
+import type { Page as ApiPage, RequestLogPage, RequestLogRow, RequestLogStage, Tenant, UsageBucket } from "../../api/types";
 
 const PAGE_SIZE = 50;
 // Tenants offered by the picker (by name); a tenant beyond these still filters when its id is in the URL.
@@ -30,16 +30,30 @@ function ms(value: number | null): string {
   return value === null ? "—" : value < 10 ? `${value.toFixed(1)} ms` : `${Math.round(value)} ms`;
 }
 
-/** "llama-fast → #7 · 1 retry": the pool, the deployment that answered, and the retries it took. */
+/** The cache stage that answered the request from its store, if one did. */
+function cacheHit(r: RequestLogRow): string | null {
+  const stage = (r.stages ?? []).find((s) => s.kind === "cache" && s.outcome === "hit");
+  return stage ? stage.name : null;
+}
+
+/** "llama-fast → #7 · 1 retry": the pool, the deployment that answered, and the retries it took;
+ * "cache hit · answers" for an answer replayed by a chain's cache stage (no pool, no engine). */
 function routeText(r: RequestLogRow): string {
+  const hit = cacheHit(r);
+  if (hit !== null && !r.route_pool) return `cache hit · ${hit}`;
   const target = r.deployment_id !== null ? ` → #${r.deployment_id}` : "";
   const retries = r.retries ? ` · ${r.retries} ${r.retries === 1 ? "retry" : "retries"}` : "";
   return `${r.route_pool || "—"}${target}${retries}`;
 }
 
-/** The route cell's tooltip: the whole route, the upstream and why this pool was chosen. */
+/** The route cell's tooltip: the whole route, the upstream, why this pool was chosen, the chain's stages. */
 function routeTitle(r: RequestLogRow): string {
-  return [routeText(r), r.upstream, r.route_reason].filter(Boolean).join("\n");
+  return [routeText(r), r.upstream, r.route_reason, ...(r.stages ?? []).map(stageText)].filter(Boolean).join("\n");
+}
+
+/** "answers (cache): hit, 0.4 ms": one stage of the request's chain. */
+function stageText(s: RequestLogStage): string {
+  return `${s.name} (${s.kind}): ${s.outcome}, ${ms(s.ms)}`;
 }
 
 /** A cell's text cut to the column's width with an ellipsis; the whole text is its tooltip. */
@@ -264,6 +278,18 @@ function RequestDialog({ row, onClose }: { row: RequestLogRow | null; onClose: (
             <dd>{row.model_version_id !== null ? `#${row.model_version_id}` : "—"}</dd>
             <dt>Route</dt>
             <dd>{row.route_pool} — {row.route_reason || "—"}</dd>
+            <dt>Stages</dt>
+            <dd data-testid="request-stages">
+              {row.stages?.length ? (
+                <ul className="stage-list">
+                  {row.stages.map((s) => (
+                    <li key={s.name}>{stageText(s)}</li>
+                  ))}
+                </ul>
+              ) : (
+                "— (no chain)"
+              )}
+            </dd>
             <dt>Retries</dt>
             <dd>{row.retries}</dd>
             <dt>Priority / stream</dt>
