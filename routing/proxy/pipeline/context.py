@@ -38,6 +38,8 @@ class StageChain(Protocol):
     post: tuple[Any, ...]
     # The post-stages that look at answer text (the relay hands them each piece of it).
     answer: tuple[Any, ...]
+    # Whether one of them needs the answer whole (a remote rewrite): the relay then holds it.
+    holds: bool
     pool: str | None
     reason: str
 

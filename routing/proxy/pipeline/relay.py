@@ -35,7 +35,9 @@ def is_openai_error(data: bytes) -> bool:
     return isinstance(parsed, dict) and isinstance(parsed.get("error"), dict)
 
 
-async def whole(ctx: RequestContext, resp: UpstreamResponse, path: str, deadline: float, send: Send) -> None:
+async def whole(
+    svc: Services, ctx: RequestContext, resp: UpstreamResponse, path: str, deadline: float, send: Send
+) -> None:
     """A non-streamed answer (or any error answer), read whole and passed on."""
     try:
         if not resp.complete:
@@ -50,7 +52,10 @@ async def whole(ctx: RequestContext, resp: UpstreamResponse, path: str, deadline
     # No time to first token for a whole answer: it arrives at once, so TTFT stays empty.
     ctx.status = resp.status
     if resp.status == 200:
-        if ctx.chain is not None and ctx.chain.answer:
+        if ctx.chain is not None and ctx.chain.holds:
+            ctx.clear_deadline()  # the engine's part is done; the stages have their own timeouts
+            data = await held_whole(svc, ctx, data)
+        elif ctx.chain is not None and ctx.chain.answer:
             data = staged_whole(ctx, data)
         usage_from(ctx, data)
     elif resp.status >= 400:
@@ -311,3 +316,128 @@ def staged_events(ctx: RequestContext, events: bytes, client_wants_usage: bool, 
         if keep:
             kept.append(event + b"\n\n")
     return b"".join(kept)
+
+
+async def held_whole(svc: Services, ctx: RequestContext, data: bytes) -> bytes:
+    """`staged_whole` for a chain with a holding stage (a remote rewrite): each choice's text whole
+    through the answer stages, which may call a CPU engine."""
+    try:
+        parsed = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return data
+    if not isinstance(parsed, dict):
+        return data
+    for n, choice in enumerate(parsed.get("choices") or []):
+        if not isinstance(choice, dict):
+            continue
+        index = choice.get("index", n)
+        msg = choice.get("message")
+        field, holder = ("content", msg) if isinstance(msg, dict) else ("text", choice)
+        if isinstance(holder.get(field), str):
+            holder[field] = await stages.held_text(ctx, svc, index, holder[field])
+    return orjson.dumps(parsed)
+
+
+async def held_stream(
+    svc: Services,
+    ctx: RequestContext,
+    pool: Pool,
+    resp: UpstreamResponse,
+    started: float,
+    deadline: float,
+    send: Send,
+) -> None:
+    """A streamed answer for a chain with a holding stage (a remote rewrite needs the whole answer):
+    read to its end, each choice's text through the answer stages, then sent as one batch of events.
+
+    Nothing reaches the client before that, so a failure up to the end is retried on another endpoint
+    like one before the first byte, and a stage that refuses is an ordinary error answer.
+    """
+    parts: list[bytes] = []
+    if not resp.complete:
+        ctx.deadline(deadline, pool.inter_token_timeout_s)
+    try:
+        while True:
+            ctx.progress_at = time.perf_counter()
+            chunk = resp.read_nowait()
+            if chunk is None:
+                chunk = await resp.readany()
+            if not chunk:
+                break
+            parts.append(chunk)
+    except TimeoutError:
+        raise RetryableUpstreamError("timed out before the end of the answer", 504) from None
+    except OSError as exc:
+        if ctx.client_gone:
+            raise client_gone_error() from None
+        raise RetryableUpstreamError(f"stream failed before its end: {type(exc).__name__}") from None
+    finally:
+        ctx.clear_deadline()
+    events = b"".join(parts)
+    if b"data: [DONE]" not in events:
+        raise RetryableUpstreamError("stream closed before its end")
+    out = await held_events(svc, ctx, events)
+    ctx.status = 200
+    ctx.ttft_s = time.perf_counter() - started  # the answer's first text reaches the client now
+    await send({"type": "http.response.start", "status": 200, "headers": response_headers(ctx, SSE_HEADERS)})
+    await send({"type": "http.response.body", "body": out})
+    if ctx.completion_tokens is None:
+        ctx.completion_tokens = max(0, out.count(b"data: ") - 2)  # an estimate, as `stream` makes
+
+
+async def held_events(svc: Services, ctx: RequestContext, events: bytes) -> bytes:
+    """A whole stream's events with each choice's text replaced by what the answer stages make of it:
+    the whole new text in the choice's first text chunk, later text chunks dropped (kept when they
+    carry anything else: a finish_reason, usage)."""
+    objs: list[tuple[dict[str, Any] | None, bytes]] = []
+    texts: dict[int, list[str]] = {}
+    first: dict[int, tuple[dict[str, Any], str]] = {}
+    for event in events.split(b"\n\n"):
+        if not event:
+            continue
+        obj, keep = read_event(ctx, event, ctx.client_wants_usage)
+        if not keep:
+            continue
+        if obj is not None:
+            for n, choice in enumerate(obj.get("choices") or []):
+                if not isinstance(choice, dict):
+                    continue
+                index = choice.get("index", n)
+                delta = choice.get("delta")
+                field, holder = ("content", delta) if isinstance(delta, dict) else ("text", choice)
+                text = holder.get(field)
+                if isinstance(text, str):
+                    texts.setdefault(index, []).append(text)
+                    first.setdefault(index, (holder, field))
+                    holder[field] = ""
+        objs.append((obj, event))
+    for index, pieces in texts.items():
+        out = await stages.held_text(ctx, svc, index, "".join(pieces))
+        holder, field = first[index]
+        holder[field] = out
+        if ctx.collect_text:
+            ctx.response_parts.append(out)
+    kept: list[bytes] = []
+    for obj, event in objs:
+        if obj is None:
+            kept.append(event + b"\n\n")
+        elif not _emptied(obj):
+            kept.append(b"data: " + orjson.dumps(obj) + b"\n\n")
+    return b"".join(kept)
+
+
+def _emptied(obj: dict[str, Any]) -> bool:
+    """A chunk left with nothing for the client: every choice's text taken out, nothing else in it."""
+    choices = obj.get("choices")
+    if not choices or obj.get("usage"):
+        return False
+    for choice in choices:
+        if not isinstance(choice, dict) or choice.get("finish_reason") is not None:
+            return False
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            if any(v not in ("", None) for v in delta.values()):
+                return False
+        elif choice.get("text"):
+            return False
+    return True

@@ -1,0 +1,179 @@
+"""Remote stages on a CPU pool, through the official openai client, the real proxy, a simulator as the
+generation engine and a controllable CPU engine: a post-stage rewrites streamed and whole answers, a
+pre-stage rewrites the prompt, a slow engine fails open (the request goes on untouched) and a failing
+one fails closed (a 503 naming the stage), each outcome in the request log and in Prometheus."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import openai
+import pytest
+
+from core.redis_client import publish_config_change
+from routing.models import RequestLog, StageChain
+from tests.routing.conftest import Proc, make_tenant_key
+from tests.routing.cpu_engine import CpuEngine, cpu_engine
+from tests.routing.fleet import FleetMember, start_member
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ASK: dict[str, Any] = {
+    "model": "llama",
+    "messages": [{"role": "user", "content": "Tell me a story about the sea"}],
+    "max_tokens": 24,
+    "seed": 7,
+}
+
+
+@pytest.fixture
+def sim(transactional_db: None) -> Iterator[FleetMember]:
+    member = start_member("llama")
+    yield member
+    member.sim.stop()
+
+
+@pytest.fixture
+def cpu(transactional_db: None) -> Iterator[CpuEngine]:
+    with cpu_engine() as engine:
+        yield engine
+
+
+def pieces(client: openai.OpenAI, **extra: Any) -> list[str]:
+    stream = client.chat.completions.create(**{**ASK, **extra}, stream=True)
+    return [c.choices[0].delta.content or "" for c in stream if c.choices]
+
+
+def whole(client: openai.OpenAI, **extra: Any) -> str:
+    return client.chat.completions.create(**{**ASK, **extra}).choices[0].message.content or ""
+
+
+def set_chain(stages: list[dict[str, Any]]) -> None:
+    chain, created = StageChain.objects.get_or_create(
+        name="cpu", defaults={"alias": "llama", "stages": stages}
+    )
+    if not created:
+        chain.stages, chain.version = stages, chain.version + 1
+        chain.save()
+    publish_config_change("stage_chain")
+
+
+def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "not within the time"
+        time.sleep(0.1)
+
+
+def post(config: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"kind": "generate"}, {"kind": "remote", "name": "tidy", "config": config}]
+
+
+def outcomes(proxy: Proc, outcome: str) -> float:
+    """The proxy's count of requests through the stage `tidy` of the chain `cpu` with `outcome`."""
+    text = urllib.request.urlopen(proxy.url + "/metrics", timeout=5).read().decode()
+    line_start = f'inferchain_proxy_stage_outcomes_total{{chain="cpu",outcome="{outcome}",stage="tidy"}}'
+    found = [line for line in text.splitlines() if line.startswith(line_start)]
+    return float(found[0].rsplit(" ", 1)[1]) if found else 0.0
+
+
+def test_post_stage_rewrites_streamed_and_whole_answers(
+    start_proxy: Callable[..., Proc], sim: FleetMember, cpu: CpuEngine
+) -> None:
+    tk = make_tenant_key("acme")
+    proxy = start_proxy()
+    client = openai.OpenAI(base_url=proxy.url + "/v1", api_key=tk.raw_key, max_retries=0, timeout=30)
+    text = whole(client)
+    assert text != text.upper()
+    set_chain(post({"pool": "cpu", "instruction": "Rewrite the answer in capitals.", "timeout_ms": 5000}))
+    eventually(lambda: whole(client) == text.upper())
+    streamed = pieces(client)
+    assert "".join(streamed) == text.upper()
+    # The CPU engine got the stage's instruction and the whole answer, with the model it serves.
+    asked = cpu.requests[-1]
+    assert asked["model"] == "smollm-cpu"
+    assert asked["messages"] == [
+        {"role": "system", "content": "Rewrite the answer in capitals."},
+        {"role": "user", "content": text},
+    ]
+    # Usage still comes through when the client asks for it on a held stream.
+    chunks = list(client.chat.completions.create(**ASK, stream=True, stream_options={"include_usage": True}))
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+    eventually(
+        lambda: RequestLog.objects.filter(route_reason__contains="(tidy rewritten)", stream=True).exists()
+    )
+    assert outcomes(proxy, "rewritten") >= 3
+
+
+def test_pre_stage_rewrites_the_prompt(
+    start_proxy: Callable[..., Proc], sim: FleetMember, cpu: CpuEngine
+) -> None:
+    tk = make_tenant_key("acme")
+    proxy = start_proxy()
+    client = openai.OpenAI(base_url=proxy.url + "/v1", api_key=tk.raw_key, max_retries=0, timeout=30)
+    cpu.reply = lambda system, user: user + " " + " ".join(["Answer briefly."] * 20)
+    set_chain(
+        [
+            {"kind": "remote", "name": "annotate", "config": {"pool": "cpu", "instruction": "Annotate."}},
+            {"kind": "generate"},
+        ]
+    )
+    before = RequestLog.objects.count()
+
+    def rewritten() -> bool:
+        # The simulator counts the prompt it got: the annotated one is 60 tokens longer.
+        got = client.chat.completions.create(**ASK)
+        assert got.usage is not None
+        return got.usage.prompt_tokens > 60
+
+    eventually(rewritten)
+    assert cpu.requests[-1]["messages"][1] == {"role": "user", "content": "Tell me a story about the sea"}
+    eventually(lambda: RequestLog.objects.count() > before)
+    eventually(lambda: RequestLog.objects.filter(route_reason__contains="(annotate rewritten)").exists())
+
+
+def test_slow_engine_fails_open(start_proxy: Callable[..., Proc], sim: FleetMember, cpu: CpuEngine) -> None:
+    tk = make_tenant_key("acme")
+    proxy = start_proxy()
+    client = openai.OpenAI(base_url=proxy.url + "/v1", api_key=tk.raw_key, max_retries=0, timeout=30)
+    text = whole(client)
+    set_chain(post({"pool": "cpu", "instruction": "Capitals.", "timeout_ms": 300, "on_failure": "open"}))
+    eventually(lambda: whole(client) == text.upper())
+    cpu.delay_s = 3.0
+    started = time.monotonic()
+    assert whole(client) == text  # as if the stage had passed
+    assert "".join(pieces(client)) == text
+    assert time.monotonic() - started < 2.5  # each waited the stage's 300 ms, not the engine's 3 s
+    eventually(
+        lambda: RequestLog.objects.filter(
+            route_reason__contains="(tidy timeout, failed open)", status=200, stream=True
+        ).exists()
+    )
+    assert outcomes(proxy, "timeout, failed open") == 2
+
+
+def test_failing_engine_fails_closed(
+    start_proxy: Callable[..., Proc], sim: FleetMember, cpu: CpuEngine
+) -> None:
+    tk = make_tenant_key("acme")
+    proxy = start_proxy()
+    client = openai.OpenAI(base_url=proxy.url + "/v1", api_key=tk.raw_key, max_retries=0, timeout=30)
+    text = whole(client)
+    set_chain(post({"pool": "cpu", "instruction": "Capitals.", "on_failure": "closed"}))
+    eventually(lambda: whole(client) == text.upper())
+    cpu.status = 500
+    for call in (whole, pieces):
+        with pytest.raises(openai.InternalServerError) as err:
+            call(client)
+        assert err.value.status_code == 503
+        assert err.value.code == "stage_unavailable"
+        assert "'tidy'" in err.value.message and "'cpu'" in err.value.message
+    eventually(
+        lambda: RequestLog.objects.filter(
+            route_reason__contains="(tidy error, failed closed)", status=503, stream=True
+        ).exists()
+    )
+    assert outcomes(proxy, "error, failed closed") == 2
