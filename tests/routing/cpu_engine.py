@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import re
 import secrets
 import threading
 from collections.abc import Callable, Iterator
@@ -35,12 +37,51 @@ class CpuEngine:
     status: int = 200
     port: int = 0
     api_key: str = ""
+    # A streamed answer (`"stream": true`): one piece per word, this long apart; `break_after` pieces,
+    # then the connection is cut (an engine that dies in the middle).
+    piece_delay_s: float = 0.0
+    break_after: int | None = None
     requests: list[dict[str, Any]] = field(default_factory=list)
     deployment: Deployment | None = None
 
 
+def stream_pieces(text: str) -> list[str]:
+    """How a streamed answer is cut: a word and the space after it (a leading space stays in front)."""
+    return [p for p in re.split(r"(?<=\s)(?=\S)", text) if p]
+
+
+async def _stream(
+    request: web.Request, engine: CpuEngine, text: str, stopping: asyncio.Event
+) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+
+    def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        chunk = {
+            "id": "chatcmpl-cpu",
+            "object": "chat.completion.chunk",
+            "model": "cpu",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+        return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+    await response.write(event({"role": "assistant", "content": ""}))
+    for n, piece in enumerate(stream_pieces(text)):
+        if engine.break_after is not None and n >= engine.break_after:
+            assert request.transport is not None
+            request.transport.abort()
+            return response
+        if n and engine.piece_delay_s:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), engine.piece_delay_s)
+        await response.write(event({"content": piece}))
+    await response.write(event({}, "stop") + b"data: [DONE]\n\n")
+    await response.write_eof()
+    return response
+
+
 def _app(engine: CpuEngine, stopping: asyncio.Event) -> web.Application:
-    async def chat(request: web.Request) -> web.Response:
+    async def chat(request: web.Request) -> web.StreamResponse:
         if request.headers.get("Authorization") != f"Bearer {engine.api_key}":
             return web.json_response({"error": {"message": "bad engine key"}}, status=401)
         body = await request.json()
@@ -53,6 +94,8 @@ def _app(engine: CpuEngine, stopping: asyncio.Event) -> web.Application:
             return web.json_response({"error": {"message": "engine failed"}}, status=engine.status)
         messages = body["messages"]
         text = engine.reply(messages[0]["content"], messages[-1]["content"])
+        if body.get("stream"):
+            return await _stream(request, engine, text, stopping)
         return web.json_response(
             {
                 "id": "cmpl-cpu",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import openai
 import pytest
@@ -72,7 +73,7 @@ def test_smollm2_labels_prompts_and_rewrites_answers(
     publish_config_change("stage_chain")
     proxy = start_proxy()
     client = openai.OpenAI(base_url=proxy.url + "/v1", api_key=tk.raw_key, max_retries=0, timeout=180)
-    ask = [{"role": "user", "content": "Why does this Python fail?\ndef f(x):\n    return x +"}]
+    ask: list[Any] = [{"role": "user", "content": "Why does this Python fail?\ndef f(x):\n    return x +"}]
     reply = client.chat.completions.create(model="llama", messages=ask, max_tokens=8)
     assert reply.choices[0].message.content  # the small model's rewrite (failing closed would be a 503)
     streamed = client.chat.completions.create(model="llama", messages=ask, max_tokens=8, stream=True)

@@ -16,7 +16,7 @@ import pytest
 from core.redis_client import publish_config_change
 from routing.models import RequestLog, StageChain
 from tests.routing.conftest import Proc, make_tenant_key
-from tests.routing.cpu_engine import CpuEngine, cpu_engine
+from tests.routing.cpu_engine import CpuEngine, cpu_engine, stream_pieces
 from tests.routing.fleet import FleetMember, start_member
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -92,9 +92,11 @@ def test_post_stage_rewrites_streamed_and_whole_answers(
     eventually(lambda: whole(client) == text.upper())
     streamed = pieces(client)
     assert "".join(streamed) == text.upper()
-    # The CPU engine got the stage's instruction and the whole answer, with the model it serves.
+    # The CPU engine got the stage's instruction and the whole answer, with the model it serves, and
+    # streamed its rewrite when the client streams.
     asked = cpu.requests[-1]
-    assert asked["model"] == "smollm-cpu"
+    assert asked["model"] == "smollm-cpu" and asked["stream"] is True
+    assert not cpu.requests[-2].get("stream")
     assert asked["messages"] == [
         {"role": "system", "content": "Rewrite the answer in capitals."},
         {"role": "user", "content": text},
@@ -177,3 +179,40 @@ def test_failing_engine_fails_closed(
         ).exists()
     )
     assert outcomes(proxy, "error, failed closed") == 2
+
+
+def test_a_streamed_rewrite_reaches_the_client_as_the_cpu_engine_writes_it(
+    start_proxy: Callable[..., Proc], sim: FleetMember, cpu: CpuEngine
+) -> None:
+    tk = make_tenant_key("acme")
+    proxy = start_proxy()
+    client = openai.OpenAI(base_url=proxy.url + "/v1", api_key=tk.raw_key, max_retries=0, timeout=30)
+    text = whole(client)
+    words = len(stream_pieces(text))
+    assert words >= 4
+    set_chain(post({"pool": "cpu", "instruction": "Capitals.", "timeout_ms": 5000}))
+    eventually(lambda: whole(client) == text.upper())
+    cpu.piece_delay_s = 0.15
+    arrived: list[tuple[float, str]] = []
+    started = time.monotonic()
+    for chunk in client.chat.completions.create(**ASK, stream=True):
+        if chunk.choices and chunk.choices[0].delta.content:
+            arrived.append((time.monotonic() - started, chunk.choices[0].delta.content))
+    assert "".join(piece for _, piece in arrived) == text.upper()
+    assert len(arrived) == words  # one chunk per piece the CPU engine sent
+    # The first piece came long before the CPU engine had written the last one.
+    assert arrived[-1][0] - arrived[0][0] >= 0.15 * (words - 1) * 0.8, arrived
+    # An engine that dies in the middle: the client has the first pieces, then an error event.
+    cpu.break_after = 2
+    got: list[str] = []
+    with pytest.raises(openai.APIError) as err:
+        for chunk in client.chat.completions.create(**ASK, stream=True):
+            if chunk.choices:
+                got.append(chunk.choices[0].delta.content or "")
+    assert err.value.code == "stage_broke_off" and "'tidy'" in err.value.message
+    assert "".join(got) == "".join(stream_pieces(text.upper())[:2])
+    eventually(
+        lambda: RequestLog.objects.filter(
+            route_reason__contains="(tidy error, broke off)", stream=True
+        ).exists()
+    )

@@ -16,7 +16,7 @@ from routing.choices import Scorer
 from routing.proxy import metrics as m
 from routing.proxy.config import Endpoint, Pool
 from routing.proxy.errors import ProxyError, unavailable
-from routing.proxy.pipeline import relay
+from routing.proxy.pipeline import hold, relay
 from routing.proxy.pipeline.context import (
     DisconnectWatch,
     RequestContext,
@@ -217,7 +217,7 @@ async def attempt_call(
             await relay.whole(svc, ctx, resp, path, deadline, send)
             return
         if ctx.chain is not None and ctx.chain.holds:
-            await relay.held_stream(svc, ctx, pool, resp, started, deadline, send)
+            await hold.stream(svc, ctx, pool, resp, started, deadline, send)
             return
         await relay.stream(svc, ctx, pool, resp, started, deadline, send)
     finally:

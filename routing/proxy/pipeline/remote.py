@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import orjson
 
 from routing.proxy import metrics as m
+from routing.proxy.config import Endpoint, Pool
 from routing.proxy.scorers import EndpointLoad, ScoreRequest, choose
 from routing.proxy.services import Services
+from routing.proxy.upstream import UpstreamResponse
 
 PATH = "/v1/chat/completions"
 
@@ -33,16 +36,8 @@ class RemoteFailure(Exception):
         self.detail = detail
 
 
-async def chat(
-    svc: Services,
-    pool_name: str,
-    messages: list[dict[str, Any]],
-    *,
-    max_tokens: int,
-    timeout_s: float,
-    temperature: float | None = None,
-) -> str:
-    """The text of the pool's engine's answer to `messages`; RemoteFailure when there is none in time."""
+def pick(svc: Services, pool_name: str) -> tuple[Pool, Endpoint]:
+    """The pool and the endpoint its scorer picks among its available ones; RemoteFailure when none."""
     pool = svc.snapshot.pools.get(pool_name)
     if pool is None:
         raise RemoteFailure("unavailable", f"no pool named '{pool_name}'")
@@ -67,20 +62,40 @@ async def chat(
     index, _ = choose(pool.scorer, loads, ScoreRequest(), weights=pool.weights, rr=rr)
     ep = live[index]
     svc.metric(m.ROUTE_DECISIONS, pool.name, pool.scorer, ep.id).inc()
+    return pool, ep
+
+
+async def _post(
+    svc: Services, pool: Pool, ep: Endpoint, body: dict[str, Any], timeout_s: float
+) -> UpstreamResponse:
+    host, port = svc.hostport(ep.base_url)
+    extra = b"Authorization: Bearer " + ep.api_key.encode() + b"\r\n" if ep.api_key else b""
+    return await svc.upstream.post(
+        host, port, PATH, orjson.dumps(body), extra, min(pool.connect_timeout_s, timeout_s)
+    )
+
+
+async def chat(
+    svc: Services,
+    pool_name: str,
+    messages: list[dict[str, Any]],
+    *,
+    max_tokens: int,
+    timeout_s: float,
+    temperature: float | None = None,
+) -> str:
+    """The text of the pool's engine's answer to `messages`; RemoteFailure when there is none in time."""
+    pool, ep = pick(svc, pool_name)
     body: dict[str, Any] = {"model": ep.served_model_name, "messages": messages, "max_tokens": max_tokens}
     if temperature is not None:
         body["temperature"] = temperature
-    host, port = svc.hostport(ep.base_url)
-    extra = b"Authorization: Bearer " + ep.api_key.encode() + b"\r\n" if ep.api_key else b""
-    state = state_of(ep)
-    state.begin(now, 0)
+    state = svc.live.of(ep)
+    state.begin(time.monotonic(), 0)
     try:
         # A timeout cancels the wait: the upstream client then closes the connection (the engine may
         # still answer on it), so a late answer never reaches a later request.
         async with asyncio.timeout(timeout_s):
-            resp = await svc.upstream.post(
-                host, port, PATH, orjson.dumps(body), extra, min(pool.connect_timeout_s, timeout_s)
-            )
+            resp = await _post(svc, pool, ep, body, timeout_s)
             try:
                 data = await resp.read()
             finally:
@@ -105,3 +120,92 @@ async def chat(
         raise RemoteFailure("error", f"{ep.id} answered no text")
     state.success()
     return text
+
+
+def _texts(events: bytes) -> tuple[list[str], bool]:
+    """The text pieces of complete SSE events of a chat completion stream, and whether it ended."""
+    out: list[str] = []
+    for event in events.split(b"\n\n"):
+        if not event.startswith(b"data: "):
+            continue
+        if event.startswith(b"data: [DONE]"):
+            return out, True
+        try:
+            obj = orjson.loads(event[6:])
+            piece = obj["choices"][0]["delta"].get("content") if obj.get("choices") else None
+        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError):
+            raise RemoteFailure("error", "the engine's stream holds no chat completion chunk") from None
+        if isinstance(piece, str) and piece:
+            out.append(piece)
+    return out, False
+
+
+async def chat_stream(
+    svc: Services, pool_name: str, messages: list[dict[str, Any]], *, max_tokens: int, timeout_s: float
+) -> AsyncGenerator[str, None]:
+    """The pool's engine's answer to `messages` as it streams: its text pieces. The first must come
+    within `timeout_s` (RemoteFailure otherwise, before anything was yielded); after it the pool's
+    inter-token and total timeouts apply, and a break raises RemoteFailure in the middle."""
+    pool, ep = pick(svc, pool_name)
+    body = {"model": ep.served_model_name, "messages": messages, "max_tokens": max_tokens, "stream": True}
+    state = svc.live.of(ep)
+    started = time.monotonic()
+    state.begin(started, 0)
+    resp: UpstreamResponse | None = None
+    buffer = b""
+    done = False
+    pending: list[str] = []
+    try:
+        try:
+            async with asyncio.timeout(timeout_s):
+                resp = await _post(svc, pool, ep, body, timeout_s)
+                if resp.status != 200:
+                    raise RemoteFailure("error", f"{ep.id} answered HTTP {resp.status}")
+                while not pending and not done:
+                    chunk = await resp.readany()
+                    if not chunk:
+                        break
+                    # llama.cpp's server (sse-starlette) ends lines with CRLF, vLLM with LF.
+                    buffer = (buffer + chunk).replace(b"\r\n", b"\n")
+                    cut = buffer.rfind(b"\n\n")
+                    if cut >= 0:
+                        pending, done = _texts(buffer[: cut + 2])
+                        buffer = buffer[cut + 2 :]
+        except TimeoutError:
+            raise RemoteFailure("timeout", f"no text from {ep.id} within {timeout_s * 1000:g} ms") from None
+        except OSError as exc:
+            raise RemoteFailure("unavailable", f"{ep.id}: {type(exc).__name__}") from None
+        for piece in pending:
+            yield piece
+        deadline = started + pool.total_timeout_s
+        while not done:
+            try:
+                async with asyncio.timeout(
+                    min(pool.inter_token_timeout_s, max(0.0, deadline - time.monotonic()))
+                ):
+                    chunk = await resp.readany()
+            except TimeoutError:
+                raise RemoteFailure("timeout", f"{ep.id} stopped in the middle of its answer") from None
+            except OSError as exc:
+                raise RemoteFailure("error", f"{ep.id} broke off its answer: {type(exc).__name__}") from None
+            if not chunk:
+                break
+            buffer = (buffer + chunk).replace(b"\r\n", b"\n")
+            cut = buffer.rfind(b"\n\n")
+            if cut >= 0:
+                pieces, done = _texts(buffer[: cut + 2])
+                buffer = buffer[cut + 2 :]
+                for piece in pieces:
+                    yield piece
+        if not done:
+            raise RemoteFailure("error", f"{ep.id} closed its stream before the end")
+    except RemoteFailure as exc:
+        if exc.why != "error" or (resp is not None and resp.status >= 500):
+            state.failure(time.monotonic())
+        raise
+    else:
+        state.success()
+    finally:
+        state.end()
+        if resp is not None:
+            resp.release()

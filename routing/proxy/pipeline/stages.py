@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Awaitable
+from collections.abc import AsyncGenerator, Awaitable, Sequence
 from typing import Any
 
 from routing.proxy import metrics as m
@@ -272,10 +272,9 @@ class Remote(Stage):
 
     async def ask(self, ctx: RequestContext, svc: Services, text: str) -> str | None:
         """The CPU engine's reply to `text`; None when the call failed and the stage fails open."""
-        messages = [{"role": "system", "content": self.instruction}, {"role": "user", "content": text}]
         try:
             reply = await remote.chat(
-                svc, self.pool, messages, max_tokens=self.max_tokens, timeout_s=self.timeout_s
+                svc, self.pool, self.messages(text), max_tokens=self.max_tokens, timeout_s=self.timeout_s
             )
         except remote.RemoteFailure as exc:
             remote_failed(ctx, self, exc, self.fail_open)
@@ -323,6 +322,25 @@ class Remote(Stage):
     async def rewrite(self, ctx: RequestContext, svc: Services, text: str) -> str:
         reply = await self.ask(ctx, svc, text)
         return text if reply is None else reply
+
+    async def open_rewrite(
+        self, ctx: RequestContext, svc: Services, text: str
+    ) -> tuple[str, AsyncGenerator[str, None]] | None:
+        """A streamed rewrite of `text`: its first piece and the pieces still to come; None when the
+        call failed before its first piece and the stage fails open (failing closed raises the 503)."""
+        pieces = remote.chat_stream(
+            svc, self.pool, self.messages(text), max_tokens=self.max_tokens, timeout_s=self.timeout_s
+        )
+        try:
+            first = await anext(pieces, "")
+        except remote.RemoteFailure as exc:
+            remote_failed(ctx, self, exc, self.fail_open)
+            return None
+        run_of(ctx).outcomes[self.name] = "rewritten"
+        return first, pieces
+
+    def messages(self, text: str) -> list[dict[str, Any]]:
+        return [{"role": "system", "content": self.instruction}, {"role": "user", "content": text}]
 
 
 # How much of the prompt a model classifier reads (its end: the latest turn matters most).
@@ -474,6 +492,13 @@ def answer_text(ctx: RequestContext, index: int, text: str | None) -> str:
     return out
 
 
+def through(ctx: RequestContext, answer: Sequence[Stage], index: int, text: str, end: bool) -> str:
+    """`text` through the answer stages `answer` in order (with their `on_end` at the choice's end)."""
+    for stage in answer:
+        text = _through(ctx, stage, index, text, end)
+    return text
+
+
 def _through(ctx: RequestContext, stage: Stage, index: int, text: str, end: bool) -> str:
     """One answer stage's `on_text` (and `on_end` at the choice's end), timed, errors mapped."""
     started = time.perf_counter()
@@ -492,12 +517,15 @@ def _through(ctx: RequestContext, stage: Stage, index: int, text: str, end: bool
         run_of(ctx).spent[stage.name] = run_of(ctx).spent.get(stage.name, 0.0) + time.perf_counter() - started
 
 
-async def held_text(ctx: RequestContext, svc: Services, index: int, text: str) -> str:
-    """A held answer's whole text (choice `index`) through every answer stage in chain order: a holding
-    stage rewrites it (`rewrite`), the others see it as one piece (`on_text` and `on_end`)."""
+async def held_text(
+    ctx: RequestContext, svc: Services, index: int, text: str, answer: Sequence[Stage] | None = None
+) -> str:
+    """A held answer's whole text (choice `index`) through the answer stages (`answer`, by default all
+    of them) in chain order: a holding stage rewrites it (`rewrite`), the others see it as one piece
+    (`on_text` and `on_end`)."""
     assert ctx.chain is not None
     out = text
-    for stage in ctx.chain.answer:
+    for stage in ctx.chain.answer if answer is None else answer:
         if not stage.holds:
             out = _through(ctx, stage, index, out, True)
             continue
