@@ -216,3 +216,28 @@ def test_a_streamed_rewrite_reaches_the_client_as_the_cpu_engine_writes_it(
             route_reason__contains="(tidy error, broke off)", stream=True
         ).exists()
     )
+
+
+def test_a_guard_after_the_rewrite_sees_the_rewritten_text(
+    start_proxy: Callable[..., Proc], sim: FleetMember, cpu: CpuEngine
+) -> None:
+    tk = make_tenant_key("acme")
+    proxy = start_proxy()
+    client = openai.OpenAI(base_url=proxy.url + "/v1", api_key=tk.raw_key, max_retries=0, timeout=30)
+    text = whole(client)
+    # A term made of the end of one streamed piece and the start of the next.
+    cut = stream_pieces(text.upper())
+    term = cut[1].rstrip()[-2:] + " " + cut[2][:2]
+    masked = text.upper().replace(term, "*" * len(term))
+    assert masked != text.upper()
+    stages = post({"pool": "cpu", "instruction": "Capitals.", "timeout_ms": 5000})
+    stages.append({"kind": "guard", "name": "terms", "config": {"terms": [term.lower()], "action": "mask"}})
+    set_chain(stages)
+    eventually(lambda: whole(client) == masked)
+    cpu.piece_delay_s = 0.05
+    assert "".join(pieces(client)) == masked
+    eventually(
+        lambda: RequestLog.objects.filter(
+            route_reason__contains="(tidy rewritten, terms masked)", stream=True
+        ).exists()
+    )

@@ -212,7 +212,8 @@ async def _relay_rewrite(
         await send(
             {
                 "type": "http.response.body",
-                "body": answer.events(0, at + 1) + answer.piece(index, out),
+                # (A guard after the rewriter may hold the first piece back: then no text chunk yet.)
+                "body": answer.events(0, at + 1) + (answer.piece(index, out) if out else b""),
                 "more_body": True,
             }
         )

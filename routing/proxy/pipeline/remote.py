@@ -140,6 +140,22 @@ def _texts(events: bytes) -> tuple[list[str], bool]:
     return out, False
 
 
+class _Events:
+    """The text pieces of a chat completion stream as its bytes come in (events complete or not)."""
+
+    def __init__(self) -> None:
+        self.buffer = b""
+
+    def feed(self, chunk: bytes) -> tuple[list[str], bool]:
+        # llama.cpp's server (sse-starlette) ends lines with CRLF, vLLM with LF.
+        self.buffer = (self.buffer + chunk).replace(b"\r\n", b"\n")
+        cut = self.buffer.rfind(b"\n\n")
+        if cut < 0:
+            return [], False
+        events, self.buffer = self.buffer[: cut + 2], self.buffer[cut + 2 :]
+        return _texts(events)
+
+
 async def chat_stream(
     svc: Services, pool_name: str, messages: list[dict[str, Any]], *, max_tokens: int, timeout_s: float
 ) -> AsyncGenerator[str, None]:
@@ -152,7 +168,7 @@ async def chat_stream(
     started = time.monotonic()
     state.begin(started, 0)
     resp: UpstreamResponse | None = None
-    buffer = b""
+    events = _Events()
     done = False
     pending: list[str] = []
     try:
@@ -165,12 +181,7 @@ async def chat_stream(
                     chunk = await resp.readany()
                     if not chunk:
                         break
-                    # llama.cpp's server (sse-starlette) ends lines with CRLF, vLLM with LF.
-                    buffer = (buffer + chunk).replace(b"\r\n", b"\n")
-                    cut = buffer.rfind(b"\n\n")
-                    if cut >= 0:
-                        pending, done = _texts(buffer[: cut + 2])
-                        buffer = buffer[cut + 2 :]
+                    pending, done = events.feed(chunk)
         except TimeoutError:
             raise RemoteFailure("timeout", f"no text from {ep.id} within {timeout_s * 1000:g} ms") from None
         except OSError as exc:
@@ -190,17 +201,14 @@ async def chat_stream(
                 raise RemoteFailure("error", f"{ep.id} broke off its answer: {type(exc).__name__}") from None
             if not chunk:
                 break
-            buffer = (buffer + chunk).replace(b"\r\n", b"\n")
-            cut = buffer.rfind(b"\n\n")
-            if cut >= 0:
-                pieces, done = _texts(buffer[: cut + 2])
-                buffer = buffer[cut + 2 :]
-                for piece in pieces:
-                    yield piece
+            pieces, done = events.feed(chunk)
+            for piece in pieces:
+                yield piece
         if not done:
             raise RemoteFailure("error", f"{ep.id} closed its stream before the end")
-    except RemoteFailure as exc:
-        if exc.why != "error" or (resp is not None and resp.status >= 500):
+    except RemoteFailure:
+        # Against the endpoint's breaker unless it refused the request itself (a 4xx: the stage's fault).
+        if resp is None or not 400 <= resp.status < 500:
             state.failure(time.monotonic())
         raise
     else:
