@@ -241,3 +241,26 @@ def test_a_guard_after_the_rewrite_sees_the_rewritten_text(
             route_reason__contains="(tidy rewritten, terms masked)", stream=True
         ).exists()
     )
+
+
+def test_several_choices_are_each_rewritten(
+    start_proxy: Callable[..., Proc], sim: FleetMember, cpu: CpuEngine
+) -> None:
+    tk = make_tenant_key("acme")
+    proxy = start_proxy()
+    client = openai.OpenAI(base_url=proxy.url + "/v1", api_key=tk.raw_key, max_retries=0, timeout=30)
+    texts = [c.message.content or "" for c in client.chat.completions.create(**ASK, n=2).choices]
+    set_chain(post({"pool": "cpu", "instruction": "Capitals.", "timeout_ms": 5000}))
+    eventually(
+        lambda: (
+            [c.message.content for c in client.chat.completions.create(**ASK, n=2).choices]
+            == [t.upper() for t in texts]
+        )
+    )
+    got: dict[int, str] = {}
+    for chunk in client.chat.completions.create(**ASK, n=2, stream=True):
+        for choice in chunk.choices:
+            got[choice.index] = got.get(choice.index, "") + (choice.delta.content or "")
+    assert got == {0: texts[0].upper(), 1: texts[1].upper()}
+    # Each choice rewritten whole, not streamed from the CPU engine.
+    assert [r.get("stream") for r in cpu.requests[-2:]] == [None, None]
