@@ -15,6 +15,15 @@ the pool, or the alias's policy picks one), then optional post-stages. Kinds:
 - `cache`: `{"ttl_s": 300, "max_entry_bytes": 262144, "max_entries": 10000, "max_bytes": 67108864}` (all
   optional): answers to deterministic requests (temperature 0 or a seed, one choice) replayed from Redis
   (routing/proxy/answercache.py); a pre-stage only.
+  With `"model": {...}` (instead of or after the rules) a small model on a CPU pool labels the prompt
+  when no rule matched: `{"pool": ..., "labels": {"<label>": "<pool name>", ...}, "instruction": ...,
+  "timeout_ms": ..., "on_failure": ..., "max_tokens": ...}` (see `remote`).
+- `remote`: `{"pool": "<cpu-postprocess pool>", "instruction": "...", "timeout_ms": 2000,
+  "on_failure": "open" | "closed", "max_tokens": 512}`: the pool's engine is asked through
+  `/v1/chat/completions` with the instruction as the system message; before generation its reply
+  replaces the last user message (or the prompt), after generation it replaces the answer.
+  `on_failure: open` lets the request go on as if the stage passed when the call fails or times out,
+  `closed` refuses it with a 503 naming the stage.
 - `chain`: `{"chain": "<chain name>"}`: another chain's stages in its place (its own generate step
   must then be this chain's only one).
 """
@@ -25,7 +34,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-KINDS = ("generate", "guard", "classify", "cache", "chain")
+KINDS = ("generate", "guard", "classify", "cache", "remote", "chain")
 CLASSIFY_MATCH = {
     "min_prompt_tokens",
     "max_prompt_tokens",
@@ -52,6 +61,16 @@ CACHE_DEFAULTS = {
     "max_entries": 10_000,
     "max_bytes": 64 * 1024 * 1024,
 }
+# Remote stages (a call to a CPU pool's engine): what a config may ask for.
+CPU_ROLE = "cpu-postprocess"
+ON_FAILURE = ("open", "closed")
+DEFAULT_REMOTE_TIMEOUT_MS = 2000
+MAX_REMOTE_TIMEOUT_MS = 600_000
+MAX_INSTRUCTION_CHARS = 4000
+DEFAULT_REMOTE_MAX_TOKENS = 512
+DEFAULT_LABEL_MAX_TOKENS = 8
+MAX_LABELS = 32
+LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}")
 
 
 class ChainError(ValueError):
@@ -117,7 +136,59 @@ def _cache(config: dict[str, Any], where: str) -> None:
         )
 
 
+def _remote_call(config: dict[str, Any], at: str, *, max_tokens_default: int) -> None:
+    """What every call to a CPU pool's engine needs: the pool, its timeout and failure mode, the cap."""
+    if not isinstance(config.get("pool"), str) or not config["pool"]:
+        raise ChainError(f"{at}.pool must name a pool of role {CPU_ROLE}.")
+    timeout = config.get("timeout_ms", DEFAULT_REMOTE_TIMEOUT_MS)
+    if not isinstance(timeout, int) or isinstance(timeout, bool) or not 1 <= timeout <= MAX_REMOTE_TIMEOUT_MS:
+        raise ChainError(f"{at}.timeout_ms must be an integer from 1 to {MAX_REMOTE_TIMEOUT_MS}.")
+    if config.get("on_failure", "open") not in ON_FAILURE:
+        raise ChainError(f"{at}.on_failure must be one of {', '.join(ON_FAILURE)}.")
+    cap = config.get("max_tokens", max_tokens_default)
+    if not isinstance(cap, int) or isinstance(cap, bool) or not 1 <= cap <= 32768:
+        raise ChainError(f"{at}.max_tokens must be an integer from 1 to 32768.")
+    instruction = config.get("instruction", "")
+    if not isinstance(instruction, str) or len(instruction) > MAX_INSTRUCTION_CHARS:
+        raise ChainError(f"{at}.instruction must be a string of at most {MAX_INSTRUCTION_CHARS} characters.")
+
+
+def _remote(config: dict[str, Any], where: str) -> None:
+    unknown = set(config) - {"pool", "instruction", "timeout_ms", "on_failure", "max_tokens"}
+    if unknown:
+        raise ChainError(f"{where}.config has unknown keys: {sorted(unknown)}.")
+    _remote_call(config, f"{where}.config", max_tokens_default=DEFAULT_REMOTE_MAX_TOKENS)
+    if not config.get("instruction", "").strip():
+        raise ChainError(f"{where}.config.instruction must say what the CPU engine is to do.")
+
+
+def _classify_model(model: Any, where: str) -> None:
+    at = f"{where}.config.model"
+    if not isinstance(model, dict):
+        raise ChainError(f"{at} must be an object: {{'pool': ..., 'labels': {{label: pool}}}}.")
+    unknown = set(model) - {"pool", "labels", "instruction", "timeout_ms", "on_failure", "max_tokens"}
+    if unknown:
+        raise ChainError(f"{at} has unknown keys: {sorted(unknown)}.")
+    _remote_call(model, at, max_tokens_default=DEFAULT_LABEL_MAX_TOKENS)
+    labels = model.get("labels")
+    if not isinstance(labels, dict) or not labels:
+        raise ChainError(f"{at}.labels must be a non-empty object of label -> pool name.")
+    if len(labels) > MAX_LABELS:
+        raise ChainError(f"{at}.labels has {len(labels)} labels; at most {MAX_LABELS}.")
+    for label, pool in labels.items():
+        if not LABEL.fullmatch(label):
+            raise ChainError(
+                f"{at}.labels: '{label}' is not a label (letters, digits, - and _, at most 32 characters)."
+            )
+        if not isinstance(pool, str) or not pool:
+            raise ChainError(f"{at}.labels.{label} must be a pool name.")
+
+
 def _classify(config: dict[str, Any], where: str) -> None:
+    if "model" in config:
+        _classify_model(config["model"], where)
+        if "rules" not in config:
+            return
     rules = config.get("rules")
     if not isinstance(rules, list) or not rules:
         raise ChainError(
@@ -191,6 +262,8 @@ def parse_stages(raw: Any) -> list[StageSpec]:
             _classify(config, where)
         elif kind == "cache":
             _cache(config, where)
+        elif kind == "remote":
+            _remote(config, where)
         elif kind == "generate":
             pool = config.get("pool")
             if pool is not None and (not isinstance(pool, str) or not pool):
@@ -249,5 +322,19 @@ def pools_named(stages: list[StageSpec]) -> list[tuple[str, str]]:
     named = [(s.name, s.config["pool"]) for s in stages if s.kind == "generate" and s.config.get("pool")]
     for s in stages:
         if s.kind == "classify":
-            named.extend((s.name, rule["pool"]) for rule in s.config["rules"])
+            named.extend((s.name, rule["pool"]) for rule in s.config.get("rules") or [])
+            model = s.config.get("model")
+            if model:
+                named.extend((s.name, pool) for pool in model["labels"].values())
+    named.extend(cpu_pools_named(stages))
+    return named
+
+
+def cpu_pools_named(stages: list[StageSpec]) -> list[tuple[str, str]]:
+    """(stage name, pool name) of every call to a CPU pool's engine (a remote stage, a model classifier):
+    those pools must be of role cpu-postprocess."""
+    named = [(s.name, s.config["pool"]) for s in stages if s.kind == "remote"]
+    named.extend(
+        (s.name, s.config["model"]["pool"]) for s in stages if s.kind == "classify" and s.config.get("model")
+    )
     return named

@@ -16,7 +16,7 @@ from routing.choices import Scorer
 from routing.proxy import metrics as m
 from routing.proxy.config import Endpoint, Pool
 from routing.proxy.errors import ProxyError, unavailable
-from routing.proxy.pipeline import relay
+from routing.proxy.pipeline import hold, relay
 from routing.proxy.pipeline.context import (
     DisconnectWatch,
     RequestContext,
@@ -214,7 +214,10 @@ async def attempt_call(
         if resp.status >= 500:
             raise RetryableUpstreamError(f"HTTP {resp.status}")
         if not ctx.stream or resp.status != 200:
-            await relay.whole(ctx, resp, path, deadline, send)
+            await relay.whole(svc, ctx, resp, path, deadline, send)
+            return
+        if ctx.chain is not None and ctx.chain.holds:
+            await hold.stream(svc, ctx, pool, resp, started, deadline, send)
             return
         await relay.stream(svc, ctx, pool, resp, started, deadline, send)
     finally:

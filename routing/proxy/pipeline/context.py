@@ -40,6 +40,8 @@ class StageChain(Protocol):
     answer: tuple[Any, ...]
     # The stages whose response hook runs once the answer is out (post-stages, and pre-stages with one).
     respond: tuple[Any, ...]
+    # Whether one of them needs the answer whole (a remote rewrite): the relay then holds it.
+    holds: bool
     pool: str | None
     reason: str
 

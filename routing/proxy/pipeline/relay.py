@@ -35,7 +35,9 @@ def is_openai_error(data: bytes) -> bool:
     return isinstance(parsed, dict) and isinstance(parsed.get("error"), dict)
 
 
-async def whole(ctx: RequestContext, resp: UpstreamResponse, path: str, deadline: float, send: Send) -> None:
+async def whole(
+    svc: Services, ctx: RequestContext, resp: UpstreamResponse, path: str, deadline: float, send: Send
+) -> None:
     """A non-streamed answer (or any error answer), read whole and passed on."""
     try:
         if not resp.complete:
@@ -52,7 +54,10 @@ async def whole(ctx: RequestContext, resp: UpstreamResponse, path: str, deadline
     if resp.status == 200:
         if ctx.stage_run is not None and ctx.stage_run.tap is not None:
             ctx.stage_run.tap(data)  # the raw answer, before post-stages change it
-        if ctx.chain is not None and ctx.chain.answer:
+        if ctx.chain is not None and ctx.chain.holds:
+            ctx.clear_deadline()  # the engine's part is done; the stages have their own timeouts
+            data = await held_whole(svc, ctx, data)
+        elif ctx.chain is not None and ctx.chain.answer:
             data = staged_whole(ctx, data)
         usage_from(ctx, data)
     elif resp.status >= 400:
@@ -316,3 +321,23 @@ def staged_events(ctx: RequestContext, events: bytes, client_wants_usage: bool, 
         if keep:
             kept.append(event + b"\n\n")
     return b"".join(kept)
+
+
+async def held_whole(svc: Services, ctx: RequestContext, data: bytes) -> bytes:
+    """`staged_whole` for a chain with a holding stage (a remote rewrite): each choice's text whole
+    through the answer stages, which may call a CPU engine."""
+    try:
+        parsed = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return data
+    if not isinstance(parsed, dict):
+        return data
+    for n, choice in enumerate(parsed.get("choices") or []):
+        if not isinstance(choice, dict):
+            continue
+        index = choice.get("index", n)
+        msg = choice.get("message")
+        field, holder = ("content", msg) if isinstance(msg, dict) else ("text", choice)
+        if isinstance(holder.get(field), str):
+            holder[field] = await stages.held_text(ctx, svc, index, holder[field])
+    return orjson.dumps(parsed)

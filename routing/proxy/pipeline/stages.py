@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Awaitable
+from collections.abc import AsyncGenerator, Awaitable, Sequence
 from typing import Any
 
 import orjson
@@ -26,9 +26,16 @@ from routing.proxy import answercache
 from routing.proxy import metrics as m
 from routing.proxy.config import ChainSpec
 from routing.proxy.errors import ProxyError
+from routing.proxy.pipeline import remote
 from routing.proxy.pipeline.context import RequestContext, StageRun, header
 from routing.proxy.services import Services
-from routing.proxy.stagespec import StageSpec, guard_pattern
+from routing.proxy.stagespec import (
+    DEFAULT_LABEL_MAX_TOKENS,
+    DEFAULT_REMOTE_MAX_TOKENS,
+    DEFAULT_REMOTE_TIMEOUT_MS,
+    StageSpec,
+    guard_pattern,
+)
 
 log = logging.getLogger("routing.proxy.app")
 
@@ -53,6 +60,9 @@ class Stage:
     kind = "stage"
     # Whether the stage looks at answer text (then the relay hands it each piece of a stream).
     on_answer = False
+    # Whether it needs the answer whole (a remote rewrite): then the relay holds the answer until it is
+    # complete and hands it to `rewrite` instead of `on_text`/`on_end` (relay.held_whole/held_stream).
+    holds = False
 
     def __init__(self, spec: StageSpec, chain: str) -> None:
         self.name = spec.name
@@ -71,6 +81,10 @@ class Stage:
 
     async def on_response(self, ctx: RequestContext, svc: Services) -> None:
         """After the answer is out (the request's status and usage are known)."""
+
+    async def rewrite(self, ctx: RequestContext, svc: Services, text: str) -> str:
+        """A holding stage: choice's whole answer text -> what the client gets instead."""
+        return text
 
 
 class Guard(Stage):
@@ -175,7 +189,7 @@ class Classify(Stage):
     def __init__(self, spec: StageSpec, chain: str) -> None:
         super().__init__(spec, chain)
         self.rules: list[tuple[dict[str, Any], re.Pattern[str] | None, str]] = []
-        for rule in spec.config["rules"]:
+        for rule in spec.config.get("rules") or []:
             match = dict(rule.get("match") or {})
             words = match.get("keywords")
             pattern = guard_pattern(words, bool(match.get("regex"))) if words else None
@@ -325,20 +339,195 @@ class Cache(Stage):
             m.CACHE_EVICTIONS.labels(self.chain, self.name).inc(evicted)
 
 
+def remote_failed(ctx: RequestContext, stage: Stage, exc: remote.RemoteFailure, fail_open: bool) -> None:
+    """A call to a CPU engine failed: the outcome says how ("timeout, failed open"); failing closed
+    refuses the request with a 503 that names the stage."""
+    run_of(ctx).outcomes[stage.name] = f"{exc.why}, failed {'open' if fail_open else 'closed'}"
+    log.warning("proxy: stage %s of chain %s: %s", stage.name, stage.chain, exc)
+    if fail_open:
+        return
+    what = {"timeout": "timed out", "unavailable": "found no healthy CPU endpoint"}.get(exc.why, "failed")
+    raise ProxyError(
+        503,
+        f"The stage '{stage.name}' of the chain '{stage.chain}' {what}, and it fails closed, so the "
+        "request was refused; retry shortly.",
+        type="service_unavailable_error",
+        code="stage_unavailable",
+    )
+
+
+class Remote(Stage):
+    """Work done by a CPU pool's engine (routing/proxy/pipeline/remote.py) with the stage's instruction
+    as the system message: before generation its reply replaces the last user message (or the prompt);
+    after generation it replaces each choice's answer, which the relay holds until complete.
+
+    The request's prompt tokens (limits, routing) are counted on the client's prompt, before a
+    pre-stage rewrites it; the engine's usage, which accounting prefers, counts the rewritten one.
+    """
+
+    kind = "remote"
+
+    def __init__(self, spec: StageSpec, chain: str, *, post: bool) -> None:
+        super().__init__(spec, chain)
+        config = spec.config
+        self.pool: str = config["pool"]
+        self.instruction: str = config["instruction"]
+        self.timeout_s = config.get("timeout_ms", DEFAULT_REMOTE_TIMEOUT_MS) / 1000
+        self.fail_open = config.get("on_failure", "open") == "open"
+        self.max_tokens: int = config.get("max_tokens", DEFAULT_REMOTE_MAX_TOKENS)
+        self.on_answer = self.holds = post
+
+    async def ask(self, ctx: RequestContext, svc: Services, text: str) -> str | None:
+        """The CPU engine's reply to `text`; None when the call failed and the stage fails open."""
+        try:
+            reply = await remote.chat(
+                svc, self.pool, self.messages(text), max_tokens=self.max_tokens, timeout_s=self.timeout_s
+            )
+        except remote.RemoteFailure as exc:
+            remote_failed(ctx, self, exc, self.fail_open)
+            return None
+        run_of(ctx).outcomes[self.name] = "rewritten"
+        return reply
+
+    async def on_request(self, ctx: RequestContext, svc: Services) -> None:
+        body = ctx.body
+        assert body is not None
+        messages = body.get("messages")
+        users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"] if messages else []
+        if users:
+            msg = users[-1]
+            content = msg.get("content")
+            if isinstance(content, list):
+                texts = [p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
+                old = "\n".join(texts)
+            else:
+                texts = [content] if isinstance(content, str) else []
+                old = content if isinstance(content, str) else ""
+        elif isinstance(body.get("prompt"), str):
+            texts = [old := body["prompt"]]
+        else:
+            return  # nothing this stage can rewrite (token prompts, a list of prompts)
+        reply = await self.ask(ctx, svc, old)
+        if reply is None:
+            return
+        if users:
+            content = users[-1].get("content")
+            if isinstance(content, list):
+                rest = [p for p in content if not (isinstance(p, dict) and isinstance(p.get("text"), str))]
+                users[-1]["content"] = [{"type": "text", "text": reply}, *rest]
+            else:
+                users[-1]["content"] = reply
+        else:
+            body["prompt"] = reply
+        # The text later stages look at (a guard, a classify rule): the rewritten one.
+        parts = list(ctx.parts)
+        for text in texts:
+            if text in parts:
+                parts.remove(text)
+        ctx.parts = [*parts, reply]
+
+    async def rewrite(self, ctx: RequestContext, svc: Services, text: str) -> str:
+        reply = await self.ask(ctx, svc, text)
+        return text if reply is None else reply
+
+    async def open_rewrite(
+        self, ctx: RequestContext, svc: Services, text: str
+    ) -> tuple[str, AsyncGenerator[str, None]] | None:
+        """A streamed rewrite of `text`: its first piece and the pieces still to come; None when the
+        call failed before its first piece and the stage fails open (failing closed raises the 503)."""
+        pieces = remote.chat_stream(
+            svc, self.pool, self.messages(text), max_tokens=self.max_tokens, timeout_s=self.timeout_s
+        )
+        try:
+            first = await anext(pieces, "")
+        except remote.RemoteFailure as exc:
+            remote_failed(ctx, self, exc, self.fail_open)
+            return None
+        run_of(ctx).outcomes[self.name] = "rewritten"
+        return first, pieces
+
+    def messages(self, text: str) -> list[dict[str, Any]]:
+        return [{"role": "system", "content": self.instruction}, {"role": "user", "content": text}]
+
+
+# How much of the prompt a model classifier reads (its end: the latest turn matters most).
+MAX_CLASSIFY_CHARS = 4000
+
+
+class ModelClassify(Classify):
+    """Classify with a small model on a CPU pool when no rule matched: the model labels the prompt
+    (temperature 0, a few tokens), and the label's pool serves it. No label in the reply, or a failed
+    call that fails open, leaves the generate step's pool."""
+
+    def __init__(self, spec: StageSpec, chain: str) -> None:
+        super().__init__(spec, chain)
+        model = spec.config["model"]
+        self.model_pool: str = model["pool"]
+        self.labels: dict[str, tuple[str, str]] = {
+            label.lower(): (label, pool) for label, pool in model["labels"].items()
+        }
+        self.timeout_s = model.get("timeout_ms", DEFAULT_REMOTE_TIMEOUT_MS) / 1000
+        self.fail_open = model.get("on_failure", "open") == "open"
+        self.max_tokens: int = model.get("max_tokens", DEFAULT_LABEL_MAX_TOKENS)
+        instruction = model.get("instruction", "")
+        self.system = (instruction.strip() + "\n\n" if instruction.strip() else "") + (
+            f"Label the user's message with exactly one of these labels: {', '.join(model['labels'])}. "
+            "Answer with the label only."
+        )
+        # The first label the reply names (longest first, so "code-review" wins over "code").
+        self.find = re.compile(
+            r"(?<![\w-])(?:"
+            + "|".join(re.escape(label) for label in sorted(self.labels, key=len, reverse=True))
+            + r")(?![\w-])",
+            re.IGNORECASE,
+        )
+
+    async def on_request(self, ctx: RequestContext, svc: Services) -> None:
+        await super().on_request(ctx, svc)
+        run = run_of(ctx)
+        if self.name in run.outcomes:
+            return  # a rule matched: no model call
+        messages = [
+            {"role": "system", "content": self.system},
+            {"role": "user", "content": "\n".join(ctx.parts)[-MAX_CLASSIFY_CHARS:]},
+        ]
+        try:
+            reply = await remote.chat(
+                svc,
+                self.model_pool,
+                messages,
+                max_tokens=self.max_tokens,
+                timeout_s=self.timeout_s,
+                temperature=0.0,
+            )
+        except remote.RemoteFailure as exc:
+            remote_failed(ctx, self, exc, self.fail_open)
+            return
+        found = self.find.search(reply)
+        if found is None:
+            run.outcomes[self.name] = "no label"
+            return
+        label, pool = self.labels[found.group(0).lower()]
+        run.pool = pool
+        run.outcomes[self.name] = f"label {label} -> {pool}"
+
+
 def build(spec: StageSpec, chain: str, *, post: bool) -> Stage:
     if spec.kind == "guard":
         return Guard(spec, chain, post=post)
     if spec.kind == "classify":
-        return Classify(spec, chain)
+        return ModelClassify(spec, chain) if spec.config.get("model") else Classify(spec, chain)
     if spec.kind == "cache":
         return Cache(spec, chain)
+    if spec.kind == "remote":
+        return Remote(spec, chain, post=post)
     raise ValueError(f"no stage of kind {spec.kind!r}")  # stagespec.KINDS and this list move together
 
 
 class Chain:
     """A chain's stage objects, built once per chain version."""
 
-    __slots__ = ("answer", "name", "pool", "post", "pre", "reason", "respond")
+    __slots__ = ("answer", "holds", "name", "pool", "post", "pre", "reason", "respond")
 
     def __init__(self, spec: ChainSpec) -> None:
         self.name = spec.name
@@ -348,6 +537,7 @@ class Chain:
         # Whose response hook runs once the answer is out: every post-stage, and the pre-stages that
         # have one (a cache stage stores the answer it missed).
         self.respond = (*self.post, *(s for s in self.pre if type(s).on_response is not Stage.on_response))
+        self.holds = any(s.holds for s in self.answer)
         pool = spec.generate.config.get("pool")
         self.pool: str | None = pool if isinstance(pool, str) and pool else None
         self.reason = f"chain {spec.name} v{spec.version}"
@@ -413,11 +603,50 @@ def answer_text(ctx: RequestContext, index: int, text: str | None) -> str:
     assert ctx.chain is not None
     out = text or ""
     for stage in ctx.chain.answer:
+        out = _through(ctx, stage, index, out, text is None)
+    return out
+
+
+def through(ctx: RequestContext, answer: Sequence[Stage], index: int, text: str, end: bool) -> str:
+    """`text` through the answer stages `answer` in order (with their `on_end` at the choice's end)."""
+    for stage in answer:
+        text = _through(ctx, stage, index, text, end)
+    return text
+
+
+def _through(ctx: RequestContext, stage: Stage, index: int, text: str, end: bool) -> str:
+    """One answer stage's `on_text` (and `on_end` at the choice's end), timed, errors mapped."""
+    started = time.perf_counter()
+    try:
+        out = stage.on_text(ctx, index, text)
+        if end:
+            out += stage.on_end(ctx, index)
+        return out
+    except ProxyError:
+        run_of(ctx).outcomes.setdefault(stage.name, "refused")
+        raise
+    except Exception as exc:
+        run_of(ctx).outcomes[stage.name] = "error"
+        raise _failed(stage, exc) from exc
+    finally:
+        run_of(ctx).spent[stage.name] = run_of(ctx).spent.get(stage.name, 0.0) + time.perf_counter() - started
+
+
+async def held_text(
+    ctx: RequestContext, svc: Services, index: int, text: str, answer: Sequence[Stage] | None = None
+) -> str:
+    """A held answer's whole text (choice `index`) through the answer stages (`answer`, by default all
+    of them) in chain order: a holding stage rewrites it (`rewrite`), the others see it as one piece
+    (`on_text` and `on_end`)."""
+    assert ctx.chain is not None
+    out = text
+    for stage in ctx.chain.answer if answer is None else answer:
+        if not stage.holds:
+            out = _through(ctx, stage, index, out, True)
+            continue
         started = time.perf_counter()
         try:
-            out = stage.on_text(ctx, index, out)
-            if text is None:
-                out += stage.on_end(ctx, index)
+            out = await stage.rewrite(ctx, svc, out)
         except ProxyError:
             run_of(ctx).outcomes.setdefault(stage.name, "refused")
             raise
