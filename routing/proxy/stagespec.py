@@ -12,6 +12,10 @@ the pool, or the alias's policy picks one), then optional post-stages. Kinds:
   `min_prompt_tokens`, `max_prompt_tokens`, `keywords` (any of them, case-insensitive; regular
   expressions with `"regex": true`), `code` (the prompt holds code or not), `images` (image parts or
   not), `min_messages`, `max_messages` (conversation depth).
+- `schema` (post only): `{"hold": false}`: when the client asked for `response_format` `json_object` or
+  `json_schema`, the complete answer must be JSON (an object) that matches the schema; else a 502
+  `response_format_mismatch` error (on a stream: an error event before `[DONE]`, or, with `"hold": true`,
+  the text is held until it is checked). No `response_format`: the answer passes untouched.
 - `chain`: `{"chain": "<chain name>"}`: another chain's stages in its place (its own generate step
   must then be this chain's only one).
 """
@@ -22,7 +26,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-KINDS = ("generate", "guard", "classify", "chain")
+KINDS = ("generate", "guard", "classify", "schema", "chain")
 CLASSIFY_MATCH = {
     "min_prompt_tokens",
     "max_prompt_tokens",
@@ -125,6 +129,14 @@ def _classify(config: dict[str, Any], where: str) -> None:
                         ) from None
 
 
+def _schema(config: dict[str, Any], where: str) -> None:
+    unknown = set(config) - {"hold"}
+    if unknown:
+        raise ChainError(f"{where}.config has unknown keys {sorted(unknown)}; known: ['hold'].")
+    if not isinstance(config.get("hold", False), bool):
+        raise ChainError(f"{where}.config.hold must be true or false.")
+
+
 def parse_stages(raw: Any) -> list[StageSpec]:
     """The chain's stages from JSON; raises ChainError on the first problem (with its place)."""
     if not isinstance(raw, list) or not raw:
@@ -154,6 +166,8 @@ def parse_stages(raw: Any) -> list[StageSpec]:
             _guard(config, where)
         elif kind == "classify":
             _classify(config, where)
+        elif kind == "schema":
+            _schema(config, where)
         elif kind == "generate":
             pool = config.get("pool")
             if pool is not None and (not isinstance(pool, str) or not pool):
@@ -197,6 +211,12 @@ def split(stages: list[StageSpec]) -> tuple[list[StageSpec], StageSpec, list[Sta
     if late:
         raise ChainError(
             f"the classify stage '{late[0]}' comes after the generate step; it picks the pool: move it up."
+        )
+    early = [s.name for s in stages[:i] if s.kind == "schema"]
+    if early:
+        raise ChainError(
+            f"the schema stage '{early[0]}' comes before the generate step; it checks the answer: "
+            "move it down."
         )
     return stages[:i], stages[i], stages[i + 1 :]
 

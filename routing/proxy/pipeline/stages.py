@@ -20,6 +20,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 from routing.proxy import metrics as m
+from routing.proxy import responseformat
 from routing.proxy.config import ChainSpec
 from routing.proxy.errors import ProxyError
 from routing.proxy.pipeline.context import RequestContext, StageRun
@@ -218,11 +219,75 @@ class Classify(Stage):
             return
 
 
+def format_mismatch(problem: str) -> ProxyError:
+    """The answer is not what the client's response_format asked for: the engine (the gateway's
+    upstream) gave an invalid answer, so a 502; openai clients retry 5xx, which samples again."""
+    return ProxyError(
+        502,
+        f"The model's answer does not match the requested response_format: {problem}. "
+        "Retry, or make the prompt ask for that format more plainly.",
+        type="server_error",
+        code="response_format_mismatch",
+    )
+
+
+class Schema(Stage):
+    """The output check of `response_format` (json_object, json_schema), on the complete answer of each
+    choice (routing/proxy/responseformat.py says what is checked).
+
+    A stream cannot take back text it has sent: by default the text streams as it comes and a failed
+    check ends the stream with an error event before `[DONE]` (as vLLM reports errors found after a
+    stream began); with `"hold": true` a choice's text is held until it is checked and goes out with
+    its last chunk. Requests without a response_format pass untouched.
+    """
+
+    kind = "schema"
+    on_answer = True
+
+    def __init__(self, spec: StageSpec, chain: str) -> None:
+        super().__init__(spec, chain)
+        self.hold = bool(spec.config.get("hold", False))
+
+    def _state(self, ctx: RequestContext) -> tuple[responseformat.Checker, dict[int, list[str]]] | None:
+        run = run_of(ctx)
+        if self.name in run.state:
+            found: tuple[responseformat.Checker, dict[int, list[str]]] | None = run.state[self.name]
+            return found
+        assert ctx.body is not None
+        check = responseformat.checker(ctx.body)
+        state = None if check is None else (check, {})
+        run.state[self.name] = state
+        return state
+
+    def on_text(self, ctx: RequestContext, index: int, text: str) -> str:
+        state = self._state(ctx)
+        if state is None or not text:
+            return text
+        state[1].setdefault(index, []).append(text)
+        return "" if self.hold else text
+
+    def on_end(self, ctx: RequestContext, index: int) -> str:
+        state = self._state(ctx)
+        if state is None:
+            return ""
+        check, texts = state
+        text = "".join(texts.pop(index, ()))
+        problem = check.problem(text)
+        run = run_of(ctx)
+        if problem is not None:
+            run.outcomes[self.name] = "invalid"
+            raise format_mismatch(problem)
+        run.outcomes.setdefault(self.name, "pass")
+        return text if self.hold else ""
+
+
 def build(spec: StageSpec, chain: str, *, post: bool) -> Stage:
     if spec.kind == "guard":
         return Guard(spec, chain, post=post)
     if spec.kind == "classify":
         return Classify(spec, chain)
+    if spec.kind == "schema":
+        return Schema(spec, chain)
     raise ValueError(f"no stage of kind {spec.kind!r}")  # stagespec.KINDS and this list move together
 
 
