@@ -15,14 +15,14 @@ from core.api.base import AuditedModelViewSet, StrictModelSerializer
 from routing.api.views import NotifyProxiesMixin
 from routing.chains import check_chain, record_version
 from routing.models import StageChain, StageChainVersion
-from routing.proxy.stagespec import ChainError
+from routing.proxy.stagespec import KINDS, ChainError
 
 STAGES_SCHEMA = {
     "type": "array",
     "items": {
         "type": "object",
         "properties": {
-            "kind": {"type": "string", "enum": ["generate", "guard", "classify", "chain"]},
+            "kind": {"type": "string", "enum": list(KINDS)},
             "name": {"type": "string"},
             "config": {"type": "object", "additionalProperties": True},
         },

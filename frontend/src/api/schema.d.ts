@@ -4088,7 +4088,7 @@ export interface components {
             /** @description Pre-stages, exactly one {'kind': 'generate'} step, then post-stages (routing/proxy/stagespec.py). */
             stages?: {
                 /** @enum {string} */
-                kind: "generate" | "guard" | "classify" | "chain";
+                kind: "generate" | "guard" | "classify" | "schema" | "chain";
                 name?: string;
                 config?: {
                     [key: string]: unknown;
@@ -4954,7 +4954,7 @@ export interface components {
             /** @description Pre-stages, exactly one {'kind': 'generate'} step, then post-stages (routing/proxy/stagespec.py). */
             stages: {
                 /** @enum {string} */
-                kind: "generate" | "guard" | "classify" | "chain";
+                kind: "generate" | "guard" | "classify" | "schema" | "chain";
                 name?: string;
                 config?: {
                     [key: string]: unknown;
@@ -4973,7 +4973,7 @@ export interface components {
             /** @description Pre-stages, exactly one {'kind': 'generate'} step, then post-stages (routing/proxy/stagespec.py). */
             stages: {
                 /** @enum {string} */
-                kind: "generate" | "guard" | "classify" | "chain";
+                kind: "generate" | "guard" | "classify" | "schema" | "chain";
                 name?: string;
                 config?: {
                     [key: string]: unknown;
