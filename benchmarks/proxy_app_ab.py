@@ -48,7 +48,9 @@ def pct(values: list[float], q: float) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--compare-tree", required=True, type=Path, help="the other checkout (before)")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--requests", type=int, default=1000)
