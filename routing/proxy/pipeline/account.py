@@ -49,8 +49,8 @@ class Children:
         self.requests = metric(m.REQUESTS, alias, dep, status)
         self.tenant_requests = metric(m.TENANT_REQUESTS, tenant, code)
         self.tenant_latency = metric(m.TENANT_LATENCY, tenant)
-        self.pool_requests = metric(m.POOL_REQUESTS, pool, length, code) if pool else None
-        self.pool_latency = metric(m.POOL_LATENCY, pool, length) if pool else None
+        self.pool_requests: Any = metric(m.POOL_REQUESTS, pool, length, code) if pool else None
+        self.pool_latency: Any = metric(m.POOL_LATENCY, pool, length) if pool else None
         if ep is not None:
             self.latency = metric(m.LATENCY, alias, dep)
             self.tokens_prompt = metric(m.TOKENS, alias, "prompt")

@@ -255,7 +255,9 @@ class Schema(Stage):
             return found
         assert ctx.body is not None
         check = responseformat.checker(ctx.body)
-        state = None if check is None else (check, {})
+        state: tuple[responseformat.Checker, dict[int, list[str]]] | None = (
+            None if check is None else (check, {})
+        )
         run.state[self.name] = state
         return state
 
