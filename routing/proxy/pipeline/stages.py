@@ -54,6 +54,21 @@ class Stage:
     def __init__(self, spec: StageSpec, chain: str) -> None:
         self.name = spec.name
         self.chain = chain
+        # This stage's metric children by hook and by outcome (a few each), kept with the stage.
+        self.seconds_children: dict[str, Any] = {}
+        self.outcome_children: dict[str, Any] = {}
+
+    def seconds_of(self, hook: str) -> Any:
+        child = self.seconds_children.get(hook)
+        if child is None:
+            child = self.seconds_children[hook] = m.STAGE_SECONDS.labels(self.chain, self.name, hook)
+        return child
+
+    def outcome_of(self, outcome: str) -> Any:
+        child = self.outcome_children.get(outcome)
+        if child is None:
+            child = self.outcome_children[outcome] = m.STAGE_OUTCOMES.labels(self.chain, self.name, outcome)
+        return child
 
     async def on_request(self, ctx: RequestContext, svc: Services) -> None:
         """Before generation: look at (or change) `ctx.body`, or raise a ProxyError to refuse."""
@@ -325,7 +340,7 @@ def select(ctx: RequestContext, svc: Services) -> None:
 
 
 def _record(ctx: RequestContext, stage: Stage, hook: str, started: float) -> None:
-    m.STAGE_SECONDS.labels(stage.chain, stage.name, hook).observe(time.perf_counter() - started)
+    stage.seconds_of(hook).observe(time.perf_counter() - started)
 
 
 def _failed(stage: Stage, exc: Exception) -> ProxyError:
@@ -395,9 +410,9 @@ def account(ctx: RequestContext) -> str:
     assert chain is not None
     for stage in (*chain.pre, *chain.post):
         outcome = run_of(ctx).outcomes.get(stage.name, "pass")
-        m.STAGE_OUTCOMES.labels(chain.name, stage.name, outcome).inc()
+        stage.outcome_of(outcome).inc()
         spent = run_of(ctx).spent.get(stage.name)
         if spent is not None:
-            m.STAGE_SECONDS.labels(chain.name, stage.name, "chunks").observe(spent)
+            stage.seconds_of("chunks").observe(spent)
     notes = [f"{name} {outcome}" for name, outcome in run_of(ctx).outcomes.items() if outcome != "pass"]
     return chain.reason + (f" ({', '.join(notes)})" if notes else "")
