@@ -8,12 +8,17 @@ docs/benchmarks.md, "Pipeline refactor"). The app gets a hand-made routing snaps
 endpoint) and a cached key of a tenant without a quota, so neither the database nor Redis is touched;
 each request is one `await app(scope, receive, send)` with the body in one message. Prints the CPU time
 of this process per request, in microseconds, for each of REPS blocks of REQUESTS requests.
+
+Under `valgrind --tool=callgrind --instr-atstart=no` with PROXY_APP_CPU_CALLGRIND=1, callgrind's
+instrumentation is switched on for the timed blocks only (`callgrind_control`), so the instructions it
+reports are those of the requests (benchmarks/proxy_app_ab.py --instructions).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 import time
 from typing import Any
@@ -96,11 +101,16 @@ async def measure(port: int, requests: int, reps: int, stream: bool) -> list[flo
     for _ in range(500):
         await one()
     out = []
+    callgrind = os.environ.get("PROXY_APP_CPU_CALLGRIND") == "1"
+    if callgrind:
+        subprocess.run(["callgrind_control", "-i", "on", str(os.getpid())], check=True, capture_output=True)
     for _ in range(reps):
         t0 = time.process_time()
         for _ in range(requests):
             await one()
         out.append((time.process_time() - t0) / requests * 1e6)
+    if callgrind:
+        subprocess.run(["callgrind_control", "-i", "off", str(os.getpid())], check=True, capture_output=True)
     return out
 
 

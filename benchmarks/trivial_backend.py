@@ -1,8 +1,10 @@
 """A trivial OpenAI-compatible backend for benchmarks and proxy tests: raw asyncio, fixed answers.
 
-`python benchmarks/trivial_backend.py --port P [--chunks N]` answers /v1/chat/completions and
+`python benchmarks/trivial_backend.py --port P [--chunks N] [--echo]` answers /v1/chat/completions and
 /v1/completions (JSON or SSE with usage), /v1/embeddings and /v1/models as fast as a socket allows,
-so that what a benchmark measures in front of it is the proxy, not the backend.
+so that what a benchmark measures in front of it is the proxy, not the backend. The answer is
+"hello " N times; with `--echo` it is the last message's content (or the prompt), in N stream pieces,
+so a test or benchmark chooses the answer (e.g. JSON for the schema stage).
 """
 
 from __future__ import annotations
@@ -17,13 +19,32 @@ except ImportError:  # pragma: no cover
     uvloop = None  # type: ignore[assignment]
 
 CHUNKS = 8
+ECHO = False
 
 
-def _completion(model: bytes, chat: bool) -> bytes:
+def _pieces(req: dict[str, object], chat: bool) -> list[str]:
+    """The answer's stream pieces: "hello " each, or (--echo) the request's last text cut in CHUNKS."""
+    if not ECHO:
+        return ["hello "] * CHUNKS
+    text = ""
+    if chat:
+        messages = req.get("messages")
+        if isinstance(messages, list) and messages and isinstance(messages[-1], dict):
+            content = messages[-1].get("content")
+            text = content if isinstance(content, str) else ""
+    else:
+        prompt = req.get("prompt")
+        text = prompt if isinstance(prompt, str) else ""
+    size = -(-len(text) // CHUNKS) or 1
+    return [text[i * size : (i + 1) * size] for i in range(CHUNKS)]
+
+
+def _completion(model: bytes, chat: bool, pieces: list[str]) -> bytes:
+    text = "".join(pieces)
     choice = (
-        {"index": 0, "message": {"role": "assistant", "content": "hello " * CHUNKS}, "finish_reason": "stop"}
+        {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
         if chat
-        else {"index": 0, "text": "hello " * CHUNKS, "finish_reason": "stop"}
+        else {"index": 0, "text": text, "finish_reason": "stop"}
     )
     return json.dumps(
         {
@@ -50,11 +71,13 @@ def _embedding(model: bytes) -> bytes:
     ).encode()
 
 
-def _stream(model: bytes, chat: bool, usage: bool) -> bytes:
+def _stream(model: bytes, chat: bool, usage: bool, pieces: list[str]) -> bytes:
     obj = "chat.completion.chunk" if chat else "text_completion"
     events = []
-    for i in range(CHUNKS):
-        choice = {"index": 0, "delta": {"content": "hello "}} if chat else {"index": 0, "text": "hello "}
+    for i, piece in enumerate(pieces):
+        choice: dict[str, object] = (
+            {"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece}
+        )
         choice["finish_reason"] = "stop" if i == CHUNKS - 1 else None
         events.append(
             {"id": "cmpl-trivial", "object": obj, "created": 0, "model": model.decode(), "choices": [choice]}
@@ -120,9 +143,9 @@ class Backend(asyncio.Protocol):
             return
         if req.get("stream"):
             usage = bool((req.get("stream_options") or {}).get("include_usage"))
-            self.send(b"text/event-stream", _stream(model, chat, usage))
+            self.send(b"text/event-stream", _stream(model, chat, usage, _pieces(req, chat)))
         else:
-            self.send(b"application/json", _completion(model, chat))
+            self.send(b"application/json", _completion(model, chat, _pieces(req, chat)))
 
     def send(self, ctype: bytes, payload: bytes) -> None:
         self.transport.write(
@@ -143,13 +166,14 @@ async def serve(host: str, port: int) -> None:
 
 
 def main() -> None:
-    global CHUNKS
+    global CHUNKS, ECHO
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--chunks", type=int, default=CHUNKS)
+    parser.add_argument("--echo", action="store_true", help="answer with the last message's content")
     args = parser.parse_args()
-    CHUNKS = args.chunks
+    CHUNKS, ECHO = args.chunks, args.echo
     if uvloop is not None:
         uvloop.install()
     asyncio.run(serve(args.host, args.port))

@@ -286,7 +286,7 @@ class Proxy:
             if scope["method"] != "POST":
                 await self._send_error(send, ProxyError(405, "Use POST.", code="method_not_allowed"))
                 return
-            await self.handle_inference(scope, receive, send, kind)
+            await pipeline.handle(self.services, scope, receive, send, kind)
         elif path == "/v1/models" or path.startswith("/v1/models/"):
             await self.handle_models(scope, send)
         elif path in ("/metrics", "/v1/metrics"):
@@ -365,10 +365,6 @@ class Proxy:
         await self._send_raw(send, 200, orjson.dumps({"object": "list", "data": cards}), JSON_HEADERS)
 
     # ---- inference -------------------------------------------------------------------------------
-
-    async def handle_inference(self, scope: Scope, receive: Receive, send: Send, kind: str) -> None:
-        """One `/v1/` inference request through the pipeline (routing/proxy/pipeline/)."""
-        await pipeline.handle(self.services, scope, receive, send, kind)
 
     # The route decision's parts, kept callable here for benchmarks/proxy_routing.py.
 

@@ -43,14 +43,12 @@ class Limits:
     @property
     def counted(self) -> bool:
         """Whether admission needs Redis at all for this scope."""
-        return any(
-            v is not None
-            for v in (
-                self.requests_per_minute,
-                self.tokens_per_minute,
-                self.max_concurrent_requests,
-                self.daily_token_budget,
-            )
+        # Spelled out, not any(genexpr): the limiter asks this twice per request.
+        return (
+            self.requests_per_minute is not None
+            or self.tokens_per_minute is not None
+            or self.max_concurrent_requests is not None
+            or self.daily_token_budget is not None
         )
 
 

@@ -130,6 +130,8 @@ class Services:
         self.shadow = ShadowMirror(self.upstream, self.live.states, None)
         # A bound method, not the object: calling an instance's __call__ costs more on every request.
         self.metric = MetricChildren().get
+        # pipeline/account.py's metric children per kind of request.
+        self.account_children: dict[tuple[Any, ...], Any] = {}
         self.tokenizers = Tokenizers()
         # Stage chains' built stage objects by (chain name, version): see pipeline/stages.py.
         self.chains: dict[tuple[str, int], Any] = {}

@@ -12,18 +12,22 @@ the pool, or the alias's policy picks one), then optional post-stages. Kinds:
   `min_prompt_tokens`, `max_prompt_tokens`, `keywords` (any of them, case-insensitive; regular
   expressions with `"regex": true`), `code` (the prompt holds code or not), `images` (image parts or
   not), `min_messages`, `max_messages` (conversation depth).
-- `cache`: `{"ttl_s": 300, "max_entry_bytes": 262144, "max_entries": 10000, "max_bytes": 67108864}` (all
-  optional): answers to deterministic requests (temperature 0 or a seed, one choice) replayed from Redis
-  (routing/proxy/answercache.py); a pre-stage only.
   With `"model": {...}` (instead of or after the rules) a small model on a CPU pool labels the prompt
   when no rule matched: `{"pool": ..., "labels": {"<label>": "<pool name>", ...}, "instruction": ...,
   "timeout_ms": ..., "on_failure": ..., "max_tokens": ...}` (see `remote`).
+- `cache`: `{"ttl_s": 300, "max_entry_bytes": 262144, "max_entries": 10000, "max_bytes": 67108864}` (all
+  optional): answers to deterministic requests (temperature 0 or a seed, one choice) replayed from Redis
+  (routing/proxy/answercache.py); a pre-stage only.
 - `remote`: `{"pool": "<cpu-postprocess pool>", "instruction": "...", "timeout_ms": 2000,
   "on_failure": "open" | "closed", "max_tokens": 512}`: the pool's engine is asked through
   `/v1/chat/completions` with the instruction as the system message; before generation its reply
   replaces the last user message (or the prompt), after generation it replaces the answer.
   `on_failure: open` lets the request go on as if the stage passed when the call fails or times out,
   `closed` refuses it with a 503 naming the stage.
+- `schema` (post only): `{"hold": false}`: when the client asked for `response_format` `json_object` or
+  `json_schema`, the complete answer must be JSON (an object) that matches the schema; else a 502
+  `response_format_mismatch` error (on a stream: an error event before `[DONE]`, or, with `"hold": true`,
+  the text is held until it is checked). No `response_format`: the answer passes untouched.
 - `chain`: `{"chain": "<chain name>"}`: another chain's stages in its place (its own generate step
   must then be this chain's only one).
 """
@@ -34,7 +38,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-KINDS = ("generate", "guard", "classify", "cache", "remote", "chain")
+KINDS = ("generate", "guard", "classify", "cache", "remote", "schema", "chain")
 CLASSIFY_MATCH = {
     "min_prompt_tokens",
     "max_prompt_tokens",
@@ -231,6 +235,14 @@ def _classify(config: dict[str, Any], where: str) -> None:
                         ) from None
 
 
+def _schema(config: dict[str, Any], where: str) -> None:
+    unknown = set(config) - {"hold"}
+    if unknown:
+        raise ChainError(f"{where}.config has unknown keys {sorted(unknown)}; known: ['hold'].")
+    if not isinstance(config.get("hold", False), bool):
+        raise ChainError(f"{where}.config.hold must be true or false.")
+
+
 def parse_stages(raw: Any) -> list[StageSpec]:
     """The chain's stages from JSON; raises ChainError on the first problem (with its place)."""
     if not isinstance(raw, list) or not raw:
@@ -264,6 +276,8 @@ def parse_stages(raw: Any) -> list[StageSpec]:
             _cache(config, where)
         elif kind == "remote":
             _remote(config, where)
+        elif kind == "schema":
+            _schema(config, where)
         elif kind == "generate":
             pool = config.get("pool")
             if pool is not None and (not isinstance(pool, str) or not pool):
@@ -313,6 +327,12 @@ def split(stages: list[StageSpec]) -> tuple[list[StageSpec], StageSpec, list[Sta
         raise ChainError(
             f"the cache stage '{late[0]}' comes after the generate step; it answers before generation: "
             "move it up."
+        )
+    early = [s.name for s in stages[:i] if s.kind == "schema"]
+    if early:
+        raise ChainError(
+            f"the schema stage '{early[0]}' comes before the generate step; it checks the answer: "
+            "move it down."
         )
     return stages[:i], stages[i], stages[i + 1 :]
 

@@ -4073,7 +4073,7 @@ export interface components {
             /** @description Pre-stages, exactly one {'kind': 'generate'} step, then post-stages (routing/proxy/stagespec.py). */
             stages?: {
                 /** @enum {string} */
-                kind: "generate" | "guard" | "classify" | "cache" | "chain";
+                kind: "generate" | "guard" | "classify" | "cache" | "remote" | "schema" | "chain";
                 name?: string;
                 config?: {
                     [key: string]: unknown;
@@ -4954,7 +4954,7 @@ export interface components {
             /** @description Pre-stages, exactly one {'kind': 'generate'} step, then post-stages (routing/proxy/stagespec.py). */
             stages: {
                 /** @enum {string} */
-                kind: "generate" | "guard" | "classify" | "cache" | "chain";
+                kind: "generate" | "guard" | "classify" | "cache" | "remote" | "schema" | "chain";
                 name?: string;
                 config?: {
                     [key: string]: unknown;
@@ -4973,7 +4973,7 @@ export interface components {
             /** @description Pre-stages, exactly one {'kind': 'generate'} step, then post-stages (routing/proxy/stagespec.py). */
             stages: {
                 /** @enum {string} */
-                kind: "generate" | "guard" | "classify" | "cache" | "chain";
+                kind: "generate" | "guard" | "classify" | "cache" | "remote" | "schema" | "chain";
                 name?: string;
                 config?: {
                     [key: string]: unknown;
@@ -4985,7 +4985,7 @@ export interface components {
             readonly version: number;
             readonly stages: {
                 /** @enum {string} */
-                kind: "generate" | "guard" | "classify" | "chain";
+                kind: "generate" | "guard" | "classify" | "cache" | "remote" | "schema" | "chain";
                 name?: string;
                 config?: {
                     [key: string]: unknown;

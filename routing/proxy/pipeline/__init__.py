@@ -27,7 +27,9 @@ log = logging.getLogger("routing.proxy.app")
 
 async def run(ctx: RequestContext, svc: Services) -> None:
     """The steps up to the answer; each raises a ProxyError to stop the request with that answer."""
-    await authenticate.step(ctx, svc)
+    scope = ctx.scope
+    assert scope is not None
+    ctx.key = await authenticate.authenticate(scope, svc.keys)
     await read.step(ctx, svc)
     tokenizer = count.tokenizer_to_load(ctx, svc)
     if tokenizer is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from typing import Any
 
 from routing.proxy import metrics as m
 from routing.proxy.pipeline import stages
@@ -14,6 +15,53 @@ from routing.proxy.services import Services
 from routing.proxy.shadow import MirrorJob
 
 STATUS_CLASSES = {1: "1xx", 2: "2xx", 3: "3xx", 4: "4xx", 5: "5xx"}
+ACCOUNT_CHILDREN_MAX = 10_000
+
+
+class Children:
+    """The metric children one kind of request counts into (alias, endpoint, status, tenant, pool,
+    prompt length, version, arm), looked up once per kind instead of a dozen lookups per request."""
+
+    __slots__ = (
+        "latency",
+        "pool_latency",
+        "pool_requests",
+        "requests",
+        "tenant_completion",
+        "tenant_latency",
+        "tenant_prompt",
+        "tenant_requests",
+        "tokens_completion",
+        "tokens_prompt",
+        "ttft",
+        "version_latency",
+        "version_requests",
+        "version_ttft",
+    )
+
+    def __init__(
+        self, svc: Services, ctx: RequestContext, tenant: str, code: str, length: str, version: str
+    ) -> None:
+        metric = svc.metric
+        alias, status, pool, arm = ctx.alias, ctx.status, ctx.pool, ctx.arm
+        ep = ctx.endpoint
+        dep = ep.id if ep else ""
+        self.requests = metric(m.REQUESTS, alias, dep, status)
+        self.tenant_requests = metric(m.TENANT_REQUESTS, tenant, code)
+        self.tenant_latency = metric(m.TENANT_LATENCY, tenant)
+        self.pool_requests: Any = metric(m.POOL_REQUESTS, pool, length, code) if pool else None
+        self.pool_latency: Any = metric(m.POOL_LATENCY, pool, length) if pool else None
+        if ep is not None:
+            self.latency = metric(m.LATENCY, alias, dep)
+            self.tokens_prompt = metric(m.TOKENS, alias, "prompt")
+            self.tokens_completion = metric(m.TOKENS, alias, "completion")
+            self.tenant_prompt = metric(m.TENANT_TOKENS, tenant, "prompt")
+            self.tenant_completion = metric(m.TENANT_TOKENS, tenant, "completion")
+            self.version_requests = metric(m.VERSION_REQUESTS, alias, version, arm, code)
+            self.version_latency = metric(m.VERSION_LATENCY, alias, version, arm)
+        # Made on a first time to first token only: a series appears once it has something to say.
+        self.ttft: Any = None
+        self.version_ttft: Any = None
 
 
 def utcnow() -> dt.datetime:
@@ -60,32 +108,44 @@ async def finish(ctx: RequestContext, svc: Services) -> None:
         used = prompt + completion if answered else 0
         assert svc.limiter is not None
         await svc.limiter.finish(ctx.admission, used)
-    metric = svc.metric
-    dep = ctx.endpoint.id if ctx.endpoint else ""
-    metric(m.REQUESTS, ctx.alias, dep, ctx.status).inc()
     code = STATUS_CLASSES.get(ctx.status // 100, "other")
     tenant = ctx.key.tenant_name if ctx.key else ""
-    metric(m.TENANT_REQUESTS, tenant, code).inc()
-    metric(m.TENANT_LATENCY, tenant).observe(latency)
-    if ctx.pool:
-        length = "long" if prompt >= svc.long_prompt_tokens else "short"
-        metric(m.POOL_REQUESTS, ctx.pool, length, code).inc()
-        metric(m.POOL_LATENCY, ctx.pool, length).observe(latency)
-    if ctx.endpoint is not None:
-        metric(m.LATENCY, ctx.alias, dep).observe(latency)
-        if ctx.ttft_s is not None:
-            metric(m.TTFT, ctx.alias, dep).observe(ctx.ttft_s)
-        metric(m.TOKENS, ctx.alias, "prompt").inc(prompt)
-        metric(m.TOKENS, ctx.alias, "completion").inc(completion)
-        metric(m.TENANT_TOKENS, tenant, "prompt").inc(prompt)
-        metric(m.TENANT_TOKENS, tenant, "completion").inc(completion)
-        version_id = ctx.endpoint.version_id
-        labels = svc.snapshot.version_labels
-        version = "static" if version_id is None else labels.get(version_id) or str(version_id)
-        metric(m.VERSION_REQUESTS, ctx.alias, version, ctx.arm, code).inc()
-        metric(m.VERSION_LATENCY, ctx.alias, version, ctx.arm).observe(latency)
-        if ctx.ttft_s is not None:
-            metric(m.VERSION_TTFT, ctx.alias, version, ctx.arm).observe(ctx.ttft_s)
+    length = "long" if prompt >= svc.long_prompt_tokens else "short"
+    ep = ctx.endpoint
+    if ep is None:
+        dep = version = ""
+    else:
+        dep, version_id = ep.id, ep.version_id
+        version = (
+            "static" if version_id is None else svc.snapshot.version_labels.get(version_id) or str(version_id)
+        )
+    kind = (ctx.alias, dep, ctx.status, tenant, ctx.pool, length, ctx.arm, version)
+    kids = svc.account_children.get(kind)
+    if kids is None:
+        if len(svc.account_children) >= ACCOUNT_CHILDREN_MAX:
+            svc.account_children.clear()  # bounded: aliases in labels come from requests
+        kids = svc.account_children[kind] = Children(svc, ctx, tenant, code, length, version)
+    kids.requests.inc()
+    kids.tenant_requests.inc()
+    kids.tenant_latency.observe(latency)
+    if kids.pool_requests is not None:
+        kids.pool_requests.inc()
+        kids.pool_latency.observe(latency)
+    if ep is not None:
+        ttft = ctx.ttft_s
+        kids.latency.observe(latency)
+        kids.tokens_prompt.inc(prompt)
+        kids.tokens_completion.inc(completion)
+        kids.tenant_prompt.inc(prompt)
+        kids.tenant_completion.inc(completion)
+        kids.version_requests.inc()
+        kids.version_latency.observe(latency)
+        if ttft is not None:
+            if kids.ttft is None:
+                kids.ttft = svc.metric(m.TTFT, ctx.alias, dep)
+                kids.version_ttft = svc.metric(m.VERSION_TTFT, ctx.alias, version, ctx.arm)
+            kids.ttft.observe(ttft)
+            kids.version_ttft.observe(ttft)
     if ctx.shadow is not None:
         mirror(svc, ctx, latency)
     per_stage = None

@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 import redis.asyncio as aioredis
 
-from routing.proxy import answercache
+from routing.proxy import answercache, responseformat
 from routing.proxy import metrics as m
 from routing.proxy.config import ChainSpec
 from routing.proxy.errors import ProxyError
@@ -67,6 +67,21 @@ class Stage:
     def __init__(self, spec: StageSpec, chain: str) -> None:
         self.name = spec.name
         self.chain = chain
+        # This stage's metric children by hook and by outcome (a few each), kept with the stage.
+        self.seconds_children: dict[str, Any] = {}
+        self.outcome_children: dict[str, Any] = {}
+
+    def seconds_of(self, hook: str) -> Any:
+        child = self.seconds_children.get(hook)
+        if child is None:
+            child = self.seconds_children[hook] = m.STAGE_SECONDS.labels(self.chain, self.name, hook)
+        return child
+
+    def outcome_of(self, outcome: str) -> Any:
+        child = self.outcome_children.get(outcome)
+        if child is None:
+            child = self.outcome_children[outcome] = m.STAGE_OUTCOMES.labels(self.chain, self.name, outcome)
+        return child
 
     async def on_request(self, ctx: RequestContext, svc: Services) -> None:
         """Before generation: look at (or change) `ctx.body`, or raise a ProxyError to refuse."""
@@ -512,6 +527,70 @@ class ModelClassify(Classify):
         run.outcomes[self.name] = f"label {label} -> {pool}"
 
 
+def format_mismatch(problem: str) -> ProxyError:
+    """The answer is not what the client's response_format asked for: the engine (the gateway's
+    upstream) gave an invalid answer, so a 502; openai clients retry 5xx, which samples again."""
+    return ProxyError(
+        502,
+        f"The model's answer does not match the requested response_format: {problem}. "
+        "Retry, or make the prompt ask for that format more plainly.",
+        type="server_error",
+        code="response_format_mismatch",
+    )
+
+
+class Schema(Stage):
+    """The output check of `response_format` (json_object, json_schema), on the complete answer of each
+    choice (routing/proxy/responseformat.py says what is checked).
+
+    A stream cannot take back text it has sent: by default the text streams as it comes and a failed
+    check ends the stream with an error event before `[DONE]` (as vLLM reports errors found after a
+    stream began); with `"hold": true` a choice's text is held until it is checked and goes out with
+    its last chunk. Requests without a response_format pass untouched.
+    """
+
+    kind = "schema"
+    on_answer = True
+
+    def __init__(self, spec: StageSpec, chain: str) -> None:
+        super().__init__(spec, chain)
+        self.hold = bool(spec.config.get("hold", False))
+
+    def _state(self, ctx: RequestContext) -> tuple[responseformat.Checker, dict[int, list[str]]] | None:
+        run = run_of(ctx)
+        if self.name in run.state:
+            found: tuple[responseformat.Checker, dict[int, list[str]]] | None = run.state[self.name]
+            return found
+        assert ctx.body is not None
+        check = responseformat.checker(ctx.body)
+        state: tuple[responseformat.Checker, dict[int, list[str]]] | None = (
+            None if check is None else (check, {})
+        )
+        run.state[self.name] = state
+        return state
+
+    def on_text(self, ctx: RequestContext, index: int, text: str) -> str:
+        state = self._state(ctx)
+        if state is None or not text:
+            return text
+        state[1].setdefault(index, []).append(text)
+        return "" if self.hold else text
+
+    def on_end(self, ctx: RequestContext, index: int) -> str:
+        state = self._state(ctx)
+        if state is None:
+            return ""
+        check, texts = state
+        text = "".join(texts.pop(index, ()))
+        problem = check.problem(text)
+        run = run_of(ctx)
+        if problem is not None:
+            run.outcomes[self.name] = "invalid"
+            raise format_mismatch(problem)
+        run.outcomes.setdefault(self.name, "pass")
+        return text if self.hold else ""
+
+
 def build(spec: StageSpec, chain: str, *, post: bool) -> Stage:
     if spec.kind == "guard":
         return Guard(spec, chain, post=post)
@@ -521,6 +600,8 @@ def build(spec: StageSpec, chain: str, *, post: bool) -> Stage:
         return Cache(spec, chain)
     if spec.kind == "remote":
         return Remote(spec, chain, post=post)
+    if spec.kind == "schema":
+        return Schema(spec, chain)
     raise ValueError(f"no stage of kind {spec.kind!r}")  # stagespec.KINDS and this list move together
 
 
@@ -561,7 +642,7 @@ def select(ctx: RequestContext, svc: Services) -> None:
 
 def _record(ctx: RequestContext, stage: Stage, hook: str, started: float) -> None:
     took = time.perf_counter() - started
-    m.STAGE_SECONDS.labels(stage.chain, stage.name, hook).observe(took)
+    stage.seconds_of(hook).observe(took)
     spent = run_of(ctx).took
     spent[stage.name] = spent.get(stage.name, 0.0) + took
 
@@ -672,10 +753,10 @@ def account(ctx: RequestContext) -> str:
     assert chain is not None
     for stage in (*chain.pre, *chain.post):
         outcome = run_of(ctx).outcomes.get(stage.name, "pass")
-        m.STAGE_OUTCOMES.labels(chain.name, stage.name, outcome).inc()
+        stage.outcome_of(outcome).inc()
         spent = run_of(ctx).spent.get(stage.name)
         if spent is not None:
-            m.STAGE_SECONDS.labels(chain.name, stage.name, "chunks").observe(spent)
+            stage.seconds_of("chunks").observe(spent)
     notes = [f"{name} {outcome}" for name, outcome in run_of(ctx).outcomes.items() if outcome != "pass"]
     return chain.reason + (f" ({', '.join(notes)})" if notes else "")
 

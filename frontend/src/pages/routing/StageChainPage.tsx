@@ -112,8 +112,9 @@ export function StageChainPage() {
     setError(null);
     const stage = newStage(addKind);
     setStages((list) => {
-      // Classify picks the pool, so it belongs before the generate step; everything else goes last.
-      const at = addKind === "classify" ? list.findIndex((s) => s.kind === "generate") : -1;
+      // Classify picks the pool and a cache answers instead of generating: both go before the generate
+      // step; everything else goes last.
+      const at = kindInfo(addKind)?.before ? list.findIndex((s) => s.kind === "generate") : -1;
       return at >= 0 ? [...list.slice(0, at), stage, ...list.slice(at)] : [...list, stage];
     });
   }

@@ -15,12 +15,17 @@ export interface StageKindInfo {
   initial: () => Record<string, unknown>;
   /** Which form edits it; absent: the JSON editor. */
   form?: FormKind;
+  /** Only allowed before the generate step: "Add stage" puts it there. */
+  before?: boolean;
 }
 
 export const STAGE_KINDS: ReadonlyArray<StageKindInfo> = [
   { kind: "generate", label: "Generate", form: "generate", hint: "The one generation step: the pool that answers (or the alias's policy).", initial: () => ({}) },
   { kind: "guard", label: "Guard", form: "guard", hint: "Sensitive terms: block or mask them in the prompt (before generate) or the answer (after it).", initial: () => ({ terms: [""], regex: false, action: "block" }) },
-  { kind: "classify", label: "Classify", form: "classify", hint: "Picks the pool from the content: the first rule that matches wins.", initial: () => ({ rules: [{ match: { keywords: [""] }, pool: "" }] }) },
+  { kind: "classify", label: "Classify", form: "classify", before: true, hint: "Picks the pool from the content: the first rule that matches wins.", initial: () => ({ rules: [{ match: { keywords: [""] }, pool: "" }] }) },
+  { kind: "cache", label: "Cache", before: true, hint: "Replays the answer to an identical deterministic request (temperature 0 or a seed) from Redis, per tenant.", initial: () => ({ ttl_s: 300 }) },
+  { kind: "remote", label: "Remote (CPU pool)", hint: "A cpu-postprocess pool's model rewrites the prompt (before generate) or the answer (after it).", initial: () => ({ pool: "", instruction: "", timeout_ms: 2000, on_failure: "open" }) },
+  { kind: "schema", label: "Schema check", hint: "Checks the answer against the client's response_format (JSON object or JSON schema).", initial: () => ({ hold: false }) },
   { kind: "chain", label: "Include chain", form: "chain", hint: "Another chain's stages in this place.", initial: () => ({ chain: "" }) },
 ];
 
