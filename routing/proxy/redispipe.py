@@ -192,7 +192,11 @@ class RedisPipe(asyncio.Protocol):
             self._post_timer = None
         if not self._out and not self._posted:
             return
-        if self._transport is None:
+        if self._transport is None or self._connecting is not None:
+            # Not while connecting either: the transport exists (connection_made) a loop iteration or
+            # more before _connect writes the set-up (SELECT, SCRIPT LOAD, ...). A command written in
+            # that gap would run before SELECT, in the wrong database, and the replies would be matched
+            # to the wrong waiters (set-up first in `_pending`, but not first on the wire).
             if self._connecting is None:
                 assert self._loop is not None
                 self._connecting = self._loop.create_task(self._connect())

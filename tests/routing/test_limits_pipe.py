@@ -22,6 +22,7 @@ from core.redis_client import key as rkey
 from routing.proxy.config import Limits
 from routing.proxy.errors import ProxyError
 from routing.proxy.limits import FINISH_DELAY_S, PIPE_NAME, Limiter, budget_key
+from routing.proxy.redispipe import RedisPipe, pack
 from tests.routing.limits_helpers import key_info
 
 
@@ -243,3 +244,36 @@ async def test_completions_of_several_keys_ride_in_the_next_admission(limiter: L
     assert int(r.get(budget_key("t2", limiter._today()[0])) or 0) == 150
     # The key's lease is free again: a second request on it is admitted.
     assert await limiter.admit(two, "d", 10) is not None
+
+
+async def test_commands_sent_while_connecting_wait_for_the_set_up(redis_clean: None) -> None:
+    # The connection is made (connection_made) one or more loop iterations before the set-up commands
+    # (SELECT, CLIENT SETNAME, SCRIPT LOAD) are written. A command sent in that gap must not be written
+    # ahead of them: it would run in database 0 and its reply would go to a set-up command's waiter, and
+    # the set-up's "OK" to it (seen under load as "not enough values to unpack (expected 8, got 2)").
+    db = int(settings.REDIS_URL.rsplit("/", 1)[1] or 0) + 1
+    other = redis.Redis.from_url(settings.REDIS_URL.rsplit("/", 1)[0] + f"/{db}")
+    zero = redis.Redis.from_url(settings.REDIS_URL.rsplit("/", 1)[0] + "/0")
+    counter = "inferchain-test:pipe-connect-race"
+    other.delete(counter)
+    zero.delete(counter)
+    pipe = RedisPipe(port=int(settings.REDIS_URL.split(":")[-1].split("/")[0]), db=db, name="race-test")
+    replies: list[object] = []
+
+    async def every_iteration() -> None:
+        # One INCR per loop iteration until the connection is up: one of them lands in the gap.
+        for _ in range(200):
+            replies.append(await pipe.send(pack("INCR", counter)))
+
+    sent = [asyncio.ensure_future(pipe.send(pack("INCR", counter)))]
+    for _ in range(20):
+        sent.append(asyncio.ensure_future(every_iteration()))
+        await asyncio.sleep(0)
+    await asyncio.gather(*sent)
+    await pipe.aclose()
+    first = sent[0].result()
+    got = [first, *replies]
+    assert all(isinstance(r, int) for r in got), [r for r in got if not isinstance(r, int)][:3]
+    assert sorted(got) == list(range(1, len(got) + 1))  # each INCR got its own reply
+    assert int(other.get(counter) or 0) == len(got) and zero.get(counter) is None
+    other.delete(counter)
