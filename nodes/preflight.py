@@ -337,6 +337,15 @@ def _check_stages(result: Preflight, spec: DeploySpec) -> None:
         )
     for stage in stages:
         field_name = "gpu_indices" if stage.stage == 0 else "members"
+        info = stage.host.agent_info or {}
+        if info and info.get("channel") != "api":
+            # Only the fleet agent (nodes/agent/remote.py) starts Ray nodes; the co-located Celery
+            # agent would launch an engine with no cluster to join.
+            result.add(
+                field_name,
+                f"{stage.host.name} runs the co-located agent, which starts no Ray node; run the fleet "
+                f"agent there (python -m nodes.agent --host {stage.host.name}) to deploy across hosts.",
+            )
         if len(set(stage.gpu_indices)) != len(stage.gpu_indices):
             result.add(field_name, f"A GPU of {stage.host.name} is listed twice.")
         if len(stage.gpu_indices) != spec.tensor_parallel_size:

@@ -95,8 +95,10 @@ class DeploySpec:
         gpu_indices = tuple(value("gpu_indices") or ())
         given = "tensor_parallel_size" in values or instance is not None
         tp = value("tensor_parallel_size") if given else None
-        pp = value("pipeline_parallel_size") or 1
         members = tuple(_members(values, instance))
+        # Across hosts, one pipeline stage per host unless said otherwise.
+        pp_given = "pipeline_parallel_size" in values or instance is not None
+        pp = (value("pipeline_parallel_size") if pp_given else None) or (1 + len(members))
         if tp is None:
             # Spanning hosts, each host gives tensor_parallel_size GPUs (one pipeline stage per host).
             tp = (
