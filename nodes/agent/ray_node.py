@@ -179,4 +179,5 @@ def stop_all_under(directory: Path) -> int:
             if process.carries_token(node.pid, node.token) or process.session_pids(node.pid):
                 process.kill_session(node.pid)
                 stopped += 1
+            path.unlink()
     return stopped

@@ -57,7 +57,9 @@ class SyncSerializer(StrictSerializerMixin, serializers.Serializer):
         child=serializers.DictField(), required=False, default=list, max_length=1000
     )
     changes = ChangeSerializer(many=True, required=False, default=list)
-    ray_nodes = RayNodeReportSerializer(many=True, required=False, default=list, max_length=1000)
+    ray_nodes = serializers.ListField(
+        child=RayNodeReportSerializer(), required=False, default=list, max_length=1000
+    )
 
 
 class LogAnswerSerializer(StrictSerializerMixin, serializers.Serializer):

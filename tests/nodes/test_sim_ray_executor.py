@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from nodes.agent import ray_node
 from tests.nodes.conftest import free_port
@@ -19,7 +20,7 @@ from tests.nodes.conftest import free_port
 def test_the_simulator_fails_at_start_when_the_cluster_lacks_gpus(tmp_path: Path) -> None:
     temp_dir = tempfile.mkdtemp(prefix="icray-", dir="/tmp")
     port = free_port()
-    plan = {
+    plan: dict[str, Any] = {
         "deployment_id": 1,
         "role": "head",
         "port": port,
@@ -35,7 +36,7 @@ def test_the_simulator_fails_at_start_when_the_cluster_lacks_gpus(tmp_path: Path
         while not node.check_joined():
             assert node.alive() and time.monotonic() < deadline, Path(node.log_path).read_text()
             time.sleep(0.2)
-        env = {**os.environ, "RAY_ADDRESS": plan["head_address"], "VLLM_HOST_IP": "127.0.0.2"}
+        env = {**os.environ, "RAY_ADDRESS": str(plan["head_address"]), "VLLM_HOST_IP": "127.0.0.2"}
         argv = [
             sys.executable, "-m", "nodes.sim", "serve", "m", "--port", str(free_port()),
             "--pipeline-parallel-size", "2", "--distributed-executor-backend", "ray",
