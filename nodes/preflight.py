@@ -17,7 +17,7 @@ from nodes.engines import get_adapter
 from nodes.engines import vllm as vllm_adapter
 from nodes.engines.base import reserved_flags_in
 from nodes.lifecycle import host_is_reachable
-from nodes.models import Deployment, DeploymentMember, Gpu, Host
+from nodes.models import DEFAULT_RAY_PORT, Deployment, DeploymentMember, Gpu, Host
 from nodes.spec import DeploySpec, StageHost
 
 
@@ -232,7 +232,7 @@ def preflight(spec: DeploySpec, *, exclude_id: int | None = None, check_reachabl
             result.add("members", "Only vLLM engines (and the simulator) span hosts, through Ray.")
         return result
     if spec.spans_hosts:
-        _check_stages(result, spec)
+        _check_stages(result, spec, exclude_id)
         if result.errors:
             return result
     elif not spec.gpu_indices:
@@ -316,7 +316,7 @@ def _check_host(result: Preflight, host: Host, check_reachable: bool) -> None:
         result.add("host", f"Host {host.name} is draining and accepts no new deployments.")
 
 
-def _check_stages(result: Preflight, spec: DeploySpec) -> None:
+def _check_stages(result: Preflight, spec: DeploySpec, exclude_id: int | None) -> None:
     """A deployment across hosts: one pipeline stage per host, tensor_parallel_size GPUs on each.
 
     That is vLLM's documented layout for several nodes (tensor parallel inside a node, pipeline
@@ -327,6 +327,26 @@ def _check_stages(result: Preflight, spec: DeploySpec) -> None:
         return
     stages = spec.stage_hosts()
     names = [stage.host.name for stage in stages]
+    ray_port = spec.ray_port or DEFAULT_RAY_PORT
+    same_port = (
+        Q(ray_port=ray_port) | Q(ray_port__isnull=True)
+        if ray_port == DEFAULT_RAY_PORT
+        else Q(ray_port=ray_port)
+    )
+    heads = Deployment.objects.filter(
+        same_port, host=spec.host, state__in=ACTIVE_STATES, members__isnull=False
+    )
+    if exclude_id is not None:
+        heads = heads.exclude(pk=exclude_id)
+    other = heads.distinct().first()
+    if other is not None:
+        result.add(
+            "ray_port",
+            f"Ray port {ray_port} on {spec.host.name} is the head of deployment '{other.name}''s cluster; "
+            "pick another ray_port.",
+        )
+    elif ray_port == spec.port:
+        result.add("ray_port", "The Ray head's port cannot be the engine's port.")
     if len(set(names)) != len(names):
         result.add("members", "A host is listed twice; each pipeline stage runs on its own host.")
     if spec.pipeline_parallel_size != len(stages):

@@ -419,6 +419,16 @@ class Agent:
             plan = self.ray_plans.get(deployment_id, {})
             if not plan.get("wanted"):
                 continue
+            if not node.joined:
+                # It never joined (the head not reachable yet, a port taken): tried again at the next sync;
+                # no engine can have used it.
+                log.warning(
+                    "the Ray %s node of deployment %s exited before joining:\n%s",
+                    node.role,
+                    deployment_id,
+                    process.tail(node.log_path, 10),
+                )
+                continue
             log.warning("the Ray %s node of deployment %s exited", node.role, deployment_id)
             stand_in = LocalEngine(
                 deployment_id=deployment_id,

@@ -205,3 +205,17 @@ def test_a_host_without_the_fleet_agent_cannot_take_part(
     Host.objects.filter(pk=worker.pk).update(agent_info={"pid": 1, "nvml": False})
     errors = refused(admin_client, payload(llama_version, head, (worker, [0])))
     assert any("gpu-worker runs the co-located agent" in m for m in errors["members"]), errors
+
+
+def test_two_clusters_cannot_share_a_heads_ray_port(
+    admin_client: Any, llama_version: Any, two_hosts: tuple[Host, Host]
+) -> None:
+    head, worker = two_hosts
+    Gpu.objects.filter(host__in=two_hosts).update(memory_total_bytes=80 * GIB)
+    first = payload(llama_version, head, (worker, [0]), ray_port=None, gpu_memory_utilization=0.4)
+    assert admin_client.post("/api/deployments/", first, format="json").status_code == 201
+    second = payload(
+        llama_version, head, (worker, [0]), name="llama-pp-2", ray_port=6379, gpu_memory_utilization=0.4
+    )
+    errors = refused(admin_client, second)
+    assert "Ray port 6379 on gpu-head is the head of deployment 'llama-pp''s cluster" in errors["ray_port"][0]
