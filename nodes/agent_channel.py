@@ -18,6 +18,7 @@ Engine logs stay on the agent's host: the web process asks for a tail through Re
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -239,6 +240,9 @@ def _ray_lost(host: Host, change: dict[str, Any]) -> str:
     if deployment.state not in (*SUPERVISED_STATES, DeploymentState.VERIFYING):
         return "duplicate"
     message = str(change.get("message", ""))[:2000] or f"The Ray node on {host.name} exited."
+    # Its "joined" is stale from now on: the restart waits until the agent's new node joins.
+    with contextlib.suppress(Exception):
+        get_redis().delete(_ray_key(deployment.pk, host.name))
     runtime.record_crash(
         deployment,
         f"{message} The deployment spans hosts and cannot run with a pipeline stage missing.",
