@@ -52,6 +52,8 @@ class RayPlacement:
 
 def join(world_size: int, timeout: float = PG_WAIT_TIMEOUT) -> RayPlacement:
     """Connect to the cluster (RAY_ADDRESS) and reserve world_size GPU bundles; RayClusterError if not."""
+    # Imported here, not at the top: Ray is optional (the dev and gpu extras), heavy (a second of import),
+    # and only this executor needs it; the simulator runs without it everywhere else.
     try:
         import ray
         from ray.util.placement_group import placement_group, placement_group_table

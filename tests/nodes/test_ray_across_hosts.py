@@ -34,7 +34,7 @@ from tests.nodes.agent_channel import agent_env, kill, wait_for
 from tests.nodes.conftest import free_port, make_host
 from tests.routing.conftest import Proc, make_tenant_key, start_proxy  # noqa: F401 - fixture
 
-pytestmark = [pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 ALIAS = "llama-3.1-8b"
 
 # Ray's failure detector, made fast for the test: a node that stops answering is dead after ~1.5 s

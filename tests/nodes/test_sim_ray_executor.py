@@ -13,8 +13,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from nodes.agent import ray_node
 from tests.nodes.conftest import free_port
+
+pytestmark = [pytest.mark.slow]
 
 
 def test_the_simulator_fails_at_start_when_the_cluster_lacks_gpus(tmp_path: Path) -> None:
