@@ -300,6 +300,10 @@ NODE_RESTART_BACKOFF_MAX_SECONDS = env_float("NODE_RESTART_BACKOFF_MAX_SECONDS",
 NODE_STABLE_SECONDS = env_float("NODE_STABLE_SECONDS", 120.0)
 # Live values in Redis expire after this, so a dead agent's numbers never look current.
 NODE_LIVE_TTL_SECONDS = env_float("NODE_LIVE_TTL_SECONDS", 5.0)
+# The object store of each Ray node an agent starts for a deployment spanning hosts (`ray start
+# --object-store-memory`; Ray's own default is 30% of the host's memory, and vLLM moves tensors through
+# its own channels, not Ray objects). Ray's minimum is 75 MiB.
+RAY_OBJECT_STORE_BYTES = env_int("RAY_OBJECT_STORE_BYTES", 256 * 1024 * 1024)
 # GPU and engine samples kept in Redis for the console's charts (nodes/history.py).
 NODE_HISTORY_SECONDS = env_float("NODE_HISTORY_SECONDS", 3600.0)
 # How long the deployment page waits for a remote agent to answer a log request (docs/nodes.md).

@@ -18,6 +18,7 @@ Engine logs stay on the agent's host: the web process asks for a tail through Re
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -26,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
+from django.db.models import Q
 from django.utils import timezone
 
 from core.celery import app
@@ -41,10 +43,11 @@ from nodes.lifecycle import (
     live_deployment_key,
     live_gpu_key,
     push_events,
+    record_event,
     transition,
     wake_requested,
 )
-from nodes.models import Deployment, Gpu, Host
+from nodes.models import DEFAULT_RAY_PORT, Deployment, DeploymentMember, Gpu, Host
 
 log = logging.getLogger("nodes.agent_channel")
 
@@ -57,7 +60,10 @@ LOG_MAX_BYTES = 1024 * 1024
 LOG_DOWNLOAD_MAX_LINES = 100_000
 LOG_DOWNLOAD_MAX_BYTES = 8 * 1024 * 1024
 WAKE_TASK = "nodes.wake_deployment"
-CHANGE_KINDS = ("started", "ready", "degraded", "exited", "stopped", "failed")
+CHANGE_KINDS = ("started", "ready", "degraded", "exited", "stopped", "failed", "ray_lost")
+# A deployment keeps its Ray nodes up in these states (desired running): through a crash's backoff too,
+# so the restart finds the cluster there.
+RAY_DOWN_STATES = (DeploymentState.STOPPED, DeploymentState.FAILED)
 
 
 def uses_agent_channel(host: Host) -> bool:
@@ -100,6 +106,7 @@ def sync(host: Host, batch: dict[str, Any]) -> dict[str, Any]:
             "agent %s: %s of deployment %s: %s", host.name, change["kind"], change["deployment_id"], outcome
         )
         acked.append(change["id"])
+    record_ray_nodes(host, batch.get("ray_nodes", []))
     deployments = {
         d.pk: d
         for d in Deployment.objects.select_related("host", "model_version", "quantization").filter(host=host)
@@ -115,12 +122,15 @@ def sync(host: Host, batch: dict[str, Any]) -> dict[str, Any]:
         "acked": acked,
         "settings": agent_settings(),
         "deployments": [describe(d, drain=d.pk in drains) for d in deployments.values()],
+        "ray": ray_plans(host, deployments),
         "log_requests": take_log_requests(host.name),
     }
 
 
 def apply_change(host: Host, change: dict[str, Any]) -> str:
     """One queued state change of the agent; returns what it did ("applied", "stale", "duplicate")."""
+    if change["kind"] == "ray_lost":
+        return _ray_lost(host, change)
     deployment = (
         Deployment.objects.select_related("host", "model_version", "quantization")
         .filter(pk=change["deployment_id"], host=host)
@@ -212,6 +222,134 @@ def apply_change(host: Host, change: dict[str, Any]) -> str:
     return "applied"
 
 
+def _ray_lost(host: Host, change: dict[str, Any]) -> str:
+    """A host's Ray node of a deployment spanning hosts exited: vLLM cannot run with a pipeline stage
+    missing, so the whole deployment goes through crash and restart (the head's engine exits too, as
+    vLLM's does when its Ray workers die; whichever report comes first counts, the other is a duplicate)."""
+    deployment = (
+        Deployment.objects.select_related("host", "model_version", "quantization")
+        .filter(pk=change["deployment_id"])
+        .filter(Q(host=host) | Q(members__host=host))
+        .distinct()
+        .first()
+    )
+    if deployment is None:
+        return "gone"
+    if change.get("start_token", "") != deployment.start_token:
+        return "stale"
+    if deployment.state not in (*SUPERVISED_STATES, DeploymentState.VERIFYING):
+        return "duplicate"
+    message = str(change.get("message", ""))[:2000] or f"The Ray node on {host.name} exited."
+    # Its "joined" is stale from now on: the restart waits until the agent's new node joins.
+    with contextlib.suppress(Exception):
+        get_redis().delete(_ray_key(deployment.pk, host.name))
+    runtime.record_crash(
+        deployment,
+        f"{message} The deployment spans hosts and cannot run with a pipeline stage missing.",
+        remote_log_tail=str(change.get("log_tail", ""))[-20_000:],
+    )
+    return "applied"
+
+
+# --- Ray nodes of deployments that span hosts ----------------------------------------------------
+
+
+def _ray_key(deployment_id: int, host_name: str) -> str:
+    return key("agent", "ray", str(deployment_id), host_name)
+
+
+def record_ray_nodes(host: Host, reports: list[dict[str, Any]]) -> None:
+    """The host's Ray nodes that have joined their cluster, kept while its agent keeps saying so: a node
+    its agent is (re)starting drops out at once, and a dead agent's word expires with the live TTL, so
+    a lost host holds up the deployment's next launch."""
+    if not reports:
+        return
+    ttl = max(1, round(settings.NODE_LIVE_TTL_SECONDS))
+    try:
+        pipe = get_redis().pipeline(transaction=False)
+        for report in reports:
+            name = _ray_key(int(report["deployment_id"]), host.name)
+            if report.get("joined"):
+                pipe.set(name, "1", ex=ttl)
+            else:
+                pipe.delete(name)
+        pipe.execute()
+    except Exception as exc:
+        log.warning("could not record the Ray nodes of host %s: %s", host.name, exc)
+
+
+def ray_nodes_missing(deployment: Deployment) -> list[str]:
+    """The hosts of a deployment spanning hosts whose Ray node has not (or no longer) joined; [] when
+    all have, or when the deployment runs on one host."""
+    members = list(deployment.members.select_related("host").order_by("stage"))
+    if not members:
+        return []
+    names = [deployment.host.name, *(m.host.name for m in members)]
+    try:
+        flags = get_redis().mget([_ray_key(deployment.pk, name) for name in names])
+    except Exception:
+        return names
+    return [name for name, flag in zip(names, flags, strict=True) if not flag]
+
+
+def ray_wanted(deployment: Deployment) -> bool:
+    """Ray nodes stay up while the engine may run or is about to (a crash's backoff included), and go
+    once it is stopped or given up on: stopping them earlier would kill the engine mid-drain."""
+    return deployment.state not in RAY_DOWN_STATES
+
+
+def ray_plans(host: Host, own: dict[int, Deployment]) -> list[dict[str, Any]]:
+    """The Ray nodes this host runs: the head of its own deployments that span hosts, a worker of those
+    it is a member of. A worker is wanted once the head's node has joined (it has a cluster to join)."""
+    plans = []
+    spanning = set(
+        DeploymentMember.objects.filter(deployment__host=host).values_list("deployment_id", flat=True)
+    )
+    for deployment in (d for pk, d in own.items() if pk in spanning):
+        plans.append(
+            describe_ray(deployment, deployment.host, 0, deployment.gpu_indices, ray_wanted(deployment))
+        )
+    memberships = DeploymentMember.objects.filter(host=host).select_related(
+        "deployment__host", "deployment__model_version", "deployment__quantization", "host"
+    )
+    for member in memberships:
+        deployment = member.deployment
+        head_joined = _ray_joined(deployment.pk, deployment.host.name)
+        plans.append(
+            describe_ray(
+                deployment, host, member.stage, member.gpu_indices, ray_wanted(deployment) and head_joined
+            )
+        )
+    return plans
+
+
+def _ray_joined(deployment_id: int, host_name: str) -> bool:
+    try:
+        return bool(get_redis().exists(_ray_key(deployment_id, host_name)))
+    except Exception:
+        return False
+
+
+def describe_ray(
+    deployment: Deployment, host: Host, stage: int, gpu_indices: list[int], wanted: bool
+) -> dict[str, Any]:
+    """One host's part in a deployment's Ray cluster (nodes/agent/ray_node.start_argv builds `ray start`)."""
+    return {
+        "deployment_id": deployment.pk,
+        "role": "head" if stage == 0 else "worker",
+        "stage": stage,
+        "wanted": wanted,
+        "start_token": deployment.start_token,
+        "head_address": deployment.ray_head_address,
+        "port": deployment.ray_port or DEFAULT_RAY_PORT,
+        "node_ip": host.address,
+        "num_gpus": len(gpu_indices or []),
+        "gpu_indices": list(gpu_indices or []),
+        "nodes": deployment.pipeline_parallel_size,
+        "object_store_memory": settings.RAY_OBJECT_STORE_BYTES,
+    }
+
+
 def wake_sleepers(host: Host, deployments: dict[int, Deployment]) -> None:
     """Sleeping engines someone asked to wake (the proxy holding a request): the control plane's worker
     wakes them (runtime.wake, a call to the engine's port), as the co-located supervisor's wake watch
@@ -241,6 +379,12 @@ def reconcile(deployment: Deployment) -> None:
             and deployment.next_restart_at <= timezone.now()
         )
     ):
+        missing = ray_nodes_missing(deployment)
+        if missing:
+            # vLLM's documented order: the Ray cluster first (head, then every worker), then the engine on
+            # the head. A member host that is down holds the (re)launch here instead of burning restarts.
+            _note_waiting(deployment, missing)
+            return
         try:
             runtime.prepare_launch(deployment, python=AGENT_PYTHON, local=False)
         except Exception as exc:  # a database or disk error counts as a crash, retried with backoff
@@ -258,6 +402,14 @@ def reconcile(deployment: Deployment) -> None:
         and (timezone.now() - deployment.ready_at).total_seconds() >= settings.NODE_STABLE_SECONDS
     ):
         Deployment.objects.filter(pk=deployment.pk).update(restart_count=0)
+
+
+def _note_waiting(deployment: Deployment, missing: list[str]) -> None:
+    """Say once, in the deployment's history, which hosts' Ray nodes its launch waits for."""
+    message = f"Waiting for the Ray node(s) of {', '.join(missing)} to join before launching the engine."
+    last = deployment.events.order_by("-at", "-id").values_list("message", flat=True).first()
+    if last != message:
+        record_event(deployment, message)
 
 
 def _heartbeat_due(host: Host, info: dict[str, Any]) -> bool:

@@ -101,6 +101,11 @@ class Deployment(models.Model):
     max_num_batched_tokens = models.PositiveIntegerField(null=True, blank=True)
     tensor_parallel_size = models.PositiveSmallIntegerField(default=1)
     pipeline_parallel_size = models.PositiveSmallIntegerField(default=1)
+    # The Ray head's port (GCS) on `host` when the deployment spans hosts (DeploymentMember rows); null
+    # means Ray's default, 6379. Unused by a deployment on one host.
+    ray_port = models.PositiveIntegerField(
+        null=True, blank=True, default=None, validators=[MinValueValidator(1024), MaxValueValidator(65535)]
+    )
     # A `--quantization` value the admin forces; blank lets vLLM read the checkpoint's
     # quantization_config, so AWQ/GPTQ checkpoints get Marlin kernels where the GPU allows.
     quantization_override = models.CharField(max_length=32, blank=True, default="")
@@ -157,6 +162,38 @@ class Deployment(models.Model):
     @property
     def base_url(self) -> str:
         return f"http://{self.host.address}:{self.port}"
+
+    @property
+    def ray_head_address(self) -> str:
+        return f"{self.host.address}:{self.ray_port or DEFAULT_RAY_PORT}"
+
+
+# Ray's own default GCS port (`ray start --head` without --port).
+DEFAULT_RAY_PORT = 6379
+
+
+class DeploymentMember(models.Model):
+    """A further host of a deployment that spans hosts: pipeline stage `stage` (1..PP-1) runs there.
+
+    The deployment's own `host` and `gpu_indices` are stage 0, the Ray head, where the engine's API
+    server runs; each member host joins the head's Ray cluster as a worker with its `gpu_indices`
+    (tensor_parallel_size of them), and holds 1/PP of the layers and of the KV cache.
+    """
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="members")
+    host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="deployment_memberships")
+    stage = models.PositiveSmallIntegerField(validators=[MinValueValidator(1)])
+    gpu_indices = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["deployment_id", "stage"]
+        constraints = [
+            models.UniqueConstraint(fields=["deployment", "stage"], name="member_unique_stage"),
+            models.UniqueConstraint(fields=["deployment", "host"], name="member_unique_host"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.deployment_id} stage {self.stage} on {self.host_id}"
 
 
 class DeploymentEvent(models.Model):

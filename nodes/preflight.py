@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from django.db.models import Q
+
 from models_registry.choices import SourceKind, VersionState
 from models_registry.estimate import DEFAULT_OVERHEAD_BYTES, VLLM_DEFAULT_GPU_MEMORY_UTILIZATION, FitResult
 from models_registry.services import fit_check, state_on_host
@@ -15,8 +17,8 @@ from nodes.engines import get_adapter
 from nodes.engines import vllm as vllm_adapter
 from nodes.engines.base import reserved_flags_in
 from nodes.lifecycle import host_is_reachable
-from nodes.models import Deployment, Gpu, Host
-from nodes.spec import DeploySpec
+from nodes.models import DEFAULT_RAY_PORT, Deployment, DeploymentMember, Gpu, Host
+from nodes.spec import DeploySpec, StageHost
 
 
 @dataclass
@@ -98,16 +100,22 @@ def _gpu_reservations(
     """For each GPU index, the (deployment name, share of its memory) of others that hold it.
 
     A deployment on vLLM's default reserves what vLLM takes: 0.92; a sleeping one what sleep leaves
-    (held_fraction).
+    (held_fraction). A deployment spanning hosts holds its members' GPUs on their hosts too.
     """
-    others = Deployment.objects.filter(host=host, state__in=ACTIVE_STATES).exclude(
-        desired_state=DesiredState.STOPPED, state=DeploymentState.STOPPED
+    live = Q(state__in=ACTIVE_STATES) & ~Q(desired_state=DesiredState.STOPPED, state=DeploymentState.STOPPED)
+    others = Deployment.objects.filter(live, host=host)
+    members = DeploymentMember.objects.filter(host=host).select_related("deployment")
+    members = members.filter(deployment__state__in=ACTIVE_STATES).exclude(
+        deployment__desired_state=DesiredState.STOPPED, deployment__state=DeploymentState.STOPPED
     )
     if exclude_id is not None:
         others = others.exclude(pk=exclude_id)
+        members = members.exclude(deployment_id=exclude_id)
+    holders = [(other, other.gpu_indices) for other in others]
+    holders += [(member.deployment, member.gpu_indices) for member in members]
     held: dict[int, list[tuple[str, float]]] = {i: [] for i in gpu_indices}
-    for other in others:
-        for index in other.gpu_indices or []:
+    for other, indices in holders:
+        for index in indices or []:
             if index in held:
                 asleep = " (asleep)" if other.state == DeploymentState.SLEEPING else ""
                 held[index].append((other.name + asleep, held_fraction(other, (totals or {}).get(index, 0))))
@@ -151,16 +159,9 @@ def preflight(spec: DeploySpec, *, exclude_id: int | None = None, check_reachabl
             "(vLLM refuses to start with it).",
         )
 
-    # The host.
-    if check_reachable and not host_is_reachable(host):
-        seen = host.last_heartbeat.isoformat() if host.last_heartbeat else "never"
-        result.add(
-            "host",
-            f"Host {host.name} is unreachable (last heartbeat: {seen}); start its agent "
-            f"(manage.py run_agent {host.name}) or pick another host.",
-        )
-    if host.state == HostState.DRAINING:
-        result.add("host", f"Host {host.name} is draining and accepts no new deployments.")
+    # The hosts: the head, and each further host when the deployment spans hosts.
+    for stage in spec.stage_hosts():
+        _check_host(result, stage.host, check_reachable)
     holders = Deployment.objects.filter(host=host, port=spec.port, state__in=ACTIVE_STATES)
     if exclude_id is not None:
         holders = holders.exclude(pk=exclude_id)
@@ -227,72 +228,183 @@ def preflight(spec: DeploySpec, *, exclude_id: int | None = None, check_reachabl
     if spec.engine == Engine.LLAMACPP:
         if spec.gpu_indices:
             result.add("gpu_indices", "llama.cpp engines run on CPU nodes; leave GPUs empty.")
+        if spec.members:
+            result.add("members", "Only vLLM engines (and the simulator) span hosts, through Ray.")
         return result
-    if not spec.gpu_indices:
+    if spec.spans_hosts:
+        _check_stages(result, spec, exclude_id)
+        if result.errors:
+            return result
+    elif not spec.gpu_indices:
         result.add("gpu_indices", f"Pick at least one GPU of {host.name}.")
         return result
-    if len(set(spec.gpu_indices)) != len(spec.gpu_indices):
-        result.add("gpu_indices", "A GPU is listed twice.")
-    world_size = spec.tensor_parallel_size * spec.pipeline_parallel_size
-    if world_size != len(spec.gpu_indices):
-        result.add(
-            "tensor_parallel_size",
-            f"tensor_parallel_size x pipeline_parallel_size ({spec.tensor_parallel_size} x "
-            f"{spec.pipeline_parallel_size} = {world_size}) must equal the number of GPUs "
-            f"({len(spec.gpu_indices)}); vLLM runs one worker per GPU of tensor x pipeline "
-            "(world_size, vllm/config/parallel.py), all on this host.",
+    else:
+        if len(set(spec.gpu_indices)) != len(spec.gpu_indices):
+            result.add("gpu_indices", "A GPU is listed twice.")
+        world_size = spec.tensor_parallel_size * spec.pipeline_parallel_size
+        if world_size != len(spec.gpu_indices):
+            result.add(
+                "tensor_parallel_size",
+                f"tensor_parallel_size x pipeline_parallel_size ({spec.tensor_parallel_size} x "
+                f"{spec.pipeline_parallel_size} = {world_size}) must equal the number of GPUs "
+                f"({len(spec.gpu_indices)}); vLLM runs one worker per GPU of tensor x pipeline "
+                "(world_size, vllm/config/parallel.py), all on this host.",
+            )
+    stage_gpus: list[tuple[StageHost, dict[int, Gpu]]] = []
+    for stage in spec.stage_hosts():
+        gpus = _stage_gpus(result, stage, exclude_id, spec.gpu_memory_utilization)
+        if gpus is not None:
+            stage_gpus.append((stage, gpus))
+    if result.errors:
+        return result
+
+    # The fit check, per pipeline stage: each host holds 1/PP of the layers (weights) and of the KV
+    # cache of every token, so a stage of TP GPUs with memory M fits exactly as PP such stages
+    # together would (fit_check's pooled arithmetic on PP x M). vLLM sizes the KV cache by its
+    # smallest worker, so the deployment gets the worst stage's figure. On one host every stage
+    # shares the host's GPUs and the pooled check is the same as before.
+    stages = stage_gpus if spec.spans_hosts else [(stage_gpus[0][0], stage_gpus[0][1])]
+    worst: FitResult | None = None
+    worst_stage: StageHost | None = None
+    for stage, gpus in stages:
+        memory = sum(gpus[i].memory_total_bytes for i in stage.gpu_indices)
+        try:
+            fit = fit_check(
+                spec.model_version,
+                spec.quantization,
+                memory * spec.pipeline_parallel_size if spec.spans_hosts else memory,
+                spec.gpu_memory_utilization,
+                spec.max_model_len,
+                spec.max_num_seqs,
+                other_reserved_bytes=0,
+                tensor_parallel_size=spec.tensor_parallel_size,
+                pipeline_parallel_size=spec.pipeline_parallel_size,
+                # vLLM sizes its batch defaults by the first device (current_platform.get_device_name()).
+                gpu_name=gpus[stage.gpu_indices[0]].name,
+                max_num_batched_tokens=spec.max_num_batched_tokens,
+            )
+        except ValueError as exc:
+            result.add("model_version", f"The fit check could not run: {exc}")
+            return result
+        if worst is None or (not fit.fits, -fit.kv_tokens_available) > (
+            not worst.fits,
+            -worst.kv_tokens_available,
+        ):
+            worst, worst_stage = fit, stage
+    assert worst is not None and worst_stage is not None
+    if spec.spans_hosts:
+        pp = spec.pipeline_parallel_size
+        worst.reason = (
+            f"Stage {worst_stage.stage} on {worst_stage.host.name} (1/{pp} of the layers and of the KV "
+            f"cache on {spec.tensor_parallel_size} GPU(s)): {worst.reason}"
         )
-    gpus = {g.index: g for g in Gpu.objects.filter(host=host, index__in=spec.gpu_indices)}
-    missing = [i for i in spec.gpu_indices if i not in gpus]
+    result.fit = worst
+    if not worst.fits:
+        result.add("fit", worst.reason)
+    return result
+
+
+def _check_host(result: Preflight, host: Host, check_reachable: bool) -> None:
+    if check_reachable and not host_is_reachable(host):
+        seen = host.last_heartbeat.isoformat() if host.last_heartbeat else "never"
+        result.add(
+            "host",
+            f"Host {host.name} is unreachable (last heartbeat: {seen}); start its agent "
+            f"(manage.py run_agent {host.name}) or pick another host.",
+        )
+    if host.state == HostState.DRAINING:
+        result.add("host", f"Host {host.name} is draining and accepts no new deployments.")
+
+
+def _check_stages(result: Preflight, spec: DeploySpec, exclude_id: int | None) -> None:
+    """A deployment across hosts: one pipeline stage per host, tensor_parallel_size GPUs on each.
+
+    That is vLLM's documented layout for several nodes (tensor parallel inside a node, pipeline
+    parallel across nodes, Ray as the executor; docs/deploying.md, "One model across hosts").
+    """
+    if spec.engine not in (Engine.VLLM, Engine.SIM):
+        result.add("members", "Only vLLM engines (and the simulator) span hosts, through Ray.")
+        return
+    stages = spec.stage_hosts()
+    names = [stage.host.name for stage in stages]
+    ray_port = spec.ray_port or DEFAULT_RAY_PORT
+    same_port = (
+        Q(ray_port=ray_port) | Q(ray_port__isnull=True)
+        if ray_port == DEFAULT_RAY_PORT
+        else Q(ray_port=ray_port)
+    )
+    heads = Deployment.objects.filter(
+        same_port, host=spec.host, state__in=ACTIVE_STATES, members__isnull=False
+    )
+    if exclude_id is not None:
+        heads = heads.exclude(pk=exclude_id)
+    other = heads.distinct().first()
+    if other is not None:
+        result.add(
+            "ray_port",
+            f"Ray port {ray_port} on {spec.host.name} is the head of deployment '{other.name}''s cluster; "
+            "pick another ray_port.",
+        )
+    elif ray_port == spec.port:
+        result.add("ray_port", "The Ray head's port cannot be the engine's port.")
+    if len(set(names)) != len(names):
+        result.add("members", "A host is listed twice; each pipeline stage runs on its own host.")
+    if spec.pipeline_parallel_size != len(stages):
+        result.add(
+            "pipeline_parallel_size",
+            f"A deployment across {len(stages)} hosts ({', '.join(names)}) runs one pipeline stage per "
+            f"host: pipeline_parallel_size must be {len(stages)}, not {spec.pipeline_parallel_size}.",
+        )
+    for stage in stages:
+        field_name = "gpu_indices" if stage.stage == 0 else "members"
+        info = stage.host.agent_info or {}
+        if info and info.get("channel") != "api":
+            # Only the fleet agent (nodes/agent/remote.py) starts Ray nodes; the co-located Celery
+            # agent would launch an engine with no cluster to join.
+            result.add(
+                field_name,
+                f"{stage.host.name} runs the co-located agent, which starts no Ray node; run the fleet "
+                f"agent there (python -m nodes.agent --host {stage.host.name}) to deploy across hosts.",
+            )
+        if len(set(stage.gpu_indices)) != len(stage.gpu_indices):
+            result.add(field_name, f"A GPU of {stage.host.name} is listed twice.")
+        if len(stage.gpu_indices) != spec.tensor_parallel_size:
+            result.add(
+                field_name,
+                f"{stage.host.name} gives {len(stage.gpu_indices)} GPU(s); every host of the deployment "
+                f"gives tensor_parallel_size ({spec.tensor_parallel_size}) GPUs, one tensor-parallel "
+                "group per pipeline stage.",
+            )
+
+
+def _stage_gpus(
+    result: Preflight, stage: StageHost, exclude_id: int | None, utilization: float | None
+) -> dict[int, Gpu] | None:
+    """The stage's GPUs on its host, after checking they exist and have memory left (None: refused)."""
+    host = stage.host
+    field_name = "gpu_indices" if stage.stage == 0 else "members"
+    gpus = {g.index: g for g in Gpu.objects.filter(host=host, index__in=stage.gpu_indices)}
+    missing = [i for i in stage.gpu_indices if i not in gpus]
     if missing:
         known = sorted(Gpu.objects.filter(host=host).values_list("index", flat=True))
         result.add(
-            "gpu_indices",
+            field_name,
             f"{host.name} has no GPU {', '.join(map(str, missing))} (its agent reports {known or 'none'}).",
         )
-        return result
-    wanted = (
-        VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
-        if spec.gpu_memory_utilization is None
-        else spec.gpu_memory_utilization
-    )
+        return None
+    wanted = VLLM_DEFAULT_GPU_MEMORY_UTILIZATION if utilization is None else utilization
     totals = {i: g.memory_total_bytes for i, g in gpus.items()}
-    for index, gpu_holders in _gpu_reservations(host, spec.gpu_indices, exclude_id, totals).items():
+    for index, gpu_holders in _gpu_reservations(host, stage.gpu_indices, exclude_id, totals).items():
         taken = sum(util for _, util in gpu_holders)
         if taken + wanted > 1.0 + 1e-9:
             names = ", ".join(f"'{name}' ({util:.0%})" for name, util in gpu_holders)
             left = max(0.0, 1.0 - taken)
             result.add(
-                "gpu_indices",
+                field_name,
                 f"GPU {index} on {host.name} is already taken: {names} reserve {taken:.0%} of its memory. "
                 f"Lower gpu_memory_utilization to at most {left:.2f} or pick another GPU.",
             )
-    if result.errors:
-        return result
-
-    gpu_memory_bytes = sum(gpus[i].memory_total_bytes for i in spec.gpu_indices)
-    try:
-        fit = fit_check(
-            spec.model_version,
-            spec.quantization,
-            gpu_memory_bytes,
-            spec.gpu_memory_utilization,
-            spec.max_model_len,
-            spec.max_num_seqs,
-            other_reserved_bytes=0,
-            tensor_parallel_size=spec.tensor_parallel_size,
-            pipeline_parallel_size=spec.pipeline_parallel_size,
-            # vLLM sizes its batch defaults by the first device (current_platform.get_device_name()).
-            gpu_name=gpus[spec.gpu_indices[0]].name,
-            max_num_batched_tokens=spec.max_num_batched_tokens,
-        )
-    except ValueError as exc:
-        result.add("model_version", f"The fit check could not run: {exc}")
-        return result
-    result.fit = fit
-    if not fit.fits:
-        result.add("fit", fit.reason)
-    return result
+    return gpus
 
 
 def preflight_deployment(deployment: Deployment, *, check_reachable: bool = True) -> Preflight:

@@ -230,3 +230,28 @@ def tail(path: str | Path, lines: int = 40, max_bytes: int = 64 * 1024) -> str:
         return ""
     text = data.decode("utf-8", errors="replace")
     return "\n".join(text.splitlines()[-lines:])
+
+
+def session_pids(sid: int) -> list[int]:
+    """The processes of session `sid` (Ray starts some workers in process groups of their own)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue
+        # After the command name: state, ppid, pgrp, session.
+        if len(fields) > 3 and int(fields[3]) == sid and fields[0] not in ("Z", "X"):
+            found.append(int(entry.name))
+    return found
+
+
+def kill_session(sid: int) -> int:
+    """SIGKILL every process left in session `sid`; how many there were."""
+    pids = session_pids(sid)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    return len(pids)

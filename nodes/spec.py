@@ -13,6 +13,15 @@ from nodes.choices import Engine
 from nodes.models import Deployment, Host
 
 
+@dataclass(frozen=True)
+class StageHost:
+    """One further host of a deployment that spans hosts: its pipeline stage and the GPUs it gives."""
+
+    host: Host
+    gpu_indices: tuple[int, ...]
+    stage: int
+
+
 def default_tensor_parallel_size(
     engine: str, gpu_indices: tuple[int, ...] | list[int], pipeline_parallel_size: int = 1
 ) -> int:
@@ -54,6 +63,17 @@ class DeploySpec:
     extra_args: tuple[str, ...]
     pipeline_parallel_size: int = 1
     quantization_override: str = ""
+    # Hosts of stages 1..PP-1 when the deployment spans hosts (the head, `host`, is stage 0).
+    members: tuple[StageHost, ...] = ()
+    ray_port: int | None = None
+
+    @property
+    def spans_hosts(self) -> bool:
+        return bool(self.members)
+
+    def stage_hosts(self) -> list[StageHost]:
+        """Every stage's host and GPUs, the head first."""
+        return [StageHost(self.host, self.gpu_indices, 0), *sorted(self.members, key=lambda m: m.stage)]
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any], instance: Deployment | None = None) -> DeploySpec:
@@ -75,9 +95,15 @@ class DeploySpec:
         gpu_indices = tuple(value("gpu_indices") or ())
         given = "tensor_parallel_size" in values or instance is not None
         tp = value("tensor_parallel_size") if given else None
-        pp = value("pipeline_parallel_size") or 1
+        members = tuple(_members(values, instance))
+        # Across hosts, one pipeline stage per host unless said otherwise.
+        pp_given = "pipeline_parallel_size" in values or instance is not None
+        pp = (value("pipeline_parallel_size") if pp_given else None) or (1 + len(members))
         if tp is None:
-            tp = default_tensor_parallel_size(engine, gpu_indices, pp)
+            # Spanning hosts, each host gives tensor_parallel_size GPUs (one pipeline stage per host).
+            tp = (
+                max(1, len(gpu_indices)) if members else default_tensor_parallel_size(engine, gpu_indices, pp)
+            )
         return cls(
             model_version=version,
             quantization=value("quantization") or version.quantization,
@@ -95,12 +121,37 @@ class DeploySpec:
             extra_args=tuple(value("extra_args") or ()),
             pipeline_parallel_size=pp,
             quantization_override=value("quantization_override") or "",
+            members=members,
+            ray_port=value("ray_port"),
         )
 
     @classmethod
     def from_deployment(cls, deployment: Deployment) -> DeploySpec:
         """The spec a stored deployment runs with."""
-        names = {f.name for f in fields(cls)} - {"quantization"}
+        names = {f.name for f in fields(cls)} - {"quantization", "members"}
         values = {name: getattr(deployment, name) for name in names}
         values["quantization"] = deployment.quantization
+        values["members"] = stored_members(deployment)
         return cls.from_values(values)
+
+
+def stored_members(deployment: Deployment) -> list[StageHost]:
+    if deployment.pk is None:
+        return []
+    return [
+        StageHost(m.host, tuple(m.gpu_indices or ()), m.stage)
+        for m in deployment.members.select_related("host").order_by("stage")
+    ]
+
+
+def _members(values: Mapping[str, Any], instance: Deployment | None) -> list[StageHost]:
+    """Members from API input: StageHost objects, or {"host": Host, "gpu_indices": [...]} in stage order."""
+    if "members" not in values:
+        return stored_members(instance) if instance is not None else []
+    members = []
+    for stage, item in enumerate(values["members"] or (), start=1):
+        if isinstance(item, StageHost):
+            members.append(item)
+        else:
+            members.append(StageHost(item["host"], tuple(item.get("gpu_indices") or ()), stage))
+    return members

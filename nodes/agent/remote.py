@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from nodes import process
+from nodes.agent import ray_node
 from nodes.agent.client import (
     CONTROL_PLANE_ENV,
     AgentRefused,
@@ -143,8 +144,14 @@ class Agent:
         gpus: GpuSource,
         engine_dir: Path,
         model_root: Path | None = None,
+        ray_temp_dir: str | None = None,
     ) -> None:
         self.host_name = host_name
+        # Ray nodes this host runs for deployments that span hosts (nodes/agent/ray_node.py), and the
+        # control plane's latest word on each (role, head address, wanted).
+        self.ray_nodes: dict[int, ray_node.RayNode] = {}
+        self.ray_plans: dict[int, dict[str, Any]] = {}
+        self.ray_temp_dir = ray_temp_dir
         # Where versions fetched from the model store live on this host (reported to the control plane,
         # which builds the engine's command line with it).
         self.model_root = (model_root or engine_dir / "model-cache").resolve()
@@ -202,6 +209,7 @@ class Agent:
 
     def adopt(self) -> None:
         """Find engines a previous run of this agent started that still run (their state files)."""
+        self.ray_nodes = ray_node.adopt(self.engine_dir)
         for record_file in sorted(self.engine_dir.glob("deployment-*.json")):
             with contextlib.suppress(OSError, ValueError, TypeError):
                 record = process.EngineRecord(**json.loads(record_file.read_text()))
@@ -256,6 +264,7 @@ class Agent:
                     Path(engine.log_path), int(self.settings["log_max_bytes"]), int(self.settings["log_keep"])
                 )
         samples = self.gpus.sample(sim_reports)
+        self.watch_ray_nodes()
         if self.control_plane.ready_for_call():
             self.sync(samples, engines_live)
 
@@ -269,6 +278,10 @@ class Agent:
             "gpus": samples,
             "engines": engines_live,
             "changes": changes,
+            "ray_nodes": [
+                {"deployment_id": node.deployment_id, "role": node.role, "joined": node.check_joined()}
+                for node in list(self.ray_nodes.values())
+            ],
         }
         try:
             answer = self.control_plane.post("/api/agent/sync/", batch)
@@ -293,6 +306,8 @@ class Agent:
             self._save_outbox()
         self.settings.update(answer.get("settings", {}))
         self.deployments = {int(d["id"]): d for d in answer.get("deployments", [])}
+        self.ray_plans = {int(p["deployment_id"]): p for p in answer.get("ray", [])}
+        self.reconcile_ray()
         self.reconcile()
         for request in answer.get("log_requests", []):
             self.pool.submit(self.answer_log, request)
@@ -366,6 +381,69 @@ class Agent:
                 self.queue(
                     "exited", self._ghost(deployment), message="The engine was gone when the agent restarted."
                 )
+
+    # --- Ray nodes of deployments that span hosts ---
+
+    def reconcile_ray(self) -> None:
+        """Start the Ray nodes the control plane wants on this host, stop the ones it no longer wants."""
+        for deployment_id, node in list(self.ray_nodes.items()):
+            plan = self.ray_plans.get(deployment_id)
+            if (
+                plan is None
+                or not plan.get("wanted")
+                or plan.get("role") != node.role
+                or plan.get("head_address") != node.head_address
+            ):
+                log.info("stopping the Ray %s node of deployment %s", node.role, deployment_id)
+                del self.ray_nodes[deployment_id]
+                self.pool.submit(ray_node.stop, node, self.engine_dir)
+        for deployment_id, plan in self.ray_plans.items():
+            if plan.get("wanted") and deployment_id not in self.ray_nodes:
+                node = ray_node.start(plan, self.engine_dir, temp_dir=self.ray_temp_dir)
+                self.ray_nodes[deployment_id] = node
+                log.info(
+                    "started the Ray %s node of deployment %s (pid %s, head %s)",
+                    node.role,
+                    deployment_id,
+                    node.pid,
+                    node.head_address,
+                )
+
+    def watch_ray_nodes(self) -> None:
+        """A Ray node that exited while wanted: the control plane hears of it (the whole deployment
+        restarts: vLLM cannot run with a pipeline stage missing), and the next sync starts it again."""
+        for deployment_id, node in list(self.ray_nodes.items()):
+            if node.alive():
+                continue
+            del self.ray_nodes[deployment_id]
+            plan = self.ray_plans.get(deployment_id, {})
+            if not plan.get("wanted"):
+                continue
+            if not node.joined:
+                # It never joined (the head not reachable yet, a port taken): tried again at the next sync;
+                # no engine can have used it.
+                log.warning(
+                    "the Ray %s node of deployment %s exited before joining:\n%s",
+                    node.role,
+                    deployment_id,
+                    process.tail(node.log_path, 10),
+                )
+                continue
+            log.warning("the Ray %s node of deployment %s exited", node.role, deployment_id)
+            stand_in = LocalEngine(
+                deployment_id=deployment_id,
+                pid=0,
+                start_token=str(plan.get("start_token", "")),
+                port=0,
+                log_path=node.log_path,
+                started_at=node.started_at,
+            )
+            self.queue(
+                "ray_lost",
+                stand_in,
+                message=f"The Ray {node.role} node on {self.host_name} exited.",
+                log_tail=process.tail(node.log_path, 20),
+            )
 
     def _ghost(self, deployment: dict[str, Any]) -> LocalEngine:
         """A stand-in for a deployment's engine that does not run here, to address a change to it."""
@@ -698,6 +776,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("INFERCHAIN_MODEL_ROOT"),
         help="Where versions fetched from the model store are kept (default: <engine dir>/model-cache).",
     )
+    parser.add_argument(
+        "--ray-temp-dir",
+        default=os.environ.get("INFERCHAIN_RAY_TEMP_DIR"),
+        help="Ray's --temp-dir for a head node this host runs (default: Ray's own, /tmp/ray). Keep it "
+        "short: Ray's sockets live under it and a socket path has at most 107 bytes.",
+    )
     parser.add_argument("--simulated-gpus", type=int, default=None)
     parser.add_argument("--simulated-gpu-profile", default="h100-llama3-8b-fp16")
     parser.add_argument("--loglevel", default="info")
@@ -724,6 +808,7 @@ def main(argv: list[str] | None = None) -> None:
         gpus,
         engine_dir,
         Path(options.model_root) if options.model_root else None,
+        ray_temp_dir=options.ray_temp_dir,
     )
     log.info(
         "agent of %s: control plane %s, engines under %s", options.host, options.control_plane, engine_dir

@@ -58,6 +58,9 @@ def engine_spec(
         enable_sleep_mode=deployment.sleep_enabled and deployment.engine in SLEEP_CAPABLE_ENGINES,
         extra_args=spec.extra_args,
         python=python or sys.executable,
+        distributed_executor_backend="ray" if spec.spans_hosts else None,
+        ray_address=deployment.ray_head_address if spec.spans_hosts else None,
+        node_ip=spec.host.address if spec.spans_hosts else None,
     )
 
 

@@ -40,6 +40,14 @@ class ChangeSerializer(serializers.Serializer):
         return attrs
 
 
+class RayNodeReportSerializer(serializers.Serializer):
+    """One Ray node the agent runs for a deployment spanning hosts, and whether it joined its cluster."""
+
+    deployment_id = serializers.IntegerField(min_value=1)
+    role = serializers.ChoiceField(choices=["head", "worker"])
+    joined = serializers.BooleanField()
+
+
 class SyncSerializer(StrictSerializerMixin, serializers.Serializer):
     host = serializers.CharField(max_length=63)
     info = serializers.DictField(required=False, default=dict)
@@ -49,6 +57,9 @@ class SyncSerializer(StrictSerializerMixin, serializers.Serializer):
         child=serializers.DictField(), required=False, default=list, max_length=1000
     )
     changes = ChangeSerializer(many=True, required=False, default=list)
+    ray_nodes = serializers.ListField(
+        child=RayNodeReportSerializer(), required=False, default=list, max_length=1000
+    )
 
 
 class LogAnswerSerializer(StrictSerializerMixin, serializers.Serializer):
@@ -86,6 +97,7 @@ def agent_sync(request: Request) -> Response:
     batch.is_valid(raise_exception=True)
     data = dict(batch.validated_data)
     data["changes"] = [dict(c) for c in data.get("changes", [])]
+    data["ray_nodes"] = [dict(r) for r in data.get("ray_nodes", [])]
     return Response(agent_channel.sync(host, data))
 
 

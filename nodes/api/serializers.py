@@ -13,7 +13,15 @@ from models_registry.models import ModelVersion, QuantizationConfig
 from nodes import baselines
 from nodes.choices import ACTIVE_STATES, DeploymentState, Engine
 from nodes.lifecycle import host_is_reachable, live_deployment_key, live_gpu_key, read_live
-from nodes.models import AgentToken, Deployment, DeploymentEvent, Gpu, Host, PerformanceBaseline
+from nodes.models import (
+    AgentToken,
+    Deployment,
+    DeploymentEvent,
+    DeploymentMember,
+    Gpu,
+    Host,
+    PerformanceBaseline,
+)
 from nodes.preflight import held_fraction, preflight
 from nodes.services import sleep_problems
 from nodes.spec import DeploySpec
@@ -216,14 +224,33 @@ ENGINE_PARAMS = [
     "extra_args",
     "quantization_override",
     "port",
+    "ray_port",
 ]
 
 
 SLEEP_PARAMS = ["sleep_enabled", "sleep_idle_seconds", "sleep_level"]
 
 
+class DeploymentMemberSerializer(serializers.Serializer):
+    """A further host of a deployment that spans hosts: one pipeline stage, tensor_parallel_size GPUs."""
+
+    host = serializers.PrimaryKeyRelatedField(queryset=Host.objects.all())
+    host_name = serializers.CharField(source="host.name", read_only=True)
+    stage = serializers.IntegerField(read_only=True)
+    gpu_indices = serializers.ListField(child=serializers.IntegerField(min_value=0), default=list)
+
+
+MEMBERS_HELP = (
+    "Further hosts, in pipeline-stage order after `host` (stage 0, the Ray head, where the API server "
+    "runs): the deployment spans hosts with tensor parallel inside each and pipeline parallel across "
+    "them (pipeline_parallel_size = 1 + members). Empty: one host."
+)
+
+
 class DeploymentSerializer(StrictModelSerializer):
     """A deployment. Creating one runs every pre-launch check; refusals are field errors (400)."""
+
+    members = DeploymentMemberSerializer(many=True, required=False, help_text=MEMBERS_HELP)
 
     host_name = serializers.CharField(source="host.name", read_only=True)
     model_version_label = serializers.CharField(source="model_version.__str__", read_only=True)
@@ -246,6 +273,7 @@ class DeploymentSerializer(StrictModelSerializer):
             "engine",
             "host",
             "host_name",
+            "members",
             *ENGINE_PARAMS,
             "served_model_name",
             "role",
@@ -310,7 +338,23 @@ class DeploymentSerializer(StrictModelSerializer):
             },
             "sleep_level": {"help_text": "1: weights to host memory, KV cache freed; 2: both dropped."},
             "sleeping_level": {"help_text": "The level the engine sleeps at now; 0 while awake."},
+            "ray_port": {
+                "help_text": "The Ray head's port on `host` when the deployment spans hosts (null: 6379)."
+            },
         }
+
+    def create(self, validated_data: dict[str, Any]) -> Deployment:
+        members = validated_data.pop("members", [])
+        deployment = super().create(validated_data)
+        _save_members(deployment, members)
+        return deployment
+
+    def update(self, instance: Deployment, validated_data: dict[str, Any]) -> Deployment:
+        members = validated_data.pop("members", None)
+        deployment = super().update(instance, validated_data)
+        if members is not None:
+            _save_members(deployment, members)
+        return deployment
 
     @extend_schema_field(EngineLiveSerializer(allow_null=True))
     def get_live(self, obj: Deployment) -> dict[str, Any] | None:
@@ -363,8 +407,9 @@ class DeploymentSerializer(StrictModelSerializer):
         ):
             raise serializers.ValidationError({"gpu_indices": ["A list of GPU indices (integers >= 0)."]})
         spec = DeploySpec.from_values(attrs, instance)
-        # The row stores what was checked, the tensor-parallel default included.
+        # The row stores what was checked, the tensor- and pipeline-parallel defaults included.
         attrs["tensor_parallel_size"] = spec.tensor_parallel_size
+        attrs["pipeline_parallel_size"] = spec.pipeline_parallel_size
         check = preflight(spec, exclude_id=instance.pk if instance is not None else None)
         self._fit = FitResultSerializer(check.fit).data if check.fit is not None else None
         if not check.ok:
@@ -408,6 +453,17 @@ class DeploymentSerializer(StrictModelSerializer):
             raise serializers.ValidationError(errors)
 
 
+def _save_members(deployment: Deployment, members: list[dict[str, Any]]) -> None:
+    """The member hosts as checked, in stage order (stage 1 first)."""
+    deployment.members.all().delete()
+    DeploymentMember.objects.bulk_create(
+        DeploymentMember(
+            deployment=deployment, host=m["host"], stage=stage, gpu_indices=list(m.get("gpu_indices") or [])
+        )
+        for stage, m in enumerate(members, start=1)
+    )
+
+
 class PreflightSerializer(StrictSerializerMixin, serializers.Serializer):
     """The deploy wizard's "check before launch": the same checks as create, nothing saved."""
 
@@ -425,11 +481,14 @@ class PreflightSerializer(StrictSerializerMixin, serializers.Serializer):
     max_num_seqs = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1)
     max_num_batched_tokens = serializers.IntegerField(required=False, allow_null=True, min_value=1)
     tensor_parallel_size = serializers.IntegerField(required=False, min_value=1)
-    pipeline_parallel_size = serializers.IntegerField(default=1, min_value=1)
+    # Omitted: 1, or one stage per host when `members` are given.
+    pipeline_parallel_size = serializers.IntegerField(required=False, min_value=1)
     enable_prefix_caching = serializers.BooleanField(default=True)
     extra_args = serializers.ListField(child=serializers.CharField(), default=list)
     quantization_override = serializers.CharField(required=False, allow_blank=True, default="")
     port = serializers.IntegerField(min_value=1024, max_value=65535)
+    members = DeploymentMemberSerializer(many=True, required=False, default=list, help_text=MEMBERS_HELP)
+    ray_port = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1024)
 
 
 class StopSerializer(StrictSerializerMixin, serializers.Serializer):

@@ -167,7 +167,9 @@ class DeploymentViewSet(LiveListMixin, AuditedModelViewSet):
     ordering_fields = ["name", "state", "created_at"]
 
     def get_queryset(self) -> Any:
-        return Deployment.objects.select_related("host", "model_version__model", "quantization")
+        return Deployment.objects.select_related(
+            "host", "model_version__model", "quantization"
+        ).prefetch_related("members__host")
 
     def perform_create(self, serializer: Any) -> None:
         with transaction.atomic():

@@ -55,6 +55,10 @@ class EngineSpec:
     enable_sleep_mode: bool = False
     extra_args: tuple[str, ...] = field(default_factory=tuple)
     python: str = sys.executable
+    # Set when the deployment spans hosts: "ray", the Ray head's host:port, and this (head) host's IP.
+    distributed_executor_backend: str | None = None
+    ray_address: str | None = None
+    node_ip: str | None = None
 
 
 class EngineAdapter(Protocol):

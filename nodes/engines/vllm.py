@@ -113,6 +113,10 @@ def serve_flags(spec: EngineSpec) -> list[str]:
         argv.append("--enable-sleep-mode")
     if spec.pipeline_parallel_size != 1:
         argv += ["--pipeline-parallel-size", str(spec.pipeline_parallel_size)]
+    if spec.distributed_executor_backend:
+        # Across hosts vLLM runs its workers as Ray actors on the cluster the agents started
+        # (docs/serving/parallelism_scaling.md, "Running vLLM on a Ray cluster").
+        argv += ["--distributed-executor-backend", spec.distributed_executor_backend]
     if spec.gpu_memory_utilization is not None:
         argv += ["--gpu-memory-utilization", repr(float(spec.gpu_memory_utilization))]
     if spec.block_size is not None:
@@ -399,6 +403,12 @@ def build_env(spec: EngineSpec) -> dict[str, str]:
         env["VLLM_SERVER_DEV_MODE"] = "1"
     if spec.gpu_indices:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in spec.gpu_indices)
+    if spec.ray_address:
+        # ray.init() inside vLLM joins this cluster (RAY_ADDRESS), and VLLM_HOST_IP is the address this
+        # node is known by in it, as vLLM's multi-node docs ask for each node.
+        env["RAY_ADDRESS"] = spec.ray_address
+    if spec.node_ip:
+        env["VLLM_HOST_IP"] = spec.node_ip
     return env
 
 

@@ -254,6 +254,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         help="Fraction of generation requests answered with a 500 InternalServerError.",
     )
+    sim.add_argument(
+        "--sim-ray-placement-timeout",
+        type=positive_float,
+        default=1800.0,
+        help="With --distributed-executor-backend ray: seconds to wait for the placement group "
+        "(vLLM's PG_WAIT_TIMEOUT, 1800).",
+    )
     sim.add_argument("--sim-gpu-index", type=int, default=0, help="Index of the first modelled GPU.")
     sim.add_argument(
         "--sim-gpu-uuid-seed", default=None, help="Seed of the modelled GPUs' UUIDs (default: port)."

@@ -15,6 +15,7 @@ import random
 import signal
 import socket
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -24,7 +25,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, disable_created_metrics, generate_latest
 
-from nodes.sim import asgi_filter, logprobs, model, text
+from nodes.sim import asgi_filter, logprobs, model, ray_cluster, text
 from nodes.sim.engine import Sequence, SimEngine
 from nodes.sim.gpu import gpu_snapshot
 from nodes.sim.metrics import EngineMetrics
@@ -1119,6 +1120,19 @@ async def serve(args: argparse.Namespace) -> int:
     except EngineConfigError as exc:
         logger.error("ValueError: %s", exc)
         return 1
+    placement: ray_cluster.RayPlacement | None = None
+    if args.distributed_executor_backend == "ray":
+        world_size = args.tensor_parallel_size * args.pipeline_parallel_size
+        try:
+            placement = await asyncio.to_thread(ray_cluster.join, world_size, args.sim_ray_placement_timeout)
+        except ray_cluster.RayClusterError as exc:
+            logger.error("ValueError: %s", exc)
+            return 1
+        logger.info(
+            "Ray executor: a placement group of %d GPU bundles on node(s) %s.",
+            world_size,
+            ", ".join(placement.node_ips.get(n, n) for n in placement.node_ids),
+        )
     server = SimServer(args, shape)
     try:
         sock = _listen_socket(args.host, args.port)
@@ -1163,9 +1177,38 @@ async def serve(args: argparse.Namespace) -> int:
     host = args.host or "0.0.0.0"
     logger.info("Starting vLLM API server (simulated) on http://%s:%d", host, args.port)
     logger.info("Application startup complete.")
+    exit_code = 0
+    watch: asyncio.Task[None] | None = None
+    if placement is not None:
+
+        async def watch_nodes() -> None:
+            # vLLM's Ray workers die with their node, and the engine core with them: the server exits.
+            nonlocal exit_code
+            while not stop.is_set():
+                lost = await asyncio.to_thread(placement.lost_nodes)
+                if lost:
+                    logger.error(
+                        "ray.exceptions.ActorDiedError: a Ray worker of this engine died: its node %s is "
+                        "gone. EngineCore encountered a fatal error; shutting down.",
+                        ", ".join(lost),
+                    )
+                    exit_code = 1
+                    stop.set()
+                    return
+                await asyncio.sleep(0.5)
+
+        watch = asyncio.create_task(watch_nodes())
     await stop.wait()
     logger.info("Shutting down.")
+    if watch is not None:
+        watch.cancel()
     for engine in server.engines:
         await engine.stop()
     await runner.cleanup()
-    return 0
+    if placement is not None:
+        # Leaving the cluster must not hold the exit when the cluster itself is gone: a daemon thread,
+        # given 3 s.
+        leaving = threading.Thread(target=placement.close, daemon=True)
+        leaving.start()
+        await asyncio.to_thread(leaving.join, 3.0)
+    return exit_code

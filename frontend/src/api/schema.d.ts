@@ -2507,6 +2507,8 @@ export interface components {
             engine: components["schemas"]["EngineEnum"];
             host: number;
             readonly host_name: string;
+            /** @description Further hosts, in pipeline-stage order after `host` (stage 0, the Ray head, where the API server runs): the deployment spans hosts with tensor parallel inside each and pipeline parallel across them (pipeline_parallel_size = 1 + members). Empty: one host. */
+            members: components["schemas"]["DeploymentMember"][];
             gpu_indices: number[];
             /**
              * Format: double
@@ -2527,6 +2529,8 @@ export interface components {
             /** @description A --quantization method to force; blank lets vLLM read the checkpoint's quantization_config (Marlin kernels for AWQ/GPTQ). */
             quantization_override: string;
             port: number;
+            /** @description The Ray head's port on `host` when the deployment spans hosts (null: 6379). */
+            ray_port: number | null;
             served_model_name: string;
             role: string;
             /** @description Launch with vLLM's sleep mode so the agent can sleep and wake the engine (implied by sleep_idle_seconds). */
@@ -2610,6 +2614,18 @@ export interface components {
             path: string;
             lines: string[];
         };
+        /** @description A further host of a deployment that spans hosts: one pipeline stage, tensor_parallel_size GPUs. */
+        DeploymentMember: {
+            host: number;
+            readonly host_name: string;
+            readonly stage: number;
+            gpu_indices?: number[];
+        };
+        /** @description A further host of a deployment that spans hosts: one pipeline stage, tensor_parallel_size GPUs. */
+        DeploymentMemberRequest: {
+            host: number;
+            gpu_indices?: number[];
+        };
         /** @description A deployment. Creating one runs every pre-launch check; refusals are field errors (400). */
         DeploymentRequest: {
             name: string;
@@ -2617,6 +2633,8 @@ export interface components {
             quantization?: number | null;
             engine?: components["schemas"]["EngineEnum"];
             host: number;
+            /** @description Further hosts, in pipeline-stage order after `host` (stage 0, the Ray head, where the API server runs): the deployment spans hosts with tensor parallel inside each and pipeline parallel across them (pipeline_parallel_size = 1 + members). Empty: one host. */
+            members?: components["schemas"]["DeploymentMemberRequest"][];
             gpu_indices?: number[];
             /**
              * Format: double
@@ -2637,6 +2655,8 @@ export interface components {
             /** @description A --quantization method to force; blank lets vLLM read the checkpoint's quantization_config (Marlin kernels for AWQ/GPTQ). */
             quantization_override?: string;
             port: number;
+            /** @description The Ray head's port on `host` when the deployment spans hosts (null: 6379). */
+            ray_port?: number | null;
             served_model_name: string;
             role?: string;
             /** @description Launch with vLLM's sleep mode so the agent can sleep and wake the engine (implied by sleep_idle_seconds). */
@@ -3897,6 +3917,8 @@ export interface components {
             quantization?: number | null;
             engine?: components["schemas"]["EngineEnum"];
             host?: number;
+            /** @description Further hosts, in pipeline-stage order after `host` (stage 0, the Ray head, where the API server runs): the deployment spans hosts with tensor parallel inside each and pipeline parallel across them (pipeline_parallel_size = 1 + members). Empty: one host. */
+            members?: components["schemas"]["DeploymentMemberRequest"][];
             gpu_indices?: number[];
             /**
              * Format: double
@@ -3917,6 +3939,8 @@ export interface components {
             /** @description A --quantization method to force; blank lets vLLM read the checkpoint's quantization_config (Marlin kernels for AWQ/GPTQ). */
             quantization_override?: string;
             port?: number;
+            /** @description The Ray head's port on `host` when the deployment spans hosts (null: 6379). */
+            ray_port?: number | null;
             served_model_name?: string;
             role?: string;
             /** @description Launch with vLLM's sleep mode so the agent can sleep and wake the engine (implied by sleep_idle_seconds). */
@@ -4173,14 +4197,16 @@ export interface components {
             max_num_seqs?: number | null;
             max_num_batched_tokens?: number | null;
             tensor_parallel_size?: number;
-            /** @default 1 */
-            pipeline_parallel_size: number;
+            pipeline_parallel_size?: number;
             /** @default true */
             enable_prefix_caching: boolean;
             extra_args?: string[];
             /** @default  */
             quantization_override: string;
             port: number;
+            /** @description Further hosts, in pipeline-stage order after `host` (stage 0, the Ray head, where the API server runs): the deployment spans hosts with tensor parallel inside each and pipeline parallel across them (pipeline_parallel_size = 1 + members). Empty: one host. */
+            members?: components["schemas"]["DeploymentMemberRequest"][];
+            ray_port?: number | null;
         };
         /** @description What create would say, without creating: field errors (empty when ok) and the fit check. */
         PreflightResult: {

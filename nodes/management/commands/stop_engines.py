@@ -16,6 +16,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from nodes import process
+from nodes.agent import ray_node
 from nodes.choices import DeploymentState, DesiredState
 from nodes.demo import STOPPED_BY_MAKE_STOP
 from nodes.lifecycle import transition
@@ -50,6 +51,8 @@ def stop_local_engines(timeout: float = 10.0) -> tuple[list[int], list[int]]:
             process.stop_engine(record.pid, timeout)
             stopped.append(record.deployment_id)
         process.forget_record(state_path.parent, record.deployment_id)
+    # The Ray nodes of deployments across hosts: their sessions, whole (raylet, GCS, Ray's workers).
+    ray_node.stop_all_under(directory)
 
     for deployment in wanted:
         transition(deployment, DeploymentState.STOPPED, STOPPED_BY_MAKE_STOP, pid=None, **_CLEARED)

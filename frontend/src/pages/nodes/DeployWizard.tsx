@@ -31,6 +31,8 @@ export function DeployWizard({ hosts, onClose, onCreated }: { hosts: Host[]; onC
     max_num_seqs: "",
     max_num_batched_tokens: "",
     pipeline_parallel_size: "1",
+    // Further hosts, one pipeline stage each: "host-name:gpu,gpu host-name:gpu" (empty: one host).
+    members: "",
     quantization_override: "",
     enable_prefix_caching: true,
     extra_args: "",
@@ -46,8 +48,21 @@ export function DeployWizard({ hosts, onClose, onCreated }: { hosts: Host[]; onC
     setCheck(null);
   };
 
+  const members = () =>
+    form.members
+      .trim()
+      .split(/\s+/)
+      .filter(Boolean)
+      .map((item) => {
+        const [name, gpuList = ""] = item.split(":");
+        const host = hosts.find((h) => h.name === name);
+        return { host: host ? host.id : -1, gpu_indices: gpuList ? gpuList.split(",").map((s) => Number(s.trim())) : [] };
+      });
+
   const body = () => {
     const gpus = form.gpu_indices.trim() ? form.gpu_indices.split(",").map((s) => Number(s.trim())) : [];
+    const stages = members();
+    const pp = Number(form.pipeline_parallel_size) || 1;
     return {
       model_version: Number(form.model_version) || null,
       quantization: form.quantization ? Number(form.quantization) : null,
@@ -59,7 +74,9 @@ export function DeployWizard({ hosts, onClose, onCreated }: { hosts: Host[]; onC
       block_size: form.block_size ? Number(form.block_size) : null,
       max_num_seqs: form.max_num_seqs ? Number(form.max_num_seqs) : null,
       max_num_batched_tokens: form.max_num_batched_tokens ? Number(form.max_num_batched_tokens) : null,
-      pipeline_parallel_size: Number(form.pipeline_parallel_size) || 1,
+      // Across hosts, one pipeline stage per host unless the admin said otherwise.
+      pipeline_parallel_size: stages.length && pp === 1 ? 1 + stages.length : pp,
+      members: stages,
       quantization_override: form.quantization_override,
       enable_prefix_caching: form.enable_prefix_caching,
       extra_args: form.extra_args.trim() ? form.extra_args.trim().split(/\s+/) : [],
@@ -200,6 +217,14 @@ export function DeployWizard({ hosts, onClose, onCreated }: { hosts: Host[]; onC
             hint={check?.fit?.max_num_batched_tokens ? `Empty: vLLM's default; it will use ${check.fit.max_num_batched_tokens}.` : "Empty: vLLM's default for the GPU."}
           />
           <InputField label="Pipeline parallel size" name="pipeline_parallel_size" type="number" errors={fieldErrors} value={form.pipeline_parallel_size} onChange={(e) => set("pipeline_parallel_size", e.target.value)} hint="GPUs = tensor × pipeline, on this host." />
+          <InputField
+            label="Further hosts (pipeline stages)"
+            name="members"
+            errors={fieldErrors}
+            value={form.members}
+            onChange={(e) => set("members", e.target.value)}
+            hint="e.g. gpu-b:0 gpu-c:0 — one stage per host, tensor parallel inside each, over Ray. Empty: this host only."
+          />
           <InputField
             label="Force --quantization"
             name="quantization_override"

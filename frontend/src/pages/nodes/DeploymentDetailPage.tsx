@@ -213,6 +213,12 @@ export function DeploymentDetailPage() {
           <BaselinePanel deploymentId={String(id)} isAdmin={isAdmin} />
           <div style={{ height: 16 }} />
           <Card title="Launch command">
+            {d.members.length > 0 && (
+              <div data-testid="deployment-hosts">
+                Hosts (pipeline stages, over Ray): {d.host_name} (stage 0, Ray head, GPUs {d.gpu_indices.join(", ")})
+                {d.members.map((m) => ` → ${m.host_name} (stage ${m.stage}, GPUs ${(m.gpu_indices ?? []).join(", ")})`).join("")}
+              </div>
+            )}
             <pre className="argv" data-testid="launch-argv">{d.launch_argv.length ? d.launch_argv.join(" ") : "Not launched yet."}</pre>
             <div className="muted">
               GPUs {d.gpu_indices.join(", ") || "none (CPU)"} · gpu_memory_utilization {d.gpu_memory_utilization ?? "vLLM's default"} ·
