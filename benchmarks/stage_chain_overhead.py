@@ -11,8 +11,9 @@ JSON object, so the schema stage checks a real answer. Two tenants, both with th
 `plain` has no chain; `chained` has a tenant chain with every in-process stage kind: a guard on the
 prompt (mask), a classify stage (three rules, none matching, so every rule is evaluated), the generate
 step, a guard on the answer (mask) and the schema check of the request's `response_format`
-(`json_schema`). A cache stage (built on another branch) goes where `CACHE_STAGE` says once its kind
-exists in routing/proxy/stagespec.py's KINDS. No term matches, so the answers are the same.
+(`json_schema`), and a cache stage before classify. Every request is deterministic (temperature 0) with
+a seed never sent before, so the cache looks up, misses and stores each answer (its whole cost; a hit
+would skip the engine and say nothing about overhead). No term matches, so the answers are the same.
 
 For each mode (JSON, stream) and rep, `--requests` sequential requests (one client, keep-alive) go to
 each tenant in turn (the order alternates per rep), and each cell records its p50 latency and the
@@ -53,11 +54,14 @@ BODY: dict[str, Any] = {
     "model": "trivial",
     "messages": [{"role": "user", "content": ANSWER}],
     "max_tokens": 16,
+    "temperature": 0,
     "response_format": {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}},
 }
 JSON = {"Content-Type": "application/json"}
+SEED = 0  # each request's seed, counted up (see `cell`)
 TERMS = ["password", "secret key", "credit card", "ssn", "passport number", "date of birth"]
-# The cache stage's place in the chain, before classify: fill in its JSON when its kind exists.
+# The cache stage, before classify; every request misses it (see `cell`), so it costs a Redis lookup and
+# a store per request.
 CACHE_STAGE: dict[str, Any] | None = {"kind": "cache", "name": "cache"} if "cache" in KINDS else None
 STAGES: list[dict[str, Any]] = [
     {"kind": "guard", "name": "prompt-terms", "config": {"terms": TERMS, "action": "mask"}},
@@ -112,11 +116,15 @@ async def cell(
     session: aiohttp.ClientSession, url: str, key: str, stream: bool, count: int, pid: int
 ) -> tuple[float, float]:
     """`count` sequential requests: (p50 latency in ms, proxy CPU per request in us)."""
-    body = json.dumps({**BODY, "stream": stream}).encode()
+    global SEED
     headers = {"Authorization": f"Bearer {key}", **JSON}
     latencies = []
     cpu0 = cpu_seconds(pid)
     for _ in range(count):
+        # Deterministic (temperature 0) and never the same twice (a fresh seed): the cache stage looks
+        # up, misses and stores every answer, its whole cost, and no answer is replayed.
+        SEED += 1
+        body = json.dumps({**BODY, "stream": stream, "seed": SEED}).encode()
         t0 = time.perf_counter()
         async with session.post(url, data=body, headers=headers) as resp:
             payload = await resp.read()
