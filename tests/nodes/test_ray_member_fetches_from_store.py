@@ -30,7 +30,7 @@ from models_registry.store import publish_to_directory
 from nodes import agent_channel
 from nodes.agent import ray_node
 from nodes.agent.gpus import GpuSource, simulated_gpu_config
-from nodes.agent.model_fetch import remote_model_path
+from nodes.agent.model_fetch import in_use_digests, remote_model_path
 from nodes.agent.modelstore import COMPLETE_MARKER
 from nodes.agent.remote import Agent
 from nodes.choices import DeploymentState, Engine
@@ -200,6 +200,8 @@ def test_a_member_host_fetches_the_files_before_its_ray_node_starts(
     assert remote_model_path(Deployment.objects.get(pk=spanning.pk)) == str(local)
     assert (local / "config.json").exists()
     assert Deployment.objects.get(pk=spanning.pk).state == DeploymentState.PENDING
+    # Its cached copy is in use on the member while the deployment is active (never evicted for another).
+    assert digest in in_use_digests("gpu-member")
 
 
 def test_a_member_hosts_refused_fetch_fails_the_deployment_naming_file_and_host(
