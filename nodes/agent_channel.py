@@ -60,7 +60,16 @@ LOG_MAX_BYTES = 1024 * 1024
 LOG_DOWNLOAD_MAX_LINES = 100_000
 LOG_DOWNLOAD_MAX_BYTES = 8 * 1024 * 1024
 WAKE_TASK = "nodes.wake_deployment"
-CHANGE_KINDS = ("started", "ready", "degraded", "exited", "stopped", "failed", "ray_lost")
+CHANGE_KINDS = (
+    "started",
+    "ready",
+    "degraded",
+    "exited",
+    "stopped",
+    "failed",
+    "ray_lost",
+    "member_fetch_failed",
+)
 # A deployment keeps its Ray nodes up in these states (desired running): through a crash's backoff too,
 # so the restart finds the cluster there.
 RAY_DOWN_STATES = (DeploymentState.STOPPED, DeploymentState.FAILED)
@@ -131,6 +140,8 @@ def apply_change(host: Host, change: dict[str, Any]) -> str:
     """One queued state change of the agent; returns what it did ("applied", "stale", "duplicate")."""
     if change["kind"] == "ray_lost":
         return _ray_lost(host, change)
+    if change["kind"] == "member_fetch_failed":
+        return _member_fetch_failed(host, change)
     deployment = (
         Deployment.objects.select_related("host", "model_version", "quantization")
         .filter(pk=change["deployment_id"], host=host)
@@ -251,6 +262,29 @@ def _ray_lost(host: Host, change: dict[str, Any]) -> str:
     return "applied"
 
 
+def _member_fetch_failed(host: Host, change: dict[str, Any]) -> str:
+    """A member host of a deployment spanning hosts could not fetch the model files its Ray node's
+    workers would load (a refused file, an unreachable store, no room): the deployment fails with the
+    reason, as the head's own refused fetch does ("failed"), and every Ray node of it goes (ray_wanted)."""
+    deployment = (
+        Deployment.objects.select_related("host")
+        .filter(pk=change["deployment_id"], members__host=host)
+        .distinct()
+        .first()
+    )
+    if deployment is None:
+        return "gone"
+    if change.get("start_token", "") != deployment.start_token:
+        return "stale"
+    # Before the engine's launch only: the member fetches before its Ray node starts, and the launch
+    # waits for every node to join.
+    if deployment.state not in (DeploymentState.PENDING, DeploymentState.VERIFYING, DeploymentState.CRASHED):
+        return "duplicate"
+    message = str(change.get("message", ""))[:2000] or f"Model files not fetched on {host.name}."
+    transition(deployment, DeploymentState.FAILED, message, pid=None, next_restart_at=None)
+    return "applied"
+
+
 # --- Ray nodes of deployments that span hosts ----------------------------------------------------
 
 
@@ -307,7 +341,7 @@ def ray_plans(host: Host, own: dict[int, Deployment]) -> list[dict[str, Any]]:
     )
     for deployment in (d for pk, d in own.items() if pk in spanning):
         plans.append(
-            describe_ray(deployment, deployment.host, 0, deployment.gpu_indices, ray_wanted(deployment))
+            describe_ray(deployment, deployment.host, 0, deployment.gpu_indices, ray_wanted(deployment), None)
         )
     memberships = DeploymentMember.objects.filter(host=host).select_related(
         "deployment__host", "deployment__model_version", "deployment__quantization", "host"
@@ -315,11 +349,11 @@ def ray_plans(host: Host, own: dict[int, Deployment]) -> list[dict[str, Any]]:
     for member in memberships:
         deployment = member.deployment
         head_joined = _ray_joined(deployment.pk, deployment.host.name)
-        plans.append(
-            describe_ray(
-                deployment, host, member.stage, member.gpu_indices, ray_wanted(deployment) and head_joined
-            )
-        )
+        wanted = ray_wanted(deployment) and head_joined
+        # The member's agent fetches the files before its Ray node starts (the head fetches at launch);
+        # built only while its node is not in the cluster (the manifest is not read at every sync).
+        fetch = fetch_spec(deployment, host) if wanted and not _ray_joined(deployment.pk, host.name) else None
+        plans.append(describe_ray(deployment, host, member.stage, member.gpu_indices, wanted, fetch))
     return plans
 
 
@@ -331,9 +365,18 @@ def _ray_joined(deployment_id: int, host_name: str) -> bool:
 
 
 def describe_ray(
-    deployment: Deployment, host: Host, stage: int, gpu_indices: list[int], wanted: bool
+    deployment: Deployment,
+    host: Host,
+    stage: int,
+    gpu_indices: list[int],
+    wanted: bool,
+    fetch: dict[str, object] | None,
 ) -> dict[str, Any]:
-    """One host's part in a deployment's Ray cluster (nodes/agent/ray_node.start_argv builds `ray start`)."""
+    """One host's part in a deployment's Ray cluster (nodes/agent/ray_node.start_argv builds `ray start`).
+
+    `fetch`: a member host's fetch spec (model_fetch.fetch_spec) while the model store is active: vLLM's
+    Ray workers load the model from the path the head's command line names, so the member's agent
+    fetches and verifies the same version into its model root before `ray start`."""
     return {
         "deployment_id": deployment.pk,
         "role": "head" if stage == 0 else "worker",
@@ -347,6 +390,7 @@ def describe_ray(
         "gpu_indices": list(gpu_indices or []),
         "nodes": deployment.pipeline_parallel_size,
         "object_store_memory": settings.RAY_OBJECT_STORE_BYTES,
+        "fetch": fetch,
     }
 
 

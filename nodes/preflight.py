@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from django.db.models import Q
 
+from models_registry import store as model_store
 from models_registry.choices import SourceKind, VersionState
 from models_registry.estimate import DEFAULT_OVERHEAD_BYTES, VLLM_DEFAULT_GPU_MEMORY_UTILIZATION, FitResult
 from models_registry.services import fit_check, state_on_host
@@ -233,6 +234,7 @@ def preflight(spec: DeploySpec, *, exclude_id: int | None = None, check_reachabl
         return result
     if spec.spans_hosts:
         _check_stages(result, spec, exclude_id)
+        _check_model_roots(result, spec)
         if result.errors:
             return result
     elif not spec.gpu_indices:
@@ -375,6 +377,28 @@ def _check_stages(result: Preflight, spec: DeploySpec, exclude_id: int | None) -
                 f"gives tensor_parallel_size ({spec.tensor_parallel_size}) GPUs, one tensor-parallel "
                 "group per pipeline stage.",
             )
+
+
+def _check_model_roots(result: Preflight, spec: DeploySpec) -> None:
+    """While the files come from the model store, every host of a deployment spanning hosts keeps them
+    under the model root its agent reports, and vLLM's Ray workers load the model from the path the
+    head's command line names (vLLM's multi-node docs: the same path on every node). So the roots must
+    be the same path on every host."""
+    if model_store.active_store() is None or not spec.model_version.manifest_digest:
+        return
+    # Hosts whose agent has not reported yet are left to the reachability check.
+    reported = (
+        (stage.host.name, (stage.host.agent_info or {}).get("model_root")) for stage in spec.stage_hosts()
+    )
+    roots = {name: str(root) for name, root in reported if root}
+    if len(set(roots.values())) > 1:
+        listed = ", ".join(f"{name}: {root}" for name, root in roots.items())
+        result.add(
+            "members",
+            f"The hosts' agents keep model files under different model roots ({listed}); vLLM's Ray "
+            "workers load the model from the same path on every host. Start every host's agent with "
+            "the same --model-root (INFERCHAIN_MODEL_ROOT).",
+        )
 
 
 def _stage_gpus(

@@ -10,20 +10,24 @@ import logging
 from pathlib import Path
 
 from django.conf import settings
+from django.db.models import Q
 from django.utils import timezone
 
 from models_registry import store as model_store
 from models_registry.models import ModelStore
 from nodes.agent.modelstore import StoreConfig, WantedFile, fetch_version
 from nodes.choices import ACTIVE_STATES
-from nodes.models import Deployment
+from nodes.models import Deployment, Host
 
 log = logging.getLogger(__name__)
 
 
 def in_use_digests(host_name: str, *, exclude_id: int | None = None) -> set[str]:
-    """Manifest digests of the versions engines on this host use (never evicted while they run)."""
-    rows = Deployment.objects.filter(host__name=host_name, state__in=ACTIVE_STATES)
+    """Manifest digests of the versions engines on this host use (never evicted while they run): its own
+    deployments' and those of deployments spanning hosts it holds a pipeline stage of."""
+    rows = Deployment.objects.filter(
+        Q(host__name=host_name) | Q(members__host__name=host_name), state__in=ACTIVE_STATES
+    ).distinct()
     if exclude_id is not None:
         rows = rows.exclude(pk=exclude_id)
     return set(rows.values_list("model_version__manifest_digest", flat=True))
@@ -89,19 +93,25 @@ def remote_model_path(deployment: Deployment) -> str | None:
     return str(model_store.local_model_path(version, root / version.manifest_digest))
 
 
-def fetch_spec(deployment: Deployment) -> dict[str, object] | None:
+def fetch_spec(deployment: Deployment, host: Host | None = None) -> dict[str, object] | None:
     """What a fleet agent needs to fetch the deployment's version before launching it (no credential:
-    an S3 store's keys stay on the host)."""
+    an S3 store's keys stay on the host).
+
+    `host`: a member host of a deployment spanning hosts (default: the head). vLLM's Ray workers load
+    the model from the path the head's command line names, so a member fetches the same version into
+    its own model root before it starts its Ray node (the preflight refuses roots that differ).
+    """
     store = model_store.active_store()
     if store is None or remote_model_path(deployment) is None:
         return None
+    host = host or deployment.host
     version = deployment.model_version
     return {
         "store": model_store.describe(store),
         "digest": version.manifest_digest,
         "files": [list(row) for row in model_store.manifest_of(version)],
         "max_bytes": settings.NODE_MODEL_CACHE_BYTES,
-        "in_use": sorted(in_use_digests(deployment.host.name, exclude_id=deployment.pk)),
+        "in_use": sorted(in_use_digests(host.name, exclude_id=deployment.pk)),
         "retries": settings.NODE_MODEL_FETCH_RETRIES,
         "retry_delay": settings.NODE_MODEL_FETCH_RETRY_SECONDS,
     }

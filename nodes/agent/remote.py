@@ -156,6 +156,10 @@ class Agent:
         # which builds the engine's command line with it).
         self.model_root = (model_root or engine_dir / "model-cache").resolve()
         self.fetching: set[int] = set()  # deployments whose files are being fetched before their launch
+        # A member host's fetch before its Ray node starts: the deployments being fetched, and the
+        # (start token, digest) whose files arrived verified (consumed when the node starts).
+        self.ray_fetching: set[int] = set()
+        self.ray_files: dict[int, tuple[str, str]] = {}
         self.control_plane = control_plane
         self.gpus = gpus
         self.engine_dir = engine_dir
@@ -397,8 +401,19 @@ class Agent:
                 log.info("stopping the Ray %s node of deployment %s", node.role, deployment_id)
                 del self.ray_nodes[deployment_id]
                 self.pool.submit(ray_node.stop, node, self.engine_dir)
+        with self._lock:
+            queued = {(c["kind"], c["deployment_id"], c["start_token"]) for c in self.outbox}
         for deployment_id, plan in self.ray_plans.items():
             if plan.get("wanted") and deployment_id not in self.ray_nodes:
+                fetch = plan.get("fetch")
+                token = str(plan.get("start_token", ""))
+                if fetch and self.ray_files.get(deployment_id) != (token, str(fetch["digest"])):
+                    # A member host: vLLM's Ray workers here load the model from the path the head's
+                    # command line names, so the files come first (in the pool, as an engine's fetch).
+                    if ("member_fetch_failed", deployment_id, token) not in queued:
+                        self._submit_ray_fetch(deployment_id, plan, fetch)
+                    continue
+                self.ray_files.pop(deployment_id, None)
                 node = ray_node.start(plan, self.engine_dir, temp_dir=self.ray_temp_dir)
                 self.ray_nodes[deployment_id] = node
                 log.info(
@@ -408,6 +423,31 @@ class Agent:
                     node.pid,
                     node.head_address,
                 )
+
+    def _submit_ray_fetch(self, deployment_id: int, plan: dict[str, Any], fetch: dict[str, Any]) -> None:
+        with self._lock:
+            if deployment_id in self.ray_fetching:
+                return  # one fetch at a time; the next sync after it ends starts the node
+            self.ray_fetching.add(deployment_id)
+        self.pool.submit(self._fetch_for_ray, deployment_id, plan, fetch)
+
+    def _fetch_for_ray(self, deployment_id: int, plan: dict[str, Any], fetch: dict[str, Any]) -> None:
+        """A member host's fetch before its Ray node: on success the next sync starts the node; a refused
+        fetch fails the deployment with the reason (its launch would load files this host lacks)."""
+        token = str(plan.get("start_token", ""))
+        try:
+            refused = self._fetch_files(deployment_id, fetch)
+            if refused:
+                stand_in = LocalEngine(
+                    deployment_id=deployment_id, pid=0, start_token=token, port=0, log_path="", started_at=0.0
+                )
+                self.queue("member_fetch_failed", stand_in, message=refused)
+            else:
+                with self._lock:
+                    self.ray_files[deployment_id] = (token, str(fetch["digest"]))
+        finally:
+            with self._lock:
+                self.ray_fetching.discard(deployment_id)
 
     def watch_ray_nodes(self) -> None:
         """A Ray node that exited while wanted: the control plane hears of it (the whole deployment
@@ -472,6 +512,21 @@ class Agent:
 
     def _fetch_then_start(self, deployment: dict[str, Any], fetch: dict[str, Any]) -> None:
         ghost = self._ghost(deployment)
+        try:
+            refused = self._fetch_files(ghost.deployment_id, fetch)
+        finally:
+            with self._lock:
+                self.fetching.discard(ghost.deployment_id)
+        if refused:
+            self.queue("failed", ghost, message=refused)
+            return
+        current = self.deployments.get(ghost.deployment_id)
+        # Still wanted with the same start token once the files are here (a stop may have come meanwhile).
+        if current is not None and current.get("start_token") == ghost.start_token and current.get("launch"):
+            self._start(current)
+
+    def _fetch_files(self, deployment_id: int, fetch: dict[str, Any]) -> str:
+        """Fetch and verify a version's files into this host's model root; "" or why it was refused."""
         store = fetch["store"]
         try:
             result = fetch_version(
@@ -485,29 +540,19 @@ class Agent:
                 retry_delay=float(fetch.get("retry_delay", 1.0)),
             )
         except FetchError as exc:
-            self.queue(
-                "failed", ghost, message=f"Model files not fetched from '{store.get('name', '')}': {exc}"
-            )
-            return
+            return f"Model files not fetched from '{store.get('name', '')}' on {self.host_name}: {exc}"
         except Exception as exc:  # a disk error: the launch fails with it rather than the agent
-            log.exception("fetching the files of deployment %s failed", ghost.deployment_id)
-            self.queue("failed", ghost, message=f"Model files not fetched: {type(exc).__name__}: {exc}")
-            return
-        finally:
-            with self._lock:
-                self.fetching.discard(ghost.deployment_id)
+            log.exception("fetching the files of deployment %s failed", deployment_id)
+            return f"Model files not fetched on {self.host_name}: {type(exc).__name__}: {exc}"
         if not result.cached:
             log.info(
                 "fetched deployment %s's files: %s files, %s bytes (%s resumed)",
-                ghost.deployment_id,
+                deployment_id,
                 result.files_fetched,
                 result.bytes_fetched,
                 result.resumed,
             )
-        current = self.deployments.get(ghost.deployment_id)
-        # Still wanted with the same start token once the files are here (a stop may have come meanwhile).
-        if current is not None and current.get("start_token") == ghost.start_token and current.get("launch"):
-            self._start(current)
+        return ""
 
     def _start(self, deployment: dict[str, Any]) -> None:
         spec = deployment["launch"]
