@@ -23,6 +23,10 @@ PREFIX_BLOCKS = 16
 PREFIX_TOKENS = PREFIX_BLOCK_TOKENS * PREFIX_BLOCKS
 # Without a tokenizer, character blocks stand in for token blocks (about four characters per token).
 PREFIX_BLOCK_CHARS = 4 * PREFIX_BLOCK_TOKENS
+# The `random` scorer's own generator: seeded (PROXY_RANDOM_SEED, `seed_random`) it makes the same
+# sequence of draws in every run, so a benchmark of it can be repeated; the module's shared generator
+# is left to others (canary and shadow draws).
+_rng = random.Random()
 
 
 @dataclass(slots=True)
@@ -105,8 +109,14 @@ def round_robin(loads: Sequence[EndpointLoad], rr: int) -> tuple[int, str]:
     return rr % len(loads), "round_robin"
 
 
+def seed_random(seed: int) -> None:
+    """Fix the `random` scorer's sequence of draws (which endpoint a request gets still depends on the
+    order requests arrive in)."""
+    _rng.seed(seed)
+
+
 def pick_random(loads: Sequence[EndpointLoad], rr: int) -> tuple[int, str]:
-    return random.randrange(len(loads)), "random"
+    return _rng.randrange(len(loads)), "random"
 
 
 def pick_least_outstanding(loads: Sequence[EndpointLoad], rr: int) -> tuple[int, str]:
