@@ -385,7 +385,7 @@ def route_reasons(since: Any) -> dict[str, int]:
     counts: dict[str, int] = {}
     for reason in RequestLog.objects.filter(created_at__gte=since).values_list("route_reason", flat=True):
         parts = [p.strip() for p in (reason or "-").split(";")]
-        pool = re.sub(r'=[^ ;]+', '', parts[0])
+        pool = re.sub(r"=[^ ;]+", "", parts[0])
         spilled = any(p.startswith("spill") for p in parts[1:])
         key = f"{'spill' if spilled else pool}: {re.sub(r'=[^ ;]+', '', parts[-1])}"
         counts[key] = counts.get(key, 0) + 1
