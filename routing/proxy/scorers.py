@@ -125,14 +125,26 @@ def pick_least_outstanding(loads: Sequence[EndpointLoad], rr: int) -> tuple[int,
 
 
 def best_fit(loads: Sequence[EndpointLoad], req: ScoreRequest, rr: int = 0) -> tuple[int, str]:
-    """The endpoint whose free KV tokens cover the request with the least left over."""
+    """The endpoint whose free KV tokens cover the request with the least left over, among those not
+    loaded past the bound of bounded-load hashing ((1 + LOAD_BOUND_EPSILON) x the average in flight).
+
+    Without the bound, tightest fit piles every request onto the fullest engine that still fits while
+    the others idle: measured with live KV state on the simulator (docs/benchmarks.md, routing
+    scenarios), it gave a third of least-outstanding's goodput on three engines and a twentieth on four,
+    since a decode batch slows long before its KV cache is full. Within the bound it still packs, which
+    keeps the most headroom free elsewhere for a long prompt."""
     fitting = [
         (ld.kv_free_tokens - req.tokens_needed, i)
         for i, ld in enumerate(loads)
         if ld.kv_free_tokens is not None and ld.kv_free_tokens >= req.tokens_needed
     ]
     if fitting:
-        leftover, i = min(fitting)
+        bound = _load_bound(loads)
+        within = [(left, i) for left, i in fitting if loads[i].inflight < bound]
+        if not within:
+            i = min(fitting, key=lambda f: (loads[f[1]].inflight, f[0]))[1]
+            return i, f"best_fit over_bound inflight={loads[i].inflight}"
+        leftover, i = min(within)
         return i, f"best_fit leftover={leftover}"
     fresh = [(ld.kv_free_tokens, i) for i, ld in enumerate(loads) if ld.kv_free_tokens is not None]
     if fresh:
