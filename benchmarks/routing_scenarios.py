@@ -564,9 +564,45 @@ def measure(
             stop_past_knee=False,
             seed=seed,
         )
+        before = engine_metrics(sims)
         report = asyncio.run(run(plan, Report(plan), lambda total, label: _NoBar()))
-        out += [model_time(level, time_scale) for level in report.levels]
+        engines = engine_side(before, engine_metrics(sims), time_scale)
+        out += [{**model_time(level, time_scale), **engines} for level in report.levels]
     return out
+
+
+def engine_metrics(sims: list[SimHandle]) -> list[Any]:
+    """Each engine's /metrics, parsed as the agent parses them."""
+    from nodes.engines.metrics import parse_vllm_metrics
+
+    out = []
+    for sim in sims:
+        with urllib.request.urlopen(sim.base_url + "/metrics", timeout=5) as r:
+            out.append(parse_vllm_metrics(r.read().decode()))
+    return out
+
+
+def engine_side(before: list[Any], after: list[Any], ts: float) -> dict[str, float | None]:
+    """What the engines saw of one measured level: the prefix-cache hit rate (cached prompt tokens /
+    prompt tokens) and the TTFT the engines themselves measured (from arrival at the engine, modelled
+    time): against the client's TTFT, that separates what the routing did to the engines from what
+    happened before them (the proxy, this machine's CPU)."""
+    from nodes.engines.metrics import bucket_delta, histogram_quantile, merge_buckets
+
+    pairs = list(zip(after, before, strict=True))
+    queries = sum(a.prefix_cache_queries_total - b.prefix_cache_queries_total for a, b in pairs)
+    hits = sum(a.prefix_cache_hits_total - b.prefix_cache_hits_total for a, b in pairs)
+    ttft = merge_buckets([bucket_delta(a.ttft_buckets, b.ttft_buckets) for a, b in pairs])
+
+    def q(x: float) -> float | None:
+        v = histogram_quantile(x, ttft)
+        return None if v is None else v * ts
+
+    return {
+        "prefix_hit_rate": hits / queries if queries else None,
+        "engine_ttft_p50_s": q(0.5),
+        "engine_ttft_p90_s": q(0.9),
+    }
 
 
 def cold_first_visits(scenario: Scenario) -> list[dict[str, Any]]:
@@ -617,6 +653,9 @@ METRICS = (
     "latency_p99_s",
     "ttft_p90_s",
     "tpot_p50_s",
+    "prefix_hit_rate",
+    "engine_ttft_p50_s",
+    "engine_ttft_p90_s",
 )
 
 
@@ -625,7 +664,7 @@ def medians(reps: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     for i, first in enumerate(reps[0]):
         row: dict[str, Any] = {"clients": first["clients"], "reps": len(reps)}
         for m in METRICS:
-            values = [r[i][m] for r in reps if i < len(r) and r[i][m] is not None]
+            values = [r[i][m] for r in reps if i < len(r) and r[i].get(m) is not None]
             row[m] = statistics.median(values) if values else None
         row["errors"] = sum(sum(r[i]["errors"].values()) for r in reps if i < len(r))
         out.append(row)
@@ -655,6 +694,22 @@ def markdown(scenario: Scenario, table: dict[str, list[dict[str, Any]]]) -> str:
                 f"| {f(row['ttft_p90_s'], '.2f')} | {row['errors']} |"
             )
     lines += [f"- {note}" for note in scenario.notes]
+    lines += [
+        "",
+        "What the engines saw (their own /metrics, measured requests only): prefix-cache hit rate "
+        "(cached / all prompt tokens) and TTFT from arrival at the engine (modelled time).",
+        "",
+        "| policy | clients | prefix-cache hits | engine p50 TTFT (s) | engine p90 TTFT (s) "
+        "| client p90 TTFT (s) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for policy, rows in table.items():
+        for row in rows:
+            lines.append(
+                f"| {policy} | {row['clients']} | {f(row.get('prefix_hit_rate'), '.0%')} "
+                f"| {f(row.get('engine_ttft_p50_s'), '.2f')} | {f(row.get('engine_ttft_p90_s'), '.2f')} "
+                f"| {f(row['ttft_p90_s'], '.2f')} |"
+            )
     return "\n".join(lines)
 
 
