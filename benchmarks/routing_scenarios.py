@@ -566,7 +566,7 @@ def measure(
         )
         before = engine_metrics(sims)
         report = asyncio.run(run(plan, Report(plan), lambda total, label: _NoBar()))
-        engines = engine_side(before, engine_metrics(sims), time_scale)
+        engines = engine_side(before, engine_metrics(sims))
         out += [{**model_time(level, time_scale), **engines} for level in report.levels]
     return out
 
@@ -582,11 +582,11 @@ def engine_metrics(sims: list[SimHandle]) -> list[Any]:
     return out
 
 
-def engine_side(before: list[Any], after: list[Any], ts: float) -> dict[str, float | None]:
+def engine_side(before: list[Any], after: list[Any]) -> dict[str, float | None]:
     """What the engines saw of one measured level: the prefix-cache hit rate (cached prompt tokens /
-    prompt tokens) and the TTFT the engines themselves measured (from arrival at the engine, modelled
-    time): against the client's TTFT, that separates what the routing did to the engines from what
-    happened before them (the proxy, this machine's CPU)."""
+    prompt tokens) and the TTFT the engines themselves measured from a request's arrival (modelled
+    time; interpolated in vLLM's histogram buckets, coarse above 1 s: 1, 2.5, 5). Against the client's
+    TTFT that separates what the routing did at the engines from what happened before them."""
     from nodes.engines.metrics import bucket_delta, histogram_quantile, merge_buckets
 
     pairs = list(zip(after, before, strict=True))
@@ -595,8 +595,7 @@ def engine_side(before: list[Any], after: list[Any], ts: float) -> dict[str, flo
     ttft = merge_buckets([bucket_delta(a.ttft_buckets, b.ttft_buckets) for a, b in pairs])
 
     def q(x: float) -> float | None:
-        v = histogram_quantile(x, ttft)
-        return None if v is None else v * ts
+        return histogram_quantile(x, ttft)  # the simulator observes modelled time already
 
     return {
         "prefix_hit_rate": hits / queries if queries else None,
@@ -728,11 +727,14 @@ def plot(scenario: Scenario, table: dict[str, list[dict[str, Any]]], path: Path)
             ax.invert_yaxis()
         for ax in axes[1:]:
             ax.set_yticklabels([])
-    for policy, rows in table.items() if len(scenario.levels) > 1 else ():
+    colors = plt.get_cmap("tab20").colors  # more policies than the default cycle's 10 colours
+    for n, (policy, rows) in enumerate(table.items() if len(scenario.levels) > 1 else ()):
         x = [r["clients"] for r in rows]
         style = "o-" if policy.startswith("chain") or "affinity" in policy else "o--"
+        if policy.startswith("litellm:"):
+            style = "s:"
         for ax, metric in zip(axes, metrics, strict=True):
-            ax.plot(x, [r[metric] for r in rows], style, label=policy)
+            ax.plot(x, [r[metric] for r in rows], style, label=policy, color=colors[n % 20])
     for ax, title in zip(
         axes, ("goodput (req/s meeting the SLO)", "median latency (s)", "P99 latency (s)"), strict=True
     ):
