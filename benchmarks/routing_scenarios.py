@@ -727,7 +727,7 @@ def plot(scenario: Scenario, table: dict[str, list[dict[str, Any]]], path: Path)
             ax.invert_yaxis()
         for ax in axes[1:]:
             ax.set_yticklabels([])
-    colors = plt.get_cmap("tab20").colors  # more policies than the default cycle's 10 colours
+    colors = [plt.get_cmap("tab20")(i) for i in range(20)]  # more policies than the default 10 colours
     for n, (policy, rows) in enumerate(table.items() if len(scenario.levels) > 1 else ()):
         x = [r["clients"] for r in rows]
         style = "o-" if policy.startswith("chain") or "affinity" in policy else "o--"
