@@ -387,7 +387,10 @@ def route_reasons(since: Any) -> dict[str, int]:
         parts = [p.strip() for p in (reason or "-").split(";")]
         pool = re.sub(r"=[^ ;]+", "", parts[0])
         spilled = any(p.startswith("spill") for p in parts[1:])
-        key = f"{'spill' if spilled else pool}: {re.sub(r'=[^ ;]+', '', parts[-1])}"
+        # Numbers dropped, but an affinity scorer's rank kept as home (0) or moved (the load bound).
+        why = re.sub(r"rank=0\b", "home", parts[-1])
+        why = re.sub(r"rank=[1-9]\d*", "moved", why)
+        key = f"{'spill' if spilled else pool}: {re.sub(r'=[^ ;]+', '', why)}"
         counts[key] = counts.get(key, 0) + 1
     return counts
 
