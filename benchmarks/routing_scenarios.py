@@ -41,6 +41,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import shutil
 import statistics
 import subprocess
@@ -75,6 +76,11 @@ from nodes.sim.testing import SimHandle, start_sim  # noqa: E402
 BENCH_DIR = REPO / "var" / "bench"
 ALIAS = "bench"
 CHAIN_MAX_SHORT_TOKENS = 4000
+PREFIX_WARMUP = 144
+# Fixed seeds: the workloads' (17), the load client's (the rep), the `random` scorer's and LiteLLM's
+# `simple-shuffle`'s (SEED + rep, SEED).
+SEED = 17
+REDIS_PREFIX = f"routebench{os.getpid()}:"
 # The demo's spill (routing/demo.py DEMO_SPILL), restated so a change there shows in this file's diff.
 CHAIN_SPILL: dict[str, int | float] = {"max_inflight": 6, "max_kv_used": 0.5, "min_home_inflight": 1}
 INFERCHAIN_SCORERS = (
@@ -108,6 +114,9 @@ class Scenario:
     slo_itl_s: float = 0.1
     policies: tuple[str, ...] = ()
     notes: list[str] = field(default_factory=list)
+    # Requests sent before each level's measurement, on the same (reset) caches and through the same
+    # policy, and left out of its figures: a production service runs warm (prefix scenario).
+    warmup_requests: int = 0
 
 
 A10 = Node(
@@ -196,16 +205,25 @@ def build_scenario(name: str, quick: bool, requests: int = 0) -> Scenario:
         )
     if name == "prefix":
         levels = (4,) if quick else (16,)
+        # Warm: each level first sends PREFIX_WARMUP requests of the same stream (3 per tenant), unmeasured,
+        # so the measured requests see the caches each policy leaves in steady state, as a production
+        # service would; the rare tenant still unseen after them is counted (cold_first_visits).
+        warm = 8 if quick else PREFIX_WARMUP
+        n = requests or (12 if quick else 384)
         return Scenario(
             name,
             (A10, A10, A10, A10),
             prefix_items(
-                max(n + 8, 240), seed=17, tenants=4 if quick else 48, prefix_words=300 if quick else 3000
+                max(n + warm + 8, 240),
+                seed=17,
+                tenants=4 if quick else 48,
+                prefix_words=300 if quick else 3000,
             ),
             levels,
             n,
             policies=INFERCHAIN_SCORERS,
             notes=["chain: not applicable (one kind of engine: its rules would send everything to one pool)"],
+            warmup_requests=warm,
         )
     if name == "homogeneous":
         levels = (4,) if quick else (16,)
@@ -281,6 +299,8 @@ def setup_database(db_url: str, scenario: Scenario, sims: list[SimHandle]) -> st
             state="ready",
             start_token=f"bench{i}",
             engine="sim",
+            # The agent's supervisor probes the process it finds here (simhost.supervise).
+            pid=sim.proc.pid,
         )
     tenant, _ = Tenant.objects.get_or_create(name="bench-routing")  # no quota: admission skips Redis
     return issue_api_key(tenant=tenant, name="bench").raw_key
@@ -306,13 +326,84 @@ def configure_policy(policy: str) -> None:
 
 
 @contextlib.contextmanager
-def inferchain_proxy(db_url: str, logs: Path) -> Iterator[str]:
+def host_agent(db_url: str, scenario: Scenario, time_scale: float, logs: Path) -> Iterator[Any]:
+    """The node agent's supervisor loop over the engines (benchmarks/simhost.py, the agent's own code
+    in a process of its own), writing their live records (KV-cache use, queues) to Redis, where the
+    proxy reads them as it reads a real fleet's. Its period is NODE_TELEMETRY_SECONDS' default (1 s)
+    in modelled time, i.e. 1 / time scale seconds of wall time, as the engines run that much faster."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": db_url,
+        "REDIS_KEY_PREFIX": REDIS_PREFIX,
+        "NODE_TELEMETRY_SECONDS": f"{1.0 / time_scale:g}",
+        "PYTHONPATH": str(REPO),
+        "LOG_LEVEL": "WARNING",
+    }
+    gpus = sum(node.tp for node in scenario.nodes)
+    proc = spawn(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "simhost.py"),
+            "bench-host",
+            scenario.nodes[0].profile,
+            str(gpus),
+        ],
+        logs / "agent.log",
+        env,
+    )
+    try:
+        wait_live(scenario, proc)
+        yield proc
+    finally:
+        stop(proc)
+
+
+def wait_live(scenario: Scenario, proc: Any, timeout: float = 60.0) -> None:
+    """Until the agent has written a live record with KV-cache state for every engine."""
+    from core.redis_client import get_redis
+    from nodes.models import Deployment
+
+    r = get_redis()
+    keys = [f"{REDIS_PREFIX}live:deployment:{pk}" for pk in Deployment.objects.values_list("pk", flat=True)]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the host agent exited with code {proc.returncode}")
+        raws = r.mget(keys)
+        if all(raw and json.loads(raw).get("kv_cache_total_tokens") for raw in raws):
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"no live record with KV state for every engine after {timeout:.0f} s")
+
+
+def route_reasons(since: Any) -> dict[str, int]:
+    """How the proxy's scorers decided, from its request log (flushed when the proxy stops), numbers
+    dropped and the pool named: e.g. {"fast: least_outstanding": 80, "long (spill): best_fit leftover":
+    20}. A reason reads "<pool choice>[; spill ...]; <scorer's reason>"."""
+    from routing.models import RequestLog
+
+    counts: dict[str, int] = {}
+    for reason in RequestLog.objects.filter(created_at__gte=since).values_list("route_reason", flat=True):
+        parts = [p.strip() for p in (reason or "-").split(";")]
+        pool = re.sub(r"=[^ ;]+", "", parts[0])
+        spilled = any(p.startswith("spill") for p in parts[1:])
+        # Numbers dropped, but an affinity scorer's rank kept as home (0) or moved (the load bound).
+        why = re.sub(r"rank=0\b", "home", parts[-1])
+        why = re.sub(r"rank=[1-9]\d*", "moved", why)
+        key = f"{'spill' if spilled else pool}: {re.sub(r'=[^ ;]+', '', why)}"
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+@contextlib.contextmanager
+def inferchain_proxy(db_url: str, logs: Path, seed: int) -> Iterator[str]:
     port = free_port()
     env = {
         **os.environ,
         "DATABASE_URL": db_url,
-        "REDIS_KEY_PREFIX": f"routebench{os.getpid()}:",
+        "REDIS_KEY_PREFIX": REDIS_PREFIX,
         "REQUEST_LOG_SPOOL_DIR": str(logs / "spool"),
+        "PROXY_RANDOM_SEED": str(seed),
     }
     proc = spawn([sys.executable, "-m", "routing.proxy", "--port", str(port)], logs / "proxy.log", env)
     try:
@@ -322,24 +413,34 @@ def inferchain_proxy(db_url: str, logs: Path) -> Iterator[str]:
         stop(proc)
 
 
-def litellm_config(sims: list[SimHandle], strategy: str) -> str:
-    """LiteLLM over the same engines: one deployment per engine under one model name, `strategy` as
-    its router's routing_strategy; otherwise as benchmarks/proxy_overhead.py configures it for speed."""
+def litellm_config(scenario: Scenario, sims: list[SimHandle], strategy: str) -> str:
+    """LiteLLM over the same engines, as its production guide (docs/proxy/prod) and load-balancing
+    docs configure it: one deployment per engine under one model name, `strategy` as the router's
+    routing_strategy, each deployment's context window declared (`model_info.max_input_tokens`) with
+    `enable_pre_call_checks` so that a prompt too long for an engine is not sent there (the inferchain
+    proxy does the same from max_model_len); debug logging off, JSON logs, no spend or error logs
+    (no database), no retries (the inferchain proxy retries only before the first byte, and no run
+    here fails). One worker, as the inferchain proxy runs: with more, least-busy and latency-based
+    routing would need Redis to share their counts (the guide's multi-instance advice)."""
     lines = ["model_list:"]
-    for sim in sims:
+    for node, sim in zip(scenario.nodes, sims, strict=True):
         lines += [
             f"  - model_name: {ALIAS}",
             "    litellm_params:",
             f"      model: openai/{ALIAS}",
             f"      api_base: {sim.openai_base_url}",
             "      api_key: unused",
+            "    model_info:",
+            f"      max_input_tokens: {node.max_model_len}",
         ]
     lines += [
         "router_settings:",
         f"  routing_strategy: {strategy}",
+        "  enable_pre_call_checks: true",
         "litellm_settings:",
         "  telemetry: false",
         "  set_verbose: false",
+        "  json_logs: true",
         "  callbacks: []",
         "  num_retries: 0",
         "  request_timeout: 600",
@@ -350,17 +451,29 @@ def litellm_config(sims: list[SimHandle], strategy: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def start_litellm(exe: Path, sims: list[SimHandle], strategy: str, logs: Path) -> tuple[Any, str, str]:
+# LiteLLM's CLI with Python's shared generator seeded first (its simple-shuffle draws from it; its proxy
+# runs in this one process with one worker).
+LITELLM_SEEDED = (
+    "import random, sys; random.seed(int(sys.argv.pop(1))); sys.argv[0] = 'litellm'; "
+    "from litellm import run_server; sys.exit(run_server())"
+)
+
+
+def start_litellm(
+    exe: Path, scenario: Scenario, sims: list[SimHandle], strategy: str, logs: Path
+) -> tuple[Any, str, str]:
     import secrets
 
     port = free_port()
     cfg = logs / f"litellm-{strategy}.yaml"
-    cfg.write_text(litellm_config(sims, strategy))
+    cfg.write_text(litellm_config(scenario, sims, strategy))
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     env["LITELLM_LOG"] = "ERROR"
     key = "sk-" + secrets.token_hex(16)
     env["LITELLM_MASTER_KEY"] = key
-    proc = spawn([str(exe), "--config", str(cfg), "--port", str(port)], logs / f"litellm-{strategy}.log", env)
+    python = exe.parent / "python"
+    argv = [str(python), "-c", LITELLM_SEEDED, str(SEED), "--config", str(cfg), "--port", str(port)]
+    proc = spawn(argv, logs / f"litellm-{strategy}.log", env)
     return proc, f"http://127.0.0.1:{port}", key
 
 
@@ -418,14 +531,34 @@ def measure(
     and a policy that sends it to the same engine again (round robin does, deterministically) would be
     rewarded for that alone."""
     out = []
+    warm = scenario.warmup_requests
     n = scenario.requests_per_level
     for k, clients in enumerate(scenario.levels):
-        start = (k * n) % len(scenario.items)
+        start = (k * (n + warm)) % len(scenario.items)
+        items = [*scenario.items[start:], *scenario.items[:start]]
+        reset_caches(sims)
+        if warm:
+            # The same stream's first `warm` requests, through this policy, unmeasured; then the
+            # measured ones continue the stream on the caches the warm-up left.
+            plan = Plan(
+                target=target,
+                key=key,
+                model=ALIAS,
+                items=items[:warm],
+                levels=[Level(clients=clients)],
+                requests_per_level=warm,
+                max_seconds_per_level=600.0,
+                timeout_s=300.0,
+                stop_past_knee=False,
+                seed=seed,
+            )
+            asyncio.run(run(plan, Report(plan), lambda total, label: _NoBar()))
+            items = items[warm:]
         plan = Plan(
             target=target,
             key=key,
             model=ALIAS,
-            items=[*scenario.items[start:], *scenario.items[:start]],
+            items=items,
             levels=[Level(clients=clients)],
             requests_per_level=n,
             max_seconds_per_level=600.0,
@@ -434,9 +567,61 @@ def measure(
             stop_past_knee=False,
             seed=seed,
         )
-        reset_caches(sims)
+        before = engine_metrics(sims)
         report = asyncio.run(run(plan, Report(plan), lambda total, label: _NoBar()))
-        out += [model_time(level, time_scale) for level in report.levels]
+        engines = engine_side(before, engine_metrics(sims))
+        out += [{**model_time(level, time_scale), **engines} for level in report.levels]
+    return out
+
+
+def engine_metrics(sims: list[SimHandle]) -> list[Any]:
+    """Each engine's /metrics, parsed as the agent parses them."""
+    from nodes.engines.metrics import parse_vllm_metrics
+
+    out = []
+    for sim in sims:
+        with urllib.request.urlopen(sim.base_url + "/metrics", timeout=5) as r:
+            out.append(parse_vllm_metrics(r.read().decode()))
+    return out
+
+
+def engine_side(before: list[Any], after: list[Any]) -> dict[str, float | None]:
+    """What the engines saw of one measured level: the prefix-cache hit rate (cached prompt tokens /
+    prompt tokens) and the TTFT the engines themselves measured from a request's arrival (modelled
+    time; interpolated in vLLM's histogram buckets, coarse above 1 s: 1, 2.5, 5). Against the client's
+    TTFT that separates what the routing did at the engines from what happened before them."""
+    from nodes.engines.metrics import bucket_delta, histogram_quantile, merge_buckets
+
+    pairs = list(zip(after, before, strict=True))
+    queries = sum(a.prefix_cache_queries_total - b.prefix_cache_queries_total for a, b in pairs)
+    hits = sum(a.prefix_cache_hits_total - b.prefix_cache_hits_total for a, b in pairs)
+    ttft = merge_buckets([bucket_delta(a.ttft_buckets, b.ttft_buckets) for a, b in pairs])
+
+    def q(x: float) -> float | None:
+        return histogram_quantile(x, ttft)  # the simulator observes modelled time already
+
+    return {
+        "prefix_hit_rate": hits / queries if queries else None,
+        "engine_ttft_p50_s": q(0.5),
+        "engine_ttft_p90_s": q(0.9),
+    }
+
+
+def cold_first_visits(scenario: Scenario) -> list[dict[str, Any]]:
+    """Per level, how many measured requests are their prefix group's first in the stream (warm-up
+    included): the prefills no policy can avoid."""
+    out = []
+    warm, n = scenario.warmup_requests, scenario.requests_per_level
+    for k, clients in enumerate(scenario.levels):
+        start = (k * (n + warm)) % len(scenario.items)
+        items = [*scenario.items[start:], *scenario.items[:start]][: warm + n]
+        seen: set[str | None] = set()
+        first = 0
+        for i, item in enumerate(items):
+            if item.prefix_group not in seen:
+                seen.add(item.prefix_group)
+                first += i >= warm
+        out.append({"clients": clients, "measured": n, "first_visits": first, "share": first / n})
     return out
 
 
@@ -470,6 +655,9 @@ METRICS = (
     "latency_p99_s",
     "ttft_p90_s",
     "tpot_p50_s",
+    "prefix_hit_rate",
+    "engine_ttft_p50_s",
+    "engine_ttft_p90_s",
 )
 
 
@@ -478,7 +666,7 @@ def medians(reps: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     for i, first in enumerate(reps[0]):
         row: dict[str, Any] = {"clients": first["clients"], "reps": len(reps)}
         for m in METRICS:
-            values = [r[i][m] for r in reps if i < len(r) and r[i][m] is not None]
+            values = [r[i][m] for r in reps if i < len(r) and r[i].get(m) is not None]
             row[m] = statistics.median(values) if values else None
         row["errors"] = sum(sum(r[i]["errors"].values()) for r in reps if i < len(r))
         out.append(row)
@@ -508,6 +696,22 @@ def markdown(scenario: Scenario, table: dict[str, list[dict[str, Any]]]) -> str:
                 f"| {f(row['ttft_p90_s'], '.2f')} | {row['errors']} |"
             )
     lines += [f"- {note}" for note in scenario.notes]
+    lines += [
+        "",
+        "What the engines saw (their own /metrics, measured requests only): prefix-cache hit rate "
+        "(cached / all prompt tokens) and TTFT from arrival at the engine (modelled time).",
+        "",
+        "| policy | clients | prefix-cache hits | engine p50 TTFT (s) | engine p90 TTFT (s) "
+        "| client p90 TTFT (s) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for policy, rows in table.items():
+        for row in rows:
+            lines.append(
+                f"| {policy} | {row['clients']} | {f(row.get('prefix_hit_rate'), '.0%')} "
+                f"| {f(row.get('engine_ttft_p50_s'), '.2f')} | {f(row.get('engine_ttft_p90_s'), '.2f')} "
+                f"| {f(row['ttft_p90_s'], '.2f')} |"
+            )
     return "\n".join(lines)
 
 
@@ -526,11 +730,14 @@ def plot(scenario: Scenario, table: dict[str, list[dict[str, Any]]], path: Path)
             ax.invert_yaxis()
         for ax in axes[1:]:
             ax.set_yticklabels([])
-    for policy, rows in table.items() if len(scenario.levels) > 1 else ():
+    colors = [plt.get_cmap("tab20")(i) for i in range(20)]  # more policies than the default 10 colours
+    for n, (policy, rows) in enumerate(table.items() if len(scenario.levels) > 1 else ()):
         x = [r["clients"] for r in rows]
         style = "o-" if policy.startswith("chain") or "affinity" in policy else "o--"
+        if policy.startswith("litellm:"):
+            style = "s:"
         for ax, metric in zip(axes, metrics, strict=True):
-            ax.plot(x, [r[metric] for r in rows], style, label=policy)
+            ax.plot(x, [r[metric] for r in rows], style, label=policy, color=colors[n % 20])
     for ax, title in zip(
         axes, ("goodput (req/s meeting the SLO)", "median latency (s)", "P99 latency (s)"), strict=True
     ):
@@ -634,6 +841,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--skip-litellm", action="store_true")
     parser.add_argument(
+        "--no-agent",
+        action="store_true",
+        help="no host agent: the proxy gets no live KV state (best_fit falls back to least outstanding)",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=-1,
+        help="unmeasured requests before each level (default: the scenario's)",
+    )
+    parser.add_argument(
         "--clients", default="", help="comma-separated client counts (default: the scenario's)"
     )
     parser.add_argument(
@@ -672,6 +890,8 @@ def main(argv: list[str] | None = None) -> int:
         scenario.levels = tuple(int(c) for c in args.clients.split(","))
     if args.requests:
         scenario.requests_per_level = args.requests
+    if args.warmup >= 0:
+        scenario.warmup_requests = args.warmup
     policies = list(scenario.policies)
     if not (args.quick or args.skip_litellm):
         policies += [f"litellm:{s}" for s in LITELLM_STRATEGIES]
@@ -684,11 +904,18 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, list[list[dict[str, Any]]]] = {p: [] for p in policies}
     notes: dict[str, Any] = {}
     litellm: dict[str, tuple[Any, str, str]] = {}
+    reasons: dict[str, dict[str, int]] = {}
+    if scenario.warmup_requests:
+        notes["warmup_requests"] = scenario.warmup_requests
+        notes["cold_first_visits"] = cold_first_visits(scenario)
     sims = start_engines(scenario, ts)
     started = time.perf_counter()
     try:
-        with bench_database("postgres", f"routes_{args.scenario}") as db_url:
+        with bench_database("postgres", f"routes_{args.scenario}") as db_url, contextlib.ExitStack() as stack:
             key = setup_database(db_url, scenario, sims)
+            notes["host_agent"] = not args.no_agent
+            if not args.no_agent:
+                stack.enter_context(host_agent(db_url, scenario, ts, logs))
             if any(p.startswith("litellm:") for p in policies):
                 exe, why = ensure_litellm()
                 if exe is None:
@@ -696,7 +923,7 @@ def main(argv: list[str] | None = None) -> int:
                     policies = [p for p in policies if not p.startswith("litellm:")]
                 else:
                     for p in [p for p in policies if p.startswith("litellm:")]:
-                        litellm[p] = start_litellm(exe, sims, p.split(":", 1)[1], logs)
+                        litellm[p] = start_litellm(exe, scenario, sims, p.split(":", 1)[1], logs)
                     for p, (proc, url, _k) in list(litellm.items()):
                         try:
                             wait_ready(url + "/health/liveliness", proc, timeout=240)
@@ -712,10 +939,16 @@ def main(argv: list[str] | None = None) -> int:
                         warm_up(url, lkey, scenario, sims)
                         levels = measure(url, lkey, scenario, ts, seed=rep, sims=sims)
                     else:
+                        from django.utils import timezone
+
                         configure_policy(policy)
-                        with inferchain_proxy(db_url, logs) as url:
+                        since = timezone.now()
+                        with inferchain_proxy(db_url, logs, seed=SEED + rep) as url:
                             warm_up(url, key, scenario, sims)
                             levels = measure(url, key, scenario, ts, seed=rep, sims=sims)
+                        mine = reasons.setdefault(policy, {})
+                        for reason, count in route_reasons(since).items():
+                            mine[reason] = mine.get(reason, 0) + count
                     results[policy].append(levels)
                     print(
                         f"rep {rep + 1}/{reps} {policy}: {time.perf_counter() - t0:.1f} s, "
@@ -728,6 +961,7 @@ def main(argv: list[str] | None = None) -> int:
                         flush=True,
                     )
             notes["sim_lost_wall_s"] = lost_wall_s(sims) - lost0
+            notes["route_reasons"] = reasons
     finally:
         for proc, _url, _k in litellm.values():
             stop(proc)
@@ -749,6 +983,19 @@ def main(argv: list[str] | None = None) -> int:
         "\nsimulator time lost to a busy CPU (all engines, whole run): "
         f"{notes.get('sim_lost_wall_s', 0):.2f} s"
     )
+    print(f"host agent (live KV state): {'yes' if notes.get('host_agent') else 'no'}")
+    for level in notes.get("cold_first_visits", []):
+        print(
+            f"warm-up {scenario.warmup_requests} requests per level; measured requests that are their "
+            f"tenant's first ({level['clients']} clients): {level['first_visits']}/{level['measured']} "
+            f"({level['share']:.1%})"
+        )
+    if reasons:
+        print("\nroute reasons (request log, all reps and levels, incl. warm-up):")
+        for policy, counts in reasons.items():
+            total = sum(counts.values()) or 1
+            top = sorted(counts.items(), key=lambda kv: -kv[1])
+            print(f"- {policy}: " + ", ".join(f"{r} {c / total:.0%}" for r, c in top))
     out = Path(args.json_out or BENCH_DIR / f"routing_{args.scenario}{'_quick' if args.quick else ''}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
@@ -760,6 +1007,7 @@ def main(argv: list[str] | None = None) -> int:
                 "levels": scenario.levels,
                 "requests_per_level": scenario.requests_per_level,
                 "litellm_version": LITELLM_VERSION,
+                "warmup_requests": scenario.warmup_requests,
                 "notes": notes,
                 "chain_spill": CHAIN_SPILL,
                 "medians": table,

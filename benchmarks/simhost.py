@@ -49,3 +49,37 @@ def sim_host_engine(tmp: Path, served_model_name: str, **fields: Any) -> tuple[A
     supervisor = Supervisor(host.name, gpus)
     supervisor.start()
     return supervisor, deployment
+
+
+def supervise(host_name: str, profile: str, gpus: int) -> None:
+    """The agent's supervisor loop for `host_name`, as `python -m nodes.agent` runs it
+    (nodes/agent/main.py), until SIGTERM: probes every engine's /health, /v1/models and /metrics once
+    per NODE_TELEMETRY_SECONDS and writes the live records (KV-cache use included) the proxy's scorers
+    read. Without the agent's Celery worker (no task is sent to it here) and without `start()`'s
+    re-adoption: the engines are the caller's simulators, not started by an agent, so adoption would
+    find no engine record of theirs and count them as crashed. Django must be set up first."""
+    import signal
+
+    from nodes.agent.gpus import GpuSource, simulated_gpu_config
+    from nodes.agent.supervisor import Supervisor
+
+    supervisor = Supervisor(host_name, GpuSource(host_name, simulated_gpu_config(profile, gpus)))
+    signal.signal(signal.SIGTERM, lambda *_: supervisor.stop_event.set())
+    try:
+        supervisor.run()
+    finally:
+        supervisor.close()
+
+
+if __name__ == "__main__":
+    # `python benchmarks/simhost.py HOST PROFILE GPUS`: the supervisor loop above (routing_scenarios.py
+    # runs it in a process of its own, with the repository on PYTHONPATH, so its probes do not share the
+    # load client's interpreter).
+    import os
+    import sys
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "inferchain.settings")
+    import django
+
+    django.setup()
+    supervise(sys.argv[1], sys.argv[2], int(sys.argv[3]))

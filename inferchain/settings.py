@@ -348,6 +348,8 @@ PROXY_STATIC_ENDPOINTS = env_str("PROXY_STATIC_ENDPOINTS", "")
 # counting against max_concurrent_requests after at most this long. Renewed every third of it.
 PROXY_LEASE_MS = env_int("PROXY_LEASE_MS", 30_000)
 PROXY_CONFIG_REFRESH_SECONDS = env_float("PROXY_CONFIG_REFRESH_SECONDS", 30.0)
+# An integer seeds the `random` scorer's draws (benchmarks repeat a run with it); empty: seeded by the OS.
+PROXY_RANDOM_SEED = env_str("PROXY_RANDOM_SEED", "")
 # Failed API-key attempts (malformed or unknown keys) one source address may make per window, counted
 # across proxy processes in Redis; beyond it the address gets 429 until the window ends. 0 turns it off.
 PROXY_AUTH_FAILURES_PER_WINDOW = env_int("PROXY_AUTH_FAILURES_PER_WINDOW", 60)

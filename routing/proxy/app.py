@@ -49,6 +49,7 @@ from routing.proxy.pipeline.read import SUPPORTED_ENDPOINTS, unsupported_endpoin
 from routing.proxy.pipeline.respond import JSON_HEADERS, send_error, send_raw
 from routing.proxy.pipeline.route import context_length_error
 from routing.proxy.requestlog import RequestLogWriter
+from routing.proxy.scorers import seed_random
 from routing.proxy.services import LIVE_POLL_S, Services
 from routing.proxy.shadow import pair_writer
 from routing.services import maintain_request_log
@@ -123,6 +124,13 @@ class Proxy:
             raise ImproperlyConfigured(
                 f"PROXY_LIMITS_ON_REDIS_DOWN={settings.PROXY_LIMITS_ON_REDIS_DOWN!r}: only 'reject' exists"
             )
+        if settings.PROXY_RANDOM_SEED:
+            try:
+                seed_random(int(settings.PROXY_RANDOM_SEED))
+            except ValueError:
+                raise ImproperlyConfigured(
+                    f"PROXY_RANDOM_SEED={settings.PROXY_RANDOM_SEED!r}: use an integer, or leave it empty"
+                ) from None
         loop = asyncio.get_running_loop()
         svc = self.services
         self.attach_redis(async_redis(settings.REDIS_URL, socket_timeout=1.0, socket_connect_timeout=1.0))

@@ -23,6 +23,10 @@ PREFIX_BLOCKS = 16
 PREFIX_TOKENS = PREFIX_BLOCK_TOKENS * PREFIX_BLOCKS
 # Without a tokenizer, character blocks stand in for token blocks (about four characters per token).
 PREFIX_BLOCK_CHARS = 4 * PREFIX_BLOCK_TOKENS
+# The `random` scorer's own generator: seeded (PROXY_RANDOM_SEED, `seed_random`) it makes the same
+# sequence of draws in every run, so a benchmark of it can be repeated; the module's shared generator
+# is left to others (canary and shadow draws).
+_rng = random.Random()
 
 
 @dataclass(slots=True)
@@ -105,8 +109,14 @@ def round_robin(loads: Sequence[EndpointLoad], rr: int) -> tuple[int, str]:
     return rr % len(loads), "round_robin"
 
 
+def seed_random(seed: int) -> None:
+    """Fix the `random` scorer's sequence of draws (which endpoint a request gets still depends on the
+    order requests arrive in)."""
+    _rng.seed(seed)
+
+
 def pick_random(loads: Sequence[EndpointLoad], rr: int) -> tuple[int, str]:
-    return random.randrange(len(loads)), "random"
+    return _rng.randrange(len(loads)), "random"
 
 
 def pick_least_outstanding(loads: Sequence[EndpointLoad], rr: int) -> tuple[int, str]:
@@ -115,14 +125,26 @@ def pick_least_outstanding(loads: Sequence[EndpointLoad], rr: int) -> tuple[int,
 
 
 def best_fit(loads: Sequence[EndpointLoad], req: ScoreRequest, rr: int = 0) -> tuple[int, str]:
-    """The endpoint whose free KV tokens cover the request with the least left over."""
+    """The endpoint whose free KV tokens cover the request with the least left over, among those not
+    loaded past the bound of bounded-load hashing ((1 + LOAD_BOUND_EPSILON) x the average in flight).
+
+    Without the bound, tightest fit piles every request onto the fullest engine that still fits while
+    the others idle: measured with live KV state on the simulator (docs/benchmarks.md, routing
+    scenarios), it gave a third of least-outstanding's goodput on three engines and a twentieth on four,
+    since a decode batch slows long before its KV cache is full. Within the bound it still packs, which
+    keeps the most headroom free elsewhere for a long prompt."""
     fitting = [
         (ld.kv_free_tokens - req.tokens_needed, i)
         for i, ld in enumerate(loads)
         if ld.kv_free_tokens is not None and ld.kv_free_tokens >= req.tokens_needed
     ]
     if fitting:
-        leftover, i = min(fitting)
+        bound = _load_bound(loads)
+        within = [(left, i) for left, i in fitting if loads[i].inflight < bound]
+        if not within:
+            i = min(fitting, key=lambda f: (loads[f[1]].inflight, f[0]))[1]
+            return i, f"best_fit over_bound inflight={loads[i].inflight}"
+        leftover, i = min(within)
         return i, f"best_fit leftover={leftover}"
     fresh = [(ld.kv_free_tokens, i) for i, ld in enumerate(loads) if ld.kv_free_tokens is not None]
     if fresh:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from routing.proxy.scorers import EndpointLoad, ScoreRequest, choose, prefix_key
+from routing.proxy.scorers import EndpointLoad, ScoreRequest, choose, prefix_key, seed_random
 
 
 def loads(*inflight: int, free: list[int | None] | None = None, total: int = 10_000) -> list[EndpointLoad]:
@@ -25,6 +25,15 @@ def test_random_reaches_every_endpoint() -> None:
     assert set(picks) == {0, 1, 2}
 
 
+def test_seeded_random_repeats_its_draws() -> None:
+    def draws(seed: int) -> list[int]:
+        seed_random(seed)
+        return [choose("random", loads(0, 0, 0, 0), ScoreRequest())[0] for _ in range(50)]
+
+    assert draws(17) == draws(17)
+    assert draws(17) != draws(18)
+
+
 def test_least_outstanding_takes_the_idlest() -> None:
     assert choose("least_outstanding", loads(4, 1, 3), ScoreRequest())[0] == 1
 
@@ -35,6 +44,18 @@ def test_best_fit_takes_least_leftover_and_treats_stale_as_busy() -> None:
     assert index == 1 and "leftover=200" in reason
     # Nobody fits: the most free space; a stale endpoint (None) is never assumed to have room.
     assert choose("best_fit", loads(0, 0, free=[300, None]), ScoreRequest(tokens_needed=1000))[0] == 0
+
+
+def test_best_fit_never_piles_onto_the_tightest_engine_past_the_load_bound() -> None:
+    # Engine 1 fits tightest but already has 6 in flight against 0 and 1 elsewhere: past the bound
+    # (ceil(8 / 3 x 1.25) = 4), so the tightest fit among the others wins.
+    candidates = loads(1, 6, 0, free=[5000, 1200, 9000])
+    index, reason = choose("best_fit", candidates, ScoreRequest(tokens_needed=1000))
+    assert index == 0 and "leftover=4000" in reason
+    # Every fitting engine past the bound: the least loaded of them.
+    crowded = loads(9, 8, 0, free=[5000, 1200, 500])
+    index, reason = choose("best_fit", crowded, ScoreRequest(tokens_needed=1000))
+    assert index == 1 and "over_bound" in reason
 
 
 def test_prefix_affinity_is_sticky_and_bounded() -> None:
