@@ -348,6 +348,11 @@ PROXY_STATIC_ENDPOINTS = env_str("PROXY_STATIC_ENDPOINTS", "")
 # counting against max_concurrent_requests after at most this long. Renewed every third of it.
 PROXY_LEASE_MS = env_int("PROXY_LEASE_MS", 30_000)
 PROXY_CONFIG_REFRESH_SECONDS = env_float("PROXY_CONFIG_REFRESH_SECONDS", 30.0)
+# An engine's live KV sample older than this counts as missing (best_fit and the spill's KV cap then go by
+# in-flight counts). A sample is up to one agent telemetry period old before the next, plus the sync and
+# the proxy's 0.25 s poll; 2.5 periods let one late sync pass without the state vanishing (dispatches since
+# the sample are counted against it in the meantime).
+PROXY_LIVE_STALE_SECONDS = env_float("PROXY_LIVE_STALE_SECONDS", 2.5 * NODE_TELEMETRY_SECONDS)
 # An integer seeds the `random` scorer's draws (benchmarks repeat a run with it); empty: seeded by the OS.
 PROXY_RANDOM_SEED = env_str("PROXY_RANDOM_SEED", "")
 # Failed API-key attempts (malformed or unknown keys) one source address may make per window, counted

@@ -28,8 +28,8 @@ from core.metrics_access import REFUSAL as METRICS_REFUSAL
 from core.metrics_access import metrics_allowed
 from core.redis_client import CONFIG_CHANNEL, async_redis
 from core.redis_client import key as rkey
+from routing.proxy import health, pipeline
 from routing.proxy import metrics as m
-from routing.proxy import pipeline
 from routing.proxy.config import Endpoint, KeyInfo, Policy, Pool, RoutingSnapshot, load_routing_snapshot
 from routing.proxy.errors import ProxyError, not_found
 from routing.proxy.health import EndpointState
@@ -73,6 +73,27 @@ KINDS = {
     "/v1/completions": "completion",
     "/v1/embeddings": "embedding",
 }
+
+
+def apply_settings() -> None:
+    """Check the proxy's settings and apply those kept at module level; raises ImproperlyConfigured."""
+    if settings.PROXY_LIMITS_ON_REDIS_DOWN != "reject":
+        # Fail at start rather than run with a limits mode nobody implemented.
+        raise ImproperlyConfigured(
+            f"PROXY_LIMITS_ON_REDIS_DOWN={settings.PROXY_LIMITS_ON_REDIS_DOWN!r}: only 'reject' exists"
+        )
+    if settings.PROXY_LIVE_STALE_SECONDS <= 0:
+        raise ImproperlyConfigured(
+            f"PROXY_LIVE_STALE_SECONDS={settings.PROXY_LIVE_STALE_SECONDS!r}: use seconds above 0"
+        )
+    health.STALE_AFTER_S = settings.PROXY_LIVE_STALE_SECONDS
+    if settings.PROXY_RANDOM_SEED:
+        try:
+            seed_random(int(settings.PROXY_RANDOM_SEED))
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"PROXY_RANDOM_SEED={settings.PROXY_RANDOM_SEED!r}: use an integer, or leave it empty"
+            ) from None
 
 
 class Proxy:
@@ -119,18 +140,7 @@ class Proxy:
     # ---- lifecycle -------------------------------------------------------------------------------
 
     async def startup(self) -> None:
-        if settings.PROXY_LIMITS_ON_REDIS_DOWN != "reject":
-            # Fail at start rather than run with a limits mode nobody implemented.
-            raise ImproperlyConfigured(
-                f"PROXY_LIMITS_ON_REDIS_DOWN={settings.PROXY_LIMITS_ON_REDIS_DOWN!r}: only 'reject' exists"
-            )
-        if settings.PROXY_RANDOM_SEED:
-            try:
-                seed_random(int(settings.PROXY_RANDOM_SEED))
-            except ValueError:
-                raise ImproperlyConfigured(
-                    f"PROXY_RANDOM_SEED={settings.PROXY_RANDOM_SEED!r}: use an integer, or leave it empty"
-                ) from None
+        apply_settings()
         loop = asyncio.get_running_loop()
         svc = self.services
         self.attach_redis(async_redis(settings.REDIS_URL, socket_timeout=1.0, socket_connect_timeout=1.0))

@@ -13,7 +13,10 @@ from dataclasses import dataclass
 FAILURES_TO_EJECT = 3
 BASE_COOLDOWN_S = 2.0
 MAX_COOLDOWN_S = 60.0
-STALE_AFTER_S = 1.0
+# Set from PROXY_LIVE_STALE_SECONDS when the proxy starts (2.5 agent telemetry periods by default): at 1 s,
+# the agent's own period, a good share of samples were already "stale" when read (one period old, plus
+# the sync and the poll), and best_fit fell back to in-flight counts for them.
+STALE_AFTER_S = 2.5
 
 
 @dataclass(slots=True)
