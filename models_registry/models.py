@@ -140,10 +140,18 @@ class VerificationRun(models.Model):
     trigger = models.CharField(max_length=16, default="task")
     started_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # A fetch a fleet agent reported: "<deployment>:<start token>:<host>", unique, so a replayed batch
+    # records it once. Empty for every other run.
+    fetch_key = models.CharField(max_length=300, blank=True, default="")
 
     class Meta:
         ordering = ["-started_at", "-id"]
         indexes = [models.Index(fields=["version", "host_name", "-started_at"], name="verification_latest")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["fetch_key"], condition=~models.Q(fetch_key=""), name="verification_fetch_once"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.version} on {self.host_name}: {'ok' if self.ok else 'failed'}"

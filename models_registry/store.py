@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from models_registry.choices import SourceKind, StoreKind
@@ -92,21 +92,40 @@ def _sha256(path: Path) -> str:
 
 
 def record_fetch(
-    version: ModelVersion, host_name: str, *, files: int, bytes_hashed: int, started: datetime
-) -> VerificationRun:
-    """A fetch that verified every file on arrival counts as a passing verification on that host."""
+    version: ModelVersion,
+    host_name: str,
+    *,
+    files: int,
+    bytes_hashed: int,
+    started: datetime,
+    finished: datetime | None = None,
+    key: str = "",
+) -> VerificationRun | None:
+    """A fetch that verified every file on arrival counts as a passing verification on that host.
+
+    `key`: a fleet agent's report names its fetch (deployment, start token, host) so a batch the agent
+    sends again after losing the control plane's answer records nothing twice; None for a replay.
+    """
     with transaction.atomic():
-        run = VerificationRun.objects.create(
-            version=version,
-            host_name=host_name,
-            ok=True,
-            manifest_digest=version.manifest_digest,
-            files_checked=files,
-            bytes_hashed=bytes_hashed,
-            trigger="fetch",
-            started_at=started,
-            finished_at=timezone.now(),
-        )
+        if key and VerificationRun.objects.filter(fetch_key=key).exists():
+            return None
+        try:
+            # A savepoint: two syncs of the same replayed batch racing end in one row, not an error.
+            with transaction.atomic():
+                run = VerificationRun.objects.create(
+                    version=version,
+                    host_name=host_name,
+                    ok=True,
+                    manifest_digest=version.manifest_digest,
+                    files_checked=files,
+                    bytes_hashed=bytes_hashed,
+                    trigger="fetch",
+                    started_at=started,
+                    finished_at=finished or timezone.now(),
+                    fetch_key=key,
+                )
+        except IntegrityError:
+            return None
         refresh_version_state(version)
     return run
 

@@ -33,6 +33,7 @@ from django.utils import timezone
 from core.celery import app
 from core.live import FLEET_GROUP, deployment_group, host_group
 from core.redis_client import get_redis, key
+from models_registry import store as model_store
 from nodes import history
 from nodes.agent import runtime
 from nodes.agent.model_fetch import fetch_spec, remote_model_path
@@ -69,6 +70,7 @@ CHANGE_KINDS = (
     "failed",
     "ray_lost",
     "member_fetch_failed",
+    "fetched",
 )
 # A deployment keeps its Ray nodes up in these states (desired running): through a crash's backoff too,
 # so the restart finds the cluster there.
@@ -142,6 +144,8 @@ def apply_change(host: Host, change: dict[str, Any]) -> str:
         return _ray_lost(host, change)
     if change["kind"] == "member_fetch_failed":
         return _member_fetch_failed(host, change)
+    if change["kind"] == "fetched":
+        return _fetched(host, change)
     deployment = (
         Deployment.objects.select_related("host", "model_version", "quantization")
         .filter(pk=change["deployment_id"], host=host)
@@ -283,6 +287,92 @@ def _member_fetch_failed(host: Host, change: dict[str, Any]) -> str:
     message = str(change.get("message", ""))[:2000] or f"Model files not fetched on {host.name}."
     transition(deployment, DeploymentState.FAILED, message, pid=None, next_restart_at=None)
     return "applied"
+
+
+class FetchReportRefused(ValueError):
+    """A `fetched` change that cannot be true of the deployment it names; the message says why."""
+
+
+def _fetched(host: Host, change: dict[str, Any]) -> str:
+    """The agent fetched and verified a version's files into its model root (for the deployment's engine,
+    or as a member host before its Ray node): a passing VerificationRun for that host, as the co-located
+    agent's fetch records (models_registry.store.record_fetch), and none for a cache hit (nothing was
+    read). Keyed by deployment, start token and host, so a replayed batch records it once.
+
+    A report that cannot be true (a deployment this host has no part in, another version's digest, numbers
+    that do not fit the manifest) is refused and logged; it is acknowledged all the same, since sending it
+    again would not make it true, and the rest of the batch applies.
+    """
+    deployment = (
+        Deployment.objects.select_related("model_version")
+        .filter(pk=change["deployment_id"])
+        .filter(Q(host=host) | Q(members__host=host))
+        .distinct()
+        .first()
+    )
+    if deployment is None:
+        log.warning(
+            "agent %s: refused the fetch report of deployment %s: no such deployment on this host",
+            host.name,
+            change["deployment_id"],
+        )
+        return "refused"
+    try:
+        report = _fetch_report(deployment, change.get("fetch"))
+    except FetchReportRefused as exc:
+        log.warning("agent %s: refused the fetch report of deployment %s: %s", host.name, deployment.pk, exc)
+        return "refused"
+    if report["cached"]:
+        return "cached"  # nothing was read from the store: no verification to record
+    run = model_store.record_fetch(
+        deployment.model_version,
+        host.name,
+        files=report["files"],
+        bytes_hashed=report["bytes_verified"],
+        started=report["started"],
+        finished=report["finished"],
+        key=f"{deployment.pk}:{change.get('start_token', '')}:{host.name}",
+    )
+    return "applied" if run is not None else "duplicate"
+
+
+def _fetch_report(deployment: Deployment, raw: Any) -> dict[str, Any]:
+    """The checked numbers of a `fetched` change (FetchReportRefused naming the first that is wrong)."""
+    if not isinstance(raw, dict):
+        raise FetchReportRefused("the change carries no fetch report")
+    version = deployment.model_version
+    manifest = model_store.manifest_of(version)
+    if str(raw.get("digest", "")) != version.manifest_digest:
+        raise FetchReportRefused(
+            f"digest {str(raw.get('digest', ''))[:64]!r} is not the manifest digest of {version}"
+        )
+    counts: dict[str, int] = {}
+    for name in ("files", "bytes_verified", "bytes_fetched", "resumed_files"):
+        value = raw.get(name)
+        # bool is an int to Python; true is no byte count.
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise FetchReportRefused(f"{name} is {value!r}, not a whole number of at least 0")
+        counts[name] = value
+    if counts["files"] != len(manifest):
+        raise FetchReportRefused(f"{counts['files']} files, the manifest lists {len(manifest)}")
+    if counts["resumed_files"] > counts["files"]:
+        raise FetchReportRefused(f"{counts['resumed_files']} files resumed of {counts['files']}")
+    cached = raw.get("cached")
+    if not isinstance(cached, bool):
+        raise FetchReportRefused(f"cached is {cached!r}, not true or false")
+    total = sum(size for _, size, _ in manifest)
+    if not cached and counts["bytes_verified"] < total:
+        # Every byte is hashed as it arrives (or rehashed from a resumed part): fewer is no full fetch.
+        raise FetchReportRefused(f"{counts['bytes_verified']} bytes verified, the manifest holds {total}")
+    times = []
+    for name in ("started_at", "finished_at"):
+        value = raw.get(name)
+        if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value < 1e11:
+            raise FetchReportRefused(f"{name} is {value!r}, not a time")
+        times.append(datetime.fromtimestamp(float(value), tz=UTC))
+    if times[1] < times[0]:
+        raise FetchReportRefused("it finished before it started")
+    return {**counts, "cached": cached, "started": times[0], "finished": times[1]}
 
 
 # --- Ray nodes of deployments that span hosts ----------------------------------------------------

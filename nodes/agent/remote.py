@@ -436,12 +436,9 @@ class Agent:
         fetch fails the deployment with the reason (its launch would load files this host lacks)."""
         token = str(plan.get("start_token", ""))
         try:
-            refused = self._fetch_files(deployment_id, fetch)
+            refused = self._fetch_files(deployment_id, token, fetch)
             if refused:
-                stand_in = LocalEngine(
-                    deployment_id=deployment_id, pid=0, start_token=token, port=0, log_path="", started_at=0.0
-                )
-                self.queue("member_fetch_failed", stand_in, message=refused)
+                self.queue("member_fetch_failed", _stand_in(deployment_id, token), message=refused)
             else:
                 with self._lock:
                     self.ray_files[deployment_id] = (token, str(fetch["digest"]))
@@ -470,17 +467,9 @@ class Agent:
                 )
                 continue
             log.warning("the Ray %s node of deployment %s exited", node.role, deployment_id)
-            stand_in = LocalEngine(
-                deployment_id=deployment_id,
-                pid=0,
-                start_token=str(plan.get("start_token", "")),
-                port=0,
-                log_path=node.log_path,
-                started_at=node.started_at,
-            )
             self.queue(
                 "ray_lost",
-                stand_in,
+                _stand_in(deployment_id, str(plan.get("start_token", ""))),
                 message=f"The Ray {node.role} node on {self.host_name} exited.",
                 log_tail=process.tail(node.log_path, 20),
             )
@@ -513,7 +502,7 @@ class Agent:
     def _fetch_then_start(self, deployment: dict[str, Any], fetch: dict[str, Any]) -> None:
         ghost = self._ghost(deployment)
         try:
-            refused = self._fetch_files(ghost.deployment_id, fetch)
+            refused = self._fetch_files(ghost.deployment_id, ghost.start_token, fetch)
         finally:
             with self._lock:
                 self.fetching.discard(ghost.deployment_id)
@@ -525,9 +514,14 @@ class Agent:
         if current is not None and current.get("start_token") == ghost.start_token and current.get("launch"):
             self._start(current)
 
-    def _fetch_files(self, deployment_id: int, fetch: dict[str, Any]) -> str:
-        """Fetch and verify a version's files into this host's model root; "" or why it was refused."""
+    def _fetch_files(self, deployment_id: int, start_token: str, fetch: dict[str, Any]) -> str:
+        """Fetch and verify a version's files into this host's model root; "" or why it was refused.
+
+        A completed fetch is queued as a `fetched` change (the control plane records it as a passing
+        verification on this host, once per deployment, start token and host however often it is sent).
+        """
         store = fetch["store"]
+        started = time.time()
         try:
             result = fetch_version(
                 StoreConfig(**store),
@@ -552,6 +546,20 @@ class Agent:
                 result.bytes_fetched,
                 result.resumed,
             )
+        self.queue(
+            "fetched",
+            _stand_in(deployment_id, start_token),
+            fetch={
+                "digest": str(fetch["digest"]),
+                "files": len(fetch["files"]),
+                "bytes_verified": result.bytes_verified,
+                "bytes_fetched": result.bytes_fetched,
+                "resumed_files": result.resumed,
+                "cached": result.cached,
+                "started_at": started,
+                "finished_at": time.time(),
+            },
+        )
         return ""
 
     def _start(self, deployment: dict[str, Any]) -> None:
@@ -786,6 +794,13 @@ class Agent:
             self.control_plane.post("/api/agent/logs/", body)
         except (ControlPlaneUnavailable, AgentRefused) as exc:
             log.warning("could not send the log of deployment %s: %s", deployment_id, exc)
+
+
+def _stand_in(deployment_id: int, start_token: str) -> LocalEngine:
+    """Addresses a change about a deployment this host runs no engine of (a Ray node, a fetch)."""
+    return LocalEngine(
+        deployment_id=deployment_id, pid=0, start_token=start_token, port=0, log_path="", started_at=0.0
+    )
 
 
 def _quantiles(window: Any, lifetime: Any) -> tuple[float | None, float | None]:

@@ -33,6 +33,9 @@ class ChangeSerializer(serializers.Serializer):
     pid = serializers.IntegerField(required=False, min_value=1)
     log_path = serializers.CharField(required=False, allow_blank=True, max_length=500)
     kernel = serializers.CharField(required=False, allow_blank=True, max_length=64)
+    # A `fetched` change's report (files, bytes, times); checked where it is applied
+    # (agent_channel._fetch_report), so a wrong one is refused alone rather than the whole batch.
+    fetch = serializers.DictField(required=False)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs["kind"] == "started" and "pid" not in attrs:

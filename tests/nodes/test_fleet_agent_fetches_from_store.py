@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from models_registry.choices import StoreKind
-from models_registry.models import ModelStore
-from models_registry.store import publish_to_directory
+from models_registry.models import ModelStore, VerificationRun
+from models_registry.store import manifest_of, publish_to_directory
 from nodes.agent.modelstore import COMPLETE_MARKER
 from nodes.agent_tokens import issue_agent_token
 from nodes.choices import DeploymentState
@@ -84,6 +84,13 @@ def test_fleet_agent_runs_the_engine_from_the_files_it_fetched(
     assert str(local) in ready.launch_argv
     messages = "\n".join(ready.events.values_list("message", flat=True))
     assert f"Fetching model files from the store 'loopback' on {ready.host.name}" in messages
+    # The agent's verified arrival is on record for its host, once (the control plane read no file).
+    runs = VerificationRun.objects.filter(version=ready.model_version, trigger="fetch")
+    manifest = manifest_of(ready.model_version)
+    assert [(r.host_name, r.ok, r.files_checked, r.bytes_hashed) for r in runs] == [
+        (ready.host.name, True, len(manifest), sum(size for _, size, _ in manifest))
+    ]
+    assert runs[0].fetch_key == f"{ready.pk}:{ready.start_token}:{ready.host.name}"
 
 
 def test_fleet_agent_refuses_a_tampered_file_naming_it(
@@ -110,3 +117,4 @@ def test_fleet_agent_refuses_a_tampered_file_naming_it(
     assert "config.json: corrupt: sha256" in failed.state_reason
     local = model_root / deployment.model_version.manifest_digest
     assert not (local / "config.json").exists() and not (local / COMPLETE_MARKER).exists()
+    assert not VerificationRun.objects.filter(trigger="fetch").exists()

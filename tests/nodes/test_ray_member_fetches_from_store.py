@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 
 from models_registry.choices import StoreKind
-from models_registry.models import ModelStore, ModelVersion
-from models_registry.store import publish_to_directory
+from models_registry.models import ModelStore, ModelVersion, VerificationRun
+from models_registry.store import manifest_of, publish_to_directory
 from nodes import agent_channel
 from nodes.agent import ray_node
 from nodes.agent.gpus import GpuSource, simulated_gpu_config
@@ -170,10 +170,10 @@ def test_a_member_host_fetches_the_files_before_its_ray_node_starts(
     fetches: list[int] = []
     fetch_files = member_agent._fetch_files
 
-    def held(deployment_id: int, fetch: dict[str, Any]) -> str:
+    def held(deployment_id: int, start_token: str, fetch: dict[str, Any]) -> str:
         fetches.append(deployment_id)
         release.wait(30)
-        return fetch_files(deployment_id, fetch)
+        return fetch_files(deployment_id, start_token, fetch)
 
     member_agent._fetch_files = held  # type: ignore[method-assign]
 
@@ -202,6 +202,13 @@ def test_a_member_host_fetches_the_files_before_its_ray_node_starts(
     assert Deployment.objects.get(pk=spanning.pk).state == DeploymentState.PENDING
     # Its cached copy is in use on the member while the deployment is active (never evicted for another).
     assert digest in in_use_digests("gpu-member")
+    # The verified arrival is on record for the member host (the sync above sent the agent's report).
+    assert member_agent.outbox == []
+    runs = VerificationRun.objects.filter(version=spanning.model_version, trigger="fetch")
+    assert [(r.host_name, r.ok, r.manifest_digest) for r in runs] == [("gpu-member", True, digest)]
+    manifest = manifest_of(spanning.model_version)
+    assert runs[0].files_checked == len(manifest)
+    assert runs[0].bytes_hashed == sum(size for _, size, _ in manifest)
 
 
 def test_a_member_hosts_refused_fetch_fails_the_deployment_naming_file_and_host(
@@ -219,6 +226,7 @@ def test_a_member_hosts_refused_fetch_fails_the_deployment_naming_file_and_host(
     member_agent.sync([], [])
     _until(lambda: not member_agent.ray_fetching and bool(member_agent.outbox), 30, "the refused fetch")
     assert [c["kind"] for c in member_agent.outbox] == ["member_fetch_failed"]
+    assert not VerificationRun.objects.filter(trigger="fetch").exists()
     member_agent.sync([], [])  # sends the change; the answer no longer wants the node
 
     failed = Deployment.objects.get(pk=spanning.pk)
