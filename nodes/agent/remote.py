@@ -2,8 +2,8 @@
 
 It holds no database credentials and imports nothing of Django: all it knows of the control plane
 is the agent channel (/api/agent/, nodes/agent_channel.py) and the host's token. Once per
-telemetry period it probes its engines, judges their health (the same three-part rule as the
-co-located supervisor: liveness, readiness, progress), samples the GPUs, and sends one batch:
+telemetry period it probes its engines, judges their health (the co-located supervisor's rules:
+liveness, readiness, progress, in nodes/agent/health.py), samples the GPUs, and sends one batch:
 heartbeat + telemetry + the state changes it queued. The answer lists the deployments the host must
 run, with a command line for each launch that is due; the agent starts and stops engines to match.
 
@@ -27,12 +27,12 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nodes import process
-from nodes.agent import ray_node
+from nodes.agent import health, ray_node
 from nodes.agent.client import (
     CONTROL_PLANE_ENV,
     AgentRefused,
@@ -41,20 +41,15 @@ from nodes.agent.client import (
     read_token,
 )
 from nodes.agent.gpus import GpuSource, simulated_gpu_config
+from nodes.agent.health import EngineTrack, Observation
 from nodes.agent.modelstore import FetchError, StoreConfig, WantedFile, fetch_version
-from nodes.engines import get_adapter
 from nodes.engines import vllm as vllm_adapter
-from nodes.engines.metrics import EngineMetrics, bucket_delta, histogram_quantile, merge_buckets
-from nodes.probes import get_json, http_get, lists_model
 
 log = logging.getLogger("nodes.agent")
 
 # Stands for the agent's own interpreter in the command lines the control plane sends
 # (nodes/agent_channel.AGENT_PYTHON; a test keeps the two equal).
 AGENT_PYTHON = "{agent-python}"
-PROBE_TIMEOUT = 1.0
-DEGRADE_AFTER_FAILURES = 3
-RATE_WINDOW_SECONDS = 10.0
 # Changes kept while the control plane is away; beyond it the oldest are dropped (and logged).
 OUTBOX_LIMIT = 10_000
 LOG_ANSWER_MAX_LINES = 100_000
@@ -71,8 +66,8 @@ DEFAULT_SETTINGS: dict[str, float] = {
 }
 
 
-@dataclass
-class LocalEngine:
+@dataclass(kw_only=True)
+class LocalEngine(EngineTrack):
     """An engine process this agent runs (or re-adopted after a restart), and its health track."""
 
     deployment_id: int
@@ -83,55 +78,19 @@ class LocalEngine:
     started_at: float
     # starting | ready | degraded | adopted (state not known until the control plane answers) | stopping
     phase: str = "starting"
-    last_answer: float = field(default_factory=time.monotonic)
-    last_progress: float = field(default_factory=time.monotonic)
-    last_tokens: float | None = None
-    readiness_failures: int = 0
-    history: list[tuple[float, EngineMetrics]] = field(default_factory=list)
-    # Wall time the engine last had work (running or waiting requests, or tokens moving): the
-    # control plane's idle-sleep check reads it from the live record.
-    last_busy_wall: float = field(default_factory=time.time)
-
-
-@dataclass
-class Observation:
-    alive: bool
-    health_ok: bool = False
-    ready: bool = False
-    metrics: EngineMetrics | None = None
-    sim_gpus: list[dict[str, Any]] = field(default_factory=list)
-    error: str = ""
 
 
 def observe(engine: LocalEngine, deployment: dict[str, Any]) -> Observation:
     """Probe one engine on this host (loopback). Never raises."""
     if not process.is_alive(engine.pid):
         return Observation(alive=False)
-    adapter = get_adapter(deployment["engine"])
-    key = deployment.get("engine_key") or None
-    obs = Observation(alive=True)
-    health = http_get("127.0.0.1", engine.port, adapter.health_path, timeout=PROBE_TIMEOUT)
-    obs.health_ok = health.ok
-    if not health.ok:
-        obs.error = health.error or f"{adapter.health_path} answered {health.status}"
-    else:
-        models = http_get("127.0.0.1", engine.port, adapter.models_path, timeout=PROBE_TIMEOUT, api_key=key)
-        name = deployment["served_model_name"]
-        obs.ready = lists_model(models, name)
-        if not obs.ready:
-            obs.error = models.error or f"{adapter.models_path} answered {models.status} without '{name}'"
-    if adapter.metrics_path is not None:
-        scraped = http_get("127.0.0.1", engine.port, adapter.metrics_path, timeout=PROBE_TIMEOUT, api_key=key)
-        if scraped.ok:
-            try:
-                obs.metrics = adapter.parse_metrics(scraped.body.decode("utf-8", errors="replace"))
-            except ValueError as exc:
-                obs.error = obs.error or f"unreadable /metrics: {exc}"
-    if deployment["engine"] == "sim":
-        data = get_json("127.0.0.1", engine.port, "/sim/gpu", timeout=PROBE_TIMEOUT, api_key=key)
-        if isinstance(data, dict) and isinstance(data.get("gpus"), list):
-            obs.sim_gpus = [g for g in data["gpus"] if isinstance(g, dict)]
-    return obs
+    return health.probe(
+        "127.0.0.1",
+        engine.port,
+        engine=deployment["engine"],
+        served_model_name=deployment["served_model_name"],
+        api_key=deployment.get("engine_key") or None,
+    )
 
 
 class Agent:
@@ -633,77 +592,36 @@ class Agent:
         """One observation -> a queued state change, a kill, or nothing (as the co-located supervisor)."""
         if engine.phase not in ("starting", "ready", "degraded"):
             return
-        if deployment["state"] == "sleeping" and obs.alive:
-            # Asleep (the control plane put it to sleep through its dev endpoints): requests queue and no
-            # token moves, which is no hang; only its exit counts.
-            engine.last_answer = engine.last_progress = now
-            return
-        if not obs.alive:
-            code = process.exit_code(engine.pid)
-            how = f" with code {code}" if code is not None else ""
-            when = " during start-up" if engine.phase == "starting" else ""
-            self._crashed(engine, f"The engine exited{how}{when}.")
-            return
-        metrics = obs.metrics
-        answered = obs.health_ok or metrics is not None
-        if answered:
-            engine.last_answer = now
-        moved = False
-        if metrics is not None:
-            tokens = metrics.tokens_processed
-            moved = engine.last_tokens is not None and tokens != engine.last_tokens
-            if moved or metrics.num_requests_running == 0:
-                engine.last_progress = now
-            if moved or metrics.num_requests_running or metrics.num_requests_waiting:
-                engine.last_busy_wall = time.time()
-            engine.last_tokens = tokens
-            engine.history.append((now, metrics))
-            engine.history = [(t, m) for t, m in engine.history if now - t <= RATE_WINDOW_SECONDS + 1]
-        elif answered:
-            engine.last_progress = now
-
-        if engine.phase == "starting":
-            if obs.health_ok and obs.ready:
-                kernel = self.reported_kernel(engine, deployment)
-                note = f" The engine reports quantization kernel {kernel}." if kernel else ""
-                name = deployment["served_model_name"]
-                engine.phase = "ready"
-                self.queue(
-                    "ready",
-                    engine,
-                    message=f"Ready: /health answers and /v1/models lists '{name}'.{note}",
-                    kernel=kernel or "",
-                )
-            elif time.time() - engine.started_at > float(self.settings["startup_timeout_seconds"]):
-                self._kill_hung(
-                    engine,
-                    f"Not ready after {float(self.settings['startup_timeout_seconds']):.0f} s "
-                    f"({obs.error or 'no answer'}).",
-                )
-            return
-
-        hang = float(self.settings["hang_seconds"])
-        running = metrics.num_requests_running if metrics is not None else 0.0
-        if now - engine.last_progress > hang:
-            self._kill_hung(
-                engine, f"Hung: {running:.0f} running requests but no token progress for {hang:.0f} s."
-            )
-            return
-        if now - engine.last_answer > hang:
-            self._kill_hung(engine, f"Hung: no answer to any probe for {hang:.0f} s ({obs.error}).")
-            return
-        if obs.health_ok and obs.ready:
-            engine.readiness_failures = 0
-            if engine.phase == "degraded":
-                engine.phase = "ready"
-                self.queue("ready", engine, message="Recovered: probes pass again.")
-        elif moved:
-            engine.readiness_failures = 0
-        else:
-            engine.readiness_failures += 1
-            if engine.readiness_failures >= DEGRADE_AFTER_FAILURES and engine.phase == "ready":
-                engine.phase = "degraded"
-                self.queue("degraded", engine, message=f"Not ready: {obs.error}")
+        verdict = health.judge(
+            engine,
+            obs,
+            phase=engine.phase,
+            settings=health.HealthSettings(
+                hang_seconds=float(self.settings["hang_seconds"]),
+                startup_timeout_seconds=float(self.settings["startup_timeout_seconds"]),
+            ),
+            now=now,
+            wall=time.time(),
+            started_ago=time.time() - engine.started_at,
+            exit_code=None if obs.alive else process.exit_code(engine.pid),
+            # Asleep (the control plane put it to sleep through its dev endpoints): only its exit counts.
+            asleep=deployment["state"] == "sleeping",
+        )
+        if verdict.kind == health.EXITED:
+            self._crashed(engine, verdict.reason)
+        elif verdict.kind == health.HUNG:
+            self._kill_hung(engine, verdict.reason)
+        elif verdict.kind == health.READY:
+            kernel = self.reported_kernel(engine, deployment)
+            engine.phase = "ready"
+            message = health.ready_message(deployment["served_model_name"], kernel)
+            self.queue("ready", engine, message=message, kernel=kernel or "")
+        elif verdict.kind == health.RECOVERED:
+            engine.phase = "ready"
+            self.queue("ready", engine, message=verdict.reason)
+        elif verdict.kind == health.DEGRADED:
+            engine.phase = "degraded"
+            self.queue("degraded", engine, message=verdict.reason)
 
     def reported_kernel(self, engine: LocalEngine, deployment: dict[str, Any]) -> str | None:
         if deployment["engine"] != "vllm" or not engine.log_path:
@@ -729,42 +647,12 @@ class Agent:
         self, engine: LocalEngine, deployment: dict[str, Any], obs: Observation, now: float
     ) -> dict[str, Any]:
         """The engine's live record as the proxy's scorer and the console read it."""
-        m = obs.metrics or EngineMetrics()
-        tokens_per_s = 0.0
-        ttft_window, itl_window = m.ttft_buckets, m.itl_buckets
-        if len(engine.history) >= 2:
-            t0, first = engine.history[0]
-            if now - t0 > 0:
-                tokens_per_s = max(
-                    0.0, (m.generation_tokens_total - first.generation_tokens_total) / (now - t0)
-                )
-            ttft_window = bucket_delta(m.ttft_buckets, first.ttft_buckets)
-            itl_window = bucket_delta(m.itl_buckets, first.itl_buckets)
-        ttft, ttft_p95 = _quantiles(ttft_window, m.ttft_buckets)
-        itl, itl_p95 = _quantiles(itl_window, m.itl_buckets)
         return {
             "ts": time.time(),
             "deployment_id": engine.deployment_id,
             "served_model_name": deployment["served_model_name"],
             "engine": deployment["engine"],
-            "alive": obs.alive,
-            "ready": obs.ready,
-            "num_requests_running": m.num_requests_running,
-            "num_requests_waiting": m.num_requests_waiting,
-            "kv_cache_usage_perc": m.kv_cache_usage_perc,
-            "num_gpu_blocks": m.num_gpu_blocks,
-            "block_size": m.block_size or deployment.get("block_size"),
-            "kv_cache_total_tokens": m.kv_cache_total_tokens,
-            "prompt_tokens_total": m.prompt_tokens_total,
-            "generation_tokens_total": m.generation_tokens_total,
-            "prefix_cache_queries_total": m.prefix_cache_queries_total,
-            "prefix_cache_hits_total": m.prefix_cache_hits_total,
-            "tokens_per_s": round(tokens_per_s, 2),
-            "ttft_p50_s": ttft,
-            "itl_p50_s": itl,
-            "ttft_p95_s": ttft_p95,
-            "itl_p95_s": itl_p95,
-            "has_metrics": obs.metrics is not None,
+            **health.live_metrics(engine.history, obs, now, deployment.get("block_size")),
             "idle_since": engine.last_busy_wall,
         }
 
@@ -801,14 +689,6 @@ def _stand_in(deployment_id: int, start_token: str) -> LocalEngine:
     return LocalEngine(
         deployment_id=deployment_id, pid=0, start_token=start_token, port=0, log_path="", started_at=0.0
     )
-
-
-def _quantiles(window: Any, lifetime: Any) -> tuple[float | None, float | None]:
-    p50 = histogram_quantile(0.5, window)
-    if p50 is None:
-        window = merge_buckets([lifetime])
-        p50 = histogram_quantile(0.5, window)
-    return p50, histogram_quantile(0.95, window)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,12 +7,8 @@ and metrics, each with a 1 s timeout): one engine that is starting or hung used 
 host's GPU feed to one sample every 3-4 s, and its heartbeat with it. The GPU loop reuses the last
 engine round's simulator reports and engine records, so a GPU sample is never late for an engine.
 
-Health has three parts, so that a busy engine is never marked dead and a hung one is:
-- liveness: the process exists (and /health answers);
-- readiness: /v1/models lists the served name (with the engine key);
-- progress: while requests are running, the engine's token counters move.
-A failed probe alone never kills an engine; a dead process, or no progress (and no answer) for
-NODE_HANG_SECONDS, does.
+The health rules (liveness, readiness, progress) and the live record are nodes/agent/health.py's, shared
+with the fleet agent; this module acts on their verdicts through transition().
 """
 
 from __future__ import annotations
@@ -23,7 +19,7 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -35,12 +31,11 @@ from django.utils import timezone
 from core.live import FLEET_GROUP, deployment_group, host_group
 from core.redis_client import get_redis
 from nodes import history, process
-from nodes.agent import runtime
+from nodes.agent import health, runtime
 from nodes.agent.gpus import GpuSource
+from nodes.agent.health import EngineTrack, Observation
 from nodes.agent.services import installed_version, record_heartbeat, report_gpus
-from nodes.choices import DeploymentState, DesiredState, Engine
-from nodes.engines import get_adapter
-from nodes.engines.metrics import EngineMetrics, bucket_delta, histogram_quantile, merge_buckets
+from nodes.choices import DeploymentState, DesiredState
 from nodes.lifecycle import (
     engine_api_key,
     live_deployment_key,
@@ -50,15 +45,9 @@ from nodes.lifecycle import (
     wake_requested,
 )
 from nodes.models import Deployment, Host
-from nodes.probes import get_json, http_get, lists_model
 
 log = logging.getLogger(__name__)
 
-PROBE_TIMEOUT = 1.0
-# Readiness must fail this many ticks in a row (with no token progress) before READY -> DEGRADED.
-DEGRADE_AFTER_FAILURES = 3
-# Window over which tokens/s and the TTFT/ITL medians are computed.
-RATE_WINDOW_SECONDS = 10.0
 # A deployment pending (or verifying, with nobody holding its lock) this long gets launched by the
 # supervisor: its queued task went missing.
 STALLED_LAUNCH_SECONDS = 30.0
@@ -73,66 +62,25 @@ SUPERVISED_STATES = (
 )
 
 
-@dataclass
-class Observation:
-    """One tick's probes of one engine."""
-
-    alive: bool
-    health_ok: bool = False
-    ready: bool = False
-    metrics: EngineMetrics | None = None
-    sim_gpus: list[dict[str, Any]] = field(default_factory=list)
-    error: str = ""
-
-
-@dataclass
-class Track:
-    """What the supervisor remembers about one engine between ticks."""
+@dataclass(kw_only=True)
+class Track(EngineTrack):
+    """What the supervisor remembers about one engine between ticks: its health track, for one start."""
 
     start_token: str
-    last_answer: float
-    last_progress: float
-    last_tokens: float | None = None
-    readiness_failures: int = 0
-    history: list[tuple[float, EngineMetrics]] = field(default_factory=list)
-    # Wall time the engine last had a request running or waiting (or moved tokens): idle sleep counts
-    # from here (see nodes/sleep.py).
-    last_busy_wall: float = field(default_factory=time.time)
 
 
 def observe(deployment: Deployment) -> Observation:
     """Probe one engine. Never raises."""
     if not deployment.pid or not process.is_alive(deployment.pid):
         return Observation(alive=False)
-    adapter = get_adapter(deployment.engine)
-    address, port = deployment.host.address, deployment.port
-    obs = Observation(alive=True)
-    # Every engine path but /health wants the engine key (nodes/engines/guard.py).
-    key = engine_api_key(deployment)
-    health = http_get(address, port, adapter.health_path, timeout=PROBE_TIMEOUT)
-    obs.health_ok = health.ok
-    if not health.ok:
-        obs.error = health.error or f"{adapter.health_path} answered {health.status}"
-    else:
-        models = http_get(address, port, adapter.models_path, timeout=PROBE_TIMEOUT, api_key=key)
-        obs.ready = lists_model(models, deployment.served_model_name)
-        if not obs.ready:
-            obs.error = (
-                models.error
-                or f"{adapter.models_path} answered {models.status} without '{deployment.served_model_name}'"
-            )
-    if adapter.metrics_path is not None:
-        scraped = http_get(address, port, adapter.metrics_path, timeout=PROBE_TIMEOUT, api_key=key)
-        if scraped.ok:
-            try:
-                obs.metrics = adapter.parse_metrics(scraped.body.decode("utf-8", errors="replace"))
-            except ValueError as exc:
-                obs.error = obs.error or f"unreadable /metrics: {exc}"
-    if deployment.engine == Engine.SIM:
-        data = get_json(address, port, "/sim/gpu", timeout=PROBE_TIMEOUT, api_key=key)
-        if isinstance(data, dict) and isinstance(data.get("gpus"), list):
-            obs.sim_gpus = [g for g in data["gpus"] if isinstance(g, dict)]
-    return obs
+    return health.probe(
+        deployment.host.address,
+        deployment.port,
+        engine=str(deployment.engine),
+        served_model_name=deployment.served_model_name,
+        # Every engine path but /health wants the engine key (nodes/engines/guard.py).
+        api_key=engine_api_key(deployment),
+    )
 
 
 class Supervisor:
@@ -346,84 +294,48 @@ class Supervisor:
             deployment.refresh_from_db()
             if deployment.state not in SUPERVISED_STATES or deployment.start_token != track.start_token:
                 return
-            if not obs.alive:
-                code = process.exit_code(deployment.pid) if deployment.pid else None
-                how = f" with code {code}" if code is not None else ""
-                when = "during start-up" if deployment.state == DeploymentState.STARTING else ""
-                runtime.record_crash(deployment, f"The engine exited{how} {when}".rstrip() + ".")
-                self.tracks.pop(deployment.pk, None)
-                return
+            verdict = health.judge(
+                track,
+                obs,
+                phase=str(deployment.state),
+                # Asleep, requests queue and no token moves, which is no hang; only its exit counts (as
+                # in the fleet agent).
+                asleep=deployment.state == DeploymentState.SLEEPING,
+                settings=health.HealthSettings(
+                    hang_seconds=float(settings.NODE_HANG_SECONDS),
+                    startup_timeout_seconds=float(settings.NODE_STARTUP_TIMEOUT_SECONDS),
+                ),
+                now=now,
+                wall=time.time(),
+                started_ago=(timezone.now() - (deployment.started_at or timezone.now())).total_seconds(),
+                exit_code=process.exit_code(deployment.pid) if not obs.alive and deployment.pid else None,
+            )
+            self.act(deployment, verdict)
 
-            metrics = obs.metrics
-            answered = obs.health_ok or metrics is not None
-            if answered:
-                track.last_answer = now
-            moved = False
-            if metrics is not None:
-                tokens = metrics.tokens_processed
-                moved = track.last_tokens is not None and tokens != track.last_tokens
-                if moved or metrics.num_requests_running == 0:
-                    track.last_progress = now
-                track.last_tokens = tokens
-                if moved or metrics.num_requests_running or metrics.num_requests_waiting:
-                    track.last_busy_wall = time.time()
-                track.history.append((now, metrics))
-                track.history = [(t, m) for t, m in track.history if now - t <= RATE_WINDOW_SECONDS + 1]
-            elif answered:
-                # No metrics to read (llama.cpp): answering is the only progress evidence there is.
-                track.last_progress = now
-
-            hang = settings.NODE_HANG_SECONDS
-            if deployment.state == DeploymentState.STARTING:
-                started = deployment.started_at or timezone.now()
-                if obs.health_ok and obs.ready:
-                    kernel = runtime.reported_kernel(deployment)
-                    note = f" The engine reports quantization kernel {kernel}." if kernel else ""
-                    name = deployment.served_model_name
-                    transition(
-                        deployment,
-                        DeploymentState.READY,
-                        f"Ready: /health answers and /v1/models lists '{name}'.{note}",
-                        ready_at=timezone.now(),
-                        reported_quantization=kernel or "",
-                    )
-                elif (timezone.now() - started).total_seconds() > settings.NODE_STARTUP_TIMEOUT_SECONDS:
-                    runtime.kill_hung(
-                        deployment,
-                        f"Not ready after {settings.NODE_STARTUP_TIMEOUT_SECONDS:.0f} s "
-                        f"({obs.error or 'no answer'}).",
-                    )
-                    self.tracks.pop(deployment.pk, None)
-                return
-
-            running = metrics.num_requests_running if metrics is not None else 0.0
-            if now - track.last_progress > hang:
-                runtime.kill_hung(
-                    deployment,
-                    f"Hung: {running:.0f} running requests but no token progress for {hang:.0f} s.",
-                )
-                self.tracks.pop(deployment.pk, None)
-                return
-            if now - track.last_answer > hang:
-                runtime.kill_hung(deployment, f"Hung: no answer to any probe for {hang:.0f} s ({obs.error}).")
-                self.tracks.pop(deployment.pk, None)
-                return
-
-            if obs.health_ok and obs.ready:
-                track.readiness_failures = 0
-                if deployment.state == DeploymentState.DEGRADED:
-                    transition(deployment, DeploymentState.READY, "Recovered: probes pass again.")
-                self.reset_restarts_when_stable(deployment)
-            elif moved:
-                # Too busy to answer a probe in time, but tokens flow: working, not dead.
-                track.readiness_failures = 0
-            else:
-                track.readiness_failures += 1
-                if (
-                    track.readiness_failures >= DEGRADE_AFTER_FAILURES
-                    and deployment.state == DeploymentState.READY
-                ):
-                    transition(deployment, DeploymentState.DEGRADED, f"Not ready: {obs.error}")
+    def act(self, deployment: Deployment, verdict: health.Verdict) -> None:
+        """Carry out one verdict: a state change through transition(), a kill, or nothing."""
+        if verdict.kind == health.EXITED:
+            runtime.record_crash(deployment, verdict.reason)
+            self.tracks.pop(deployment.pk, None)
+        elif verdict.kind == health.HUNG:
+            runtime.kill_hung(deployment, verdict.reason)
+            self.tracks.pop(deployment.pk, None)
+        elif verdict.kind == health.READY:
+            kernel = runtime.reported_kernel(deployment)
+            transition(
+                deployment,
+                DeploymentState.READY,
+                health.ready_message(deployment.served_model_name, kernel),
+                ready_at=timezone.now(),
+                reported_quantization=kernel or "",
+            )
+        elif verdict.kind == health.RECOVERED:
+            transition(deployment, DeploymentState.READY, verdict.reason)
+            self.reset_restarts_when_stable(deployment)
+        elif verdict.kind == health.PASSING:
+            self.reset_restarts_when_stable(deployment)
+        elif verdict.kind == health.DEGRADED:
+            transition(deployment, DeploymentState.DEGRADED, verdict.reason)
 
     def reset_restarts_when_stable(self, deployment: Deployment) -> None:
         if deployment.restart_count and deployment.ready_at:
@@ -437,19 +349,7 @@ class Supervisor:
     def engine_live(self, deployment: Deployment, obs: Observation, now: float) -> dict[str, Any]:
         """The live record of an engine as the proxy's scorer and the UI read it."""
         track = self.tracks.get(deployment.pk)
-        m = obs.metrics or EngineMetrics()
-        tokens_per_s = 0.0
-        ttft_window, itl_window = m.ttft_buckets, m.itl_buckets
-        if track is not None and len(track.history) >= 2:
-            t0, first = track.history[0]
-            dt = now - t0
-            if dt > 0:
-                tokens_per_s = max(0.0, (m.generation_tokens_total - first.generation_tokens_total) / dt)
-            ttft_window = bucket_delta(m.ttft_buckets, first.ttft_buckets)
-            itl_window = bucket_delta(m.itl_buckets, first.itl_buckets)
-        # Over the window when it saw requests, else over the engine's lifetime (an idle engine).
-        ttft, ttft_p95 = _quantiles(ttft_window, m.ttft_buckets)
-        itl, itl_p95 = _quantiles(itl_window, m.itl_buckets)
+        window = track.history if track is not None else []
         return {
             "ts": time.time(),
             "deployment_id": deployment.pk,
@@ -458,24 +358,7 @@ class Supervisor:
             "served_model_name": deployment.served_model_name,
             "engine": deployment.engine,
             "state": deployment.state,
-            "alive": obs.alive,
-            "ready": obs.ready,
-            "num_requests_running": m.num_requests_running,
-            "num_requests_waiting": m.num_requests_waiting,
-            "kv_cache_usage_perc": m.kv_cache_usage_perc,
-            "num_gpu_blocks": m.num_gpu_blocks,
-            "block_size": m.block_size or deployment.block_size,
-            "kv_cache_total_tokens": m.kv_cache_total_tokens,
-            "prompt_tokens_total": m.prompt_tokens_total,
-            "generation_tokens_total": m.generation_tokens_total,
-            "prefix_cache_queries_total": m.prefix_cache_queries_total,
-            "prefix_cache_hits_total": m.prefix_cache_hits_total,
-            "tokens_per_s": round(tokens_per_s, 2),
-            "ttft_p50_s": ttft,
-            "itl_p50_s": itl,
-            "ttft_p95_s": ttft_p95,
-            "itl_p95_s": itl_p95,
-            "has_metrics": obs.metrics is not None,
+            **health.live_metrics(window, obs, now, deployment.block_size),
             "idle_since": track.last_busy_wall if track is not None else None,
             "sleeping_level": deployment.sleeping_level,
         }
@@ -548,15 +431,6 @@ class Supervisor:
             if thread is not None and thread is not threading.current_thread():
                 thread.join(timeout=max(10.0, 3 * settings.NODE_TELEMETRY_SECONDS))
         self.pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _quantiles(window: Any, lifetime: Any) -> tuple[float | None, float | None]:
-    """(p50, p95) of the window's histogram, or of the lifetime one when the window saw nothing."""
-    p50 = histogram_quantile(0.5, window)
-    if p50 is None:
-        window = merge_buckets([lifetime])
-        p50 = histogram_quantile(0.5, window)
-    return p50, histogram_quantile(0.95, window)
 
 
 def _discard(ids: set[int], pk: int, _future: Any) -> None:
