@@ -68,7 +68,9 @@ def test_best_fit_uses_live_kv_state_and_treats_stale_as_busy(
 ) -> None:
     RoutePool.objects.create(name="llama", alias="llama", scorer="best_fit")
     tk = make_tenant_key()
-    proxy = start_proxy()
+    # Samples older than 1 s count as missing here (PROXY_LIVE_STALE_SECONDS; 2.5 agent periods by
+    # default), so the stale case below needs only a short wait.
+    proxy = start_proxy(PROXY_LIVE_STALE_SECONDS="1")
     r = get_redis()
     usage = {0: 0.5, 1: 0.99995, 2: 0.2}  # of 100,000 tokens: free 50,000 / 5 / 80,000
 
@@ -83,7 +85,8 @@ def test_best_fit_uses_live_kv_state_and_treats_stale_as_busy(
         publish(time.time())
         time.sleep(0.3)  # the proxy polls live state every 250 ms
         _chat(proxy, tk.raw_key, "short question")
-    # No fresh sample for over a second (an agent that stopped reporting): stale counts as busy.
+    # No fresh sample for over a second (an agent that stopped reporting; an older sample does not
+    # replace a newer one): stale counts as busy.
     publish(time.time() - 10)
     time.sleep(1.2)
     _chat(proxy, tk.raw_key, "short question")
