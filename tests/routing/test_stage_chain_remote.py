@@ -264,3 +264,27 @@ def test_several_choices_are_each_rewritten(
     assert got == {0: texts[0].upper(), 1: texts[1].upper()}
     # Each choice rewritten whole, not streamed from the CPU engine.
     assert [r.get("stream") for r in cpu.requests[-2:]] == [None, None]
+
+
+def test_a_cache_hit_still_goes_through_the_remote_rewrite(
+    start_proxy: Callable[..., Proc], sim: FleetMember, cpu: CpuEngine
+) -> None:
+    # The cache keeps the engine's answer before post-stages; a hit must be rewritten as a miss is,
+    # streamed or not (the rewrite holds the whole answer and calls the CPU engine).
+    tk = make_tenant_key("acme")
+    proxy = start_proxy()
+    client = openai.OpenAI(base_url=proxy.url + "/v1", api_key=tk.raw_key, max_retries=0, timeout=30)
+    text = whole(client)
+    set_chain(
+        [
+            {"kind": "cache", "name": "answers"},
+            *post({"pool": "cpu", "instruction": "Rewrite the answer in capitals.", "timeout_ms": 5000}),
+        ]
+    )
+    eventually(lambda: whole(client) == text.upper())  # a miss: stored, then rewritten
+    asked = len(cpu.requests)
+    hit = client.chat.completions.with_raw_response.create(**ASK)
+    assert hit.headers["x-inferchain-cache"] == "hit"
+    assert hit.parse().choices[0].message.content == text.upper()
+    assert "".join(pieces(client)) == text.upper()  # a streamed hit, rewritten too
+    assert len(cpu.requests) == asked + 2

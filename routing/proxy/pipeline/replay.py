@@ -31,6 +31,9 @@ async def step(ctx: RequestContext, svc: Services) -> None:
     ctx.route_reason = "cache hit"
     ctx.collect_text = key.log_prompts
     ctx.status = 200
+    if chain.holds:
+        await _held(ctx, svc)
+        return
     if not ctx.stream:
         data = orjson.dumps(answercache.replay_whole(run.cached, ctx.request_id, ctx.kind))
         if chain.answer:
@@ -59,6 +62,29 @@ async def step(ctx: RequestContext, svc: Services) -> None:
                 break
         else:
             out = relay.filter_events(ctx, event, wants_usage, ctx.collect_text)
+        if out:
+            await send({"type": "http.response.body", "body": out, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
+
+
+async def _held(ctx: RequestContext, svc: Services) -> None:
+    """A hit for a chain with a holding stage (a remote rewrite on a CPU engine): as for an engine's
+    answer, every answer stage runs on the whole text first (a stage that fails closed refuses the
+    request before anything is sent), then the rewritten answer goes out whole or as a stream."""
+    run, body, send = ctx.stage_run, ctx.body, ctx.send
+    assert run is not None and run.cached is not None and body is not None and send is not None
+    whole = orjson.dumps(answercache.replay_whole(run.cached, ctx.request_id, ctx.kind))
+    data = await relay.held_whole(svc, ctx, whole)
+    relay.usage_from(ctx, data)
+    if not ctx.stream:
+        await send_raw(send, 200, data, response_headers(ctx, JSON_HEADERS))
+        return
+    wants_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    events = answercache.replay_events(orjson.loads(data), ctx.request_id, ctx.kind, wants_usage)
+    await send({"type": "http.response.start", "status": 200, "headers": response_headers(ctx, SSE_HEADERS)})
+    ctx.ttft_s = time.perf_counter() - ctx.started
+    for event in events:
+        out = relay.filter_events(ctx, event, wants_usage, False)
         if out:
             await send({"type": "http.response.body", "body": out, "more_body": True})
     await send({"type": "http.response.body", "body": b""})
