@@ -13,6 +13,7 @@ from playwright.sync_api import expect
 
 from console.models import Tenant, User
 from nodes.models import Deployment, Host
+from routing.models import StageChain
 from tests.conftest import PASSWORD
 from tests.e2e.harness import REPO_ROOT, login, screenshot
 from tests.evals.review_helpers import finished_run, version_pair
@@ -64,6 +65,13 @@ def _objects() -> dict[str, str]:
         "tenants/": str(Tenant.objects.create(name="csp-tenant").pk),
         "evaluations/suites/": str(run.suite_version.suite_id),
         "evaluations/runs/": str(run.pk),
+        "routing/chains/": str(
+            StageChain.objects.create(
+                name="csp-chain",
+                alias="m",
+                stages=[{"kind": "guard", "config": {"terms": ["x"]}}, {"kind": "generate"}],
+            ).pk
+        ),
     }
 
 
