@@ -16,11 +16,12 @@ from routing.choices import Scorer
 
 # Bounded-load consistent hashing: no endpoint takes more than (1 + epsilon) x the average load.
 LOAD_BOUND_EPSILON = 0.25
-# The affinity scorers' own, looser bound (2x the average in flight): what they keep at home is a warm
-# prefix cache, worth a longer queue. At 0.25 prefix affinity moved 37 % of a prefix-heavy workload off
-# its tenants' home engines (4 engines, 16 clients, 48 tenants; docs/benchmarks.md, "Prefix-heavy"): p90
-# TTFT 1.21 s against round robin's 1.66 s; at 1.0, 0.09 s, and 716 against 265 output tokens/s.
-AFFINITY_EPSILON = 1.0
+# The affinity scorers' bound. A looser one keeps more requests on their warm home engine: at 1.0 (2x the
+# average) a prefix-heavy workload of 48 tenants on 4 engines got 2.29x round robin's tokens/s and 10.9x
+# lower p90 TTFT, against 1.80x and 1.36x at 0.25 (docs/benchmarks.md, "Prefix-heavy"). It stays 0.25:
+# at 2x one hot prefix with nothing finishing settles on two of four engines and leaves the others idle
+# (a key spreads over all N only while 1 + epsilon < N / (N - 1); tests/routing/test_prefix_blocks.py).
+AFFINITY_EPSILON = LOAD_BOUND_EPSILON
 # Prefix affinity keys on the prompt's leading full blocks of PREFIX_BLOCK_TOKENS tokens (vLLM's default
 # block size, the unit its prefix cache shares), up to PREFIX_BLOCKS blocks.
 PREFIX_BLOCK_TOKENS = 16

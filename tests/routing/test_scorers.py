@@ -96,15 +96,3 @@ def test_weighted_balances_load_against_kv_headroom() -> None:
     busy_but_roomy = loads(60, 0, free=[9000, 1000])
     picked = choose("weighted", busy_but_roomy, ScoreRequest(tokens_needed=100), weights={"load": 5, "kv": 1})
     assert picked[0] == 1
-
-
-def test_affinity_keeps_a_busier_home_up_to_twice_the_average() -> None:
-    # A warm prefix cache is worth a longer queue: the affinity scorers stay home up to 2x the average
-    # in flight (best_fit's bound stays 1.25x). 16 in flight over 4 engines, home at 6 (1.5x): home.
-    key = prefix_key("You are a helpful assistant. " * 40 + "q")
-    home = choose("prefix_affinity", loads(0, 0, 0, 0), ScoreRequest(prefix_key=key))[0]
-    busy = loads(*[6 if i == home else 3 for i in range(4)])
-    assert choose("prefix_affinity", busy, ScoreRequest(prefix_key=key))[0] == home
-    # Past 2x the average (home at 12 of 21: bound ceil(22 / 4 x 2) = 11): moved.
-    hot = loads(*[12 if i == home else 3 for i in range(4)])
-    assert choose("prefix_affinity", hot, ScoreRequest(prefix_key=key))[0] != home
