@@ -28,6 +28,12 @@ import orjson
 import uvloop
 
 RAW = "ick_" + "Q" * 43
+BENCH_QUOTA = {  # as proxy_overhead.py's
+    "requests_per_minute": 1_000_000,
+    "tokens_per_minute": 1_000_000_000,
+    "max_concurrent_requests": 100_000,
+    "daily_token_budget": 10**15,
+}
 
 
 async def measure(port: int, requests: int, reps: int, stream: bool) -> list[float]:
@@ -63,7 +69,10 @@ async def measure(port: int, requests: int, reps: int, stream: bool) -> list[flo
         endpoints={"t": ep},
     )
     digest = hash_api_key(RAW)
-    info = KeyInfo(1, "ick_QQQQ", digest, 1, "t", True, False, frozenset(), None, False, Limits(), Limits())
+    # PROXY_APP_CPU_QUOTA=1: the tenant has proxy_overhead.py's quota (every counted limit, far above the
+    # load), so each request takes the limiter's path against REDIS_URL, as real tenants' requests do.
+    quota = Limits(**BENCH_QUOTA) if os.environ.get("PROXY_APP_CPU_QUOTA") == "1" else Limits()
+    info = KeyInfo(1, "ick_QQQQ", digest, 1, "t", True, False, frozenset(), None, False, quota, Limits())
     # The key cache: a service object since the pipeline split, a dict on the app before it.
     cache = p.services.keys.keys if hasattr(p, "services") else p.keys  # type: ignore[attr-defined]
     cache[digest] = (info, time.monotonic())
@@ -100,6 +109,15 @@ async def measure(port: int, requests: int, reps: int, stream: bool) -> list[flo
 
     for _ in range(500):
         await one()
+    if os.environ.get("PROXY_APP_CPU_PROFILE"):
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(requests):
+            await one()
+        prof.disable()
+        prof.dump_stats(os.environ["PROXY_APP_CPU_PROFILE"])
     out = []
     callgrind = os.environ.get("PROXY_APP_CPU_CALLGRIND") == "1"
     if callgrind:

@@ -347,6 +347,9 @@ PROXY_STATIC_ENDPOINTS = env_str("PROXY_STATIC_ENDPOINTS", "")
 # How long a concurrency lease outlives the last renewal: a killed proxy's in-flight requests stop
 # counting against max_concurrent_requests after at most this long. Renewed every third of it.
 PROXY_LEASE_MS = env_int("PROXY_LEASE_MS", 30_000)
+# How long a proxy process may admit a busy key's requests out of an allowance Redis set aside for it
+# (no round trip per request; the limits stay exact across processes). 0: every admission asks Redis.
+PROXY_LIMIT_ALLOWANCE_MS = env_int("PROXY_LIMIT_ALLOWANCE_MS", 250)
 PROXY_CONFIG_REFRESH_SECONDS = env_float("PROXY_CONFIG_REFRESH_SECONDS", 30.0)
 # An engine's live KV sample older than this counts as missing (best_fit and the spill's KV cap then go by
 # in-flight counts). A sample is up to one agent telemetry period old before the next, plus the sync and

@@ -164,7 +164,9 @@ class Proxy:
         """Use `client` for limits and the shared key records (startup does this; tests may too)."""
         self.redis = client
         self.services.redis = client
-        self.services.limiter = Limiter(client, lease_ms=settings.PROXY_LEASE_MS)
+        self.services.limiter = Limiter(
+            client, lease_ms=settings.PROXY_LEASE_MS, allowance_ms=settings.PROXY_LIMIT_ALLOWANCE_MS
+        )
         self.services.keys.attach(client)
 
     async def shutdown(self) -> None:

@@ -16,6 +16,10 @@ and runs at the start of this process's next admission script (so one script cal
 that admission already sees the refund and the released lease), or, if no admission comes within
 `FINISH_DELAY_S`, leaves by itself without a reply (a failure could not be acted on anyway: the lease
 lapses by itself). Clients that the pipe cannot speak for (TLS) use redis-py, one call each.
+
+A key a process admits back to back does not cost a script call per request at all: the admission's
+script also grants the process an allowance (units of every limit set aside for it and counted in Redis
+at once) that it spends locally for at most `allowance_ms`, then settles (docs/proxy.md, "Allowances").
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,7 +53,11 @@ local lease_ms = tonumber(ARGV[3])
 local n = tonumber(ARGV[4])
 local to_midnight_ms = tonumber(ARGV[5])
 local window = 60000
+local ga = 5 + n * 4
+local keep_ms = window + tonumber(ARGV[ga + 5])
 local best_req_limit, best_req_left, best_tok_limit, best_tok_left = -1, -1, -1, -1
+-- What is left under each kind of limit after this request, the least over the scopes (for a grant).
+local room_req, room_tok, room_conc = math.huge, math.huge, math.huge
 local function tokens_of(member) return tonumber(string.match(member, ':(%d+)$')) end
 for i = 0, n - 1 do
   local kb = i * 5
@@ -70,6 +79,7 @@ for i = 0, n - 1 do
       best_req_limit = rpm
       best_req_left = rpm - used - 1
     end
+    room_req = math.min(room_req, rpm - used - 1)
   end
   if tpm >= 0 then
     local old = redis.call('ZRANGEBYSCORE', KEYS[kb + 2], '-inf', now - window)
@@ -101,43 +111,84 @@ for i = 0, n - 1 do
       best_tok_limit = tpm
       best_tok_left = tpm - used - reserve
     end
+    room_tok = math.min(room_tok, tpm - used - reserve)
   end
   if conc >= 0 then
     redis.call('ZREMRANGEBYSCORE', KEYS[kb + 4], '-inf', now)
-    if redis.call('ZCARD', KEYS[kb + 4]) >= conc then
+    local live = redis.call('ZCARD', KEYS[kb + 4])
+    if live >= conc then
       return {0, i, 'concurrency', 1000, rpm, -1, tpm, -1}
     end
+    room_conc = math.min(room_conc, conc - live - 1)
   end
   if budget >= 0 then
     local used = tonumber(redis.call('GET', KEYS[kb + 5]) or '0')
     if used + reserve > budget then
       return {0, i, 'budget', to_midnight_ms, rpm, -1, tpm, -1}
     end
+    room_tok = math.min(room_tok, budget - used - reserve)
   end
+end
+-- The allowance (ARGV[ga + 1..6]: its id, the requests, tokens and concurrent requests asked for, how
+-- long it may admit for, and the share of what is left a grant may take): units of every limit set
+-- aside for this process, counted here now as if used, so that nobody else can have them. Requests and
+-- tokens are scored at the end of its term, the latest time any of them can be used, so that each stays
+-- in the window at least 60 s after its use. None when a limit has too little left to share.
+local grant_req = tonumber(ARGV[ga + 2])
+local grant_tok, grant_conc = tonumber(ARGV[ga + 3]), tonumber(ARGV[ga + 4])
+if grant_req > 0 then
+  local share = tonumber(ARGV[ga + 6])
+  grant_req = math.min(grant_req, math.floor(room_req / share))
+  grant_tok = math.min(grant_tok, math.floor(room_tok / share))
+  grant_conc = math.min(grant_conc, math.floor(room_conc / share))
+  if grant_req < 2 or grant_tok < math.max(reserve, 1) or grant_conc < 1 then
+    grant_req, grant_tok, grant_conc = 0, 0, 0
+  end
+end
+local aid = ARGV[ga + 1]
+local term_end = now + tonumber(ARGV[ga + 5])
+-- One ZADD of all of an allowance's members per key (score, member, score, member, ...).
+local req_members, conc_members = {}, {}
+for j = 1, grant_req do
+  req_members[2 * j - 1] = term_end
+  req_members[2 * j] = aid .. '#' .. j
+end
+for j = 1, (grant_req > 0 and grant_conc or 0) do
+  conc_members[2 * j - 1] = now + lease_ms
+  conc_members[2 * j] = aid .. '#c' .. j
 end
 for i = 0, n - 1 do
   local kb = i * 5
   local ab = 5 + i * 4
   if tonumber(ARGV[ab + 1]) >= 0 then
     redis.call('ZADD', KEYS[kb + 1], now, id)
-    redis.call('PEXPIRE', KEYS[kb + 1], window)
+    if grant_req > 0 then redis.call('ZADD', KEYS[kb + 1], unpack(req_members)) end
+    redis.call('PEXPIRE', KEYS[kb + 1], keep_ms)
   end
   if tonumber(ARGV[ab + 2]) >= 0 then
     redis.call('ZADD', KEYS[kb + 2], now, id .. ':' .. reserve)
     redis.call('INCRBY', KEYS[kb + 3], reserve)
-    redis.call('PEXPIRE', KEYS[kb + 2], window)
-    redis.call('PEXPIRE', KEYS[kb + 3], window)
+    if grant_req > 0 then
+      redis.call('ZADD', KEYS[kb + 2], term_end, aid .. ':' .. grant_tok)
+      redis.call('INCRBY', KEYS[kb + 3], grant_tok)
+    end
+    redis.call('PEXPIRE', KEYS[kb + 2], keep_ms)
+    redis.call('PEXPIRE', KEYS[kb + 3], keep_ms)
   end
   if tonumber(ARGV[ab + 3]) >= 0 then
     redis.call('ZADD', KEYS[kb + 4], now + lease_ms, id)
+    if grant_req > 0 then redis.call('ZADD', KEYS[kb + 4], unpack(conc_members)) end
     redis.call('PEXPIRE', KEYS[kb + 4], lease_ms * 2)
   end
   if tonumber(ARGV[ab + 4]) >= 0 then
-    redis.call('INCRBY', KEYS[kb + 5], reserve)
+    redis.call('INCRBY', KEYS[kb + 5], reserve + (grant_req > 0 and grant_tok or 0))
     redis.call('PEXPIRE', KEYS[kb + 5], to_midnight_ms + 3600000)
   end
 end
-return {1, -1, '', 0, best_req_limit, best_req_left, best_tok_limit, best_tok_left}
+if grant_req == 0 then grant_tok, grant_conc = 0, 0 end
+return {
+  1, -1, '', 0, best_req_limit, best_req_left, best_tok_limit, best_tok_left, grant_req, grant_tok, grant_conc
+}
 """
 
 # One completion against one limit: its keys from KEYS[kb + 2] and flags from ARGV[ab + 2] (tokens, lease,
@@ -182,7 +233,7 @@ return 1
 # admission's own (m completions, then for each: id, reserved, actual, n, limits; their keys in order).
 FINISHES_PRELUDE_LUA = """
 do
-  local fa = 5 + 4 * tonumber(ARGV[4])
+  local fa = 5 + 4 * tonumber(ARGV[4]) + 6
   local ki = 5 * tonumber(ARGV[4])
   local m = tonumber(ARGV[fa + 1])
   local ai = fa + 2
@@ -200,6 +251,59 @@ do
 end
 """
 FOLDED_ADMIT_LUA = FINISH_ONE_LUA + FINISHES_PRELUDE_LUA + ADMIT_LUA
+
+# The end of an allowance: what it set aside and did not use goes back; the tokens of its finished requests
+# stay as one entry (their actual use); each request still running becomes an ordinary admission (its own
+# token reservation, its own lease), so that its completion and lease renewals work as for any request.
+# ARGV: the allowance's id, n, limits..., then: requests granted, requests used, tokens granted, tokens
+# used by finished requests, concurrent requests granted, lease ms, m running, then m x (id, reserved).
+SETTLE_LUA = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local aid = ARGV[1]
+local n = tonumber(ARGV[2])
+local sa = 2 + 4 * n
+local granted_req, used_req = tonumber(ARGV[sa + 1]), tonumber(ARGV[sa + 2])
+local granted_tok, spent = tonumber(ARGV[sa + 3]), tonumber(ARGV[sa + 4])
+local granted_conc, lease_ms, m = tonumber(ARGV[sa + 5]), tonumber(ARGV[sa + 6]), tonumber(ARGV[sa + 7])
+local held = 0
+for r = 1, m do held = held + tonumber(ARGV[sa + 7 + 2 * r]) end
+local unused, slots, leases = {}, {}, {}
+for j = used_req + 1, granted_req do unused[#unused + 1] = aid .. '#' .. j end
+for j = 1, granted_conc do slots[j] = aid .. '#c' .. j end
+for r = 1, m do
+  leases[2 * r - 1] = now + lease_ms
+  leases[2 * r] = ARGV[sa + 6 + 2 * r]
+end
+for i = 0, n - 1 do
+  local kb = i * 5
+  local ab = 2 + i * 4
+  if tonumber(ARGV[ab + 1]) >= 0 and #unused > 0 then
+    redis.call('ZREM', KEYS[kb + 1], unpack(unused))
+  end
+  if tonumber(ARGV[ab + 2]) >= 0 then
+    local member = aid .. ':' .. granted_tok
+    local score = redis.call('ZSCORE', KEYS[kb + 2], member)
+    -- Gone only after a Redis restart (it cannot have left the window yet): then nothing to correct.
+    if score then
+      redis.call('ZREM', KEYS[kb + 2], member)
+      if spent > 0 then redis.call('ZADD', KEYS[kb + 2], score, aid .. ':' .. spent) end
+      for r = 1, m do
+        redis.call('ZADD', KEYS[kb + 2], score, ARGV[sa + 6 + 2 * r] .. ':' .. ARGV[sa + 7 + 2 * r])
+      end
+      redis.call('INCRBY', KEYS[kb + 3], spent + held - granted_tok)
+    end
+  end
+  if tonumber(ARGV[ab + 3]) >= 0 then
+    if #slots > 0 then redis.call('ZREM', KEYS[kb + 4], unpack(slots)) end
+    if m > 0 then redis.call('ZADD', KEYS[kb + 4], unpack(leases)) end
+  end
+  if tonumber(ARGV[ab + 4]) >= 0 and redis.call('EXISTS', KEYS[kb + 5]) == 1 then
+    redis.call('INCRBY', KEYS[kb + 5], spent + held - granted_tok)
+  end
+end
+return 1
+"""
 
 RENEW_LUA = """
 local t = redis.call('TIME')
@@ -224,15 +328,61 @@ class Admission:
     lease_keys: list[str] = field(default_factory=list)
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     plan: _Plan | None = None
+    # Admitted out of this process's allowance, not yet settled: its completion stays in the process.
+    allowance: _Allowance | None = None
+
+
+class _Allowance:
+    """Units of every limit of one plan that Redis set aside for this process in one admission's script
+    (ADMIT_LUA), spent here without a round trip until its term ends or they run out, then settled
+    (SETTLE_LUA): what was not used goes back, requests still running become ordinary admissions."""
+
+    __slots__ = (
+        "aid",
+        "granted_requests",
+        "granted_slots",
+        "granted_tokens",
+        "plan",
+        "req_left",
+        "req_limit",
+        "requests",
+        "running",
+        "settled",
+        "slots",
+        "spent",
+        "timer",
+        "tok_left",
+        "tok_limit",
+        "tokens",
+        "until",
+    )
+
+    def __init__(
+        self, aid: bytes, plan: _Plan, until: float, granted: tuple[int, int, int], limits: tuple[int, ...]
+    ) -> None:
+        self.aid = aid
+        self.plan = plan
+        self.until = until  # the event loop's clock; Redis's term ends no earlier
+        self.granted_requests, self.granted_tokens, self.granted_slots = granted
+        self.requests, self.tokens, self.slots = granted  # what is left to spend
+        self.req_limit, self.req_left, self.tok_limit, self.tok_left = limits  # as of the grant
+        self.spent = 0  # tokens used by the requests it admitted that have finished
+        self.running: dict[str, Admission] = {}
+        self.settled = False
+        self.timer: asyncio.TimerHandle | None = None
 
 
 class _Plan:
-    """One key's limiter commands with everything but the per-request values packed (for one UTC day)."""
+    """One key's limiter commands with everything but the per-request values packed (for one UTC day),
+    and this process's demand and allowance under them."""
 
     __slots__ = (
         "admit_mid",
         "admit_nargs",
         "admit_tail",
+        "allowance",
+        "asking",
+        "avg_reserve",
         "day",
         "finish_head",
         "finish_nargs",
@@ -243,6 +393,12 @@ class _Plan:
         "lease_keys",
         "limit_args",
         "n",
+        "running",
+        "seen",
+        "seen_before",
+        "seen_since",
+        "settle_head",
+        "settle_tail",
     )
 
     def __init__(self, scopes: list[tuple[str, Limits]], day: str, lease_ms: int) -> None:
@@ -268,17 +424,28 @@ class _Plan:
                 self.lease_keys.append(rkey("rl", name, "conc"))
         self.n = len(scopes)
         # EVALSHA digest numkeys KEYS... then ADMIT_LUA's ARGV: id, reserve, lease_ms, n, to_midnight,
-        # limits...; FINISH_LUA's: id, reserved, actual, n, limits...
+        # limits..., the allowance's six; FINISH_LUA's: id, reserved, actual, n, limits...
         self.keys_only = b"".join(bulk(k.encode()) for k in self.keys)
         self.keys_part = bulk(b"%d" % len(self.keys)) + self.keys_only
         limits = b"".join(bulk(b"%d" % v) for v in self.limit_args)
         self.admit_mid = bulk(b"%d" % lease_ms) + bulk(b"%d" % self.n)
         self.admit_tail = limits
         self.finish_tail = bulk(b"%d" % self.n) + limits
-        self.admit_nargs = 1 + len(self.keys) + 5 + len(self.limit_args)
+        self.admit_nargs = 1 + len(self.keys) + 5 + len(self.limit_args) + GRANT_ARGS
         self.finish_nargs = 1 + len(self.keys) + 4 + len(self.limit_args)
         # By source, not digest: a completion gets no reply, so a NOSCRIPT could not be seen and retried.
         self.finish_head = FINISH_SCRIPT.head(self.finish_nargs, by_digest=False) + self.keys_part
+        self.settle_head = self.keys_part
+        self.settle_tail = bulk(b"%d" % self.n) + limits
+        # This process's traffic under the plan: admissions in the current and the previous allowance
+        # term (what an ask is sized by), requests running, the mean reservation.
+        self.seen = 0
+        self.seen_before = 0
+        self.seen_since = -math.inf
+        self.running = 0
+        self.avg_reserve = 0.0
+        self.allowance: _Allowance | None = None
+        self.asking = False  # an admission asking for an allowance is on its way
 
 
 def _scopes(info: KeyInfo) -> list[tuple[str, Limits]]:
@@ -330,20 +497,34 @@ def _header_list(req_limit: int, req_left: int, tok_limit: int, tok_left: int) -
 ADMIT_SCRIPT = Script(ADMIT_LUA)
 FINISH_SCRIPT = Script(FINISH_LUA)
 FOLDED_ADMIT_SCRIPT = Script(FOLDED_ADMIT_LUA)
+SETTLE_SCRIPT = Script(SETTLE_LUA)
 PLANS_MAX = 10_000
 # A completion waits at most this long for the next admission's script to run in (one script call and
 # one write per request instead of two). Other processes see a lease released and unused tokens
 # refunded up to this much later (never earlier), so the limits only ever err on the strict side.
 FINISH_DELAY_S = 0.001
 PIPE_NAME = "inferchain-limiter"  # in CLIENT LIST
+# Allowances (docs/proxy.md, "Allowances"): a process that admits requests of one key back to back asks,
+# inside an admission's script, for units of every limit set aside for it (counted in Redis as used at
+# once, so the limits stay exact across processes) and spends them without a round trip for at most
+# `allowance_ms` (PROXY_LIMIT_ALLOWANCE_MS). A grant takes at most 1/ALLOWANCE_SHARE of what any limit
+# has left, and none at all below 2 x ALLOWANCE_SHARE requests (or one reservation's tokens) left: near
+# a limit every admission goes to Redis, exactly as without allowances.
+ALLOWANCE_MS = 250
+ALLOWANCE_SHARE = 16
+ALLOWANCE_MAX_REQUESTS = 64
+GRANT_ARGS = 6  # ADMIT_LUA's ARGV after the limits: id, requests, tokens, slots, term ms, share
 
 
 class Limiter:
     """The Redis side of admission. Construct one per event loop (it holds an asyncio Redis client)."""
 
-    def __init__(self, client: aioredis.Redis, *, lease_ms: int = LEASE_MS) -> None:
+    def __init__(
+        self, client: aioredis.Redis, *, lease_ms: int = LEASE_MS, allowance_ms: int = ALLOWANCE_MS
+    ) -> None:
         self.redis = client
         self.lease_ms = lease_ms
+        self.allowance_ms = allowance_ms
         self._admit = client.register_script(ADMIT_LUA)
         self._finish = client.register_script(FINISH_LUA)
         self._renew = client.register_script(RENEW_LUA)
@@ -356,6 +537,13 @@ class Limiter:
         # script, or leave on their own after FINISH_DELAY_S if no admission comes.
         self._finishes: list[tuple[_Plan, bytes, int, int]] = []
         self._finish_timer: asyncio.TimerHandle | None = None
+        # Allowance ids: unique across processes (Redis members), short.
+        self._aid_prefix = b"a" + os.urandom(5).hex().encode() + b"."
+        self._aid_next = 0
+        self._no_grant = (
+            bulk(b"") + bulk(b"0") * 3 + bulk(b"%d" % allowance_ms) + bulk(b"%d" % ALLOWANCE_SHARE)
+        )
+        self.granted = 0  # allowances granted to this process (tests, benchmarks)
 
     def _lean(self) -> RedisPipe | None:
         if not self.pipe_checked:
@@ -383,7 +571,7 @@ class Limiter:
             if not scopes:
                 return None
             if len(self._plans) >= PLANS_MAX:
-                self._plans.clear()  # bounded: limits change, keys come and go
+                self._plans.clear()  # bounded: limits change, keys come and go (allowances settle by timer)
             plan = self._plans[cache_key] = _Plan(scopes, day, self.lease_ms)
         return plan
 
@@ -396,14 +584,102 @@ class Limiter:
         if plan is None:
             return None
         pipe = self._lean()
+        if pipe is None or self.allowance_ms <= 0:
+            admission = await self._admit_remote(plan, pipe, request_id, reserve, to_midnight, None)
+            plan.running += 1
+            return admission
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if now - plan.seen_since >= self.allowance_ms / 1000:
+            fresh = now - plan.seen_since < 2 * self.allowance_ms / 1000
+            plan.seen_before = plan.seen if fresh else 0
+            plan.seen, plan.seen_since = 0, now
+        plan.seen += 1
+        plan.avg_reserve += (reserve - plan.avg_reserve) / 8
+        allowance = plan.allowance
+        if allowance is not None:
+            if (
+                now < allowance.until
+                and allowance.requests
+                and allowance.slots
+                and allowance.tokens >= reserve
+            ):
+                return self._take(allowance, request_id, reserve)
+            self._settle(allowance)  # spent or over: what is left goes back before the next ask
+        ask = None
+        demand = max(plan.seen, plan.seen_before)
+        if demand >= 2 and not plan.asking:
+            requests = min(ALLOWANCE_MAX_REQUESTS, 2 * demand)
+            term = min(self.allowance_ms, to_midnight)  # a day's budget is never spent the next day
+            ask = (
+                requests,
+                requests * max(reserve, math.ceil(plan.avg_reserve)),
+                min(ALLOWANCE_MAX_REQUESTS, 2 * plan.running + 2),
+                term,
+                now + term / 1000,
+            )
+            plan.asking = True
+        try:
+            admission = await self._admit_remote(plan, pipe, request_id, reserve, to_midnight, ask)
+        finally:
+            if ask is not None:
+                plan.asking = False
+        plan.running += 1
+        return admission
+
+    def _take(self, allowance: _Allowance, request_id: str, reserve: int) -> Admission:
+        """Admit out of the allowance: no Redis call."""
+        allowance.requests -= 1
+        allowance.tokens -= reserve
+        allowance.slots -= 1
+        plan = allowance.plan
+        plan.running += 1
+        used = allowance.granted_requests - allowance.requests
+        admission = Admission(
+            request_id=request_id,
+            reserved=reserve,
+            keys=plan.keys,
+            limit_args=plan.limit_args,
+            lease_keys=plan.lease_keys,
+            headers=_header_list(
+                allowance.req_limit,
+                allowance.req_left - used,
+                allowance.tok_limit,
+                allowance.tok_left - (allowance.granted_tokens - allowance.tokens),
+            ),
+            plan=plan,
+            allowance=allowance,
+        )
+        allowance.running[request_id] = admission
+        return admission
+
+    async def _admit_remote(
+        self,
+        plan: _Plan,
+        pipe: RedisPipe | None,
+        request_id: str,
+        reserve: int,
+        to_midnight: int,
+        ask: tuple[int, int, int, int, float] | None,
+    ) -> Admission:
+        """Admission by one script call; with `ask`, the script may also grant an allowance."""
+        aid = b""
+        if ask is not None:
+            self._aid_next += 1
+            aid = b"%b%d" % (self._aid_prefix, self._aid_next)
+            grant = b"".join(
+                bulk(v) for v in (aid, b"%d" % ask[0], b"%d" % ask[1], b"%d" % ask[2], b"%d" % ask[3])
+            ) + bulk(b"%d" % ALLOWANCE_SHARE)
+        else:
+            grant = self._no_grant
         try:
             if pipe is not None and self._finishes:
-                result = await self._send_folded(pipe, plan, request_id, reserve, to_midnight)
+                result = await self._send_folded(pipe, plan, request_id, reserve, to_midnight, grant)
             elif pipe is not None:
                 rid, res, mid = request_id.encode(), b"%d" % reserve, b"%d" % to_midnight
                 # One formatting operation, not six concatenations: this runs once per request.
                 result = await pipe.send(
-                    b"%b$%d\r\n%b\r\n$%d\r\n%b\r\n%b$%d\r\n%b\r\n%b"
+                    b"%b$%d\r\n%b\r\n$%d\r\n%b\r\n%b$%d\r\n%b\r\n%b%b"
                     % (
                         plan.keys_part,
                         len(rid),
@@ -414,12 +690,14 @@ class Limiter:
                         len(mid),
                         mid,
                         plan.admit_tail,
+                        grant,
                     ),
                     script=ADMIT_SCRIPT,
                     nargs=plan.admit_nargs,
                 )
             else:
                 args: list[Any] = [request_id, reserve, self.lease_ms, plan.n, to_midnight, *plan.limit_args]
+                args += ["", 0, 0, 0, self.allowance_ms, ALLOWANCE_SHARE]
                 result = await self._admit(keys=plan.keys, args=args)
         except (aioredis.RedisError, OSError) as exc:
             raise unavailable(
@@ -427,7 +705,7 @@ class Limiter:
                 "without limits. Retry shortly.",
                 code="limits_unavailable",
             ) from exc
-        ok, _scope, reason, retry_ms, req_limit, req_left, tok_limit, tok_left = result
+        ok, _scope, reason, retry_ms, req_limit, req_left, tok_limit, tok_left = result[:8]
         if isinstance(reason, bytes):
             reason = reason.decode()
         headers = _header_list(int(req_limit), int(req_left), int(tok_limit), int(tok_left))
@@ -446,6 +724,17 @@ class Limiter:
                     )
                 )
             raise rate_limited(message, code=code, headers=headers)
+        if ask is not None and int(result[8]) > 0:
+            granted = (int(result[8]), int(result[9]), int(result[10]))
+            allowance = _Allowance(
+                aid, plan, ask[4], granted, (int(req_limit), int(req_left), int(tok_limit), int(tok_left))
+            )
+            if plan.allowance is not None:
+                self._settle(plan.allowance)
+            plan.allowance = allowance
+            self.granted += 1
+            # Settled when its term ends even if nothing else comes (returning what was not used).
+            allowance.timer = asyncio.get_running_loop().call_at(allowance.until, self._settle, allowance)
         return Admission(
             request_id=request_id,
             reserved=reserve,
@@ -461,9 +750,21 @@ class Limiter:
 
         Over the pipe this returns once the command is queued: it leaves in this loop iteration's
         write, and Redis runs it before any later command of this process (its next admission sees
-        the refund); other processes see it within one round trip, as before.
+        the refund); other processes see it within one round trip, as before. A request admitted out
+        of an allowance that is still open finishes inside the process: its slot and its unused tokens
+        go back to the allowance, its use is settled with it.
         """
         plan = admission.plan
+        if plan is not None:
+            plan.running -= 1
+        allowance = admission.allowance
+        if allowance is not None:
+            admission.allowance = None
+            del allowance.running[admission.request_id]
+            allowance.spent += actual_tokens
+            allowance.tokens += admission.reserved - actual_tokens
+            allowance.slots += 1
+            return
         pipe = self._lean()
         if plan is not None and pipe is not None:
             self._finishes.append((plan, admission.request_id.encode(), admission.reserved, actual_tokens))
@@ -477,6 +778,47 @@ class Limiter:
         # On failure the lease lapses by itself within LEASE_MS; the reservation stays un-refunded.
         with contextlib.suppress(aioredis.RedisError, OSError):
             await self._finish(keys=admission.keys, args=args)
+
+    def _settle(self, allowance: _Allowance) -> None:
+        """End an allowance: one script call without reply (SETTLE_LUA). If it is lost with the
+        connection, what was set aside stays counted until it ages out (the strict side): requests and
+        tokens within the minute, slots within the lease, unused budget for the day."""
+        if allowance.settled:
+            return
+        allowance.settled = True
+        if allowance.timer is not None:
+            allowance.timer.cancel()
+            allowance.timer = None
+        plan = allowance.plan
+        if plan.allowance is allowance:
+            plan.allowance = None
+        running = list(allowance.running.values())
+        allowance.running.clear()
+        for admission in running:
+            admission.allowance = None  # from now on an ordinary admission (SETTLE_LUA made it one)
+        if self.pipe is None:
+            return
+        args = [
+            bulk(allowance.aid),
+            plan.settle_tail,
+            *(
+                bulk(b"%d" % v)
+                for v in (
+                    allowance.granted_requests,
+                    allowance.granted_requests - allowance.requests,
+                    allowance.granted_tokens,
+                    allowance.spent,
+                    allowance.granted_slots,
+                    self.lease_ms,
+                    len(running),
+                )
+            ),
+        ]
+        for admission in running:
+            args += [bulk(admission.request_id.encode()), bulk(b"%d" % admission.reserved)]
+        nargs = 1 + len(plan.keys) + 1 + 1 + len(plan.limit_args) + 7 + 2 * len(running)
+        # By source: no reply comes back, so a NOSCRIPT could not be seen and retried.
+        self.pipe.post(SETTLE_SCRIPT.head(nargs, by_digest=False) + plan.settle_head + b"".join(args))
 
     async def renew(self, leases: list[tuple[str, str]]) -> None:
         """Extend the leases of requests still running in this process."""
@@ -501,7 +843,7 @@ class Limiter:
             )
 
     def _send_folded(
-        self, pipe: RedisPipe, plan: _Plan, request_id: str, reserve: int, to_midnight: int
+        self, pipe: RedisPipe, plan: _Plan, request_id: str, reserve: int, to_midnight: int, grant: bytes
     ) -> Any:
         """The admission with every queued completion run first, in the same script call."""
         if self._finish_timer is not None:
@@ -510,9 +852,17 @@ class Limiter:
         finishes, self._finishes = self._finishes, []
         rid, res, mid = request_id.encode(), b"%d" % reserve, b"%d" % to_midnight
         keys = [plan.keys_only]
-        args = [bulk(rid), bulk(res), plan.admit_mid, bulk(mid), plan.admit_tail, bulk(b"%d" % len(finishes))]
+        args = [
+            bulk(rid),
+            bulk(res),
+            plan.admit_mid,
+            bulk(mid),
+            plan.admit_tail,
+            grant,
+            bulk(b"%d" % len(finishes)),
+        ]
         nkeys = len(plan.keys)
-        nargs = 5 + len(plan.limit_args) + 1
+        nargs = 5 + len(plan.limit_args) + GRANT_ARGS + 1
         for fplan, frid, reserved, actual in finishes:
             keys.append(fplan.keys_only)
             nkeys += len(fplan.keys)
@@ -524,7 +874,14 @@ class Limiter:
             nargs=1 + nkeys + nargs,
         )
 
+    def settle_all(self) -> None:
+        """Settle every open allowance now (at shutdown; tests)."""
+        for plan in list(self._plans.values()):
+            if plan.allowance is not None:
+                self._settle(plan.allowance)
+
     async def aclose(self) -> None:
+        self.settle_all()
         if self._finishes:
             self._post_finishes()
         if self.pipe is not None:

@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from core import redis_client
+from routing.proxy.limits import ALLOWANCE_MS
 from routing.proxy.redispipe import RedisPipe, pack
 from tests.private_redis import PrivateRedis, private_redis  # noqa: F401 - fixture
 from tests.routing.conftest import Proc, make_tenant_key, post
@@ -131,6 +132,8 @@ def test_proxy_serves_every_request_after_a_redis_restart(
     )
 
     private_redis.stop()
+    # An allowance the process still holds admits until its term ends (docs/proxy.md, "Allowances").
+    time.sleep(ALLOWANCE_MS / 1000 + 0.05)
     refused = post(url, limited.raw_key, BODY)
     assert refused.status == 503 and refused.json()["error"]["code"] == "limits_unavailable"
     assert post(url, limited.raw_key, BODY).status == 503
