@@ -346,6 +346,7 @@ class _Allowance:
         "req_left",
         "req_limit",
         "requests",
+        "retired",
         "running",
         "settled",
         "slots",
@@ -369,6 +370,7 @@ class _Allowance:
         self.spent = 0  # tokens used by the requests it admitted that have finished
         self.running: dict[str, Admission] = {}
         self.settled = False
+        self.retired = False  # admits nothing more; settled when the last request it admitted finishes
         self.timer: asyncio.TimerHandle | None = None
 
 
@@ -387,12 +389,16 @@ class _Plan:
         "finish_head",
         "finish_nargs",
         "finish_tail",
+        "granting",
         "keys",
         "keys_only",
         "keys_part",
         "lease_keys",
         "limit_args",
         "n",
+        "peak",
+        "peak_before",
+        "refused",
         "running",
         "seen",
         "seen_before",
@@ -441,11 +447,16 @@ class _Plan:
         # term (what an ask is sized by), requests running, the mean reservation.
         self.seen = 0
         self.seen_before = 0
+        self.peak = 0  # the most running at once in the current term, and in the one before
+        self.peak_before = 0
         self.seen_since = -math.inf
         self.running = 0
         self.avg_reserve = 0.0
         self.allowance: _Allowance | None = None
-        self.asking = False  # an admission asking for an allowance is on its way
+        # Done when the admission asking for an allowance has its answer (None: none is on its way).
+        self.asking: asyncio.Future[None] | None = None
+        self.refused: _Allowance | None = None  # the allowance open when an ask was last refused
+        self.granting = False  # whether the last ask was granted
 
 
 def _scopes(info: KeyInfo) -> list[tuple[str, Limits]]:
@@ -494,6 +505,15 @@ def _header_list(req_limit: int, req_left: int, tok_limit: int, tok_left: int) -
     return headers
 
 
+def _low(allowance: _Allowance) -> bool:
+    """Whether a quarter or less is left of what the allowance was granted of any kind."""
+    return (
+        allowance.requests * ALLOWANCE_REFILL_AT <= allowance.granted_requests
+        or allowance.slots * ALLOWANCE_REFILL_AT <= allowance.granted_slots
+        or allowance.tokens * ALLOWANCE_REFILL_AT <= allowance.granted_tokens
+    )
+
+
 ADMIT_SCRIPT = Script(ADMIT_LUA)
 FINISH_SCRIPT = Script(FINISH_LUA)
 FOLDED_ADMIT_SCRIPT = Script(FOLDED_ADMIT_LUA)
@@ -512,7 +532,8 @@ PIPE_NAME = "inferchain-limiter"  # in CLIENT LIST
 # a limit every admission goes to Redis, exactly as without allowances.
 ALLOWANCE_MS = 250
 ALLOWANCE_SHARE = 16
-ALLOWANCE_MAX_REQUESTS = 64
+ALLOWANCE_MAX_REQUESTS = 256
+ALLOWANCE_REFILL_AT = 4  # the next allowance is asked for once a quarter of its requests is left
 GRANT_ARGS = 6  # ADMIT_LUA's ARGV after the limits: id, requests, tokens, slots, term ms, share
 
 
@@ -583,18 +604,27 @@ class Limiter:
         plan = self._plan(info, day)
         if plan is None:
             return None
+        # Counted from here, admissions on their way included: the slots an allowance asks for are
+        # sized by the most this process had at once (`finish`, or a refusal, takes it back).
+        plan.running += 1
+        try:
+            return await self._admit_plan(plan, request_id, reserve, to_midnight)
+        except BaseException:
+            plan.running -= 1
+            raise
+
+    async def _admit_plan(self, plan: _Plan, request_id: str, reserve: int, to_midnight: int) -> Admission:
         pipe = self._lean()
         if pipe is None or self.allowance_ms <= 0:
-            admission = await self._admit_remote(plan, pipe, request_id, reserve, to_midnight, None)
-            plan.running += 1
-            return admission
-        loop = asyncio.get_running_loop()
-        now = loop.time()
+            return await self._admit_remote(plan, pipe, request_id, reserve, to_midnight, None)
+        now = asyncio.get_running_loop().time()
         if now - plan.seen_since >= self.allowance_ms / 1000:
             fresh = now - plan.seen_since < 2 * self.allowance_ms / 1000
-            plan.seen_before = plan.seen if fresh else 0
-            plan.seen, plan.seen_since = 0, now
+            plan.seen_before, plan.peak_before = (plan.seen, plan.peak) if fresh else (0, 0)
+            plan.seen, plan.peak, plan.seen_since = 0, 0, now
         plan.seen += 1
+        if plan.running > plan.peak:
+            plan.peak = plan.running
         plan.avg_reserve += (reserve - plan.avg_reserve) / 8
         allowance = plan.allowance
         if allowance is not None:
@@ -604,28 +634,44 @@ class Limiter:
                 and allowance.slots
                 and allowance.tokens >= reserve
             ):
+                # Running low: this request asks Redis for the next allowance while the others go on
+                # spending this one (settled when the next is granted), so that concurrent requests do
+                # not find it spent and go to Redis one by one in the meantime.
+                if plan.asking is not None or plan.refused is allowance or not _low(allowance):
+                    return self._take(allowance, request_id, reserve)
+            else:
+                self._retire(allowance)  # spent or over
+        if plan.asking is not None and plan.allowance is None and plan.granting:
+            # Spent before the next one came: wait for it rather than going to Redis alone (only while
+            # Redis grants them: near a limit, where it does not, every admission asks it directly).
+            await plan.asking
+            allowance = plan.allowance
+            if (
+                allowance is not None
+                and allowance.requests
+                and allowance.slots
+                and allowance.tokens >= reserve
+            ):
                 return self._take(allowance, request_id, reserve)
-            self._settle(allowance)  # spent or over: what is left goes back before the next ask
         ask = None
         demand = max(plan.seen, plan.seen_before)
-        if demand >= 2 and not plan.asking:
+        if demand >= 2 and plan.asking is None:
             requests = min(ALLOWANCE_MAX_REQUESTS, 2 * demand)
             term = min(self.allowance_ms, to_midnight)  # a day's budget is never spent the next day
             ask = (
                 requests,
                 requests * max(reserve, math.ceil(plan.avg_reserve)),
-                min(ALLOWANCE_MAX_REQUESTS, 2 * plan.running + 2),
+                min(requests, 2 * max(plan.peak, plan.peak_before) + 2),
                 term,
                 now + term / 1000,
             )
-            plan.asking = True
+            asking = plan.asking = asyncio.get_running_loop().create_future()
         try:
-            admission = await self._admit_remote(plan, pipe, request_id, reserve, to_midnight, ask)
+            return await self._admit_remote(plan, pipe, request_id, reserve, to_midnight, ask)
         finally:
             if ask is not None:
-                plan.asking = False
-        plan.running += 1
-        return admission
+                plan.asking = None
+                asking.set_result(None)
 
     def _take(self, allowance: _Allowance, request_id: str, reserve: int) -> Admission:
         """Admit out of the allowance: no Redis call."""
@@ -633,7 +679,6 @@ class Limiter:
         allowance.tokens -= reserve
         allowance.slots -= 1
         plan = allowance.plan
-        plan.running += 1
         used = allowance.granted_requests - allowance.requests
         admission = Admission(
             request_id=request_id,
@@ -730,11 +775,15 @@ class Limiter:
                 aid, plan, ask[4], granted, (int(req_limit), int(req_left), int(tok_limit), int(tok_left))
             )
             if plan.allowance is not None:
-                self._settle(plan.allowance)
+                self._retire(plan.allowance)
             plan.allowance = allowance
+            plan.granting = True
             self.granted += 1
             # Settled when its term ends even if nothing else comes (returning what was not used).
             allowance.timer = asyncio.get_running_loop().call_at(allowance.until, self._settle, allowance)
+        elif ask is not None:
+            plan.refused = plan.allowance
+            plan.granting = False
         return Admission(
             request_id=request_id,
             reserved=reserve,
@@ -764,6 +813,8 @@ class Limiter:
             allowance.spent += actual_tokens
             allowance.tokens += admission.reserved - actual_tokens
             allowance.slots += 1
+            if allowance.retired and not allowance.running:
+                self._settle(allowance)
             return
         pipe = self._lean()
         if plan is not None and pipe is not None:
@@ -778,6 +829,17 @@ class Limiter:
         # On failure the lease lapses by itself within LEASE_MS; the reservation stays un-refunded.
         with contextlib.suppress(aioredis.RedisError, OSError):
             await self._finish(keys=admission.keys, args=args)
+
+    def _retire(self, allowance: _Allowance) -> None:
+        """Admit nothing more from the allowance; settle it once the requests it admitted have finished
+        (in `finish`; by its timer at the latest), so that they finish inside the process too, rather
+        than each sending its own completion. What it did not use stays set aside until then: at most
+        the rest of its term."""
+        allowance.retired = True
+        if allowance.plan.allowance is allowance:
+            allowance.plan.allowance = None
+        if not allowance.running:
+            self._settle(allowance)
 
     def _settle(self, allowance: _Allowance) -> None:
         """End an allowance: one script call without reply (SETTLE_LUA). If it is lost with the

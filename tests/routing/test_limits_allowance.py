@@ -93,6 +93,32 @@ async def test_a_busy_key_is_admitted_without_a_round_trip_each(limiters: Callab
     assert counted() == {"requests": 300, "tokens": 300 * 40, "leases": 0, "budget": 300 * 40}
 
 
+async def test_concurrent_requests_keep_spending_while_the_next_allowance_is_asked_for(
+    limiters: Callable[[], Limiter],
+) -> None:
+    # 16 requests at a time: the next allowance is asked for by one of them when a quarter is left,
+    # so the others do not find it spent and go to Redis one by one while the ask is on its way.
+    limiter = limiters()
+    trips = count_round_trips(limiter)
+    info = key_info(**HIGH)
+    left = 960
+
+    async def loop(j: int) -> None:
+        nonlocal left
+        while left > 0:
+            left -= 1
+            admission = await limiter.admit(info, f"c{j}-{left}", 100)
+            assert admission is not None
+            await asyncio.sleep(0)
+            await limiter.finish(admission, 40)
+
+    await asyncio.gather(*(loop(j) for j in range(16)))
+    assert trips[0] <= 960 // 24, f"{trips[0]} admissions went to Redis for 960 requests"
+    limiter.settle_all()
+    await asyncio.sleep(0.05)
+    assert counted() == {"requests": 960, "tokens": 960 * 40, "leases": 0, "budget": 960 * 40}
+
+
 async def test_what_an_allowance_did_not_use_goes_back_when_its_term_ends(
     limiters: Callable[[], Limiter],
 ) -> None:
