@@ -345,6 +345,7 @@ class _Allowance:
         "plan",
         "req_left",
         "req_limit",
+        "req_limit_b",
         "requests",
         "retired",
         "running",
@@ -354,6 +355,7 @@ class _Allowance:
         "timer",
         "tok_left",
         "tok_limit",
+        "tok_limit_b",
         "tokens",
         "until",
     )
@@ -367,6 +369,7 @@ class _Allowance:
         self.granted_requests, self.granted_tokens, self.granted_slots = granted
         self.requests, self.tokens, self.slots = granted  # what is left to spend
         self.req_limit, self.req_left, self.tok_limit, self.tok_left = limits  # as of the grant
+        self.req_limit_b, self.tok_limit_b = b"%d" % self.req_limit, b"%d" % self.tok_limit
         self.spent = 0  # tokens used by the requests it admitted that have finished
         self.running: dict[str, Admission] = {}
         self.settled = False
@@ -505,13 +508,8 @@ def _header_list(req_limit: int, req_left: int, tok_limit: int, tok_left: int) -
     return headers
 
 
-def _low(allowance: _Allowance) -> bool:
-    """Whether a quarter or less is left of what the allowance was granted of any kind."""
-    return (
-        allowance.requests * ALLOWANCE_REFILL_AT <= allowance.granted_requests
-        or allowance.slots * ALLOWANCE_REFILL_AT <= allowance.granted_slots
-        or allowance.tokens * ALLOWANCE_REFILL_AT <= allowance.granted_tokens
-    )
+_LIMIT_REQUESTS, _LEFT_REQUESTS = b"x-ratelimit-limit-requests", b"x-ratelimit-remaining-requests"
+_LIMIT_TOKENS, _LEFT_TOKENS = b"x-ratelimit-limit-tokens", b"x-ratelimit-remaining-tokens"
 
 
 ADMIT_SCRIPT = Script(ADMIT_LUA)
@@ -565,6 +563,9 @@ class Limiter:
             bulk(b"") + bulk(b"0") * 3 + bulk(b"%d" % allowance_ms) + bulk(b"%d" % ALLOWANCE_SHARE)
         )
         self.granted = 0  # allowances granted to this process (tests, benchmarks)
+        self._term_s = allowance_ms / 1000
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._by_info: dict[int, tuple[KeyInfo, _Plan]] = {}
 
     def _lean(self) -> RedisPipe | None:
         if not self.pipe_checked:
@@ -585,6 +586,12 @@ class Limiter:
         return self._day, int((self._day_end - now) * 1000)
 
     def _plan(self, info: KeyInfo, day: str) -> _Plan | None:
+        # By the KeyInfo object first: the key cache hands out the same one for every request of a key
+        # until the key changes, and hashing its two Limits dataclasses for the plans' own key costs as
+        # much as the rest of an admission out of an allowance.
+        hit = self._by_info.get(id(info))
+        if hit is not None and hit[0] is info and hit[1].day == day:
+            return hit[1]
         cache_key = (info.tenant_id, info.id, info.tenant_limits, info.key_limits)
         plan = self._plans.get(cache_key)
         if plan is None or plan.day != day:
@@ -594,6 +601,9 @@ class Limiter:
             if len(self._plans) >= PLANS_MAX:
                 self._plans.clear()  # bounded: limits change, keys come and go (allowances settle by timer)
             plan = self._plans[cache_key] = _Plan(scopes, day, self.lease_ms)
+        if len(self._by_info) >= PLANS_MAX:
+            self._by_info.clear()
+        self._by_info[id(info)] = (info, plan)  # holding `info` keeps its id from being reused
         return plan
 
     async def admit(self, info: KeyInfo, request_id: str, reserve: int) -> Admission | None:
@@ -604,27 +614,20 @@ class Limiter:
         plan = self._plan(info, day)
         if plan is None:
             return None
-        # Counted from here, admissions on their way included: the slots an allowance asks for are
-        # sized by the most this process had at once (`finish`, or a refusal, takes it back).
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        now = loop.time()
+        # Counted from here, admissions on their way included (`finish`, or a refusal, takes it back):
+        # the slots an allowance asks for are sized by the most this process had at once.
         plan.running += 1
-        try:
-            return await self._admit_plan(plan, request_id, reserve, to_midnight)
-        except BaseException:
-            plan.running -= 1
-            raise
-
-    async def _admit_plan(self, plan: _Plan, request_id: str, reserve: int, to_midnight: int) -> Admission:
-        pipe = self._lean()
-        if pipe is None or self.allowance_ms <= 0:
-            return await self._admit_remote(plan, pipe, request_id, reserve, to_midnight, None)
-        now = asyncio.get_running_loop().time()
-        if now - plan.seen_since >= self.allowance_ms / 1000:
-            fresh = now - plan.seen_since < 2 * self.allowance_ms / 1000
-            plan.seen_before, plan.peak_before = (plan.seen, plan.peak) if fresh else (0, 0)
-            plan.seen, plan.peak, plan.seen_since = 0, 0, now
-        plan.seen += 1
         if plan.running > plan.peak:
             plan.peak = plan.running
+        if now - plan.seen_since >= self._term_s:
+            fresh = now - plan.seen_since < 2 * self._term_s
+            plan.seen_before, plan.peak_before = (plan.seen, plan.peak) if fresh else (0, 0)
+            plan.seen, plan.peak, plan.seen_since = 0, plan.running, now
+        plan.seen += 1
         plan.avg_reserve += (reserve - plan.avg_reserve) / 8
         allowance = plan.allowance
         if allowance is not None:
@@ -634,13 +637,34 @@ class Limiter:
                 and allowance.slots
                 and allowance.tokens >= reserve
             ):
-                # Running low: this request asks Redis for the next allowance while the others go on
-                # spending this one (settled when the next is granted), so that concurrent requests do
-                # not find it spent and go to Redis one by one in the meantime.
-                if plan.asking is not None or plan.refused is allowance or not _low(allowance):
+                # Running low (a quarter left of anything): this request asks Redis for the next
+                # allowance while the others go on spending this one (retired when the next is granted),
+                # so that concurrent requests do not find it spent and go to Redis one by one meanwhile.
+                if (
+                    plan.asking is not None
+                    or plan.refused is allowance  # asked already, and Redis had none to give
+                    or (
+                        allowance.requests * ALLOWANCE_REFILL_AT > allowance.granted_requests
+                        and allowance.slots * ALLOWANCE_REFILL_AT > allowance.granted_slots
+                        and allowance.tokens * ALLOWANCE_REFILL_AT > allowance.granted_tokens
+                    )
+                ):
                     return self._take(allowance, request_id, reserve)
             else:
                 self._retire(allowance)  # spent or over
+        try:
+            return await self._admit_plan(plan, request_id, reserve, to_midnight, now)
+        except BaseException:
+            plan.running -= 1
+            raise
+
+    async def _admit_plan(
+        self, plan: _Plan, request_id: str, reserve: int, to_midnight: int, now: float
+    ) -> Admission:
+        """Admission through Redis, asking for an allowance when this process's demand is for one."""
+        pipe = self._lean()
+        if pipe is None or self.allowance_ms <= 0:
+            return await self._admit_remote(plan, pipe, request_id, reserve, to_midnight, None)
         if plan.asking is not None and plan.allowance is None and plan.granting:
             # Spent before the next one came: wait for it rather than going to Redis alone (only while
             # Redis grants them: near a limit, where it does not, every admission asks it directly).
@@ -679,21 +703,15 @@ class Limiter:
         allowance.tokens -= reserve
         allowance.slots -= 1
         plan = allowance.plan
-        used = allowance.granted_requests - allowance.requests
+        headers: list[tuple[bytes, bytes]] = []
+        if allowance.req_limit >= 0:
+            left = allowance.req_left - allowance.granted_requests + allowance.requests
+            headers += (_LIMIT_REQUESTS, allowance.req_limit_b), (_LEFT_REQUESTS, b"%d" % max(left, 0))
+        if allowance.tok_limit >= 0:
+            left = allowance.tok_left - allowance.granted_tokens + allowance.tokens
+            headers += (_LIMIT_TOKENS, allowance.tok_limit_b), (_LEFT_TOKENS, b"%d" % max(left, 0))
         admission = Admission(
-            request_id=request_id,
-            reserved=reserve,
-            keys=plan.keys,
-            limit_args=plan.limit_args,
-            lease_keys=plan.lease_keys,
-            headers=_header_list(
-                allowance.req_limit,
-                allowance.req_left - used,
-                allowance.tok_limit,
-                allowance.tok_left - (allowance.granted_tokens - allowance.tokens),
-            ),
-            plan=plan,
-            allowance=allowance,
+            request_id, reserve, plan.keys, plan.limit_args, plan.lease_keys, headers, plan, allowance
         )
         allowance.running[request_id] = admission
         return admission
