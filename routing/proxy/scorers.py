@@ -16,12 +16,18 @@ from routing.choices import Scorer
 
 # Bounded-load consistent hashing: no endpoint takes more than (1 + epsilon) x the average load.
 LOAD_BOUND_EPSILON = 0.25
-# The affinity scorers' bound. A looser one keeps more requests on their warm home engine: at 1.0 (2x the
-# average) a prefix-heavy workload of 48 tenants on 4 engines got 2.29x round robin's tokens/s and 10.9x
-# lower p90 TTFT, against 1.80x and 1.36x at 0.25 (docs/benchmarks.md, "Prefix-heavy"). It stays 0.25:
-# at 2x one hot prefix with nothing finishing settles on two of four engines and leaves the others idle
-# (a key spreads over all N only while 1 + epsilon < N / (N - 1); tests/routing/test_prefix_blocks.py).
+# The affinity scorers keep that bound, and a floor under it: a key's home engine may also hold up to
+# AFFINITY_SLACK requests more than the average before one is moved. A moved request lands where its
+# prefix (or session) is likely cold and pays its whole prefill there, a fixed cost whatever the load, so
+# the floor is a fixed number of requests too: at a handful in flight per engine, 1.25x the average is
+# one or two requests, and it moved a third of a prefix-heavy workload off its warm engines (48 tenants on
+# 4 engines at 16 clients: 1.80x round robin's tokens/s and 1.36x lower p90 TTFT, against 2.29x and 10.9x
+# with 2x the average, docs/benchmarks.md, "Prefix-heavy"). Unlike a larger epsilon, the floor does not
+# let two engines absorb one hot prefix for ever: at (1 + epsilon) x the average a key spreads over all N
+# engines only while 1 + epsilon < N / (N - 1), and the floor adds a constant, which the relative bound
+# outgrows as the load does (tests/routing/test_prefix_blocks.py).
 AFFINITY_EPSILON = LOAD_BOUND_EPSILON
+AFFINITY_SLACK = 4
 # Prefix affinity keys on the prompt's leading full blocks of PREFIX_BLOCK_TOKENS tokens (vLLM's default
 # block size, the unit its prefix cache shares), up to PREFIX_BLOCKS blocks.
 PREFIX_BLOCK_TOKENS = 16
@@ -100,9 +106,11 @@ def _hrw_home(key: bytes, loads: Sequence[EndpointLoad]) -> int:
     return max(range(len(loads)), key=weights.__getitem__)
 
 
-def _load_bound(loads: Sequence[EndpointLoad], epsilon: float = LOAD_BOUND_EPSILON) -> int:
-    total = sum(ld.inflight for ld in loads) + 1
-    return max(1, math.ceil(total / len(loads) * (1 + epsilon)))
+def _load_bound(loads: Sequence[EndpointLoad], epsilon: float = LOAD_BOUND_EPSILON, slack: int = 0) -> int:
+    """In-flight count an endpoint must stay under to take one more request: (1 + epsilon) x the average
+    with this request counted, and at least `slack` requests above the average."""
+    average = (sum(ld.inflight for ld in loads) + 1) / len(loads)
+    return max(1, math.ceil(average * (1 + epsilon)), math.ceil(average) + slack)
 
 
 def least_outstanding(loads: Sequence[EndpointLoad], rr: int = 0) -> int:
@@ -162,11 +170,12 @@ def best_fit(loads: Sequence[EndpointLoad], req: ScoreRequest, rr: int = 0) -> t
 
 
 def affinity(loads: Sequence[EndpointLoad], key: bytes | None, label: str, rr: int) -> tuple[int, str]:
-    """Consistent hashing of `key` with bounded load; without a key, least outstanding."""
+    """Consistent hashing of `key` with bounded load (AFFINITY_SLACK above the average at least); without a
+    key, least outstanding."""
     if key is None:
         i = least_outstanding(loads, rr)
         return i, f"{label} no_key least_outstanding"
-    bound = _load_bound(loads, AFFINITY_EPSILON)
+    bound = _load_bound(loads, AFFINITY_EPSILON, AFFINITY_SLACK)
     weights = _hrw_weights(key, loads)
     home = max(range(len(loads)), key=weights.__getitem__)
     if loads[home].inflight < bound:  # the common case: no sort needed

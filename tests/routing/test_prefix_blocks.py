@@ -10,7 +10,8 @@ from collections import Counter
 from pathlib import Path
 
 from routing.proxy.scorers import (
-    LOAD_BOUND_EPSILON,
+    AFFINITY_EPSILON,
+    AFFINITY_SLACK,
     PREFIX_BLOCK_TOKENS,
     PREFIX_TOKENS,
     EndpointLoad,
@@ -86,6 +87,13 @@ def test_only_the_first_blocks_matter() -> None:
     assert token_prefix_key(ids) != token_prefix_key(changed_early)
 
 
+def affinity_bound(total: int, engines: int) -> int:
+    """What the affinity scorers let an engine hold after `total` requests: 1.25x the average, and at
+    least AFFINITY_SLACK above it."""
+    average = total / engines
+    return max(math.ceil(average * (1 + AFFINITY_EPSILON)), math.ceil(average) + AFFINITY_SLACK)
+
+
 def test_load_bound_holds_for_a_hot_prefix() -> None:
     key = token_prefix_key(list(range(PREFIX_TOKENS)))
     loads = idle(4)
@@ -93,11 +101,33 @@ def test_load_bound_holds_for_a_hot_prefix() -> None:
     for _ in range(200):  # one hot prefix, nothing finishes
         i = home(key, loads)
         loads[i].inflight += 1
-        total = sum(ld.inflight for ld in loads)
-        bound = math.ceil(total / len(loads) * (1 + LOAD_BOUND_EPSILON))
-        assert max(ld.inflight for ld in loads) <= bound
+        assert max(ld.inflight for ld in loads) <= affinity_bound(sum(ld.inflight for ld in loads), 4)
     assert loads[first].inflight == max(ld.inflight for ld in loads)
+    # The floor is a constant, so the relative bound takes over as load grows: every engine is used, and
+    # none is more than 1.25x the average (+1 for rounding) once the floor no longer decides.
     assert min(ld.inflight for ld in loads) > 0
+    assert max(ld.inflight for ld in loads) <= math.ceil(200 / 4 * (1 + AFFINITY_EPSILON)) + 1
+
+
+def test_a_warm_home_holds_its_slack_above_the_average_before_a_request_moves() -> None:
+    key = token_prefix_key(list(range(PREFIX_TOKENS)))
+    first = home(key)
+    others = [i for i in range(4) if i != first]
+
+    def at(home_load: int) -> list[EndpointLoad]:
+        loads = idle(4)
+        for i in others:
+            loads[i].inflight = 4
+        loads[first].inflight = home_load
+        return loads
+
+    # The others hold 4 each; with this request counted the average is (12 + h + 1) / 4, which rounds up
+    # to 6 for a home holding h = 8 to 11: the home keeps taking requests while it holds fewer than
+    # 6 + AFFINITY_SLACK = 10, where 1.25x the average alone would have moved them from h = 7 (under 8).
+    assert AFFINITY_SLACK == 4
+    assert home(key, at(9)) == first
+    assert home(key, at(10)) != first
+    assert home(key, at(12)) != first
 
 
 def test_counting_hands_the_leading_ids_to_routing(tmp_path: Path) -> None:
