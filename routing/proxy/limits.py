@@ -166,10 +166,12 @@ for i = 0, n - 1 do
     redis.call('PEXPIRE', KEYS[kb + 1], keep_ms)
   end
   if tonumber(ARGV[ab + 2]) >= 0 then
-    redis.call('ZADD', KEYS[kb + 2], now, id .. ':' .. reserve)
-    redis.call('INCRBY', KEYS[kb + 3], reserve)
-    if grant_req > 0 then
-      redis.call('ZADD', KEYS[kb + 2], term_end, aid .. ':' .. grant_tok)
+    -- NX, and the sum only for an entry new here: a command the pipe resent after a lost reply (it ran
+    -- once already) must not add its tokens to the running sum a second time, which would stay there.
+    if redis.call('ZADD', KEYS[kb + 2], 'NX', now, id .. ':' .. reserve) == 1 then
+      redis.call('INCRBY', KEYS[kb + 3], reserve)
+    end
+    if grant_req > 0 and redis.call('ZADD', KEYS[kb + 2], 'NX', term_end, aid .. ':' .. grant_tok) == 1 then
       redis.call('INCRBY', KEYS[kb + 3], grant_tok)
     end
     redis.call('PEXPIRE', KEYS[kb + 2], keep_ms)
@@ -670,8 +672,10 @@ class Limiter:
             # Redis grants them: near a limit, where it does not, every admission asks it directly).
             await plan.asking
             allowance = plan.allowance
+            now = asyncio.get_running_loop().time()
             if (
                 allowance is not None
+                and now < allowance.until
                 and allowance.requests
                 and allowance.slots
                 and allowance.tokens >= reserve

@@ -316,3 +316,35 @@ async def test_redis_gone_admits_only_inside_the_open_term_then_fails_closed() -
     assert refused.value.status == 503 and refused.value.code == "limits_unavailable"
     await limiter.aclose()
     await client.aclose()
+
+
+async def test_an_admission_run_twice_counts_its_tokens_once(redis_clean: None) -> None:
+    # What the pipe does after a lost reply: the same command again, which may already have run.
+    client = aioredis.Redis.from_url(settings.REDIS_URL)
+    limiter = Limiter(client, allowance_ms=0)
+    info = key_info(tokens_per_minute=10_000)
+    assert await limiter.admit(info, "same", 100) is not None
+    assert await limiter.admit(info, "same", 100) is not None
+    assert counted()["tokens"] == 100
+    assert sync_redis().zcard(rkey("rl", "t1", "tpm")) == 1
+    await limiter.aclose()
+    await client.aclose()
+
+
+async def test_a_grant_run_twice_counts_its_tokens_once(limiters: Callable[[], Limiter]) -> None:
+    limiter = limiters()
+    info = key_info(tokens_per_minute=10**9)
+    for i in range(2):
+        assert await limiter.admit(info, f"r{i}", 100) is not None
+    assert limiter.granted == 1
+    once = counted()["tokens"]
+    # The same ask again, under the same allowance id, as a resent command would carry it.
+    plan = next(iter(limiter._plans.values()))
+    assert plan.allowance is not None
+    limiter._aid_next -= 1
+    plan.allowance = None
+    plan.seen_before = 2  # the same demand as the first ask saw: the same request and token counts
+    plan.seen = 0
+    assert await limiter.admit(info, "r1-again", 100) is not None
+    assert limiter.granted == 2
+    assert counted()["tokens"] == once + 100  # the request's own reservation, not the grant's again
