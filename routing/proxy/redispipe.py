@@ -291,7 +291,8 @@ class RedisPipe(asyncio.Protocol):
         self._link.lost(error)
         # Resend each awaited command once, on a fresh connection: after a Redis restart the old socket
         # is dead but the new server answers. A command that already ran may run twice (its reply was
-        # lost); for the limiter that over-counts one admission, the safe direction. Nothing is resent
+        # lost); the limiter's scripts write by member name (and add tokens only for a new entry), so at
+        # worst a day's budget counts one admission twice, the safe direction. Nothing is resent
         # twice: a second loss fails it. Replies nobody awaits (posted completions) are dropped.
         again = [
             p for p in self._pending if p[0] is not None and not p[0].done() and not p[4] and p[2] != _SETUP
