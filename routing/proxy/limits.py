@@ -533,7 +533,7 @@ PIPE_NAME = "inferchain-limiter"  # in CLIENT LIST
 ALLOWANCE_MS = 250
 ALLOWANCE_SHARE = 16
 ALLOWANCE_MAX_REQUESTS = 256
-ALLOWANCE_REFILL_AT = 4  # the next allowance is asked for once a quarter of its requests is left
+ALLOWANCE_REFILL_AT = 4  # the next allowance is asked for once a quarter of anything it granted is left
 GRANT_ARGS = 6  # ADMIT_LUA's ARGV after the limits: id, requests, tokens, slots, term ms, share
 
 
@@ -568,6 +568,7 @@ class Limiter:
         self._term_s = allowance_ms / 1000
         self._loop: asyncio.AbstractEventLoop | None = None
         self._by_info: dict[int, tuple[KeyInfo, _Plan]] = {}
+        self._unsettled: set[_Allowance] = set()
 
     def _lean(self) -> RedisPipe | None:
         if not self.pipe_checked:
@@ -801,6 +802,7 @@ class Limiter:
             plan.allowance = allowance
             plan.granting = True
             self.granted += 1
+            self._unsettled.add(allowance)
             # Settled when its term ends even if nothing else comes (returning what was not used).
             allowance.timer = asyncio.get_running_loop().call_at(allowance.until, self._settle, allowance)
         elif ask is not None:
@@ -870,6 +872,7 @@ class Limiter:
         if allowance.settled:
             return
         allowance.settled = True
+        self._unsettled.discard(allowance)
         if allowance.timer is not None:
             allowance.timer.cancel()
             allowance.timer = None
@@ -959,10 +962,9 @@ class Limiter:
         )
 
     def settle_all(self) -> None:
-        """Settle every open allowance now (at shutdown; tests)."""
-        for plan in list(self._plans.values()):
-            if plan.allowance is not None:
-                self._settle(plan.allowance)
+        """Settle every allowance not settled yet, retired ones included (at shutdown; tests)."""
+        for allowance in list(self._unsettled):
+            self._settle(allowance)
 
     async def aclose(self) -> None:
         self.settle_all()
