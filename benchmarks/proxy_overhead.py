@@ -14,6 +14,8 @@ server on uvloop + httptools; `--proxy-server uvicorn` for comparison) with a sc
 database holding its keys and request log (`--db sqlite` for the demo's SQLite). It is measured as
 a tenant with a quota (`inferchain`: every counted limit set, far above the load, the path real
 tenants take) and, on the same process, as a tenant without one (`inferchain-noquota`: no Redis call).
+A bare aiohttp pass-through (`passthrough`, benchmarks/passthrough.py: forwards and nothing else) is
+the reference row: what one Python process that only forwards reaches on the same cores.
 LiteLLM is installed pinned into its own virtualenv (var/bench/litellm-venv) and runs configured as
 its production documentation recommends for speed (`litellm_config`: a model it knows, no callbacks,
 no retries, no verbose logging, no spend or error logs, no database), one worker by default
@@ -276,6 +278,11 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--skip-litellm", action="store_true")
     parser.add_argument(
+        "--skip-passthrough",
+        action="store_true",
+        help="leave out the reference row: a bare aiohttp pass-through (benchmarks/passthrough.py)",
+    )
+    parser.add_argument(
         "--litellm-workers",
         type=int,
         default=1,
@@ -385,6 +392,23 @@ def measure(args: argparse.Namespace, db_url: str) -> dict[str, Any]:
             targets[name] = (
                 f"http://127.0.0.1:{proxy_port}/v1/chat/completions",
                 raw_keys[key_name],
+                procs[-1].pid,
+            )
+        if not args.skip_passthrough:
+            bare_port = free_port()
+            procs.append(
+                spawn(
+                    [
+                        *(sys.executable, "benchmarks/passthrough.py", "--port", str(bare_port)),
+                        *("--upstream", f"http://127.0.0.1:{backend_port}"),
+                    ],
+                    logs / "passthrough.log",
+                )
+            )
+            wait_ready(f"http://127.0.0.1:{bare_port}/healthz", procs[-1])
+            targets["passthrough"] = (
+                f"http://127.0.0.1:{bare_port}/v1/chat/completions",
+                "unused",
                 procs[-1].pid,
             )
         if args.compare_tree is not None:
