@@ -8,7 +8,7 @@ aiohttp's server and client in one process on uvloop, set up as aiohttp's deploy
 for speed (no access log, one `ClientSession` with an unlimited keep-alive pool reused for every
 request, uvloop): each request's body is read and posted to the same path upstream, and the answer
 copied back, a stream chunk by chunk as it arrives. This is the "bare aiohttp pass-through" of issue
-13's first table; it bounds from above what a proxy written in Python reaches on these two cores.
+13's first table: a reference for what one Python process that only forwards reaches on these cores.
 """
 
 from __future__ import annotations
