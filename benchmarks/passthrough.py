@@ -18,9 +18,7 @@ import argparse
 import aiohttp
 from aiohttp import web
 
-HOP_BY_HOP = frozenset(
-    {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding"}
-)
+HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length"})
 
 
 def make_app(upstream: str) -> web.Application:
