@@ -95,6 +95,9 @@ def test_register_real_gguf_see_manifest_fit_and_failed_verification(
     page.get_by_role("link", name="Models").click()
     page.get_by_role("button", name="Register version").click()
     dialog = page.get_by_test_id("register-version-dialog")
+    # Picked as a person would, once its option is there: the families load while the dialog opens, and
+    # a click that lands before they render submits no model (CI saw "This field may not be null").
+    dialog.get_by_label("Model", exact=True).select_option(label="SmolLM2-135M-Instruct")
     dialog.get_by_label("Revision").fill("q4_1")
 
     # A path outside the model roots is refused next to its field, and nothing is registered.
@@ -228,6 +231,7 @@ def test_manifest_upload_mismatch_lists_each_bad_file_then_matching_upload_regis
     page.goto("/models")
     page.get_by_role("button", name="Register version").click()
     dialog = page.get_by_test_id("register-version-dialog")
+    dialog.get_by_label("Model", exact=True).select_option(label="tiny-llama")
     dialog.get_by_label("Revision").fill("main")
     dialog.get_by_label("Source path").fill(str(directory))
     dialog.get_by_label("Manifest file (optional)").set_input_files(str(bad))

@@ -109,7 +109,10 @@ export function AliasesPage() {
 
 function AliasDialog({ alias, versions, onClose, onDone }: { alias?: ModelAlias; versions: ModelVersion[]; onClose: () => void; onDone: () => void }) {
   const [name, setName] = useState(alias?.name ?? "");
-  const [version, setVersion] = useState(alias ? String(alias.active_version) : versions[0] ? String(versions[0].id) : "");
+  const [pickedVersion, setVersion] = useState(alias ? String(alias.active_version) : "");
+  // The versions may arrive after the dialog opens; until one is picked, the first is the choice, read on
+  // each render. (Read once at mount, a dialog opened before they came showed one and sent none.)
+  const version = pickedVersion || (versions[0] ? String(versions[0].id) : "");
   const [tags, setTags] = useState(alias?.task_tags.join(", ") ?? "");
   const [description, setDescription] = useState(alias?.description ?? "");
   const { error, busy, run, errors } = useFormState();
