@@ -419,18 +419,24 @@ class Supervisor:
         self.loop.start()
         return self.loop
 
-    def close(self) -> None:
+    def close(self) -> list[str]:
         """Stop the loop and wait for its tick to finish before the probe pool goes.
 
         Without the wait, a tick still running while the process exits pushes to the browser after
         Python has shut down its executors ("cannot schedule new futures after interpreter shutdown",
-        then "coroutine ... was never awaited" warnings at every Ctrl-C).
+        then "coroutine ... was never awaited" warnings at every Ctrl-C). Returns the names of the
+        threads still running after the wait (none, normally): such a thread may still change state.
         """
         self.stop_event.set()
-        for thread in (self.loop, self.gpu_loop, self.wake_loop):
-            if thread is not None and thread is not threading.current_thread():
+        threads = [t for t in (self.loop, self.gpu_loop, self.wake_loop) if t is not None]
+        for thread in threads:
+            if thread is not threading.current_thread():
                 thread.join(timeout=max(10.0, 3 * settings.NODE_TELEMETRY_SECONDS))
         self.pool.shutdown(wait=True, cancel_futures=True)
+        running = [t.name for t in threads if t.is_alive() and t is not threading.current_thread()]
+        if running:
+            log.warning("supervisor of %s: threads still running after close: %s", self.host_name, running)
+        return running
 
 
 def _discard(ids: set[int], pk: int, _future: Any) -> None:

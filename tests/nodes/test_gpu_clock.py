@@ -28,7 +28,10 @@ def test_gpu_feed_keeps_1hz_while_an_engine_hangs(
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen(16)  # connections complete in the backlog; nothing ever reads or answers them
-    sleeper = subprocess.Popen(["sleep", "60"])
+    # A session of its own, as the runtime starts engines: the hang verdict's kill signals the engine's
+    # process group. In the test's group, that signal found no group, the kill waited out its 5 + 5 s,
+    # and the tick outlived close()'s join, writing to the database during the test's teardown.
+    sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
     deployment: Deployment = make_deployment(port=silent.getsockname()[1])
     Deployment.objects.filter(pk=deployment.pk).update(
         state=DeploymentState.READY, pid=sleeper.pid, start_token="t"
@@ -40,11 +43,12 @@ def test_gpu_feed_keeps_1hz_while_an_engine_hangs(
         supervisor.start_loop()
         time.sleep(seconds)
     finally:
-        supervisor.close()
+        leaked = supervisor.close()
         sleeper.kill()
         sleeper.wait()
         silent.close()
 
+    assert not leaked, f"supervisor threads still running after close(): {leaked}"
     gpus, engines = history.read([(host.name, 0)], [deployment.pk], minutes=1)
     gpu_ts = [t for t in gpus[(host.name, 0)].t if t >= began]
     engine_ts = engines[deployment.pk].t
