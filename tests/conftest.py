@@ -72,15 +72,16 @@ def anon_client() -> APIClient:
     return APIClient()
 
 
+def wipe_run_keys() -> None:
+    """Delete this run's Redis keys (they share REDIS_KEY_PREFIX), never another run's or worker's."""
+    r = get_redis()
+    for key in r.scan_iter(match=f"{settings.REDIS_KEY_PREFIX}*", count=500):
+        r.delete(key)
+
+
 @pytest.fixture
 def redis_clean() -> Iterator[None]:
-    """Real Redis, with this run's keys (they share REDIS_KEY_PREFIX) removed before and after."""
-    r = get_redis()
-
-    def wipe() -> None:
-        for key in r.scan_iter(match=f"{settings.REDIS_KEY_PREFIX}*", count=500):
-            r.delete(key)
-
-    wipe()
+    """Real Redis, with this run's keys removed before and after."""
+    wipe_run_keys()
     yield
-    wipe()
+    wipe_run_keys()
