@@ -75,11 +75,23 @@ def wait_ready(
     raise RuntimeError(f"{url}: not ready after {timeout}s")
 
 
+# With --pin: the CPUs of the backend and of the proxies (the load generator pins itself with the backend).
+PIN: dict[str, set[int]] = {}
+
+
 def spawn(
-    cmd: list[str], log: Path, env: dict[str, str] | None = None, cwd: Path = REPO
+    cmd: list[str], log: Path, env: dict[str, str] | None = None, cwd: Path = REPO, role: str = "proxy"
 ) -> subprocess.Popen[bytes]:
     fh = log.open("wb")
-    return subprocess.Popen(cmd, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, env=env or dict(os.environ))
+    cpus = PIN.get(role)
+    return subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        stdout=fh,
+        stderr=subprocess.STDOUT,
+        env=env or dict(os.environ),
+        preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+    )
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -221,11 +233,50 @@ def tree_cpu_seconds(pid: int) -> float:
     return total
 
 
+def pids_named(*names: str) -> list[int]:
+    """Every live process whose command name is one of `names` (PostgreSQL's backends, redis-server)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if (entry / "comm").read_text().strip() in names:
+                    pids.append(int(entry.name))
+    return pids
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine spent busy (every core, all but idle and iowait), from /proc/stat."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / TICK
+
+
+# The processes whose CPU each cell also counts, besides the target's own: set by measure().
+ACCOUNTED: dict[str, int] = {}
+
+
+def accounts() -> dict[str, float]:
+    """CPU seconds so far of: the machine, this load generator, the backend, PostgreSQL, Redis.
+
+    Where a request's CPU goes on the shared cores beyond the proxy's own: a direct call costs the
+    client and the backend; a proxied one adds the proxy, the database's inserts of the request log,
+    Redis's grants, and the kernel's second loopback hop (in the machine's total; part of it is
+    charged to whichever process was on the core)."""
+    own = os.times()
+    return {
+        "machine": machine_busy_seconds(),
+        "client": own.user + own.system,
+        "backend": tree_cpu_seconds(ACCOUNTED["backend"]) if "backend" in ACCOUNTED else 0.0,
+        "postgres": sum(tree_cpu_seconds(p) for p in pids_named("postgres")),
+        "redis": sum(tree_cpu_seconds(p) for p in pids_named("redis-server")),
+    }
+
+
 async def run_cell(
     url: str, key: str, clients: int, seconds: float, stream: bool, pid: int | None = None
 ) -> dict[str, float]:
     """`clients` loops sending requests back to back for `seconds`; requests/s, latency percentiles,
-    and with `pid` the CPU time of that process tree per request (warm-up excluded)."""
+    with `pid` the CPU time of that process tree per request (warm-up excluded), and the CPU per
+    request of the machine and of each other process that serves it (`accounts`, `<name>_us`)."""
     body = json.dumps({**BODY, "stream": stream}).encode()
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
     latencies: list[float] = []
@@ -248,6 +299,7 @@ async def run_cell(
         latencies.clear()
         errors = 0
         cpu_before = tree_cpu_seconds(pid) if pid else 0.0
+        accounts_before = accounts()
         stop_at = time.perf_counter() + seconds
 
         async def loop() -> None:
@@ -258,9 +310,11 @@ async def run_cell(
         await asyncio.gather(*(loop() for _ in range(clients)))
         elapsed = time.perf_counter() - started
         cpu = tree_cpu_seconds(pid) - cpu_before if pid else float("nan")
+        spent = {name: v - accounts_before[name] for name, v in accounts().items()}
     latencies.sort()
     n = len(latencies)
     return {
+        **{f"{name}_us": v / (n + errors) * 1e6 if n + errors else float("nan") for name, v in spent.items()},
         "rps": n / elapsed,
         "p50_ms": latencies[n // 2] * 1000 if n else float("nan"),
         "p99_ms": latencies[min(n - 1, int(n * 0.99))] * 1000 if n else float("nan"),
@@ -320,7 +374,20 @@ def main() -> None:
         "beside this one, on the same database and keys, as targets `before` and `before-noquota`, and "
         "a table of this tree / that tree per cell follows",
     )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="the load generator and the backend on CPU 0, every proxy on CPU 1 (PostgreSQL and Redis where "
+        "the system puts them): each proxy with a core of its own, as on a host of its own, instead of "
+        "all sharing every core",
+    )
     args = parser.parse_args()
+    if args.pin:
+        if len(os.sched_getaffinity(0)) < 2:
+            parser.error("--pin needs two CPUs")
+        first, second = sorted(os.sched_getaffinity(0))[:2]
+        PIN.update(backend={first}, proxy={second})
+        os.sched_setaffinity(0, {first})
     try:
         import uvloop
 
@@ -331,7 +398,9 @@ def main() -> None:
     BENCH_DIR.mkdir(parents=True, exist_ok=True)
     with bench_database(args.db, "overhead") as db_url:
         results = measure(args, db_url)
+    results["pinned"] = {role: sorted(cpus) for role, cpus in PIN.items()}
     label = f"w{args.proxy_workers}" + ("" if args.proxy_server == "inferchain" else f"-{args.proxy_server}")
+    label += "-pinned" if args.pin else ""
     out = BENCH_DIR / f"proxy_overhead_{label}.json"
     out.write_text(json.dumps(results, indent=2))
     print()
@@ -359,9 +428,11 @@ def measure(args: argparse.Namespace, db_url: str) -> dict[str, Any]:
             spawn(
                 [sys.executable, "benchmarks/trivial_backend.py", "--port", str(backend_port)],
                 logs / "backend.log",
+                role="backend",
             )
         )
         wait_ready(f"http://127.0.0.1:{backend_port}/health", procs[-1])
+        ACCOUNTED["backend"] = procs[-1].pid
         # name -> (url, key, pid of the process whose CPU is counted, or None)
         targets: dict[str, tuple[str, str, int | None]] = {
             "direct": (f"http://127.0.0.1:{backend_port}/v1/chat/completions", "unused", None),
@@ -552,6 +623,30 @@ def render_table(results: dict[str, Any]) -> str:
         cells = [f"{t[n][label]['cpu_us']:.0f}" if label in t[n] else "n/a" for n in names]
         if any(c != "n/a" for c in cells):
             lines.append(f"| {label} proxy CPU us/request | | " + " | ".join(cells) + " |")
+    # Where the machine's CPU goes per request, by process: on shared cores a target's throughput is
+    # bounded by the whole sum, not by the proxy's share alone.
+    parts = ("client", "backend", "postgres", "redis")
+    if "machine_us" in t.get("direct", {}).get("json_c16", {}):
+        lines.append("")
+        lines.append(
+            "| cell | target | machine CPU us/request | client | backend | proxy | postgres | redis | "
+            "rest (kernel, other processes) |"
+        )
+        lines.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+        for label in CELLS:
+            for name in ["direct", *names]:
+                o = t[name].get(label)
+                if not o or "machine_us" not in o:
+                    continue
+                proxy = 0.0 if name == "direct" else o["cpu_us"]
+                rest = o["machine_us"] - proxy - sum(o[f"{k}_us"] for k in parts)
+                lines.append(
+                    f"| {label} | {name} | {o['machine_us']:.0f} | "
+                    + " | ".join(f"{o[f'{k}_us']:.0f}" for k in parts[:2])
+                    + f" | {proxy:.0f} | "
+                    + " | ".join(f"{o[f'{k}_us']:.0f}" for k in parts[2:])
+                    + f" | {rest:.0f} |"
+                )
     # Ratios of targets measured in the same reps: what the quota costs, and each tenant against the
     # bare pass-through (the figures docs/benchmarks.md quotes).
     for a, b, name in (
