@@ -217,6 +217,15 @@ def ensure_litellm() -> tuple[Path | None, str]:
 TICK = os.sysconf("SC_CLK_TCK")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of one process, all its threads, from /proc (0 once it has gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
 def tree_cpu_seconds(pid: int) -> float:
     """User + system CPU time of `pid` and its live descendants (threads included), from /proc."""
     total = 0.0
@@ -266,8 +275,10 @@ def accounts() -> dict[str, float]:
         "machine": machine_busy_seconds(),
         "client": own.user + own.system,
         "backend": tree_cpu_seconds(ACCOUNTED["backend"]) if "backend" in ACCOUNTED else 0.0,
-        "postgres": sum(tree_cpu_seconds(p) for p in pids_named("postgres")),
-        "redis": sum(tree_cpu_seconds(p) for p in pids_named("redis-server")),
+        # Each process once, by its own time: the postmaster is named "postgres" too, and its tree
+        # holds every backend, so summing trees counted PostgreSQL's work twice (until 2026-12-04).
+        "postgres": sum(cpu_seconds(p) for p in pids_named("postgres")),
+        "redis": sum(cpu_seconds(p) for p in pids_named("redis-server")),
     }
 
 
