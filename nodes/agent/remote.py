@@ -166,7 +166,10 @@ class Agent:
                 del self.outbox[: len(dropped)]
                 log.error("dropped %d queued changes: the control plane has been away too long", len(dropped))
             self._save_outbox()
-        log.info("queued %s of deployment %s", kind, engine.deployment_id)
+        if kind == "failed":  # a refusal: its reason belongs in the agent's own log, not only the console's
+            log.warning("queued failed of deployment %s: %s", engine.deployment_id, fields.get("message", ""))
+        else:
+            log.info("queued %s of deployment %s", kind, engine.deployment_id)
 
     # --- start ---
 
