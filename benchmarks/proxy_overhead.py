@@ -232,9 +232,8 @@ def tree_cpu_seconds(pid: int) -> float:
     todo = [pid]
     while todo:
         p = todo.pop()
+        total += cpu_seconds(p)
         try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / TICK
             for task in Path(f"/proc/{p}/task").iterdir():
                 todo += [int(c) for c in (task / "children").read_text().split()]
         except (OSError, ValueError):
