@@ -428,12 +428,12 @@ class Supervisor:
         threads still running after the wait (none, normally): such a thread may still change state.
         """
         self.stop_event.set()
-        threads = [t for t in (self.loop, self.gpu_loop, self.wake_loop) if t is not None]
+        me = threading.current_thread()
+        threads = [t for t in (self.loop, self.gpu_loop, self.wake_loop) if t is not None and t is not me]
         for thread in threads:
-            if thread is not threading.current_thread():
-                thread.join(timeout=max(10.0, 3 * settings.NODE_TELEMETRY_SECONDS))
+            thread.join(timeout=max(10.0, 3 * settings.NODE_TELEMETRY_SECONDS))
         self.pool.shutdown(wait=True, cancel_futures=True)
-        running = [t.name for t in threads if t.is_alive() and t is not threading.current_thread()]
+        running = [t.name for t in threads if t.is_alive()]
         if running:
             log.warning("supervisor of %s: threads still running after close: %s", self.host_name, running)
         return running
