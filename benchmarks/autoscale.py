@@ -65,8 +65,8 @@ from nodes.agent.supervisor import Supervisor  # noqa: E402
 from nodes.choices import DeploymentState, DesiredState, Engine, HostState  # noqa: E402
 from nodes.demo import LLAMA_31_8B_CONFIG, write_config_dir  # noqa: E402
 from nodes.models import Deployment, Host, ScalingDecision, ScalingPolicy  # noqa: E402
-from nodes.sim.testing import free_port  # noqa: E402
 from routing.models import RoutePool  # noqa: E402
+from vllm_sim.testing import free_port  # noqa: E402
 
 ALIAS = "bench-scale"
 ROLE = "bench"

@@ -34,7 +34,7 @@ from django.test.utils import setup_databases, teardown_databases  # noqa: E402
 from models_registry.evaluation.models import EvalRun, EvalSuite, EvalSuiteVersion  # noqa: E402
 from models_registry.evaluation.runner import execute_run  # noqa: E402
 from models_registry.evaluation.suites import import_jsonl  # noqa: E402
-from nodes.sim.testing import start_sim  # noqa: E402
+from vllm_sim.testing import start_sim  # noqa: E402
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 

@@ -10,7 +10,7 @@ It does two things and prints both:
 1. The agent's `GpuSource` (nodes/agent/gpus.py) on real NVML: inventory, driver/CUDA versions, and
    samples at 1 Hz idle and under a matmul load, so the reader is seen working against a driver and not
    only against the simulated GPUs of this repository's tests.
-2. The roofline at the heart of the simulator's step time (`nodes/sim/profiles.py:step_time_s`): a
+2. The roofline at the heart of the simulator's step time (`vllm_sim/profiles.py:step_time_s`): a
    Llama-3.1-8B-shaped forward pass (the same linear layers, random bf16 weights; no attention, norms or
    activations, so the context term is zero) timed for decode batches and prefill chunks, next to what
    the model predicts for this GPU from its datasheet figures and the H100 profile's efficiency factors.
@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from nodes.sim.profiles import (
+from vllm_sim.profiles import (
     GIB,
     MIB,
     PROFILES,

@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 
 from simhost import sim_host_engine  # noqa: E402 - this folder's, as the other benchmarks import theirs
 
-from nodes.sim.testing import free_port  # noqa: E402 - after the path it is found on
+from vllm_sim.testing import free_port  # noqa: E402 - after the path it is found on
 
 BENCH_DIR = REPO / "var" / "bench"
 

@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
-from nodes.sim.testing import free_port  # noqa: E402
+from vllm_sim.testing import free_port  # noqa: E402
 
 
 def run(tree: Path, port: int, requests: int, blocks: int, mode: str) -> list[float]:

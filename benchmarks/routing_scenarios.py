@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/routing_scenarios.py heterogeneous|prefix|homogeneous
         [--quick] [--reps 3] [--time-scale 2] [--policies a,b] [--skip-litellm] [--plot docs/x]
 
-Each scenario starts its simulator engines (nodes/sim, fixed profiles, `--time-scale` times faster than
+Each scenario starts its simulator engines (vllm_sim, fixed profiles, `--time-scale` times faster than
 the modelled hardware), a scratch PostgreSQL database holding them as ready deployments, and, for every
 policy in turn, a fresh inferchain proxy (`python -m routing.proxy`) configured with that policy, or a
 LiteLLM proxy (its own virtualenv, pinned, configured as benchmarks/proxy_overhead.py does) with one of
@@ -71,7 +71,7 @@ from proxy_overhead import (  # noqa: E402
 from bench.runner import Level, Plan, Report, run  # noqa: E402
 from bench.stats import Slo  # noqa: E402
 from bench.workload import SyntheticMix, WorkItem, synthetic  # noqa: E402
-from nodes.sim.testing import SimHandle, start_sim  # noqa: E402
+from vllm_sim.testing import SimHandle, start_sim  # noqa: E402
 
 BENCH_DIR = REPO / "var" / "bench"
 ALIAS = "bench"

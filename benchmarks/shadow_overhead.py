@@ -47,8 +47,8 @@ from core.redis_client import get_redis  # noqa: E402
 from models_registry.models import Model, ModelAlias, ModelVersion  # noqa: E402
 from nodes.lifecycle import engine_api_key  # noqa: E402
 from nodes.models import Deployment, Host  # noqa: E402
-from nodes.sim.testing import SimHandle, free_port, start_sim  # noqa: E402
 from routing.models import ShadowConfig, ShadowPair  # noqa: E402
+from vllm_sim.testing import SimHandle, free_port, start_sim  # noqa: E402
 
 SIM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 ALIAS = "bench-shadow"

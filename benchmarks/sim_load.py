@@ -26,9 +26,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nodes.sim.loadgen import StreamResult, run_streams
-from nodes.sim.profiles import PROFILES
-from nodes.sim.testing import SimHandle, start_sim
+from vllm_sim.loadgen import StreamResult, run_streams
+from vllm_sim.profiles import PROFILES
+from vllm_sim.testing import SimHandle, start_sim
 
 MODEL = "bench-model"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nodes.sim.testing import free_port
+from vllm_sim.testing import free_port
 
 
 def sim_host_engine(tmp: Path, served_model_name: str, **fields: Any) -> tuple[Any, Any]:

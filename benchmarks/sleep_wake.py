@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO))
 
 from simhost import sim_host_engine  # noqa: E402 - this folder's, as the other benchmarks import theirs
 
-from nodes.sim.testing import free_port  # noqa: E402 - after the path it is found on
+from vllm_sim.testing import free_port  # noqa: E402 - after the path it is found on
 
 BENCH_DIR = REPO / "var" / "bench"
 ALIAS = "llama-3.1-8b"
@@ -173,7 +173,7 @@ def main() -> None:
     from console.services import issue_api_key
     from nodes.agent import runtime
     from nodes.choices import DeploymentState
-    from nodes.sim.profiles import PROFILES, derive_engine_shape, wake_time_s
+    from vllm_sim.profiles import PROFILES, derive_engine_shape, wake_time_s
 
     key = issue_api_key(tenant=Tenant.objects.create(name="bench"), name="bench").raw_key
     supervisor, deployment_id = make_engine(tmp)

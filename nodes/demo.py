@@ -30,7 +30,7 @@ from nodes.agent.gpus import GpuSource, simulated_gpu_config
 from nodes.agent.services import report_gpus
 from nodes.choices import DeploymentState, DesiredState, Engine
 from nodes.models import Deployment, Host
-from nodes.sim.testing import SimHandle, start_sim
+from vllm_sim.testing import SimHandle, start_sim
 
 # Llama-3.1-8B-Instruct's config.json (public), as the registry reads it.
 LLAMA_31_8B_CONFIG: dict[str, Any] = {

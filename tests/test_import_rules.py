@@ -18,7 +18,17 @@ import pytest
 from tools import architecture
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("inferchain", "alerts", "routing", "nodes", "models_registry", "console", "core", "bench")
+PACKAGES = (
+    "inferchain",
+    "alerts",
+    "routing",
+    "nodes",
+    "models_registry",
+    "console",
+    "core",
+    "bench",
+    "vllm_sim",
+)
 LINT_IMPORTS = str(Path(sys.executable).parent / "lint-imports")
 
 
@@ -52,9 +62,10 @@ def tree_copy(tmp_path: Path) -> Path:
         ("models_registry/wrong.py", "from routing.models import RoutePool\n", "layers"),
         ("core/wrong.py", "from console.models import Tenant\n", "layers"),
         ("console/wrong.py", "import models_registry.models\n", "layers"),
-        ("nodes/sim/wrong.py", "from django.conf import settings\n", "simulator-stands-alone"),
-        ("nodes/sim/wrong2.py", "from core.redis_client import get_redis\n", "simulator-stands-alone"),
-        ("bench/wrong.py", "from nodes.sim.testing import start_sim\n", "bench-stands-alone"),
+        ("vllm_sim/wrong.py", "from django.conf import settings\n", "simulator-stands-alone"),
+        ("vllm_sim/wrong2.py", "from core.redis_client import get_redis\n", "simulator-stands-alone"),
+        ("vllm_sim/wrong3.py", "from nodes.engines.vllm import KV_CACHE_DTYPES\n", "simulator-stands-alone"),
+        ("bench/wrong.py", "from vllm_sim.testing import start_sim\n", "bench-stands-alone"),
         ("nodes/agent/remote.py", "from nodes.models import Deployment\n", "fleet-agent-without-database"),
     ],
 )

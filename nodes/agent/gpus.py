@@ -14,7 +14,7 @@ from typing import Any
 
 import pynvml
 
-from nodes.sim.profiles import PROFILES
+from vllm_sim.profiles import PROFILES
 
 
 @dataclass(frozen=True)

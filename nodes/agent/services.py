@@ -79,7 +79,7 @@ def installed_version(package: str) -> str | None:
 
 # Environment variables whose values are secrets: recorded by name only.
 _SECRET_ENV = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
-# The simulator's version string (nodes/sim/server.py VERSION), recorded for simulated engines.
+# The simulator's version string (vllm_sim/server.py VERSION), recorded for simulated engines.
 SIMULATED_VLLM_VERSION = "0.28.0.dev0+sim"
 
 

@@ -19,7 +19,7 @@ gpu_path = "/sim/gpu"
 
 
 def build_argv(spec: EngineSpec) -> list[str]:
-    argv = [spec.python, "-m", "nodes.sim", "serve", spec.model_path, *vllm.serve_flags(spec)]
+    argv = [spec.python, "-m", "vllm_sim", "serve", spec.model_path, *vllm.serve_flags(spec)]
     if spec.gpu_indices:
         # The simulator numbers its modelled GPUs from here, so /sim/gpu speaks the host's indices.
         argv += ["--sim-gpu-index", str(spec.gpu_indices[0])]

@@ -234,7 +234,7 @@ class ModelInfo:
     tokenizer_path: str | None
     max_context: int | None
     # No tokenizer file and only simulated engines serve it: they count with the simulator's built-in
-    # rule (nodes.sim.text), so the proxy counts with it too and gets their usage.prompt_tokens exactly.
+    # rule (vllm_sim.text), so the proxy counts with it too and gets their usage.prompt_tokens exactly.
     sim_tokens: bool = False
     # "model@revision" of the active version, for errors that name it.
     version_label: str = ""

@@ -13,7 +13,7 @@ cannot be rendered, or whose additions are not a fixed part plus a part per role
 the contents plus `PER_MESSAGE_OVERHEAD` per message, marked as an estimate.
 
 Simulated models without a tokenizer file are counted with the simulator's own documented rule
-(`nodes.sim.text`), which is what their engines report as `usage.prompt_tokens`: exact, not estimated.
+(`vllm_sim.text`), which is what their engines report as `usage.prompt_tokens`: exact, not estimated.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ import gguf
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
 from models_registry.chat_template import chat_renderer
-from nodes.sim import text as sim_text
 from routing.proxy.scorers import PREFIX_TOKENS
+from vllm_sim import text as sim_text
 
 log = logging.getLogger(__name__)
 

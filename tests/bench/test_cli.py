@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench.cli import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_STOPPED, main
-from nodes.sim.testing import SimHandle, free_port, running_sim
+from vllm_sim.testing import SimHandle, free_port, running_sim
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-bench-test-0123456789"

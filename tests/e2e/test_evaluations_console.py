@@ -37,9 +37,9 @@ from models_registry.evaluation.suites import import_jsonl
 from models_registry.models import Model, ModelVersion
 from nodes.lifecycle import engine_api_key
 from nodes.models import Deployment, Host
-from nodes.sim.testing import REPO_ROOT, SimHandle, free_port, start_sim
 from tests.conftest import PASSWORD
 from tests.e2e.harness import login, screenshot, subprocess_database_url
+from vllm_sim.testing import REPO_ROOT, SimHandle, free_port, start_sim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("redis_clean")]
 

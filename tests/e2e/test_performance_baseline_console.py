@@ -17,10 +17,10 @@ from playwright.sync_api import expect
 from console.models import User
 from core.redis_client import get_redis
 from nodes.lifecycle import live_deployment_key
-from nodes.sim.testing import running_sim
 from tests.conftest import PASSWORD
 from tests.e2e.harness import login, screenshot
 from tests.e2e.test_deployment_page import make_deployment
+from vllm_sim.testing import running_sim
 
 pytestmark = pytest.mark.e2e
 

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from nodes.sim.testing import SimHandle, start_sim
 from tests.evals.run_helpers import DRIFT, MODEL
+from vllm_sim.testing import SimHandle, start_sim
 
 
 @pytest.fixture(scope="module")

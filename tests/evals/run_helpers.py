@@ -15,7 +15,7 @@ from typing import Any
 
 from models_registry.evaluation.models import EvalRun, EvalSuite, EvalSuiteVersion
 from models_registry.evaluation.suites import import_jsonl
-from nodes.sim.testing import SimHandle
+from vllm_sim.testing import SimHandle
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 DRIFT = 0.2

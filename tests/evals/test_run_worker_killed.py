@@ -23,8 +23,8 @@ from django.db import connection
 
 from models_registry.evaluation.models import EvalRun, RunState
 from models_registry.tasks import run_evaluation
-from nodes.sim.testing import REPO_ROOT, SimHandle, start_sim
 from tests.evals.run_helpers import MODEL, answer_suite, make_run
+from vllm_sim.testing import REPO_ROOT, SimHandle, start_sim
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

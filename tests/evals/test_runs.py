@@ -21,8 +21,8 @@ from core.redis_client import get_redis, key
 from models_registry.evaluation.models import EvalRun, EvalSample, RunState
 from models_registry.evaluation.runner import execute_run, run_group
 from models_registry.tasks import run_evaluation
-from nodes.sim.testing import SimHandle, free_port
 from tests.evals.run_helpers import answer_suite, make_run
+from vllm_sim.testing import SimHandle, free_port
 
 pytestmark = [pytest.mark.django_db(transaction=False), pytest.mark.usefixtures("redis_clean")]
 

@@ -17,8 +17,8 @@ from models_registry.evaluation.suites import import_jsonl
 from models_registry.models import Model, ModelVersion
 from nodes.lifecycle import engine_api_key
 from nodes.models import Deployment, Host
-from nodes.sim.testing import SimHandle, free_port, start_sim
 from tests.evals.run_helpers import MODEL, answer_suite, make_run
+from vllm_sim.testing import SimHandle, free_port, start_sim
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("redis_clean")]
 
@@ -179,7 +179,7 @@ def fleet_pair(db: None) -> Iterator[tuple[Deployment, Deployment]]:
             state="ready",
             start_token=secrets.token_hex(8),
             engine="sim",
-            launch_argv=["python", "-m", "nodes.sim", "serve", MODEL],
+            launch_argv=["python", "-m", "vllm_sim", "serve", MODEL],
         )
         sims.append(
             start_sim(
@@ -213,7 +213,7 @@ def test_a_candidate_deployment_is_compared_with_its_deployed_lineage_parent(
     run = resp.json()
     assert run["reference_deployment_id"] == parent_dep.pk and run["candidate_deployment_id"] == child_dep.pk
     assert run["reference_info"]["revision"] == "fp16" and run["candidate_info"]["revision"] == "q4"
-    assert run["candidate_info"]["launch_argv"][:3] == ["python", "-m", "nodes.sim"]
+    assert run["candidate_info"]["launch_argv"][:3] == ["python", "-m", "vllm_sim"]
     # The engine keys are resolved at every start and never stored.
     stored = json.dumps(list(EvalRun.objects.filter(pk=run["id"]).values()), default=str)
     assert engine_api_key(parent_dep) not in stored and engine_api_key(child_dep) not in stored

@@ -42,7 +42,7 @@ def test_the_simulator_fails_at_start_when_the_cluster_lacks_gpus(tmp_path: Path
             time.sleep(0.2)
         env = {**os.environ, "RAY_ADDRESS": str(plan["head_address"]), "VLLM_HOST_IP": "127.0.0.2"}
         argv = [
-            sys.executable, "-m", "nodes.sim", "serve", "m", "--port", str(free_port()),
+            sys.executable, "-m", "vllm_sim", "serve", "m", "--port", str(free_port()),
             "--pipeline-parallel-size", "2", "--distributed-executor-backend", "ray",
             "--sim-ray-placement-timeout", "2",
         ]  # fmt: skip

@@ -13,7 +13,7 @@ from nodes.models import Deployment
 from routing.models import RoutePool
 
 pytestmark = pytest.mark.django_db
-SLEEP_ARGV = ["python", "-m", "nodes.sim", "serve", "m", "--enable-sleep-mode"]
+SLEEP_ARGV = ["python", "-m", "vllm_sim", "serve", "m", "--enable-sleep-mode"]
 
 
 def _body(version: Any, host: Any, **extra: Any) -> dict[str, Any]:

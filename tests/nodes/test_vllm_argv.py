@@ -117,7 +117,7 @@ def test_known_quantization_methods_match_the_reference() -> None:
 
 
 def test_simulator_takes_the_same_flags_and_its_parser_accepts_them() -> None:
-    from nodes.sim.cli import parse_args
+    from vllm_sim.cli import parse_args
 
     s = spec(extra_args=("--sim-time-scale", "10"))
     argv = sim.build_argv(s)

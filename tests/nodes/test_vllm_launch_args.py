@@ -369,9 +369,9 @@ def test_the_simulator_reports_user_specified_block_size_truthfully() -> None:
     `--block-size` was given (vllm/config/cache.py; interface.py:628-641)."""
     from prometheus_client import CollectorRegistry
 
-    from nodes.sim.cli import parse_args
-    from nodes.sim.metrics import EngineMetrics, cache_config_labels
-    from nodes.sim.server import build_shape
+    from vllm_sim.cli import parse_args
+    from vllm_sim.metrics import EngineMetrics, cache_config_labels
+    from vllm_sim.server import build_shape
 
     for extra, expected in (([], "False"), (["--block-size", "32"], "True")):
         args = parse_args(["serve", "/m", "--sim-profile", "h100-llama3-8b-fp16", *extra])

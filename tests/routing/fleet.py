@@ -10,8 +10,8 @@ from inferchain.demo_traffic import WORDS
 from models_registry.models import Model, ModelAlias, ModelVersion
 from nodes.lifecycle import engine_api_key
 from nodes.models import Deployment, Host
-from nodes.sim import text
-from nodes.sim.testing import SimHandle, free_port, start_sim
+from vllm_sim import text
+from vllm_sim.testing import SimHandle, free_port, start_sim
 
 SIM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 

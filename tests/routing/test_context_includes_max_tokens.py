@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from nodes.sim import text
 from routing.models import RequestLog
 from tests.routing.conftest import Proc, make_tenant_key, post
 from tests.routing.fleet import FleetMember, sim_conversation, start_member
+from vllm_sim import text
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -23,8 +23,8 @@ import pytest
 
 from nodes.engines import sim
 from nodes.engines.base import EngineSpec
-from nodes.sim.testing import start_sim
 from tests.routing.conftest import REPO, Proc, free_port, make_tenant_key, post, wait_http
+from vllm_sim.testing import start_sim
 
 pytestmark = pytest.mark.django_db(transaction=True)
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"

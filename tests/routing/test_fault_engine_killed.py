@@ -14,11 +14,11 @@ from datetime import UTC, datetime
 import pytest
 
 from nodes.lifecycle import engine_api_key
-from nodes.sim.testing import start_sim
 from routing.models import RequestLog
 from tests.routing.conftest import Proc, make_tenant_key
 from tests.routing.fleet import SIM_MODEL, start_member
 from tests.routing.load import Client, Load, summary
+from vllm_sim.testing import start_sim
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 TIME_SCALE = 10.0  # streams of 64 tokens last ~0.2 s: several are in flight at any moment

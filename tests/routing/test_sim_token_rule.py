@@ -1,5 +1,5 @@
 """Simulated models without a tokenizer file: the proxy counts with the simulator's own documented rule
-(nodes/sim/text.py), so its count is exactly the engine's usage.prompt_tokens for the demo's
+(vllm_sim/text.py), so its count is exactly the engine's usage.prompt_tokens for the demo's
 conversations (the estimate of 4 characters a token was 25% off and misrouted prompts)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from inferchain.demo_traffic import WORDS, demo_request
-from nodes.sim.protocol import ServingLimits, parse_chat, parse_completion
 from routing.proxy.tokens import count_prompt_tokens, count_sim_rule, prompt_text_parts
+from vllm_sim.protocol import ServingLimits, parse_chat, parse_completion
 
 MODEL = "llama-3.1-8b"
 LIMITS = ServingLimits(served_names=[MODEL], max_model_len=131072, max_logprobs=20)

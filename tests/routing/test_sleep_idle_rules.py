@@ -39,7 +39,7 @@ def ready(
         "engine": "sim",
         "state": DeploymentState.READY,
         "sleep_enabled": True,
-        "launch_argv": ["python", "-m", "nodes.sim", "serve", "m", "--enable-sleep-mode"],
+        "launch_argv": ["python", "-m", "vllm_sim", "serve", "m", "--enable-sleep-mode"],
         **fields,
     }
     dep = Deployment.objects.create(**values)
@@ -76,7 +76,7 @@ def test_engine_started_without_sleep_mode_is_left_alone_and_marked(
     version: ModelVersion, redis_clean: None
 ) -> None:
     RoutePool.objects.create(name="chat", alias="chat", sleep_idle_seconds=60, scale_to_zero=True)
-    old = ready(version, 20001, sleep_enabled=False, launch_argv=["python", "-m", "nodes.sim", "serve", "m"])
+    old = ready(version, 20001, sleep_enabled=False, launch_argv=["python", "-m", "vllm_sim", "serve", "m"])
     assert sleep_idle_engines() == []
     old.refresh_from_db()
     assert old.sleep_enabled  # deployed into the pool after it was saved: sleep mode at its next start

@@ -12,10 +12,10 @@ from typing import Any
 import openai
 import pytest
 
-from nodes.sim import text
 from routing.models import RequestLog
 from tests.routing.conftest import Proc, make_tenant_key, post
 from tests.routing.fleet import FleetMember, start_member
+from vllm_sim import text
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

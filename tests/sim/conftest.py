@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from nodes.sim.testing import SimHandle, start_sim
+from vllm_sim.testing import SimHandle, start_sim
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 API_KEY = "sk-sim-test-key"

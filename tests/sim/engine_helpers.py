@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
-from nodes.sim import text
-from nodes.sim.engine import Sequence, SimEngine
-from nodes.sim.metrics import EngineMetrics
-from nodes.sim.profiles import PROFILES, derive_engine_shape
+from vllm_sim import text
+from vllm_sim.engine import Sequence, SimEngine
+from vllm_sim.metrics import EngineMetrics
+from vllm_sim.profiles import PROFILES, derive_engine_shape
 
 
 @dataclass

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from nodes.sim.testing import SimHandle
 from tests.sim.conftest import MODEL
 from tests.sim.http import call, call_json
+from vllm_sim.testing import SimHandle
 
 CHAT = "/v1/chat/completions"
 MSGS = [{"role": "user", "content": "hello"}]

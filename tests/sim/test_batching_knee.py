@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from nodes.sim.profiles import knee_tokens
 from tests.sim.engine_helpers import make_engine, make_seq, run_to_completion
+from vllm_sim.profiles import knee_tokens
 
 
 def decode_throughput(profile: str, batch: int) -> float:

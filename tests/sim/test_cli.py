@@ -3,19 +3,22 @@ errors (exit 1) when the model does not fit the modelled GPU."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
 import pytest
 
-from nodes.sim.testing import REPO_ROOT, SimStartError, start_sim
+from nodes.engines.vllm import KV_CACHE_DTYPES as adapter_dtypes
 from tests.sim.conftest import MODEL, SimFactory
 from tests.sim.http import call_json
+from vllm_sim.cli import KV_CACHE_DTYPES as sim_dtypes
+from vllm_sim.testing import REPO_ROOT, SimStartError, start_sim
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "nodes.sim", "serve", MODEL, "--host", "127.0.0.1", "--port", "1", *args],
+        [sys.executable, "-m", "vllm_sim", "serve", MODEL, "--host", "127.0.0.1", "--port", "1", *args],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -81,3 +84,15 @@ def test_gpu_memory_utilization_changes_the_block_count(sim_factory: SimFactory)
     _, a = call_json(low.base_url + "/sim/stats")
     _, b = call_json(high.base_url + "/sim/stats")
     assert a["num_gpu_blocks"] < b["num_gpu_blocks"]
+
+
+def test_the_simulator_and_the_vllm_adapter_accept_vllms_kv_cache_dtypes() -> None:
+    # The simulator keeps its own copy of vLLM's list (it imports nothing of the product); both copies
+    # must stay vLLM's, as read from its source into tests/data/vllm/serve-flags.md.
+    flags = (REPO_ROOT / "tests/data/vllm/serve-flags.md").read_text()
+    section = flags.split("### Accepted `--kv-cache-dtype` values", 1)[1]
+    listed = re.search(r"^`([a-z0-9_, ]+)`$", section, re.M)
+    assert listed is not None
+    vllm_dtypes = {name.strip() for name in listed.group(1).split(",")}
+    assert set(sim_dtypes) == vllm_dtypes
+    assert set(adapter_dtypes) == vllm_dtypes

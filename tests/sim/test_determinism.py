@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodes.sim.testing import SimHandle
 from tests.sim.conftest import MODEL, SimFactory
 from tests.sim.http import call_json
+from vllm_sim.testing import SimHandle
 
 
 def complete(sim: SimHandle, prompt: str, **params: Any) -> dict[str, Any]:

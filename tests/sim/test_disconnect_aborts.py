@@ -7,9 +7,9 @@ import time
 
 import orjson
 
-from nodes.sim.testing import SimHandle
 from tests.sim.conftest import MODEL
 from tests.sim.http import call, call_json
+from vllm_sim.testing import SimHandle
 
 
 def metric(sim: SimHandle, line_prefix: str) -> float:

@@ -8,9 +8,9 @@ import urllib.error
 
 import pytest
 
-from nodes.sim.testing import start_sim
 from tests.sim.conftest import MODEL, SimFactory
 from tests.sim.http import call, call_json
+from vllm_sim.testing import start_sim
 
 BODY = {"model": MODEL, "prompt": "hi", "max_tokens": 3}
 

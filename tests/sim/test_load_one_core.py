@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from nodes.sim.loadgen import run_streams
-from nodes.sim.testing import start_sim
 from tests.sim.conftest import MODEL
+from vllm_sim.loadgen import run_streams
+from vllm_sim.testing import start_sim
 
 pytestmark = pytest.mark.slow
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 
-from nodes.sim import text
-from nodes.sim.testing import SimHandle
 from tests.sim.conftest import MODEL
 from tests.sim.http import call, call_json
+from vllm_sim import text
+from vllm_sim.testing import SimHandle
 
 CHAT = "/v1/chat/completions"
 BODY = {"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from nodes.sim.testing import SimHandle
 from tests.sim.conftest import MODEL
 from tests.sim.http import call
+from vllm_sim.testing import SimHandle
 
 REFERENCE = Path(__file__).parents[1] / "data" / "vllm" / "metrics.txt"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import openai
 import pytest
 
-from nodes.sim.testing import SimHandle
 from tests.sim.conftest import API_KEY, MODEL
+from vllm_sim.testing import SimHandle
 
 
 def client(sim: SimHandle, key: str = "EMPTY") -> openai.OpenAI:

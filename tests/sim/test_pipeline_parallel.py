@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from nodes.sim.profiles import (
+from tests.sim.conftest import MODEL, SimFactory
+from tests.sim.http import call_json
+from vllm_sim.profiles import (
     PROFILES,
     EngineConfigError,
     derive_engine_shape,
     pipeline_occupancy,
     step_time_s,
 )
-from tests.sim.conftest import MODEL, SimFactory
-from tests.sim.http import call_json
 
 A100_70B = PROFILES["a100-llama3-70b-fp16"]
 H100_8B = PROFILES["h100-llama3-8b-fp16"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nodes.sim.profiles import (
+from vllm_sim.profiles import (
     PROFILES,
     EngineConfigError,
     batch_defaults,

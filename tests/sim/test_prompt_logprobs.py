@@ -7,10 +7,10 @@ import json
 import urllib.request
 from typing import Any
 
-from nodes.sim.testing import SimHandle
 from tests.sim.conftest import MODEL, SimFactory
 from tests.sim.http import call, call_json
 from tests.sim.test_bad_input import assert_openai_error
+from vllm_sim.testing import SimHandle
 
 COMPLETIONS = "/v1/completions"
 CHAT = "/v1/chat/completions"

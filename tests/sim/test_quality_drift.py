@@ -16,9 +16,9 @@ from models_registry.evaluation.metrics import (
     first_divergence,
     listing_from_prompt_logprobs,
 )
-from nodes.sim.testing import SimHandle
 from tests.sim.conftest import MODEL, SimFactory
 from tests.sim.http import call_json
+from vllm_sim.testing import SimHandle
 
 F = 0.2
 

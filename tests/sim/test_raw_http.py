@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from nodes.sim.testing import SimHandle
 from tests.sim.conftest import MODEL
 from tests.sim.http import call, call_json
+from vllm_sim.testing import SimHandle
 
 
 def test_health_is_200_with_empty_body(sim: SimHandle) -> None:

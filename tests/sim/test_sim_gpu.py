@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 import time
 
-from nodes.sim.testing import SimHandle
 from tests.sim.conftest import MODEL, SimFactory
 from tests.sim.http import call, call_json
+from vllm_sim.testing import SimHandle
 
 FIELDS = {
     "index",

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import threading
 
-from nodes.sim.profiles import PROFILES, derive_engine_shape, wake_time_s
 from tests.sim.conftest import MODEL, SimFactory
 from tests.sim.http import call, call_json
+from vllm_sim.profiles import PROFILES, derive_engine_shape, wake_time_s
 
 DEV = {"VLLM_SERVER_DEV_MODE": "1"}
 

@@ -7,9 +7,9 @@ import asyncio
 import threading
 import time
 
-from nodes.sim.loadgen import prompt_of, run_streams, summarize
 from tests.sim.conftest import MODEL, SimFactory
 from tests.sim.http import call, call_json
+from vllm_sim.loadgen import prompt_of, run_streams, summarize
 
 
 def metric(base_url: str, name: str) -> float:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 
-from nodes.sim.profiles import PROFILES, derive_engine_shape, step_time_s
 from tests.sim.conftest import MODEL, SimFactory
 from tests.sim.http import call, call_json
+from vllm_sim.profiles import PROFILES, derive_engine_shape, step_time_s
 
 
 def histogram_mean(base_url: str, name: str) -> float:

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from nodes.sim.testing import SimHandle, start_sim
 from tests.sim.conftest import MODEL, SimFactory
 from tests.sim.http import call, call_json
+from vllm_sim.testing import SimHandle, start_sim
 
 CHAT = "/v1/chat/completions"
 COMP = "/v1/completions"

@@ -15,9 +15,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from nodes.engines.metrics import parse_vllm_metrics
-from nodes.sim.testing import SimHandle, start_sim
 from tests.sim.conftest import MODEL, SimFactory
 from tests.sim.http import call, call_json
+from vllm_sim.testing import SimHandle, start_sim
 
 REF: dict[str, Any] = json.loads(
     (pathlib.Path(__file__).parents[1] / "data" / "vllm" / "source-2f41c894.json").read_text()

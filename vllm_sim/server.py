@@ -25,12 +25,12 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, disable_created_metrics, generate_latest
 
-from nodes.sim import asgi_filter, logprobs, model, ray_cluster, text
-from nodes.sim.engine import Sequence, SimEngine
-from nodes.sim.gpu import gpu_snapshot
-from nodes.sim.metrics import EngineMetrics
-from nodes.sim.profiles import PROFILES, EngineConfigError, EngineShape, derive_engine_shape, wake_time_s
-from nodes.sim.protocol import (
+from vllm_sim import asgi_filter, logprobs, model, ray_cluster, text
+from vllm_sim.engine import Sequence, SimEngine
+from vllm_sim.gpu import gpu_snapshot
+from vllm_sim.metrics import EngineMetrics
+from vllm_sim.profiles import PROFILES, EngineConfigError, EngineShape, derive_engine_shape, wake_time_s
+from vllm_sim.protocol import (
     ApiError,
     SamplingRequest,
     ServingLimits,
@@ -42,7 +42,7 @@ from nodes.sim.protocol import (
     parse_completion,
 )
 
-logger = logging.getLogger("nodes.sim")
+logger = logging.getLogger("vllm_sim")
 
 GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
 # QuantizationMethods in the order vLLM prints them (model_executor/layers/quantization/__init__.py:12-43,

@@ -12,7 +12,7 @@ from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
-from nodes.sim.profiles import EngineShape
+from vllm_sim.profiles import EngineShape
 
 LABELS = ["model_name", "engine"]
 FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")

@@ -1,6 +1,6 @@
 """Launch simulators from tests and benchmarks: `start_sim(...)` returns a handle with .base_url and .stop().
 
-    from nodes.sim.testing import start_sim
+    from vllm_sim.testing import start_sim
 
     sim = start_sim("meta-llama/Llama-3.1-8B-Instruct", "--max-model-len", "4096", time_scale=20)
     try:
@@ -8,7 +8,7 @@
     finally:
         sim.stop()
 
-The process runs `python -m nodes.sim serve ...` on a free loopback port; start_sim waits until
+The process runs `python -m vllm_sim serve ...` on a free loopback port; start_sim waits until
 /health answers 200 (or raises SimStartError with the tail of its log).
 """
 
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 class SimStartError(RuntimeError):
@@ -129,7 +129,7 @@ def start_sim(
     keep_log: bool = False,
     netns: str | None = None,
 ) -> SimHandle:
-    """Start `python -m nodes.sim serve model ...` as a subprocess on a free port.
+    """Start `python -m vllm_sim serve model ...` as a subprocess on a free port.
 
     extra_args are passed through (vLLM flags or --sim-* knobs); cpu pins the process to one core
     with taskset; netns runs it inside that Linux network namespace (`ip netns exec`, which execs the
@@ -138,7 +138,7 @@ def start_sim(
     from log_text().
     """
     port = port or free_port()
-    cmd = [sys.executable, "-m", "nodes.sim", "serve", model, "--host", host, "--port", str(port)]
+    cmd = [sys.executable, "-m", "vllm_sim", "serve", model, "--host", host, "--port", str(port)]
     if profile is not None:
         cmd += ["--sim-profile", profile]
     if time_scale is not None:

@@ -23,9 +23,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from nodes.sim import model, text
-from nodes.sim.metrics import EngineMetrics
-from nodes.sim.profiles import EngineShape, pipeline_occupancy, step_time_s
+from vllm_sim import model, text
+from vllm_sim.metrics import EngineMetrics
+from vllm_sim.profiles import EngineShape, pipeline_occupancy, step_time_s
 
 
 @dataclass(eq=False)

@@ -19,7 +19,7 @@ simulator reports as `usage.prompt_tokens`:
 - the five Llama-3 special tokens count one each; the rest is split by `_PIECE_RE`, one token a piece.
 
 Output tokens come from a small English vocabulary (VOCAB); which ones is the simulated model's business
-(nodes/sim/model.py): the same prompt with the same seed (or with temperature 0) always yields the same
+(vllm_sim/model.py): the same prompt with the same seed (or with temperature 0) always yields the same
 text.
 """
 
@@ -237,7 +237,7 @@ def load_prompt_tokenizer(*candidates: str | None) -> PromptTokenizer:
         try:
             return PromptTokenizer(Tokenizer.from_file(file), file)
         except Exception as exc:  # a broken file must not stop the engine; fall back and say so
-            logging.getLogger("nodes.sim").warning(
+            logging.getLogger("vllm_sim").warning(
                 "tokenizer %s unusable (%s); using the built-in one", file, exc
             )
     return PromptTokenizer()

@@ -19,8 +19,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from nodes.sim.engine import SimEngine
-from nodes.sim.profiles import knee_tokens
+from vllm_sim.engine import SimEngine
+from vllm_sim.profiles import knee_tokens
 
 
 def gpu_snapshot(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodes.sim import text
+from vllm_sim import text
 
 
 class ApiError(Exception):

@@ -1,4 +1,4 @@
-"""Log-probabilities in vLLM's response shapes, from the simulated model (nodes/sim/model.py).
+"""Log-probabilities in vLLM's response shapes, from the simulated model (vllm_sim/model.py).
 
 - chat `logprobs.content[i]`: {"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]};
   vLLM builds each position's list from a dict holding the sampled token first and then the top-k by
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodes.sim import model
-from nodes.sim.engine import Sequence
-from nodes.sim.text import VOCAB, VOCAB_SIZE, PromptTokenizer
+from vllm_sim import model
+from vllm_sim.engine import Sequence
+from vllm_sim.text import VOCAB, VOCAB_SIZE, PromptTokenizer
 
 _REST: dict[tuple[int, bool], list[tuple[int, str]]] = {}
 

@@ -31,7 +31,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from nodes.sim.text import MASK64, VOCAB, mix64
+from vllm_sim.text import MASK64, VOCAB, mix64
 
 V = len(VOCAB)
 VOCAB_ID_BASE = 100  # text.VOCAB_IDS: piece i has token id 100 + i

@@ -1,4 +1,4 @@
-"""Entry point: `python -m nodes.sim serve MODEL [options]`."""
+"""Entry point: `python -m vllm_sim serve MODEL [options]`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import uvloop
 
-from nodes.sim.cli import parse_args
+from vllm_sim.cli import parse_args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO, format="%(levelname)s %(asctime)s [sim] %(message)s", stream=sys.stderr
     )
     # Imported after parsing: `--help` and argument errors answer without loading the server.
-    from nodes.sim.server import serve
+    from vllm_sim.server import serve
 
     return uvloop.run(serve(args))
 

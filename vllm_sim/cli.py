@@ -1,4 +1,4 @@
-"""Command line of the simulator: `python -m nodes.sim serve MODEL [vLLM flags] [--sim-* knobs]`.
+"""Command line of the simulator: `python -m vllm_sim serve MODEL [vLLM flags] [--sim-* knobs]`.
 
 The parser accepts the `vllm serve` flags a deployment would pass (names and types per
 tests/data/vllm/serve-flags.md), with vLLM's parser habits: `_` and `-` are interchangeable
@@ -13,10 +13,30 @@ import os
 import re
 from collections.abc import Mapping
 
-from nodes.engines.vllm import KV_CACHE_DTYPES
-from nodes.sim.profiles import DEFAULT_PROFILE, PROFILES
+from vllm_sim.profiles import DEFAULT_PROFILE, PROFILES
 
 DTYPES = ["auto", "bfloat16", "float", "float16", "float32", "half"]
+# vLLM's `CacheDType` (vllm/config/cache.py:19-37, tests/data/vllm/serve-flags.md). The simulator keeps its
+# own copy, as it keeps every flag it parses: it imports nothing of the product (pyproject's contracts).
+KV_CACHE_DTYPES = [
+    "auto",
+    "bfloat16",
+    "float16",
+    "fp8",
+    "fp8_ds_mla",
+    "fp8_e4m3",
+    "fp8_e5m2",
+    "fp8_inc",
+    "fp8_per_token_head",
+    "int4_per_token_head",
+    "int8_per_token_head",
+    "nvfp4",
+    "nvfp4_4over6",
+    "turboquant_3bit_nc",
+    "turboquant_4bit_nc",
+    "turboquant_k3v4_nc",
+    "turboquant_k8v4",
+]
 
 # vLLM flags taking a value that change nothing in the simulation.
 IGNORED_VALUE_FLAGS = [
@@ -163,9 +183,9 @@ def positive_float(value: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     """The `serve` parser: vLLM's flags plus the simulator's --sim-* knobs."""
-    parser = argparse.ArgumentParser(prog="python -m nodes.sim", description="vLLM-compatible simulator")
+    parser = argparse.ArgumentParser(prog="python -m vllm_sim", description="vLLM-compatible simulator")
     sub = parser.add_subparsers(dest="subcommand", required=True)
-    p = sub.add_parser("serve", usage="python -m nodes.sim serve [model_tag] [options]")
+    p = sub.add_parser("serve", usage="python -m vllm_sim serve [model_tag] [options]")
     p.add_argument("model_tag", nargs="?", default=None, help="Model name or path, as for `vllm serve`.")
     p.add_argument("--model", default=None, help=argparse.SUPPRESS)
     p.add_argument("--host", default=None)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import aiohttp
 import orjson
 
-from nodes.sim import text
+from vllm_sim import text
 
 
 @dataclass
