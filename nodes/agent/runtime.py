@@ -500,7 +500,7 @@ def kill_hung(deployment: Deployment, reason: str) -> None:
 
 
 def adopt(host_name: str) -> list[int]:
-    """On agent start: keep engines that still run (pid + start token + answering), drop the rest.
+    """On agent start: keep engines that still run (pid alive + start token), drop the rest.
 
     An engine that survived the agent's restart keeps serving and is not launched twice; one that
     died while the agent was away is handled as a crash (restart with backoff).

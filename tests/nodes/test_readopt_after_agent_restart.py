@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from typing import Any
 
 import pytest
@@ -50,6 +51,13 @@ def test_engine_that_died_while_the_agent_was_away_is_restarted(host: Any, make_
     assert deployment.pid is not None
     os.killpg(deployment.pid, signal.SIGKILL)
     old_pid = deployment.pid
+    # The engine died while the agent was away: wait for the kernel to finish the kill. killpg() only
+    # queues SIGKILL; the process exits when it next runs, which on a loaded machine can be after the
+    # second supervisor's adopt() (it then saw the pid alive and re-adopted it: 'ready', not 'crashed').
+    deadline = time.monotonic() + 10
+    while process.is_alive(old_pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not process.is_alive(old_pid)
 
     second = supervisor_for(host)
     second.start()  # adopt() finds the pid gone
