@@ -285,7 +285,7 @@ NODE_HEARTBEAT_SECONDS = env_float("NODE_HEARTBEAT_SECONDS", 2.0)
 NODE_TELEMETRY_SECONDS = env_float("NODE_TELEMETRY_SECONDS", 1.0)
 # A host with no heartbeat for this long is unreachable.
 NODE_UNREACHABLE_SECONDS = env_float("NODE_UNREACHABLE_SECONDS", 6.0)
-# Running requests but no token progress (or no probe answered) for this long: hung.
+# Running or waiting requests but no token progress (or no probe answered) for this long: hung.
 NODE_HANG_SECONDS = env_float("NODE_HANG_SECONDS", 30.0)
 NODE_STARTUP_TIMEOUT_SECONDS = env_float("NODE_STARTUP_TIMEOUT_SECONDS", 900.0)
 NODE_STOP_TIMEOUT_SECONDS = env_float("NODE_STOP_TIMEOUT_SECONDS", 20.0)

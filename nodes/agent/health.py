@@ -5,7 +5,7 @@ agent (nodes/agent/remote.py, which queues them for the control plane).
 Health has three parts, so that a busy engine is never marked dead and a hung one is:
 - liveness: the process exists (and /health answers);
 - readiness: /v1/models lists the served name (with the engine key);
-- progress: while requests are running, the engine's token counters move.
+- progress: while requests are running or waiting, the engine's token counters move.
 A failed probe alone never kills an engine; a dead process, or no progress (and no answer) for the hang
 time, does.
 
@@ -151,7 +151,9 @@ def judge(
     if metrics is not None:
         tokens = metrics.tokens_processed
         moved = track.last_tokens is not None and tokens != track.last_tokens
-        if moved or metrics.num_requests_running == 0:
+        # Idle is progress enough; requests that wait while nothing runs are not: an engine that stopped
+        # scheduling admits nothing new, so they wait with no token moving (and running stays 0).
+        if moved or (metrics.num_requests_running == 0 and metrics.num_requests_waiting == 0):
             track.last_progress = now
         track.last_tokens = tokens
         if moved or metrics.num_requests_running or metrics.num_requests_waiting:
@@ -172,8 +174,12 @@ def judge(
 
     hang = settings.hang_seconds
     running = metrics.num_requests_running if metrics is not None else 0.0
+    waiting = metrics.num_requests_waiting if metrics is not None else 0.0
     if now - track.last_progress > hang:
-        return Verdict(HUNG, f"Hung: {running:.0f} running requests but no token progress for {hang:.0f} s.")
+        queued = f" and {waiting:.0f} waiting" if waiting else ""
+        return Verdict(
+            HUNG, f"Hung: {running:.0f} running{queued} requests but no token progress for {hang:.0f} s."
+        )
     if now - track.last_answer > hang:
         return Verdict(HUNG, f"Hung: no answer to any probe for {hang:.0f} s ({obs.error}).")
 

@@ -148,6 +148,20 @@ CASES = [
         track={"last_tokens": 500.0, "last_progress": NOW - 30.5},
     ),
     Case(
+        # An engine that stopped scheduling admits nothing: new requests wait while nothing runs.
+        "waiting requests, none running, frozen tokens, past the hang time",
+        Observation(alive=True, health_ok=True, ready=True, metrics=metrics(500, waiting=1)),
+        health.HUNG,
+        "Hung: 0 running and 1 waiting requests but no token progress for 30 s.",
+        track={"last_tokens": 500.0, "last_progress": NOW - 30.5},
+    ),
+    Case(
+        "waiting requests, none running, frozen tokens, within the hang time",
+        Observation(alive=True, health_ok=True, ready=True, metrics=metrics(500, waiting=1)),
+        health.PASSING,
+        track={"last_tokens": 500.0, "last_progress": NOW - 29},
+    ),
+    Case(
         "idle engine with frozen tokens is no hang",
         Observation(alive=True, health_ok=True, ready=True, metrics=metrics(500)),
         health.PASSING,
