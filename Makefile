@@ -100,9 +100,14 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 # prefix. On 2 cores: 1,010 s against 1,704-1,776 s in one process (2026-12-02). PYTEST_WORKERS=0 runs
 # in this process (for -s, -x or a debugger).
 PYTEST_WORKERS ?= 2
+# What a failed or hung run needs to be read: a reason for every failure and skip (-ra), the 30 slowest
+# tests, every line also in var/test-logs/pytest.log (scripts/run_logged.py says there how a run that died
+# ended), and each timed-out test's report carries every thread's stack (tests/watchdog.py).
+PYTEST_REPORT ?= -ra --durations=30
 pytest: install
 	@$(PYTHON) scripts/local_services.py --redis "$(REDIS_URL)" --postgres "$${DATABASE_URL:-$(TEST_DATABASE_URL)}"
-	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(PYTHON) scripts/run_logged.py var/test-logs/pytest.log -- \
+		$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_REPORT) $(PYTEST_ARGS)
 
 test: install frontend llama chromium promtool lint typecheck pytest
 

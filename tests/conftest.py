@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -13,14 +14,20 @@ from console.models import User
 from core.redis_client import get_redis
 
 PASSWORD = "correct-horse-battery-9"
+# Where the watchdog keeps each worker's stack dump (var/ is the checkout's scratch space, not committed).
+STACKS_DIR = Path(__file__).resolve().parent.parent / "var" / "test-logs"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     from tests.keyleak import KeyLeakCheck
+    from tests.watchdog import Watchdog
 
     # Every raw key the suite creates is looked for in captured output, process lists and logs.
     if not config.pluginmanager.has_plugin("keyleak"):
         config.pluginmanager.register(KeyLeakCheck(), "keyleak")
+    # A test that hangs fails at its timeout with every thread's stack in its report.
+    if not config.pluginmanager.has_plugin("watchdog"):
+        config.pluginmanager.register(Watchdog(STACKS_DIR), "watchdog")
 
 
 def make_user(username: str, role: str) -> User:
