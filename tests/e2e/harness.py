@@ -6,7 +6,6 @@ Fixtures in conftest.py wrap these; tests import the helpers: `from tests.e2e.ha
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,8 @@ from urllib.parse import quote
 import pytest
 from django.conf import settings
 from django.db import connection
+
+from tests.ports import free_port
 
 REPO_ROOT = Path(settings.BASE_DIR)
 CHROMIUM = Path("/usr/bin/chromium")
@@ -100,12 +101,6 @@ def subprocess_database_url() -> str:
     host = db.get("HOST") or "127.0.0.1"
     port = db.get("PORT") or 5432
     return f"postgres://{auth}{host}:{port}/{quote(str(db['NAME']), safe='')}"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def start_console(log_dir: Path, extra_env: dict[str, str] | None = None) -> LiveConsole:

@@ -23,6 +23,7 @@ from nodes.agent.supervisor import Supervisor
 from nodes.choices import DeploymentState, Engine, HostState
 from nodes.demo import LLAMA_31_8B_CONFIG, write_config_dir
 from nodes.models import Deployment, Host
+from tests.ports import free_port
 
 
 @pytest.fixture
@@ -73,14 +74,6 @@ def llama_version(host: Host, node_settings: Any) -> ModelVersion:
 @pytest.fixture
 def awq_config(db: None) -> QuantizationConfig:
     return QuantizationConfig.objects.create(name="awq-int4", method="awq", bits=4, group_size=128)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ rows must use `transactional_db` (committed data is what another process can see
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,15 +23,10 @@ from django.db import connection
 
 from console.models import Quota, Tenant
 from console.services import issue_api_key
+from tests.ports import free_port
 from tests.routing.fleet import FleetMember, start_member
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_http(url: str, proc: subprocess.Popen[bytes], log_path: Path, timeout: float = 30.0) -> None:
