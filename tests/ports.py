@@ -3,8 +3,8 @@
 A port read back from `bind(("127.0.0.1", 0))` comes from the kernel's ephemeral range, where every
 process's `bind(0)` and outgoing connection take theirs too. An engine restarts on its deployment's
 port; while it is down, any of them can take that port, and the relaunch is refused ("port ... is
-already in use"). The Ray test lost its deployment to FAILED that way under two xdist workers: a
-restarted Ray node binds a dozen ports with bind(0) in the second the engine is away.
+already in use"). That is the likely end of the Ray test that lost its deployment to FAILED under two
+xdist workers: a restarted Ray node binds a dozen ports with bind(0) while the engine is away.
 
 So ports come from between Ray's default worker ports (10002-19999, which `ray start` refuses to
 share) and the ephemeral range, split into one block per xdist worker, handed out in turn and checked
