@@ -9,7 +9,7 @@ The parts real installs run, in one process except the proxy and the engines: a 
 --max-num-seqs` so one engine saturates and requests wait), the node agent's supervisor (probes and the
 live records the scaler reads, every 0.25 s) plus what its Celery worker does with the scaler's queued
 launches and drains (runtime.launch / runtime.stop with drain, called here on the same rows), and the
-beat task's body (nodes.scaling.evaluate_due, every second; the policy's interval is 2 s).
+beat task's body (routing.scaling.autoscaler.evaluate_due, every second; the policy's interval is 2 s).
 
 Load: closed-loop clients streaming chat completions through the proxy (--max-tokens output tokens,
 `ignore_eos`). One client for --warmup seconds, then --clients for --step seconds, then none until
@@ -57,15 +57,17 @@ from console.services import issue_api_key  # noqa: E402
 from core.redis_client import get_redis  # noqa: E402
 from models_registry.models import Model, ModelAlias  # noqa: E402
 from models_registry.services import register_version  # noqa: E402
-from nodes import process, scaling  # noqa: E402
+from nodes import process  # noqa: E402
 from nodes.agent import runtime  # noqa: E402
 from nodes.agent.gpus import GpuSource, simulated_gpu_config  # noqa: E402
 from nodes.agent.services import report_gpus  # noqa: E402
 from nodes.agent.supervisor import Supervisor  # noqa: E402
 from nodes.choices import DeploymentState, DesiredState, Engine, HostState  # noqa: E402
 from nodes.demo import LLAMA_31_8B_CONFIG, write_config_dir  # noqa: E402
-from nodes.models import Deployment, Host, ScalingDecision, ScalingPolicy  # noqa: E402
+from nodes.models import Deployment, Host  # noqa: E402
 from routing.models import RoutePool  # noqa: E402
+from routing.scaling import autoscaler  # noqa: E402
+from routing.scaling.models import ScalingDecision, ScalingPolicy  # noqa: E402
 from vllm_sim.testing import free_port  # noqa: E402
 
 ALIAS = "bench-scale"
@@ -212,7 +214,7 @@ def goodput(results: list[Result], t0: float, t1: float, slo: float) -> tuple[fl
 
 
 def serving(policy: ScalingPolicy) -> int:
-    return scaling.engine_counts(policy)["serving"]
+    return autoscaler.engine_counts(policy)["serving"]
 
 
 def main() -> None:
@@ -306,7 +308,7 @@ def main() -> None:
 
         def sample() -> None:
             policy.refresh_from_db()
-            counts = scaling.engine_counts(policy)
+            counts = autoscaler.engine_counts(policy)
             timeline.append(
                 {
                     "t": round(time.monotonic() - t_step, 2),
@@ -320,7 +322,7 @@ def main() -> None:
         def run_for(seconds: float) -> None:
             end = time.monotonic() + seconds
             while time.monotonic() < end:
-                scaling.evaluate_due()
+                autoscaler.evaluate_due()
                 sample()
                 time.sleep(1.0)
 
@@ -336,7 +338,7 @@ def main() -> None:
         load.clients = 0
         t_idle = time.monotonic()
         while time.monotonic() - t_idle < args.idle_timeout:
-            scaling.evaluate_due()
+            autoscaler.evaluate_due()
             sample()
             if (
                 serving(policy) == 1

@@ -143,14 +143,14 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": CELERY_VISIBILITY_TIMEOUT_S,
 }
 # Every periodic task, in one place (beat reads it); each task is idempotent.
-# How often beat looks for engines idle past their sleep threshold (routing/sleep.py).
+# How often beat looks for engines idle past their sleep threshold (routing/scaling/sleep.py).
 SLEEP_CHECK_INTERVAL_SECONDS = env_float("SLEEP_CHECK_INTERVAL_SECONDS", 10.0)
 CELERY_BEAT_SCHEDULE = {
     # The bound for "unreachable" is NODE_UNREACHABLE_SECONDS after the last heartbeat plus this period
     # (docs/nodes.md); the sweep is one indexed query.
     "nodes-host-heartbeat-sweep": {"task": "nodes.check_host_heartbeats", "schedule": 2.0},
-    # Pool autoscaling (nodes/scaling.py): each policy is evaluated once per its own interval; the tick
-    # only bounds how late an evaluation can be.
+    # Pool autoscaling (routing/scaling/autoscaler.py; the task keeps the name it had in the nodes app):
+    # each policy is evaluated once per its own interval; the tick only bounds how late an evaluation can be.
     "nodes-scaling-evaluate": {"task": "nodes.evaluate_scaling", "schedule": 2.0},
     "routing-request-log-partitions-and-retention": {"task": "routing.prune_request_log", "schedule": 3600.0},
     # Canary gates (routing.rollouts): each running rollout advanced, held, promoted or rolled back.

@@ -1,13 +1,13 @@
 """Celery tasks of the nodes app. Thin: each takes ids and calls the agent runtime or services.
 
 Deployment tasks run on the host's own queue (node.<host>), so they execute on the agent that
-owns the engine; the heartbeat sweep runs on the control queue from beat.
+owns the engine; the heartbeat sweep runs on the control queue from beat. A pool's autoscaling and idle
+sleep are routing's (routing/scaling/tasks.py), though the autoscaler's task names still begin "nodes.".
 """
 
 from __future__ import annotations
 
 from core.celery import app
-from nodes import scaling
 from nodes.agent import runtime
 from nodes.lifecycle import mark_unreachable_hosts
 
@@ -41,16 +41,3 @@ def wake_deployment(deployment_id: int, reason: str = "") -> str:
 def check_host_heartbeats() -> list[str]:
     """Mark hosts that missed heartbeats unreachable (beat runs it every 2 s)."""
     return mark_unreachable_hosts()
-
-
-@app.task(name="nodes.evaluate_scaling")
-def evaluate_scaling() -> list[int]:
-    """Evaluate each enabled scaling policy whose interval has passed (beat runs it every 2 s)."""
-    return scaling.evaluate_due()
-
-
-@app.task(name="nodes.evaluate_scaling_policy")
-def evaluate_scaling_policy(policy_id: int) -> int | None:
-    """One policy's evaluation now (idempotent: once per policy and interval)."""
-    decision = scaling.evaluate(policy_id)
-    return decision.pk if decision is not None else None

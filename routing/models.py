@@ -9,6 +9,10 @@ from django.utils import timezone
 
 from routing.choices import RollupKind, Scorer
 
+# A pool's scaling policy and its decisions live with the autoscaler in routing/scaling/; imported here
+# so that Django registers them with the routing app when it loads routing.models.
+from routing.scaling.models import ScalingDecision, ScalingPolicy  # noqa: F401
+
 
 class RoutePool(models.Model):
     """A set of endpoints: the ready deployments that serve `alias` (optionally only those with `role`).

@@ -1,5 +1,6 @@
 """Celery tasks of routing, run by beat: request-log partitions and retention, the canary gates, and the
-charts' history (rollups of GPU, engine, pool and tenant series)."""
+charts' history (rollups of GPU, engine, pool and tenant series). The pools' autoscaling and idle-sleep
+tasks are in routing/scaling/tasks.py, imported here because Celery discovers only this module."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from typing import Any
 from core.celery import app
 from routing.rollouts.services import evaluate_all
 from routing.rollups import services as rollups
+from routing.scaling import tasks as scaling_tasks  # noqa: F401 - registers the pools' scaling and sleep tasks
 from routing.services import maintain_request_log
-from routing.sleep import sleep_idle_engines
 
 
 # The name predates partitions; kept so that queued messages and beat schedules still match.
@@ -43,10 +44,3 @@ def aggregate_history_task() -> dict[str, int]:
 def prune_history_task() -> dict[str, int]:
     """Hourly: drops each resolution's points past its retention (HISTORY_KEEP_*)."""
     return {str(k): v for k, v in rollups.prune().items()}
-
-
-@app.task(name="routing.sleep_idle_engines")
-def sleep_idle_engines_task() -> list[int]:
-    """Every SLEEP_CHECK_INTERVAL_SECONDS: ask agents to put engines idle past their pool's or their own
-    threshold to sleep (routing/sleep.py). Returns the deployment ids asked."""
-    return sleep_idle_engines()

@@ -3,13 +3,12 @@ from __future__ import annotations
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from nodes.api import agent_views, scaling, views
+from nodes.api import agent_views, views
 
 router = DefaultRouter()
 router.register("hosts", views.HostViewSet, basename="host")
 router.register("deployments", views.DeploymentViewSet, basename="deployment")
 router.register("baselines", views.PerformanceBaselineViewSet, basename="baseline")
-router.register("scaling-policies", scaling.ScalingPolicyViewSet, basename="scalingpolicy")
 
 urlpatterns = [
     path("agent/sync/", agent_views.agent_sync, name="agent-sync"),

@@ -13,7 +13,7 @@ from nodes.choices import SLEEP_LEVELS
 from routing.models import RequestLog, RoutePolicy, RoutePool
 from routing.proxy.config import parse_rule
 from routing.proxy.requestlog import COLUMNS as REQUEST_LOG_COLUMNS
-from routing.sleep import pool_sleep_problem
+from routing.scaling.sleep import pool_sleep_problem
 
 WEIGHT_NAMES = {"load", "kv", "prefix"}
 

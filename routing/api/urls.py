@@ -4,6 +4,7 @@ from django.urls import path
 from rest_framework.routers import DefaultRouter
 
 from routing.api import chains, cost, history, rollouts, shadow_pairs, views
+from routing.scaling import api as scaling
 
 router = DefaultRouter()
 router.register("route-pools", views.RoutePoolViewSet, basename="routepool")
@@ -13,6 +14,7 @@ router.register("request-log", views.RequestLogViewSet, basename="requestlog")
 router.register("rollouts", rollouts.RolloutViewSet, basename="rollout")
 router.register("shadow-configs", rollouts.ShadowConfigViewSet, basename="shadowconfig")
 router.register("shadow-pairs", shadow_pairs.ShadowPairViewSet, basename="shadowpair")
+router.register("scaling-policies", scaling.ScalingPolicyViewSet, basename="scalingpolicy")
 
 urlpatterns = [
     path("routing/usage/", views.usage, name="routing-usage"),

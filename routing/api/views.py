@@ -28,7 +28,7 @@ from routing.api.serializers import (
     UsageBucketSerializer,
 )
 from routing.models import RequestLog, RoutePolicy, RoutePool
-from routing.sleep import enable_sleep_for_pool
+from routing.scaling.sleep import enable_sleep_for_pool
 
 
 class NotifyProxiesMixin:

@@ -13,10 +13,11 @@ from playwright.sync_api import expect
 
 from console.models import User
 from models_registry.models import ModelAlias
-from nodes import scaling
 from nodes.choices import DeploymentState, Engine
-from nodes.models import Deployment, Host, ScalingPolicy
+from nodes.models import Deployment, Host
 from routing.models import RoutePool
+from routing.scaling import autoscaler
+from routing.scaling.models import ScalingPolicy
 from tests.conftest import PASSWORD
 from tests.e2e.harness import LiveConsole, login, screenshot
 from tests.nodes.conftest import make_host, register_llama
@@ -74,7 +75,7 @@ def test_a_pool_scaling_in_the_console(
 
     # Twelve requests wait on the one engine (what its agent would publish), and the scaler runs.
     set_live(template, waiting=12, running=16, kv=0.7)
-    decision = scaling.evaluate(policy.pk, now=at(0))
+    decision = autoscaler.evaluate(policy.pk, now=at(0))
     assert decision is not None and decision.action == "scale_up"
 
     decisions = card.get_by_test_id("scaling-decisions")

@@ -11,8 +11,9 @@ from django.utils import timezone
 from core.redis_client import get_redis
 from nodes.choices import DeploymentState, DesiredState
 from nodes.lifecycle import live_deployment_key
-from nodes.models import Deployment, ScalingPolicy
+from nodes.models import Deployment
 from routing.models import RoutePool
+from routing.scaling.models import ScalingPolicy
 
 ROLE = "high-throughput"
 # Evaluation times are given to the scaler explicitly; they start at a whole interval.

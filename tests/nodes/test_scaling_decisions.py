@@ -10,9 +10,10 @@ import pytest
 from django.utils import timezone
 
 from core.models import AuditEvent
-from nodes import scaling
 from nodes.choices import DeploymentState, DesiredState
-from nodes.models import Deployment, Host, ScalingDecision
+from nodes.models import Deployment, Host
+from routing.scaling import autoscaler
+from routing.scaling.models import ScalingDecision
 from tests.nodes.conftest import make_host
 from tests.nodes.scaling_helpers import ROLE, at, make_policy, set_live, settle, wanted_running
 
@@ -42,7 +43,7 @@ def test_queue_growth_adds_a_copy_of_the_template_on_the_least_loaded_host(
     policy = make_policy(template)
     set_live(template, waiting=10, running=16, kv=0.5)
 
-    decision = scaling.evaluate(policy.pk, now=at(0))
+    decision = autoscaler.evaluate(policy.pk, now=at(0))
 
     assert decision is not None and decision.action == UP
     assert (decision.engines_before, decision.engines_after) == (1, 2)
@@ -51,10 +52,10 @@ def test_queue_growth_adds_a_copy_of_the_template_on_the_least_loaded_host(
     added = Deployment.objects.get(pk=decision.metrics["added_ids"][0])
     # node-b holds nothing yet: it is the least loaded host of the role.
     assert added.host == second_host and added.gpu_indices == [0] and added.role == ROLE
-    for name in scaling.TEMPLATE_FIELDS:
+    for name in autoscaler.TEMPLATE_FIELDS:
         assert getattr(added, name) == getattr(template, name), name
     assert added.state == DeploymentState.PENDING and added.desired_state == DesiredState.RUNNING
-    audit = AuditEvent.objects.get(object_type="nodes.scalingpolicy")
+    audit = AuditEvent.objects.get(object_type="routing.scalingpolicy")
     assert (
         audit.after is not None
         and audit.after["scaling"] == UP
@@ -67,8 +68,8 @@ def test_queue_growth_adds_a_copy_of_the_template_on_the_least_loaded_host(
 def test_a_second_run_in_the_same_interval_decides_nothing(template: Deployment, second_host: Host) -> None:
     policy = make_policy(template)
     set_live(template, waiting=10, running=8)
-    assert scaling.evaluate(policy.pk, now=at(0)) is not None
-    assert scaling.evaluate(policy.pk, now=at(5)) is None
+    assert autoscaler.evaluate(policy.pk, now=at(0)) is not None
+    assert autoscaler.evaluate(policy.pk, now=at(5)) is None
     assert ScalingDecision.objects.count() == 1 and len(wanted_running(policy)) == 2
 
 
@@ -77,18 +78,18 @@ def test_no_scale_up_while_an_engine_starts_nor_within_the_cooldown(
 ) -> None:
     policy = make_policy(template, scale_up_cooldown_s=60)
     set_live(template, waiting=10, running=8)
-    scaling.evaluate(policy.pk, now=at(0))
+    autoscaler.evaluate(policy.pk, now=at(0))
     # The new engine is still starting: the scaler waits for it.
-    assert scaling.evaluate(policy.pk, now=at(10)) is None
+    assert autoscaler.evaluate(policy.pk, now=at(10)) is None
     policy.refresh_from_db()
     assert "starting" in policy.last_reason
     settle(policy)
     for dep in wanted_running(policy):
         set_live(dep, waiting=30, running=16)
-    assert scaling.evaluate(policy.pk, now=at(20)) is None
+    assert autoscaler.evaluate(policy.pk, now=at(20)) is None
     policy.refresh_from_db()
     assert "cooldown" in policy.last_reason
-    decision = scaling.evaluate(policy.pk, now=at(60))
+    decision = autoscaler.evaluate(policy.pk, now=at(60))
     assert decision is not None and decision.action == UP
     # 92 requests in the pool, an engine runs 16 (max_num_seqs) and may have 2 waiting: 6 wanted, 4 at most.
     assert (decision.engines_before, decision.engines_after) == (2, 4)
@@ -99,15 +100,15 @@ def test_idle_pool_drains_the_scaled_engine_and_keeps_the_template(
 ) -> None:
     policy = make_policy(template, scale_down_cooldown_s=120)
     set_live(template, waiting=10, running=8)
-    scaling.evaluate(policy.pk, now=at(0))
+    autoscaler.evaluate(policy.pk, now=at(0))
     settle(policy)
     engines = wanted_running(policy)
     for dep in engines:
         set_live(dep, waiting=0, running=1, kv=0.05)
     # Idle from 60 s on: the pool must stay quiet for the whole scale-down cooldown first.
-    assert scaling.evaluate(policy.pk, now=at(60)) is None
-    assert scaling.evaluate(policy.pk, now=at(170)) is None
-    decision = scaling.evaluate(policy.pk, now=at(180))
+    assert autoscaler.evaluate(policy.pk, now=at(60)) is None
+    assert autoscaler.evaluate(policy.pk, now=at(170)) is None
+    decision = autoscaler.evaluate(policy.pk, now=at(180))
     assert decision is not None and decision.action == DOWN
     removed = Deployment.objects.get(pk=decision.metrics["removed_id"])
     assert removed.pk != template.pk
@@ -117,7 +118,7 @@ def test_idle_pool_drains_the_scaled_engine_and_keeps_the_template(
     assert wanted_running(policy) == [template]
     # At the minimum: nothing more to remove, and the stopped copy is deleted at the next evaluation.
     settle(policy)
-    assert scaling.evaluate(policy.pk, now=at(400)) is None
+    assert autoscaler.evaluate(policy.pk, now=at(400)) is None
     assert not Deployment.objects.filter(pk=removed.pk).exists()
     assert ScalingDecision.objects.filter(action=DOWN).get().deployment_name == removed.name
 
@@ -125,13 +126,13 @@ def test_idle_pool_drains_the_scaled_engine_and_keeps_the_template(
 def test_load_between_the_targets_moves_nothing(template: Deployment, second_host: Host) -> None:
     policy = make_policy(template)
     set_live(template, waiting=10, running=8)
-    scaling.evaluate(policy.pk, now=at(0))
+    autoscaler.evaluate(policy.pk, now=at(0))
     settle(policy)
     # 3 waiting over 2 engines: under the target (2 each), above half of it with one engine fewer.
     for dep in wanted_running(policy):
         set_live(dep, waiting=1.5, kv=0.3)
     for step in range(1, 20):
-        assert scaling.evaluate(policy.pk, now=at(step * 10)) is None
+        assert autoscaler.evaluate(policy.pk, now=at(step * 10)) is None
     assert ScalingDecision.objects.count() == 1
 
 
@@ -145,7 +146,7 @@ def test_an_oscillating_load_does_not_flap(template: Deployment, second_host: Ho
         per_engine = 12.0 / len(engines) if high else 0.0
         for dep in engines:
             set_live(dep, waiting=per_engine, running=4, kv=0.6 if high else 0.05)
-        scaling.evaluate(policy.pk, now=at(step * 10))
+        autoscaler.evaluate(policy.pk, now=at(step * 10))
     decisions = list(ScalingDecision.objects.order_by("at").values_list("action", flat=True))
     # It grows to what the peaks need and stays there: a lull of 20 s never lasts the 120 s of quiet a
     # scale-down needs, so the pool is never shrunk only to be grown again at the next peak.
@@ -168,7 +169,7 @@ def test_busy_and_quiet_spells_move_the_pool_only_the_way_each_spell_asks(
         waiting = max(0.0, 40.0 - 16.0 * len(engines)) / len(engines) if busy else 0.0
         for dep in engines:
             set_live(dep, waiting=waiting, running=running, kv=0.5 if busy else 0.02)
-        decision = scaling.evaluate(policy.pk, now=at(step * 10))
+        decision = autoscaler.evaluate(policy.pk, now=at(step * 10))
         if decision is not None:
             moves.append((busy, decision.action))
     # Up only while busy, down only while quiet: the pool never moves against the load.
@@ -186,14 +187,14 @@ def test_a_host_lost_during_scale_up_is_replaced_elsewhere_not_duplicated(
 ) -> None:
     policy = make_policy(template)
     set_live(template, waiting=10, running=8)
-    first = scaling.evaluate(policy.pk, now=at(0))
+    first = autoscaler.evaluate(policy.pk, now=at(0))
     assert first is not None
     lost = Deployment.objects.get(pk=first.metrics["added_ids"][0])
     assert lost.host == second_host
     # node-b stops heartbeating before the engine is up.
     Host.objects.filter(pk=second_host.pk).update(last_heartbeat=timezone.now() - timedelta(hours=1))
 
-    decision = scaling.evaluate(policy.pk, now=at(10))
+    decision = autoscaler.evaluate(policy.pk, now=at(10))
 
     assert decision is not None and decision.action == ScalingDecision.Action.REPLACE
     lost.refresh_from_db()
@@ -202,18 +203,18 @@ def test_a_host_lost_during_scale_up_is_replaced_elsewhere_not_duplicated(
     assert replacement.host == template.host and replacement.pk != lost.pk
     assert [d.pk for d in wanted_running(policy)] == [template.pk, replacement.pk]
     # The next interval sees one engine starting: no second replacement, no extra scale-up.
-    assert scaling.evaluate(policy.pk, now=at(20)) is None
+    assert autoscaler.evaluate(policy.pk, now=at(20)) is None
     assert len(wanted_running(policy)) == 2
 
 
 def test_at_the_maximum_the_wish_is_recorded_once(template: Deployment, second_host: Host) -> None:
     policy = make_policy(template, max_engines=1)
     set_live(template, waiting=10, running=8)
-    first = scaling.evaluate(policy.pk, now=at(0))
+    first = autoscaler.evaluate(policy.pk, now=at(0))
     assert first is not None and first.action == ScalingDecision.Action.BLOCKED
     assert "maximum of 1" in first.reason
     for step in range(1, 10):
-        assert scaling.evaluate(policy.pk, now=at(step * 10)) is None
+        assert autoscaler.evaluate(policy.pk, now=at(step * 10)) is None
     assert ScalingDecision.objects.count() == 1
 
 
@@ -224,7 +225,7 @@ def test_no_host_fits_blocks_with_the_reasons(template: Deployment, second_host:
     template.refresh_from_db()
     policy = make_policy(template)
     set_live(template, waiting=10, running=8)
-    decision = scaling.evaluate(policy.pk, now=at(0))
+    decision = autoscaler.evaluate(policy.pk, now=at(0))
     assert decision is not None and decision.action == ScalingDecision.Action.BLOCKED
     assert "No host fits" in decision.reason and "already taken" in decision.reason
     assert len(wanted_running(policy)) == 1
@@ -233,13 +234,13 @@ def test_no_host_fits_blocks_with_the_reasons(template: Deployment, second_host:
 def test_silent_engines_are_never_taken_as_idle(template: Deployment, second_host: Host) -> None:
     policy = make_policy(template, min_engines=1)
     set_live(template, waiting=10, running=8)
-    scaling.evaluate(policy.pk, now=at(0))
+    autoscaler.evaluate(policy.pk, now=at(0))
     settle(policy)
     from tests.conftest import wipe_run_keys
 
     wipe_run_keys()  # the engines go silent: this run's live keys vanish (other workers share the server)
     for step in range(1, 20):
-        assert scaling.evaluate(policy.pk, now=at(step * 10)) is None
+        assert autoscaler.evaluate(policy.pk, now=at(step * 10)) is None
     assert len(wanted_running(policy)) == 2
 
 
@@ -248,16 +249,16 @@ def test_a_saturated_pool_without_a_queue_is_not_shrunk(template: Deployment, se
     template.refresh_from_db()
     policy = make_policy(template, scale_down_cooldown_s=20)
     set_live(template, waiting=10, running=8)
-    scaling.evaluate(policy.pk, now=at(0))
+    autoscaler.evaluate(policy.pk, now=at(0))
     settle(policy)
     # Every engine runs 8 (its most) and nothing waits: one engine fewer would queue 8 requests.
     for dep in wanted_running(policy):
         set_live(dep, waiting=0, running=8, kv=0.3)
     for step in range(1, 20):
-        assert scaling.evaluate(policy.pk, now=at(step * 10)) is None
+        assert autoscaler.evaluate(policy.pk, now=at(step * 10)) is None
     assert len(wanted_running(policy)) == 2
     # Half the load: the 8 requests fit on one engine, so the copy goes.
     for dep in wanted_running(policy):
         set_live(dep, waiting=0, running=4, kv=0.15)
-    actions = [scaling.evaluate(policy.pk, now=at(step * 10)) for step in range(20, 25)]
+    actions = [autoscaler.evaluate(policy.pk, now=at(step * 10)) for step in range(20, 25)]
     assert [d.action for d in actions if d is not None] == [DOWN]

@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 
 from core.models import AuditEvent
-from nodes import scaling
 from nodes.choices import DeploymentState
-from nodes.models import Deployment, Gpu, Host, ScalingPolicy
+from nodes.models import Deployment, Gpu, Host
 from routing.models import RoutePool
+from routing.scaling import autoscaler
+from routing.scaling.models import ScalingPolicy
 from tests.nodes.scaling_helpers import ROLE, at, set_live
 
 pytestmark = pytest.mark.django_db
@@ -42,7 +43,7 @@ def test_admin_creates_a_policy_and_reads_its_engines(
     data = response.json()
     assert data["pool_name"] == "fast" and data["template_name"] == template.name
     assert data["engines"] == {"serving": 1, "starting": 0, "draining": 0}
-    assert AuditEvent.objects.filter(object_type="nodes.scalingpolicy", action="create").exists()
+    assert AuditEvent.objects.filter(object_type="routing.scalingpolicy", action="create").exists()
 
 
 @pytest.mark.parametrize(
@@ -97,7 +98,7 @@ def test_decisions_are_listed_newest_first_for_everyone(
 ) -> None:
     policy = ScalingPolicy.objects.create(pool=pool, template=template, max_engines=3)
     set_live(template, waiting=9, running=8)
-    assert scaling.evaluate(policy.pk, now=at(0)) is not None
+    assert autoscaler.evaluate(policy.pk, now=at(0)) is not None
     response = viewer_client.get(f"/api/scaling-policies/{policy.pk}/decisions/")
     assert response.status_code == 200
     [row] = response.json()

@@ -15,10 +15,12 @@ import pytest
 from django.utils import timezone
 
 from models_registry.models import ModelAlias
-from nodes import process, scaling
+from nodes import process
 from nodes.agent import runtime
 from nodes.choices import DeploymentState
-from nodes.models import Deployment, Host, ScalingDecision
+from nodes.models import Deployment, Host
+from routing.scaling import autoscaler
+from routing.scaling.models import ScalingDecision
 from tests.nodes.conftest import READY, supervisor_for, tick_until
 from tests.nodes.scaling_helpers import ROLE, make_policy
 from tests.routing import conftest as routing_fixtures
@@ -100,7 +102,7 @@ def test_pool_grows_under_load_and_drains_without_a_failed_request(
     try:
         decision = None
         for step in range(50):
-            decision = scaling.evaluate(policy.pk, now=later(step * 10))
+            decision = autoscaler.evaluate(policy.pk, now=later(step * 10))
             if decision is not None:
                 break
             time.sleep(0.2)
@@ -122,7 +124,7 @@ def test_pool_grows_under_load_and_drains_without_a_failed_request(
         try:
             removal = None
             for step in range(60, 200):
-                removal = scaling.evaluate(policy.pk, now=later(step * 10))
+                removal = autoscaler.evaluate(policy.pk, now=later(step * 10))
                 # The busy phase's queue may still show in a live record for a round (a `blocked`).
                 if removal is not None and removal.action == ScalingDecision.Action.SCALE_DOWN:
                     break

@@ -18,7 +18,7 @@ from nodes.lifecycle import engine_api_key
 from nodes.models import Deployment
 from nodes.probes import get_json, http_get
 from routing.models import RoutePool
-from routing.sleep import sleep_idle_engines
+from routing.scaling.sleep import sleep_idle_engines
 from tests.nodes.conftest import READY, supervisor_for, tick_until
 
 # start_proxy is the routing tests' fixture (a proxy process), used here by name.

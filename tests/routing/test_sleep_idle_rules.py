@@ -15,7 +15,7 @@ from nodes.choices import DeploymentState
 from nodes.lifecycle import live_deployment_key
 from nodes.models import Deployment, Host
 from routing.models import RoutePool
-from routing.sleep import sleep_idle_engines
+from routing.scaling.sleep import sleep_idle_engines
 
 pytestmark = pytest.mark.django_db
 

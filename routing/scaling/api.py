@@ -1,4 +1,4 @@
-"""Scaling policies of route pools and their decisions (nodes/scaling.py, docs/autoscaling.md).
+"""Scaling policies of route pools and their decisions (routing/scaling/autoscaler.py, docs/autoscaling.md).
 
 Everyone signed in reads; admins write (console.permissions). A policy is checked when saved (bounds,
 the pool's hosts, the template's fit) and refused with field errors.
@@ -16,8 +16,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.api.base import AuditedModelViewSet, StrictModelSerializer
-from nodes import scaling
-from nodes.models import ScalingDecision, ScalingPolicy
+from routing.scaling import autoscaler
+from routing.scaling.models import ScalingDecision, ScalingPolicy
 
 
 class ScalingDecisionSerializer(serializers.ModelSerializer):
@@ -86,7 +86,7 @@ class ScalingPolicySerializer(StrictModelSerializer):
     @extend_schema_field(PoolEnginesSerializer)
     def get_engines(self, obj: ScalingPolicy) -> dict[str, int]:
         """The pool's engines now: serving, starting, and draining (being removed)."""
-        counts = scaling.engine_counts(obj)
+        counts = autoscaler.engine_counts(obj)
         return dict(PoolEnginesSerializer(counts).data)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -98,7 +98,7 @@ class ScalingPolicySerializer(StrictModelSerializer):
             field = ScalingPolicy._meta.get_field(name)
             return field.get_default() if isinstance(field, models.Field) else None
 
-        errors = scaling.validate_policy(
+        errors = autoscaler.validate_policy(
             value("pool"), value("template"), int(value("min_engines")), int(value("max_engines"))
         )
         if errors:

@@ -1,6 +1,6 @@
 """The pool autoscaler: read a pool's live state, decide, place or drain engines, keep the history.
 
-One evaluation per policy and interval (`evaluate`, called by the beat task in nodes/tasks.py):
+One evaluation per policy and interval (`evaluate`, called by the beat task in routing/scaling/tasks.py):
 
 - the pool's engines are the deployments a RoutePool routes to (served name = the pool's alias, the
   pool's version or the alias's active one, the pool's role if it has one) that are wanted running;
@@ -40,9 +40,10 @@ from models_registry.services import fit_check
 from nodes import baselines, services
 from nodes.choices import ACTIVE_STATES, DeploymentState, DesiredState, Engine
 from nodes.lifecycle import host_is_reachable, live_deployment_key, read_live_many
-from nodes.models import Deployment, Gpu, Host, PerformanceBaseline, ScalingDecision, ScalingPolicy
+from nodes.models import Deployment, Gpu, Host, PerformanceBaseline
 from nodes.preflight import preflight
 from nodes.spec import DeploySpec
+from routing.scaling.models import ScalingDecision, ScalingPolicy
 
 log = logging.getLogger(__name__)
 
@@ -520,7 +521,6 @@ def _record(
         actor=None,
         action=AuditAction.ACTION,
         obj=policy,
-        object_type="nodes.scalingpolicy",
         after={
             "scaling": action,
             "pool": policy.pool.name,
