@@ -5,7 +5,9 @@ from 10.213.0.0/16 (private; chosen by the test, one /30 per host, from the test
 suites on one machine do not collide). Processes started with `host.popen(...)` run inside it and
 reach the test's side at `host.gateway`; the test reaches them at `host.address`. `cut()` takes the
 link down (packets are dropped, nothing answers: what a pulled cable or a partitioned switch does),
-`restore()` brings it back. Everything the fixture made is removed at teardown, processes first.
+`restore()` brings it back. While it is down, packets for the host are dropped on this side too (a
+blackhole route), never sent out the machine's default route. Everything the fixture made is removed
+at teardown, processes first.
 
 Needs CAP_NET_ADMIN (root in the sandbox here and in CI). Where it is missing the fixture skips with
 the reason `ip` gave, so the rest of the suite still runs; `NETNS_REQUIRED=1` makes that a failure.
@@ -25,6 +27,7 @@ from typing import Any
 import pytest
 
 _counter = itertools.count(1)
+BLACKHOLE_METRIC = "4242"
 
 
 def _ip(*args: str) -> subprocess.CompletedProcess[str]:
@@ -49,6 +52,7 @@ class RemoteHost:
     outer_if: str
     address: str
     gateway: str
+    subnet: str
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def run(self, *cmd: str) -> subprocess.CompletedProcess[str]:
@@ -80,6 +84,7 @@ class RemoteHost:
                 proc.kill()
                 proc.wait(5)
         _ip("link", "del", self.outer_if)  # takes its peer with it
+        _ip("route", "del", "blackhole", self.subnet, "metric", BLACKHOLE_METRIC)
         _ip("netns", "del", self.name)
 
 
@@ -96,13 +101,24 @@ def make_remote_host() -> RemoteHost:
     subnet = (pid * 7 + n) % 16000  # one /30 of 10.213.0.0/16 per host
     third, fourth = divmod(subnet * 4, 256)
     gateway, address = f"10.213.{third}.{fourth + 1}", f"10.213.{third}.{fourth + 2}"
-    host = RemoteHost(name=f"ic{tag}", outer_if=f"ico{tag}", address=address, gateway=gateway)
+    host = RemoteHost(
+        name=f"ic{tag}",
+        outer_if=f"ico{tag}",
+        address=address,
+        gateway=gateway,
+        subnet=f"10.213.{third}.{fourth}/30",
+    )
     inner_if = f"ici{tag}"
     try:
         _check(_ip("netns", "add", host.name))
         _check(_ip("link", "add", host.outer_if, "type", "veth", "peer", "name", inner_if))
         _check(_ip("link", "set", inner_if, "netns", host.name))
         _check(_ip("addr", "add", f"{gateway}/30", "dev", host.outer_if))
+        # With the link down its connected route goes, and packets for the host would follow the
+        # default route off the machine; something out there may answer (this sandbox's network
+        # answers HTTP 404 on ports below 32768), which no pulled cable does. This route, behind the
+        # connected one while the link is up, drops them instead.
+        _check(_ip("route", "add", "blackhole", host.subnet, "metric", BLACKHOLE_METRIC))
         _check(_ip("link", "set", host.outer_if, "up"))
         for args in (
             ("addr", "add", f"{address}/30", "dev", inner_if),
