@@ -37,6 +37,35 @@ def make_user(username: str, role: str) -> User:
     return user
 
 
+def _transactional(request: pytest.FixtureRequest) -> bool:
+    marker = request.node.get_closest_marker("django_db")
+    flags = (marker.kwargs.get("transaction"), marker.kwargs.get("reset_sequences")) if marker else ()
+    return any(flags) or "transactional_db" in request.fixturenames or "live_server" in request.fixturenames
+
+
+@pytest.fixture(autouse=True)
+def _quiet_database_before_flush(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A transactional test ends with its live server shut and idle and no other session on its database
+    in a transaction, before pytest-django's flush (tests/before_flush.py says why).
+
+    Autouse, so its teardown runs after the test's own fixtures' (which stop its agents, engines and
+    servers); the database fixture is set up first so that its flush comes after this teardown."""
+    if not _transactional(request):
+        yield
+        return
+    from tests.before_flush import gate, wait_until_quiet
+
+    if "transactional_db" in request.fixturenames:
+        request.getfixturevalue("transactional_db")
+    app = gate(request.getfixturevalue("live_server")) if "live_server" in request.fixturenames else None
+    if app is not None:
+        app.reopen()
+    yield
+    if app is not None:
+        app.shut_and_drain()
+    wait_until_quiet()
+
+
 @pytest.fixture
 def admin_user(db: None) -> User:
     return make_user("alice-admin", Role.ADMIN)
