@@ -25,7 +25,7 @@ from routing.proxy.config import Pool
 from routing.proxy.errors import ProxyError, error_body
 from routing.proxy.pipeline import remote, stages
 from routing.proxy.pipeline.context import RequestContext, RetryableUpstreamError, Send, client_gone_error
-from routing.proxy.pipeline.relay import read_event
+from routing.proxy.pipeline.relay import stream_events, text_slots
 from routing.proxy.pipeline.respond import SSE_HEADERS, response_headers
 from routing.proxy.services import Services
 from routing.proxy.upstream import UpstreamResponse
@@ -42,24 +42,15 @@ class HeldAnswer:
         self.pieces: dict[int, list[str]] = {}
         # Per choice: the event that carried its first text, and where in it the text goes.
         self.first: dict[int, tuple[int, dict[str, Any], str]] = {}
-        for event in events.split(b"\n\n"):
-            if not event:
-                continue
-            obj, keep = read_event(ctx, event, ctx.client_wants_usage)
+        for event, obj, keep in stream_events(ctx, events, ctx.client_wants_usage):
             if not keep:
                 continue
             if obj is not None:
-                for n, choice in enumerate(obj.get("choices") or []):
-                    if not isinstance(choice, dict):
-                        continue
-                    index = choice.get("index", n)
-                    delta = choice.get("delta")
-                    field, holder = ("content", delta) if isinstance(delta, dict) else ("text", choice)
-                    text = holder.get(field)
-                    if isinstance(text, str):
-                        self.pieces.setdefault(index, []).append(text)
-                        self.first.setdefault(index, (len(self.objs), holder, field))
-                        holder[field] = ""
+                for slot in text_slots(obj, "delta"):
+                    if slot.text is not None:
+                        self.pieces.setdefault(slot.index, []).append(slot.text)
+                        self.first.setdefault(slot.index, (len(self.objs), slot.holder, slot.field))
+                        slot.holder[slot.field] = ""
             self.objs.append((obj, event))
 
     def text(self, index: int) -> str:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import re
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -78,12 +80,7 @@ def usage_from(ctx: RequestContext, data: bytes) -> None:
         ctx.completion_tokens = usage.get("completion_tokens") or 0
         ctx.usage_prompt_tokens = usage.get("prompt_tokens")
     if ctx.collect_text and isinstance(parsed, dict):
-        for choice in parsed.get("choices") or []:
-            msg = choice.get("message") or {}
-            text = msg.get("content") if isinstance(msg, dict) else None
-            text = text if isinstance(text, str) else choice.get("text")
-            if isinstance(text, str):
-                ctx.response_parts.append(text)
+        ctx.response_parts.extend(texts(parsed, "message"))
 
 
 async def stream(
@@ -193,6 +190,46 @@ async def stream(
         await send({"type": "http.response.body", "body": b""})
 
 
+@dataclass(frozen=True, slots=True)
+class TextSlot:
+    """Where one choice of an answer keeps its text: `holder[field]`."""
+
+    index: int
+    choice: dict[str, Any]
+    holder: dict[str, Any]
+    field: str
+
+    @property
+    def text(self) -> str | None:
+        text = self.holder.get(self.field)
+        return text if isinstance(text, str) else None
+
+
+def text_slots(obj: dict[str, Any], box: str) -> Iterator[TextSlot]:
+    """Each choice's text slot, for every reader and rewriter of answer text (the relay, the answer
+    stages, a held answer). `box` is "message" in a whole answer and "delta" in a stream chunk, whose
+    "content" holds a chat choice's text; a completions choice holds it in its own "text"."""
+    for n, choice in enumerate(obj.get("choices") or []):
+        if isinstance(choice, dict):
+            inner = choice.get(box)
+            holder, field = (inner, "content") if isinstance(inner, dict) else (choice, "text")
+            yield TextSlot(choice.get("index", n), choice, holder, field)
+
+
+def texts(obj: dict[str, Any], box: str) -> list[str]:
+    """The text of each choice that has some (for the request log)."""
+    return [slot.text for slot in text_slots(obj, box) if slot.text is not None]
+
+
+def stream_events(
+    ctx: RequestContext, events: bytes, client_wants_usage: bool
+) -> Iterator[tuple[bytes, dict[str, Any] | None, bool]]:
+    """Each SSE event of a batch with `read_event`'s verdict: (event, its JSON object, client gets it)."""
+    for event in events.split(b"\n\n"):
+        if event:
+            yield (event, *read_event(ctx, event, client_wants_usage))
+
+
 def read_event(
     ctx: RequestContext, event: bytes, client_wants_usage: bool
 ) -> tuple[dict[str, Any] | None, bool]:
@@ -221,17 +258,9 @@ def filter_events(ctx: RequestContext, events: bytes, client_wants_usage: bool, 
     if not log_text:
         return usage_event(ctx, events, client_wants_usage)
     kept: list[bytes] = []
-    for event in events.split(b"\n\n"):
-        if not event:
-            continue
-        obj, keep = read_event(ctx, event, client_wants_usage)
+    for event, obj, keep in stream_events(ctx, events, client_wants_usage):
         if obj is not None:
-            for choice in obj.get("choices") or []:
-                delta = choice.get("delta") or {}
-                text = delta.get("content") if isinstance(delta, dict) else None
-                text = text if isinstance(text, str) else choice.get("text")
-                if isinstance(text, str):
-                    ctx.response_parts.append(text)
+            ctx.response_parts.extend(texts(obj, "delta"))
         if keep:
             kept.append(event + b"\n\n")
     return b"".join(kept)
@@ -278,18 +307,10 @@ def staged_whole(ctx: RequestContext, data: bytes) -> bytes:
         return data
     if not isinstance(parsed, dict):
         return data
-    for n, choice in enumerate(parsed.get("choices") or []):
-        if not isinstance(choice, dict):
-            continue
-        index = choice.get("index", n)
-        msg = choice.get("message")
-        if isinstance(msg, dict) and isinstance(msg.get("content"), str):
-            msg["content"] = stages.answer_text(ctx, index, msg["content"]) + stages.answer_text(
-                ctx, index, None
-            )
-        elif isinstance(choice.get("text"), str):
-            choice["text"] = stages.answer_text(ctx, index, choice["text"]) + stages.answer_text(
-                ctx, index, None
+    for slot in text_slots(parsed, "message"):
+        if slot.text is not None:
+            slot.holder[slot.field] = stages.answer_text(ctx, slot.index, slot.text) + stages.answer_text(
+                ctx, slot.index, None
             )
     return orjson.dumps(parsed)
 
@@ -298,23 +319,15 @@ def staged_events(ctx: RequestContext, events: bytes, client_wants_usage: bool, 
     """`filter_events` with each choice's text passed through the chain's answer stages; what a stage
     holds back goes out with the choice's last chunk (the one with its finish_reason)."""
     kept: list[bytes] = []
-    for event in events.split(b"\n\n"):
-        if not event:
-            continue
-        obj, keep = read_event(ctx, event, client_wants_usage)
+    for event, obj, keep in stream_events(ctx, events, client_wants_usage):
         if obj is not None:
-            for n, choice in enumerate(obj.get("choices") or []):
-                if not isinstance(choice, dict):
-                    continue
-                index = choice.get("index", n)
-                delta = choice.get("delta")
-                field, holder = ("content", delta) if isinstance(delta, dict) else ("text", choice)
-                text = holder.get(field)
-                out = stages.answer_text(ctx, index, text) if isinstance(text, str) else ""
-                if choice.get("finish_reason") is not None:
-                    out += stages.answer_text(ctx, index, None)
-                if isinstance(text, str) or out:
-                    holder[field] = out
+            for slot in text_slots(obj, "delta"):
+                text = slot.text
+                out = stages.answer_text(ctx, slot.index, text) if text is not None else ""
+                if slot.choice.get("finish_reason") is not None:
+                    out += stages.answer_text(ctx, slot.index, None)
+                if text is not None or out:
+                    slot.holder[slot.field] = out
                 if log_text and out:
                     ctx.response_parts.append(out)
             event = b"data: " + orjson.dumps(obj)
@@ -332,12 +345,7 @@ async def held_whole(svc: Services, ctx: RequestContext, data: bytes) -> bytes:
         return data
     if not isinstance(parsed, dict):
         return data
-    for n, choice in enumerate(parsed.get("choices") or []):
-        if not isinstance(choice, dict):
-            continue
-        index = choice.get("index", n)
-        msg = choice.get("message")
-        field, holder = ("content", msg) if isinstance(msg, dict) else ("text", choice)
-        if isinstance(holder.get(field), str):
-            holder[field] = await stages.held_text(ctx, svc, index, holder[field])
+    for slot in text_slots(parsed, "message"):
+        if slot.text is not None:
+            slot.holder[slot.field] = await stages.held_text(ctx, svc, slot.index, slot.text)
     return orjson.dumps(parsed)
