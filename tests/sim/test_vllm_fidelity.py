@@ -192,6 +192,17 @@ def test_seed_outside_int64(fsim: SimHandle) -> None:
     )
 
 
+def test_seed_just_below_int64_is_refused_not_rounded(fsim: SimHandle) -> None:
+    # A JSON parser that reads -2**63 - 1 as a float gets -2**63 back, inside the range; vLLM's reads it
+    # exactly (chat_completion/protocol.py:231: ge=_LONG_INFO.min). json.dumps writes every digit.
+    s, body = call_json(fsim.base_url + CHAT, {"messages": MSGS, "seed": -(2**63) - 1}, headers=AUTH)
+    t, p, _, m = err(body)
+    assert (s, t, p) == (400, "Bad Request", "body.seed")
+    assert "Input should be greater than or equal to -9223372036854775808" in m
+    lowest = {"messages": MSGS, "seed": -(2**63), "max_tokens": 1}
+    assert call_json(fsim.base_url + CHAT, lowest, headers=AUTH)[0] == 200
+
+
 def test_out_of_vocabulary_prompt_ids(fsim: SimHandle) -> None:
     # v1/engine/input_processor.py:533-545.
     s, body = call_json(fsim.base_url + COMP, {"prompt": [100, 200000], "max_tokens": 2}, headers=AUTH)

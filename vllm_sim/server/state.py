@@ -4,9 +4,12 @@ counters), JSON responses and the request-body parsing that answers vLLM's refus
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
+import json
 import os
 import random
+import re
 import time
 from typing import Any
 
@@ -37,10 +40,19 @@ def _json_subtype(content_type: str) -> bool:
     return main == "application" and (sub == "json" or sub.endswith("+json"))
 
 
+# An integer of 19 or more digits: orjson reads one outside int64 (2**64 and up, or below -2**63) as a
+# float, and -2**63 - 1 rounds back to -2**63, inside the seed's range. vLLM's FastAPI reads the body
+# with the standard library's json, whose integers are exact, so pydantic refuses it.
+_LONG_INTEGER = re.compile(rb"\d{19}")
+
+
 def _parse_json(raw: bytes) -> Any:
     try:
+        if _LONG_INTEGER.search(raw):
+            with contextlib.suppress(UnicodeDecodeError):  # (orjson below says where the bytes are bad)
+                return json.loads(raw.decode())  # exact integers, as vLLM reads them
         return orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
+    except (orjson.JSONDecodeError, json.JSONDecodeError) as exc:
         # FastAPI reports the position of the decode error in `loc`.
         raise body_error(
             "json_invalid", str(exc.pos), "JSON decode error", {}, ctx={"error": exc.msg}
