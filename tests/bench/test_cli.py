@@ -93,7 +93,18 @@ def test_ctrl_c_writes_what_was_measured(sim: SimHandle, tmp_path: Path) -> None
         "--clients", "2", "--requests", "400", "--output-tokens", "64", "--out", str(out),
     ]  # fmt: skip
     env = {**os.environ, "INFERCHAIN_API_KEY": KEY, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Ctrl-C as a terminal delivers it: a suite started in the background by a non-interactive shell
+    # (`make test &`) runs with SIGINT ignored, every child inherits that, and Python then installs no
+    # KeyboardInterrupt handler: the bench ran on through the signal and this test timed out.
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     time.sleep(4.0)
     proc.send_signal(signal.SIGINT)
     _stdout, stderr = proc.communicate(timeout=30)
