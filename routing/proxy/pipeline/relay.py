@@ -135,11 +135,11 @@ async def stream(
                 if ctx.chain is not None and ctx.chain.answer:
                     try:
                         out = staged_events(ctx, events, client_wants_usage, log_text)
-                    except ProxyError as err:
-                        # The answer is under way: end it with the stage's error, as OpenAI ends a
-                        # stream a filter stopped.
-                        ctx.error_type = err.code or err.type
-                        out = b"data: " + err.body() + b"\n\ndata: [DONE]\n\n"
+                    except RefusedMidStream as refused:
+                        # The answer is under way: what passed goes out, then the stage's error ends
+                        # it, as OpenAI ends a stream a filter stopped.
+                        ctx.error_type = refused.error.code or refused.error.type
+                        out = refused.passed + b"data: " + refused.error.body() + b"\n\ndata: [DONE]\n\n"
                         events = out
                 else:
                     out = filter_events(ctx, events, client_wants_usage, log_text)
@@ -315,25 +315,46 @@ def staged_whole(ctx: RequestContext, data: bytes) -> bytes:
     return orjson.dumps(parsed)
 
 
+class RefusedMidStream(Exception):
+    """A stage refused a streamed answer at one event of a batch: the events before it passed."""
+
+    def __init__(self, passed: bytes, error: ProxyError) -> None:
+        super().__init__(error.message)
+        self.passed = passed
+        self.error = error
+
+
 def staged_events(ctx: RequestContext, events: bytes, client_wants_usage: bool, log_text: bool) -> bytes:
     """`filter_events` with each choice's text passed through the chain's answer stages; what a stage
-    holds back goes out with the choice's last chunk (the one with its finish_reason)."""
+    holds back goes out with the choice's last chunk (the one with its finish_reason).
+
+    A stage that refuses the answer (a guard's blocked term) raises RefusedMidStream with the events
+    before the one it refused: the client gets the same text however the engine's bytes were batched
+    (a slow proxy reads many events at once; refusing the whole batch sent nothing before the error)."""
     kept: list[bytes] = []
     for event, obj, keep in stream_events(ctx, events, client_wants_usage):
         if obj is not None:
-            for slot in text_slots(obj, "delta"):
-                text = slot.text
-                out = stages.answer_text(ctx, slot.index, text) if text is not None else ""
-                if slot.choice.get("finish_reason") is not None:
-                    out += stages.answer_text(ctx, slot.index, None)
-                if text is not None or out:
-                    slot.holder[slot.field] = out
-                if log_text and out:
-                    ctx.response_parts.append(out)
+            try:
+                _stage_chunk(ctx, obj, log_text)
+            except ProxyError as err:
+                raise RefusedMidStream(b"".join(kept), err) from None
             event = b"data: " + orjson.dumps(obj)
         if keep:
             kept.append(event + b"\n\n")
     return b"".join(kept)
+
+
+def _stage_chunk(ctx: RequestContext, obj: dict[str, Any], log_text: bool) -> None:
+    """One stream chunk's text through the answer stages, in place."""
+    for slot in text_slots(obj, "delta"):
+        text = slot.text
+        out = stages.answer_text(ctx, slot.index, text) if text is not None else ""
+        if slot.choice.get("finish_reason") is not None:
+            out += stages.answer_text(ctx, slot.index, None)
+        if text is not None or out:
+            slot.holder[slot.field] = out
+        if log_text and out:
+            ctx.response_parts.append(out)
 
 
 async def held_whole(svc: Services, ctx: RequestContext, data: bytes) -> bytes:
