@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -35,11 +36,15 @@ def test_a_key_on_a_child_command_line_is_found() -> None:
     assert check.cmdline_leaks == [f"pid {child.pid}'s command line holds the key tests/x.py::test_y created"]
 
 
-def test_a_key_in_a_log_file_written_during_the_session_is_found(tmp_path: Path) -> None:
+@pytest.mark.parametrize("clock_behind", [0.0, 0.001], ids=["same-clock", "mtime-before-start"])
+def test_a_key_in_a_log_file_written_during_the_session_is_found(tmp_path: Path, clock_behind: float) -> None:
     check = KeyLeakCheck(patch=False)
     check.keys["ick_" + "Q" * 43] = "tests/x.py::test_z"
     log = Path(tempfile_dir()) / f"proxy-leakcheck-{time.time_ns()}.log"
     log.write_text("INFO request from key ick_" + "Q" * 43 + "\n")
+    if clock_behind:
+        # Written just after the check began, stamped just before it (the wall clock slewed back).
+        os.utime(log, (check.started - clock_behind, check.started - clock_behind))
     try:
 
         class Session:
