@@ -193,6 +193,8 @@ class ServingLimits:
     tokenizer: text.PromptTokenizer = field(default_factory=text.PromptTokenizer)
     return_tokens_as_token_ids: bool = False  # --return-tokens-as-token-ids
     vocab_size: int = text.VOCAB_SIZE
+    # --enable-auto-tool-choice with a --tool-call-parser: tool_choice "auto" is served.
+    auto_tools: bool = False
 
 
 def check_model(body: dict[str, Any], limits: ServingLimits) -> str:
@@ -417,7 +419,9 @@ def parse_chat(body: Any, limits: ServingLimits) -> SamplingRequest:
         # A VLLMValidationError without a parameter (chat_completion/protocol.py:990-994).
         raise validator_error(both, None, body)
     check_logprobs(body, chat=True)
+    check_tools(body, limits.auto_tools)
     c = _common(body, limits, chat=True)
+    _response_format(body)
     logprobs = bool(_get(body, "logprobs", (bool,), False))
     top = _get(body, "top_logprobs", (int,), None)
     lp_ids = _token_id_list(body, "logprob_token_ids")
@@ -557,6 +561,56 @@ def parse_completion(body: Any, limits: ServingLimits) -> SamplingRequest:
         logprob_token_ids=lp_ids,
         **_strip(c),
     )
+
+
+# The response_format types a chat request may name (ResponseFormat and StructuralTagResponseFormat in
+# chat_completion/protocol.py: `type: Literal[...]`); another is a pydantic literal_error, a 400.
+RESPONSE_FORMATS = ("text", "json_object", "json_schema", "structural_tag")
+
+
+def _response_format(body: dict[str, Any]) -> None:
+    fmt = body.get("response_format")
+    if fmt is None:
+        return
+    if not isinstance(fmt, dict):
+        raise body_error("model_attributes_type", "response_format", "Input should be a valid dictionary or "
+                         "object to extract fields from", fmt)  # fmt: skip
+    kind = fmt.get("type")
+    if kind not in RESPONSE_FORMATS:
+        expected = ", ".join(f"'{k}'" for k in RESPONSE_FORMATS[:-1]) + f" or '{RESPONSE_FORMATS[-1]}'"
+        raise body_error("literal_error", "response_format.type", f"Input should be {expected}", kind,
+                         ctx={"expected": expected})  # fmt: skip
+
+
+AUTO_TOOLS = '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+
+
+def check_tools(body: dict[str, Any], auto_tools: bool) -> None:
+    """ChatCompletionRequest's check_tool_usage validator (before field validation, so its refusals are
+    pydantic's "Value error, ..."), then the serving layer's refusal of tool_choice "auto" on a server
+    without a tool-call parser, a plain 400 with vLLM's wording. tool_choice defaults to "auto" when
+    tools are given. The simulator generates text only: a served "auto" answers without calling a tool,
+    as a model may; a named tool choice or "required" is answered as text too (not simulated)."""
+    tools = body.get("tools")
+    choice = body.get("tool_choice", "auto" if tools else None)
+    if choice is None or choice == "none":
+        return
+    if not tools:
+        raise validator_error("When using `tool_choice`, `tools` must be set.", "tool_choice", body)
+    if choice not in ("auto", "required") and not isinstance(choice, dict):
+        raise validator_error(
+            f'Invalid value for `tool_choice`: {choice}! Only named tools, "none", "auto" or '
+            '"required" are supported.',
+            "tool_choice",
+            body,
+        )
+    if isinstance(choice, dict):
+        name = (choice.get("function") or {}).get("name")
+        names = [(t.get("function") or {}).get("name") for t in tools if isinstance(t, dict)]
+        if name not in names:
+            raise validator_error(f"Tool '{name}' has not been passed in `tools`.", "tool_choice", body)
+    if choice == "auto" and not auto_tools:
+        raise ApiError(400, "BadRequestError", AUTO_TOOLS)
 
 
 def check_logprobs(body: dict[str, Any], *, chat: bool) -> None:

@@ -272,6 +272,39 @@ def test_prompt_tokens_details_cached(fsim: SimHandle) -> None:
     assert s == 200 and body["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
 
 
+def test_prompt_tokens_details_on_a_cold_cache_is_zero_not_null(fsim: SimHandle) -> None:
+    # With --enable-prompt-tokens-details vLLM fills the details from num_cached_tokens, 0 included.
+    s, body = call_json(fsim.base_url + COMP, {"prompt": "A prompt seen once: 7f3a", "max_tokens": 1},
+                        headers=AUTH)  # fmt: skip
+    assert s == 200 and body["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
+
+
+TOOL = {"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}
+
+
+def test_tool_choice_checks_as_vllm(sim_factory: SimFactory) -> None:
+    plain = sim_factory("--max-model-len", "256")
+    ask = {"messages": MSGS, "max_tokens": 2}
+    # tool_choice defaults to "auto" with tools; without a tool-call parser vLLM refuses it.
+    for extra in ({"tools": [TOOL]}, {"tools": [TOOL], "tool_choice": "auto"}):
+        s, out = call_json(plain.base_url + CHAT, {**ask, **extra})
+        assert s == 400 and err(out)[3] == (
+            '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+        )
+    s, out = call_json(plain.base_url + CHAT, {**ask, "tools": [TOOL], "tool_choice": "none"})
+    assert s == 200 and out["choices"][0]["message"]["tool_calls"] == []
+    s, out = call_json(plain.base_url + CHAT, {**ask, "tool_choice": "required"})
+    assert s == 400 and "When using `tool_choice`, `tools` must be set." in err(out)[3]
+    named = {"type": "function", "function": {"name": "clock"}}
+    s, out = call_json(plain.base_url + CHAT, {**ask, "tools": [TOOL], "tool_choice": named})
+    assert s == 400 and "Tool 'clock' has not been passed in `tools`." in err(out)[3]
+    served = sim_factory(
+        "--max-model-len", "256", "--enable-auto-tool-choice", "--tool-call-parser", "hermes"
+    )
+    s, out = call_json(served.base_url + CHAT, {**ask, "tools": [TOOL]})
+    assert s == 200
+
+
 def test_force_include_usage_in_every_chunk(sim_factory: SimFactory) -> None:
     # serve/utils/api_utils.py:289-293.
     h = sim_factory("--max-model-len", "256", "--enable-force-include-usage")

@@ -42,7 +42,11 @@ class GenerationOutput(ServerState):
         # --enable-prompt-tokens-details: the prefix-cache hit as prompt_tokens_details.cached_tokens, when
         # there is one (one per prompt; the n choices of a prompt share it).
         cached = sum(seqs[i * req.n].num_cached_prompt_tokens for i in range(len(req.prompts)))
-        if self.args.enable_prompt_tokens_details and cached:
+        if self.args.enable_prompt_tokens_details:
+            # vLLM sets usage.prompt_tokens_details = _make_prompt_tokens_details(
+            # self.enable_prompt_tokens_details, final_res.num_cached_tokens, ...) whenever the flag is on
+            # (vllm/entrypoints/openai/chat_completion/serving.py, the full generator, at 006c49d4): a cold
+            # prefix cache reads {"cached_tokens": 0}, not null.
             usage["prompt_tokens_details"] = {"cached_tokens": cached}
         elif not streaming:
             # Stream chunks are serialized with exclude_unset=True, which drops the unset details field.

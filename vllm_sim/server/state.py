@@ -95,6 +95,7 @@ class ServerState:
             force_include_usage=bool(args.enable_force_include_usage),
             tokenizer=text.load_prompt_tokenizer(args.tokenizer, args.model),
             return_tokens_as_token_ids=bool(args.return_tokens_as_token_ids),
+            auto_tools=bool(args.enable_auto_tool_choice) and bool(args.tool_call_parser),
         )
         self.dev_mode = os.environ.get("VLLM_SERVER_DEV_MODE", "0") == "1"
         self.load_tracking = bool(args.enable_server_load_tracking)
