@@ -4,15 +4,17 @@ endpoint. The answer itself is relayed by routing/proxy/pipeline/relay.py."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import orjson
 
 from routing.choices import Scorer
+from routing.proxy import dialect
 from routing.proxy import metrics as m
 from routing.proxy.config import Endpoint, Pool
 from routing.proxy.errors import ProxyError, unavailable
@@ -27,6 +29,7 @@ from routing.proxy.pipeline.context import (
 )
 from routing.proxy.scorers import EndpointLoad, ScoreRequest, choose, prefix_key, token_prefix_key
 from routing.proxy.services import Services
+from routing.proxy.upstream import UpstreamResponse
 
 log = logging.getLogger("routing.proxy.app")
 
@@ -141,6 +144,8 @@ async def try_endpoints(
         svc.live.rr[pool.name] = rr + 1
         index, why = choose(pool.scorer, loads, score_req, weights=pool.weights, rr=rr)
         ep = live[index]
+        # What this engine kind is sent (a 400 for what it cannot do, before anything is counted).
+        ctx.dialect = dialect.for_endpoint(ep.engine, upstream, ctx.kind, ctx.prompt_tokens)
         decision = route_time + time.perf_counter() - t0
         m.DECISION_SECONDS.observe(decision)
         dep_label = ep.id
@@ -154,7 +159,14 @@ async def try_endpoints(
         inflight.inc()
         try:
             upstream["model"] = ep.served_model_name
-            await attempt_call(svc, ctx, pool, ep, orjson.dumps(upstream), send)
+            if ctx.dialect is None:
+                await attempt_call(svc, ctx, pool, ep, orjson.dumps(upstream), send)
+            else:
+                payloads = ctx.dialect.bodies(ep.served_model_name)
+                if len(payloads) == 1 or ctx.stream:
+                    await attempt_call(svc, ctx, pool, ep, payloads[0], send, payloads[1:])
+                else:
+                    await fan_out(svc, ctx, pool, ep, payloads, send)
             if ctx.status < 500:
                 state.success()
             return
@@ -187,9 +199,16 @@ async def try_endpoints(
 
 
 async def attempt_call(
-    svc: Services, ctx: RequestContext, pool: Pool, ep: Endpoint, payload: bytes, send: Send
+    svc: Services,
+    ctx: RequestContext,
+    pool: Pool,
+    ep: Endpoint,
+    payload: bytes,
+    send: Send,
+    then: Sequence[bytes] = (),
 ) -> None:
-    """One call to `ep`; RetryableUpstreamError while nothing has reached the client yet."""
+    """One call to `ep`; RetryableUpstreamError while nothing has reached the client yet. `then`: the
+    bodies of a fanned-out stream's later choices, each called when the one before has ended."""
     path = PATHS[ctx.kind]
     host, port = svc.hostport(ep.base_url)
     extra = b"Authorization: Bearer " + ep.api_key.encode() + b"\r\n" if ep.api_key else b""
@@ -210,9 +229,19 @@ async def attempt_call(
         if ctx.client_gone:
             raise client_gone_error() from None
         raise RetryableUpstreamError(f"connect failed: {type(exc).__name__}", unreachable=True) from None
+    if then and resp.status == 200:
+        resp = ChainedResponse(
+            resp,
+            lambda body: svc.upstream.post(
+                host, port, path, body, extra, pool.connect_timeout_s, ctx.track_upstream
+            ),
+            then,
+        )
     try:
         if resp.status >= 500:
-            raise RetryableUpstreamError(f"HTTP {resp.status}")
+            if ctx.dialect is None or not await relay.engine_refused(svc, ctx, resp, path, deadline, send):
+                raise RetryableUpstreamError(f"HTTP {resp.status}")
+            return
         if not ctx.stream or resp.status != 200:
             await relay.whole(svc, ctx, resp, path, deadline, send)
             return
@@ -226,3 +255,78 @@ async def attempt_call(
         # that another request may be using by then.
         ctx.upstream = None
         resp.release()
+
+
+async def fan_out(
+    svc: Services, ctx: RequestContext, pool: Pool, ep: Endpoint, payloads: list[bytes], send: Send
+) -> None:
+    """`n` choices from an engine that makes one per request: one call per choice, all at once, and one
+    answer made of them (routing/proxy/dialect.py). Not streamed; any failure fails them all."""
+    assert ctx.dialect is not None
+    path = PATHS[ctx.kind]
+    host, port = svc.hostport(ep.base_url)
+    extra = b"Authorization: Bearer " + ep.api_key.encode() + b"\r\n" if ep.api_key else b""
+    deadline = time.perf_counter() + pool.total_timeout_s
+    ctx.deadline(deadline)
+
+    async def one(payload: bytes) -> tuple[int, bytes]:
+        resp = await svc.upstream.post(host, port, path, payload, extra, pool.connect_timeout_s)
+        try:
+            return resp.status, await resp.read()
+        finally:
+            resp.release()
+
+    try:
+        answers = await asyncio.gather(*(one(p) for p in payloads))
+    except TimeoutError:
+        raise RetryableUpstreamError("no answer before the total timeout", 504) from None
+    except OSError as exc:
+        if ctx.client_gone:
+            raise client_gone_error() from None
+        raise RetryableUpstreamError(f"connect failed: {type(exc).__name__}", unreachable=True) from None
+    finally:
+        ctx.clear_deadline()
+    for status, data in answers:
+        if status != 200:
+            status, data = ctx.dialect.error(status, data)
+            if status >= 500:
+                raise RetryableUpstreamError(f"HTTP {status}")
+            await relay.answer(svc, ctx, status, data, path, send)
+            return
+    await relay.answer(svc, ctx, 200, ctx.dialect.whole([data for _, data in answers]), path, send)
+
+
+class ChainedResponse(UpstreamResponse):
+    """The streams of a fanned-out request read as one: when one ends, the next choice's call is made and
+    read. The engine's dialect numbers each stream's choice and keeps one end of stream (dialect.py).
+    An engine that takes one request at a time would run the calls one after another anyway."""
+
+    def __init__(
+        self,
+        first: UpstreamResponse,
+        call: Callable[[bytes], Awaitable[UpstreamResponse]],
+        then: Sequence[bytes],
+    ) -> None:  # a view over other responses: none of the parser state of its own
+        self.current = first
+        self.call = call
+        self.then = list(then)
+        self.status = first.status
+        self.complete = False
+
+    def read_nowait(self) -> bytes | None:
+        chunk = self.current.read_nowait()
+        return None if chunk == b"" and self.then else chunk
+
+    async def readany(self) -> bytes:
+        chunk = await self.current.readany()
+        while not chunk and self.then:
+            self.current.release()
+            self.current = await self.call(self.then.pop(0))
+            if self.current.status != 200:
+                raise OSError(f"the engine answered HTTP {self.current.status} for a later choice")
+            chunk = await self.current.readany()
+        self.complete = not self.then and self.current.complete
+        return chunk
+
+    def release(self) -> None:
+        self.current.release()

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from routing.choices import Priority
 from routing.proxy.config import Endpoint, KeyInfo, Policy, Pool, Shadow
+from routing.proxy.dialect import LlamaCpp
 from routing.proxy.errors import ProxyError
 from routing.proxy.limits import Admission
 from routing.proxy.scorers import ScoreRequest
@@ -145,6 +146,8 @@ class RequestContext:
     # call: the body sent upstream (model name set per endpoint) and whether the client asked for usage.
     upstream_body: dict[str, Any] | None = None
     client_wants_usage: bool = False
+    # The engine's dialect when it is not vLLM's (routing/proxy/dialect.py), set per endpoint tried.
+    dialect: LlamaCpp | None = None
     # The request's stage chain (None: the fast path, no stage runs) and its stages' per-request state.
     chain: StageChain | None = None
     stage_run: StageRun | None = None

@@ -130,6 +130,8 @@ async def read_all(ctx: RequestContext, pool: Pool, resp: UpstreamResponse, dead
     finally:
         ctx.clear_deadline()
     events = b"".join(parts)
+    if ctx.dialect is not None:
+        events = ctx.dialect.events(events)
     if DONE.rstrip() not in events:
         raise RetryableUpstreamError("stream closed before its end")
     return events

@@ -51,9 +51,20 @@ async def whole(
         if ctx.client_gone:
             raise client_gone_error() from None
         raise RetryableUpstreamError(f"read failed: {type(exc).__name__}") from None
+    status = resp.status
+    if ctx.dialect is not None:
+        if status == 200:
+            data = ctx.dialect.whole([data])
+        elif status >= 400:
+            status, data = ctx.dialect.error(status, data)
+    await answer(svc, ctx, status, data, path, send)
+
+
+async def answer(svc: Services, ctx: RequestContext, status: int, data: bytes, path: str, send: Send) -> None:
+    """A whole answer (or an error answer) through the answer stages, read for usage, and sent."""
     # No time to first token for a whole answer: it arrives at once, so TTFT stays empty.
-    ctx.status = resp.status
-    if resp.status == 200:
+    ctx.status = status
+    if status == 200:
         if ctx.stage_run is not None and ctx.stage_run.tap is not None:
             ctx.stage_run.tap(data)  # the raw answer, before post-stages change it
         if ctx.chain is not None and ctx.chain.holds:
@@ -62,12 +73,31 @@ async def whole(
         elif ctx.chain is not None and ctx.chain.answer:
             data = staged_whole(ctx, data)
         usage_from(ctx, data)
-    elif resp.status >= 400:
-        if resp.status in (404, 405) and not is_openai_error(data):
+    elif status >= 400:
+        if status in (404, 405) and not is_openai_error(data):
             # The engine has no such route (FastAPI's {"detail": "Not Found"}).
             raise unsupported_endpoint("POST", path, ctx.alias)
-        ctx.error_type = f"upstream_{resp.status}"
-    await send_raw(send, resp.status, data, response_headers(ctx, JSON_HEADERS))
+        ctx.error_type = f"upstream_{status}"
+    await send_raw(send, status, data, response_headers(ctx, JSON_HEADERS))
+
+
+async def engine_refused(
+    svc: Services, ctx: RequestContext, resp: UpstreamResponse, path: str, deadline: float, send: Send
+) -> bool:
+    """A 5xx that the engine's dialect reads as the client's mistake is answered as such (True); any
+    other (False) is the engine's failure, retried elsewhere."""
+    assert ctx.dialect is not None
+    try:
+        if not resp.complete:
+            ctx.deadline(deadline)
+        data = await resp.read()
+    except (TimeoutError, OSError):
+        return False
+    status, data = ctx.dialect.error(resp.status, data)
+    if status >= 500:
+        return False
+    await answer(svc, ctx, status, data, path, send)
+    return True
 
 
 def usage_from(ctx: RequestContext, data: bytes) -> None:
@@ -127,6 +157,8 @@ async def stream(
             cut = buffer.rfind(b"\n\n")
             if cut >= 0:
                 events, buffer = buffer[: cut + 2], buffer[cut + 2 :]
+                if ctx.dialect is not None:
+                    events = ctx.dialect.events(events)
                 # TTFT is the first generated text, not the first byte (engines send the role first).
                 if ctx.ttft_s is None and FIRST_TOKEN.search(events):
                     ctx.ttft_s = time.perf_counter() - started
