@@ -30,18 +30,6 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(Watchdog(STACKS_DIR), "watchdog")
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests marked `slow` run first, each group otherwise in the order pytest-django left it.
-
-    Why: xdist's worksteal hands each worker a contiguous half of this list and lets an idle worker steal
-    from the end of another's queue, never the test that worker is running. pytest-django sorts tests
-    that use no database last, so the 100 s idle-demo test ran at the very end while the other worker
-    sat idle. With the long tests up front, the last minutes are short tests the two workers share.
-    trylast: after pytest-django's sort, which a stable sort keeps inside each group."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
 def make_user(username: str, role: str) -> User:
     user = User(username=username, role=role)
     user.set_password(PASSWORD)
