@@ -281,6 +281,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="With --distributed-executor-backend ray: seconds to wait for the placement group "
         "(vLLM's PG_WAIT_TIMEOUT, 1800).",
     )
+    sim.add_argument(
+        "--sim-vocab-size",
+        type=int,
+        default=None,
+        help="Vocabulary size of the served model, which bounds token ids in logit_bias, "
+        "allowed_token_ids and logprob counts (default: `vocab_size` of the model directory's "
+        "config.json, as vLLM reads it, else the profile's model).",
+    )
     sim.add_argument("--sim-gpu-index", type=int, default=0, help="Index of the first modelled GPU.")
     sim.add_argument(
         "--sim-gpu-uuid-seed", default=None, help="Seed of the modelled GPUs' UUIDs (default: port)."

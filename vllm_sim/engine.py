@@ -47,6 +47,9 @@ class Sequence:
     # logit_bias / allowed_token_ids as output-vocabulary indices (model.constrained_token)
     bias: dict[int, float] | None = None
     allowed: frozenset[int] | None = None
+    # Beam search: the first token is the model's choice of this rank (0: its best), the rest greedy, so
+    # the n beams of a request differ and each is a likely continuation.
+    first_rank: int = 0
     # scheduler state
     num_tokens: int = 0
     num_computed: int = 0
@@ -439,7 +442,9 @@ class SimEngine:
             if seq.num_computed < seq.num_tokens:
                 continue
             h = seq.context
-            if seq.bias or seq.allowed:
+            if seq.first_rank and not seq.out:
+                tok = model.distribution(h, seq.drift).top(seq.first_rank + 1)[seq.first_rank][0]
+            elif seq.bias or seq.allowed:
                 u = model.sampling_uniform(seq.key, len(seq.out))
                 tok = model.constrained_token(h, seq.drift, seq.greedy, u, seq.bias, seq.allowed)
             elif seq.greedy:

@@ -18,7 +18,7 @@ from vllm_sim import model
 from vllm_sim.engine import Sequence
 from vllm_sim.text import VOCAB, VOCAB_SIZE, PromptTokenizer
 
-_REST: dict[tuple[int, bool], list[tuple[int, str]]] = {}
+_REST: dict[tuple[int, bool, int], list[tuple[int, str]]] = {}
 
 
 def whole_vocab(k: int) -> int:
@@ -26,16 +26,18 @@ def whole_vocab(k: int) -> int:
     return len(VOCAB) if k == -1 else k
 
 
-def rest_of_vocab(tokenizer: PromptTokenizer | None, as_ids: bool) -> list[tuple[int, str]]:
-    """(token id, name) of every id of the modelled vocabulary (VOCAB_SIZE, Llama-3's 128256) that is not
-    an output piece: with -1, vLLM lists the whole vocabulary, and these ids have log-probability
-    model.OOV_LOGPROB. Decoded once per process and tokenizer."""
-    key = (id(tokenizer), as_ids)
+def rest_of_vocab(
+    tokenizer: PromptTokenizer | None, as_ids: bool, vocab: int = VOCAB_SIZE
+) -> list[tuple[int, str]]:
+    """(token id, name) of every id of the served model's vocabulary (`vocab` ids; by default Llama-3's
+    128256) that is not an output piece: with -1, vLLM lists the whole vocabulary, and these ids have
+    log-probability model.OOV_LOGPROB. Decoded once per process, tokenizer and size."""
+    key = (id(tokenizer), as_ids, vocab)
     if key not in _REST:
         out_ids = {model.token_id(i) for i in range(len(VOCAB))}
         _REST[key] = [
             (t, f"token_id:{t}" if as_ids else (tokenizer.decode([t]) if tokenizer is not None else ""))
-            for t in range(VOCAB_SIZE)
+            for t in range(vocab)
             if t not in out_ids
         ]
     return _REST[key]
@@ -87,6 +89,7 @@ def chat_logprobs(
     as_ids: bool = False,
     ids: list[int] | None = None,
     tokenizer: PromptTokenizer | None = None,
+    vocab: int = VOCAB_SIZE,
 ) -> dict[str, Any]:
     whole = k == -1
     k = whole_vocab(k)
@@ -100,7 +103,7 @@ def chat_logprobs(
         # with logprob_token_ids (return_all) or top_logprobs -1 (the whole vocabulary).
         listed = step if ids else step[:k]
         if whole and not ids:
-            listed = step + [(name, model.OOV_LOGPROB) for _, name in rest_of_vocab(tokenizer, as_ids)]
+            listed = step + [(name, model.OOV_LOGPROB) for _, name in rest_of_vocab(tokenizer, as_ids, vocab)]
         content.append(
             {
                 "token": piece,
@@ -141,13 +144,13 @@ def completion_logprobs(
 
 
 def prompt_logprobs(
-    ids: list[int], k: int, drift: float, tokenizer: PromptTokenizer
+    ids: list[int], k: int, drift: float, tokenizer: PromptTokenizer, vocab: int = VOCAB_SIZE
 ) -> list[dict[str, dict[str, Any]] | None]:
     """The model's view of a prompt, token by token (teacher forcing): what a drifted twin thinks of the
     reference's text is read here."""
     whole = k == -1
     k = whole_vocab(k)
-    rest = rest_of_vocab(tokenizer, False) if whole else []
+    rest = rest_of_vocab(tokenizer, False, vocab) if whole else []
     out: list[dict[str, dict[str, Any]] | None] = []
     for i, h in enumerate(model.contexts(ids)):
         if i == 0:

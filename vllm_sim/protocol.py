@@ -176,6 +176,8 @@ class SamplingRequest:
     chat_echo: str = ""  # chat `echo`: the final assistant message's content, prefixed to the answer
     logprob_token_ids: list[int] | None = None  # logprobs of exactly these ids beside the sampled token
     role: str = "assistant"  # get_chat_request_role: the last message's role without a generation prompt
+    beam: bool = False  # use_beam_search: the n choices are the n best beams
+    length_penalty: float = 1.0  # beam search: a beam's score is cumulative logprob / length**penalty
 
     @property
     def wants_logprobs(self) -> bool:
@@ -321,8 +323,13 @@ def _common(body: dict[str, Any], limits: ServingLimits, *, chat: bool) -> dict[
     elif stream_options:
         include_usage = bool(stream_options.get("include_usage"))
         continuous = include_usage and bool(stream_options.get("continuous_usage_stats"))
+    beam = bool(_get(body, "use_beam_search", (bool,), False))
+    if beam and stream:
+        raise validator_error("Streaming is not currently supported with beam search", "stream", body)
     return {
         "n": n,
+        "beam": beam,
+        "length_penalty": _get(body, "length_penalty", (float,), 1.0),
         "temperature": temperature,
         "seed": seed,
         "stream": stream,
@@ -447,10 +454,15 @@ def parse_chat(body: Any, limits: ServingLimits) -> SamplingRequest:
     if trunc is None:
         _check_chars(prompt, c["max_tokens"], limits)
     ids = limits.tokenizer.encode_rendered(prompt)
+    reused = _reused_prompt_ids(body)
+    if reused is not None:
+        # The ids as the prompt, verbatim: no template, no tokenizer, and no conversation to echo.
+        ids, prompt, echo = reused, limits.tokenizer.decode(reused), ""
     prompts = [_truncate(ids, prompt, trunc, limits)]
     _check_lengths(prompts, c["max_tokens"], limits, token_input=trunc is not None)
     c["logit_bias"] = convert_logit_bias(c["logit_bias"])
-    verify_sampling(c["sampling"], n_logprobs)
+    if not c["beam"]:  # beam search builds BeamSearchParams, which SamplingParams' checks never see
+        verify_sampling(c["sampling"], n_logprobs)
     return SamplingRequest(
         model=model,
         prompts=prompts,
@@ -462,6 +474,25 @@ def parse_chat(body: Any, limits: ServingLimits) -> SamplingRequest:
         role=role,
         **_strip(c),
     )
+
+
+def _reused_prompt_ids(body: dict[str, Any]) -> list[int] | None:
+    """`kv_transfer_params.prompt_token_ids` of a chat request: in disaggregated serving the decode stage
+    gets the prefill stage's prompt ids there and vLLM uses them as the prompt instead of rendering the
+    messages (vllm/renderers/online_renderer.py `_reused_prompt_token_ids` and `preprocess_chat`, at
+    01063cd0), unless a message carries media (chat_completion/protocol.py
+    `drop_prompt_token_ids_with_media`)."""
+    kv = body.get("kv_transfer_params")
+    ids = kv.get("prompt_token_ids") if isinstance(kv, dict) else None
+    if not ids or not isinstance(ids, list) or not all(type(t) is int for t in ids):
+        return None
+    for message in body.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list) and any(
+            isinstance(part, dict) and part.get("type") != "text" for part in content
+        ):
+            return None
+    return ids
 
 
 def parse_batch_chat(body: dict[str, Any]) -> list[list[Any]]:
@@ -550,7 +581,8 @@ def parse_completion(body: Any, limits: ServingLimits) -> SamplingRequest:
         prompts.append(_truncate(ids, limits.tokenizer.decode(ids), trunc, limits))
     _check_lengths(prompts, c["max_tokens"], limits, token_input=token_input or trunc is not None)
     c["logit_bias"] = convert_logit_bias(c["logit_bias"])
-    verify_sampling(c["sampling"], lp)
+    if not c["beam"]:
+        verify_sampling(c["sampling"], lp)
     return SamplingRequest(
         model=model,
         prompts=prompts,
@@ -707,9 +739,9 @@ def _truncate(
     return kept, limits.tokenizer.decode(kept)
 
 
-def _all_vocab(n: int) -> int:
+def _all_vocab(n: int, vocab: int) -> int:
     """-1 asks for the log-probabilities of the whole vocabulary."""
-    return text.VOCAB_SIZE if n == -1 else n
+    return vocab if n == -1 else n
 
 
 def _strip(c: dict[str, Any]) -> dict[str, Any]:
@@ -780,7 +812,7 @@ def engine_checks(req: SamplingRequest, limits: ServingLimits) -> None:
     # _validate_allowed_token_ids: run by the engine's InputProcessor, so a stream gets them as an event.
     max_lp = vocab if limits.max_logprobs == -1 else limits.max_logprobs
     if req.logprobs:
-        n = _all_vocab(req.logprobs)
+        n = _all_vocab(req.logprobs, vocab)
         if n > max_lp:
             raise validation_error(
                 "logprobs",
@@ -805,7 +837,7 @@ def engine_checks(req: SamplingRequest, limits: ServingLimits) -> None:
                 bad,
             )
     if req.prompt_logprobs:
-        n = _all_vocab(req.prompt_logprobs)
+        n = _all_vocab(req.prompt_logprobs, vocab)
         if n > max_lp:
             raise validation_error(
                 "prompt_logprobs",

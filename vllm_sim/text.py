@@ -26,6 +26,7 @@ text.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import re
@@ -224,6 +225,23 @@ class PromptTokenizer:
         if self.hf is not None:
             return str(self.hf.decode(ids, skip_special_tokens=False))
         return detokenize(ids)
+
+
+def config_vocab_size(model: str | None) -> int | None:
+    """`vocab_size` of a model directory's config.json (a multimodal model's `text_config` holds it), as
+    vLLM's ModelConfig.get_vocab_size reads it from the Hugging Face config; None without one."""
+    if not model or not os.path.isdir(model):
+        return None
+    try:
+        with open(os.path.join(model, "config.json"), encoding="utf-8") as fh:
+            config = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    for holder in (config, config.get("text_config") or {}):
+        size = holder.get("vocab_size") if isinstance(holder, dict) else None
+        if isinstance(size, int) and size > 0:
+            return size
+    return None
 
 
 def load_prompt_tokenizer(*candidates: str | None) -> PromptTokenizer:

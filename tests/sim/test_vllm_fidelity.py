@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -302,6 +303,27 @@ def test_tool_choice_checks_as_vllm(sim_factory: SimFactory) -> None:
         "--max-model-len", "256", "--enable-auto-tool-choice", "--tool-call-parser", "hermes"
     )
     s, out = call_json(served.base_url + CHAT, {**ask, "tools": [TOOL]})
+    assert s == 200
+
+
+def test_vocabulary_size_is_the_served_models(sim_factory: SimFactory, tmp_path: Path) -> None:
+    # vLLM bounds token ids by ModelConfig.get_vocab_size(), the model's config.json `vocab_size`
+    # (SmolLM2's 49152 here), not one size for every model.
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 49152}))
+    for handle in (
+        sim_factory("--max-model-len", "256", model=str(tmp_path)),
+        sim_factory("--max-model-len", "256", "--sim-vocab-size", "49152"),
+    ):
+        ask = {"prompt": "Hi", "max_tokens": 2}
+        s, out = call_json(handle.base_url + COMP, {**ask, "logit_bias": {"49151": 1, "49152": 1}})
+        assert s == 400 and "[49152]" in err(out)[3] and "Vocabulary size: 49152" in err(out)[3]
+        s, out = call_json(handle.base_url + COMP, {**ask, "allowed_token_ids": [49151, 49152]})
+        assert s == 400 and "out-of-vocab" in err(out)[3]
+        s, _ = call_json(handle.base_url + COMP, {**ask, "logit_bias": {"49151": 1}})
+        assert s == 200
+    # Without either, the profile's model (Llama-3.1-8B: 128256).
+    plain = sim_factory("--max-model-len", "256")
+    s, _ = call_json(plain.base_url + COMP, {"prompt": "Hi", "max_tokens": 2, "logit_bias": {"128255": 1}})
     assert s == 200
 
 

@@ -302,6 +302,65 @@ def test_kv_transfer_params_without_a_connector(src: SimHandle) -> None:
     assert s == 400 and err(body)[1] == "body.kv_transfer_params"
 
 
+def test_kv_transfer_prompt_token_ids_are_the_prompt_verbatim(src: SimHandle) -> None:
+    # online_renderer.py _reused_prompt_token_ids: the decode stage reuses the prefill stage's ids.
+    first = call_json(src.base_url + CHAT, {"messages": MSGS, "max_tokens": 2, "return_token_ids": True})[1]
+    ids = first["prompt_token_ids"]
+    other = [{"role": "user", "content": "Something else entirely, and much longer than the first."}]
+    kv = {"do_remote_prefill": True, "prompt_token_ids": ids}
+    s, body = call_json(src.base_url + CHAT, {"messages": other, "max_tokens": 2, "return_token_ids": True,
+                                              "kv_transfer_params": kv})  # fmt: skip
+    assert s == 200 and body["prompt_token_ids"] == ids and body["usage"]["prompt_tokens"] == len(ids)
+    # With media in the messages the ids are dropped and the messages rendered.
+    media = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,"}},
+                                          {"type": "text", "text": "Hi"}]}]  # fmt: skip
+    s, body = call_json(src.base_url + CHAT, {"messages": media, "max_tokens": 2, "return_token_ids": True,
+                                              "kv_transfer_params": kv})  # fmt: skip
+    assert body.get("prompt_token_ids") != ids
+
+
+def test_echo_puts_the_prompts_logprobs_in_front(src: SimHandle) -> None:
+    # completion/serving.py: out_logprobs = [*prompt_logprobs, *output.logprobs]; the first prompt token
+    # has none.
+    prompt = "The quick brown fox"
+    ask = {"prompt": prompt, "max_tokens": 3, "echo": True, "logprobs": 1, "temperature": 0}
+    s, body = call_json(src.base_url + COMP, ask)
+    choice = body["choices"][0]
+    lp = choice["logprobs"]
+    plain = call_json(src.base_url + COMP, {**ask, "echo": False})[1]["choices"][0]
+    n_prompt = body["usage"]["prompt_tokens"]
+    assert s == 200 and choice["text"] == prompt + plain["text"]
+    assert (
+        len(lp["tokens"]) == n_prompt + 3
+        and lp["token_logprobs"][0] is None
+        and lp["top_logprobs"][0] is None
+    )
+    assert all(isinstance(x, float) for x in lp["token_logprobs"][1:])
+    assert lp["tokens"][n_prompt:] == plain["logprobs"]["tokens"]
+    assert lp["text_offset"] == sorted(lp["text_offset"])
+    # With return_token_ids the prompt comes back as ids, not in the text.
+    s, body = call_json(src.base_url + COMP, {**ask, "return_token_ids": True})
+    assert body["choices"][0]["text"] == plain["text"] and body["choices"][0]["prompt_token_ids"]
+
+
+def test_beam_search_answers_n_beams_best_first(src: SimHandle) -> None:
+    # to_beam_search_params: beam_width = n, no SamplingParams checks (n 2 at temperature 0 is fine);
+    # the beams are sorted by cumulative logprob / length**length_penalty.
+    ask = {"prompt": "Once upon a time", "max_tokens": 5, "n": 2, "temperature": 0, "use_beam_search": True,
+           "logprobs": 0}  # fmt: skip
+    s, body = call_json(src.base_url + COMP, ask)
+    assert s == 200 and [c["index"] for c in body["choices"]] == [0, 1]
+    texts = [c["text"] for c in body["choices"]]
+    assert texts[0] != texts[1]
+    sums = [sum(c["logprobs"]["token_logprobs"]) for c in body["choices"]]
+    assert sums[0] >= sums[1]
+    assert call_json(src.base_url + COMP, ask)[1]["choices"][0]["text"] == texts[0]  # deterministic
+    s, body = call_json(src.base_url + COMP, {**ask, "stream": True})
+    assert s == 400 and "Streaming is not currently supported with beam search" in err(body)[3]
+    s, body = call_json(src.base_url + COMP, {**ask, "use_beam_search": False})
+    assert s == 400 and "n must be 1 when using greedy sampling" in err(body)[3]
+
+
 def test_minus_one_asks_for_the_whole_vocabulary(sim_factory: SimFactory) -> None:
     h = sim_factory("--max-model-len", str(MAX_LEN), "--max-logprobs", "-1", time_scale=50.0)
     s, body = call_json(

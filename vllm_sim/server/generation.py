@@ -291,8 +291,8 @@ class GenerationRoutes(GenerationOutput):
                         key=key,
                         mean_len=mean,
                         drift=self.args.sim_quality_drift,
-                        greedy=req.temperature == 0.0,
-                        keep_contexts=req.wants_logprobs,
+                        greedy=req.temperature == 0.0 or req.beam,
+                        keep_contexts=req.wants_logprobs or req.beam,
                         ignore_eos=req.ignore_eos,
                         min_tokens=req.min_tokens,
                         stop=req.stop,
@@ -300,9 +300,28 @@ class GenerationRoutes(GenerationOutput):
                         stream=req.stream,
                         bias=bias,
                         allowed=allowed,
+                        first_rank=j if req.beam else 0,
                     )
                 )
         return seqs
+
+    @staticmethod
+    def _best_beams(req: SamplingRequest, seqs: list[Sequence]) -> list[Sequence]:
+        """Beam search's answer: the beams best first, by cumulative logprob / length**length_penalty,
+        the length counting the prompt and leaving out a final end-of-sequence (beam_search/utils.py
+        sort_beams_key; online.py sorts the completed beams and keeps beam_width = n of them)."""
+
+        def score(s: Sequence) -> float:
+            total = sum(
+                model.distribution(h, s.drift).logprob(tok)
+                for h, tok in zip(s.out_contexts, s.out, strict=True)
+            )
+            length = (
+                len(s.prompt_ids) + len(s.out) - (1 if s.finish_reason == "stop" and not s.stop_reason else 0)
+            )
+            return total / max(1, length) ** req.length_penalty
+
+        return sorted(seqs, key=score, reverse=True)
 
     async def _generate(
         self, request: web.Request, req: SamplingRequest, *, chat: bool
@@ -334,7 +353,8 @@ class GenerationRoutes(GenerationOutput):
                 await event.wait()
             if engine.dead:
                 raise ApiError(500, "InternalServerError", ENGINE_DEAD_MESSAGE)
-            return _json(self._full_response(req, seqs, rid, chat))
+            answer = self._best_beams(req, seqs) if req.beam else seqs
+            return _json(self._full_response(req, answer, rid, chat))
         finally:
             self.in_flight -= 1
             for s in seqs:

@@ -68,8 +68,9 @@ class GenerationOutput(ServerState):
         self, seq: Sequence, start: int, end: int, req: SamplingRequest, as_ids: bool = False
     ) -> dict[str, Any]:
         return logprobs.chat_logprobs(
-            seq, start, end, req.logprobs or 0, as_ids, req.logprob_token_ids, self.limits.tokenizer
-        )
+            seq, start, end, req.logprobs or 0, as_ids, req.logprob_token_ids, self.limits.tokenizer,
+            self.limits.vocab_size,
+        )  # fmt: skip
 
     def _completion_logprobs(
         self, seq: Sequence, start: int, end: int, req: SamplingRequest, offset: int, as_ids: bool = False
@@ -82,8 +83,58 @@ class GenerationOutput(ServerState):
         if req.prompt_logprobs is None:
             return None
         return logprobs.prompt_logprobs(
-            ids, req.prompt_logprobs, self.args.sim_quality_drift, self.limits.tokenizer
+            ids,
+            req.prompt_logprobs,
+            self.args.sim_quality_drift,
+            self.limits.tokenizer,
+            self.limits.vocab_size,
         )
+
+    @staticmethod
+    def _echoed(req: SamplingRequest, prompt_text: str) -> str:
+        """The prompt in front of a completion's text with `echo`; not with `return_token_ids`, whose
+        prompt comes back as prompt_token_ids (completion/serving.py, request_output_to_completion_response:
+        `if request.return_token_ids: prompt_text = ""`, at 030ea52e)."""
+        return prompt_text if req.echo and not req.return_token_ids else ""
+
+    def _echo_logprobs(self, req: SamplingRequest, ids: list[int]) -> tuple[dict[str, list[Any]], int]:
+        """An echoed prompt's part of a completion's logprobs, and the text offset after it. vLLM computes
+        prompt_logprobs with k = logprobs for an echo (protocol to_sampling_params) and puts them in front
+        of the output's (`out_logprobs = [*prompt_logprobs, *output.logprobs]`); the first prompt token
+        has none (None, None), and each position lists the token then the top k, as for the output."""
+        k = req.logprobs or 0
+        entries = logprobs.prompt_logprobs(
+            ids, k, self.args.sim_quality_drift, self.limits.tokenizer, self.limits.vocab_size
+        )
+        out: dict[str, list[Any]] = {
+            "text_offset": [],
+            "token_logprobs": [],
+            "tokens": [],
+            "top_logprobs": [],
+        }
+        offset = 0
+        for tid, entry in zip(ids, entries, strict=True):
+            piece = self.limits.tokenizer.decode([tid])
+            out["tokens"].append(piece)
+            out["text_offset"].append(offset)
+            offset += len(piece)
+            if entry is None:
+                out["token_logprobs"].append(None)
+                out["top_logprobs"].append(None)
+                continue
+            out["token_logprobs"].append(max(entry[str(tid)]["logprob"], -9999.0))
+            listed = list(entry.values())[: k + 1] if k != -1 else []
+            out["top_logprobs"].append({e["decoded_token"]: max(e["logprob"], -9999.0) for e in listed})
+        return out, offset
+
+    def _echo_and_output_logprobs(
+        self, seq: Sequence, req: SamplingRequest, prompt_ids: list[int], as_ids: bool
+    ) -> dict[str, Any]:
+        if not req.echo or req.logprob_token_ids:
+            return self._completion_logprobs(seq, 0, len(seq.out), req, 0, as_ids)
+        head, offset = self._echo_logprobs(req, prompt_ids)
+        tail = self._completion_logprobs(seq, 0, len(seq.out), req, offset, as_ids)
+        return {name: head[name] + tail[name] for name in tail}
 
     @staticmethod
     def _token_ids(seq: Sequence) -> list[int]:
@@ -121,13 +172,12 @@ class GenerationOutput(ServerState):
                     }
                 )
             else:
-                prompt_text = req.prompts[i // req.n][1]
-                prefix = prompt_text if req.echo else ""
+                prompt_ids, prompt_text = req.prompts[i // req.n]
                 choices.append(
                     {
                         "index": i,
-                        "text": prefix + content,
-                        "logprobs": self._completion_logprobs(s, 0, len(s.out), req, len(prefix), as_ids)
+                        "text": self._echoed(req, prompt_text) + content,
+                        "logprobs": self._echo_and_output_logprobs(s, req, prompt_ids, as_ids)
                         if req.wants_logprobs
                         else None,
                         "finish_reason": s.finish_reason,
@@ -217,8 +267,12 @@ class GenerationOutput(ServerState):
                     parts.append(b"data: " + dumps(echo_chunk) + b"\n\n")
         elif req.echo:
             for i in range(len(seqs)):
-                ptxt = req.prompts[i // req.n][1]
-                offsets[i] = len(ptxt)
+                pids, ptxt = req.prompts[i // req.n]
+                echo_lp, offsets[i] = (
+                    self._echo_logprobs(req, pids)
+                    if req.wants_logprobs and not req.logprob_token_ids
+                    else (None, len(ptxt))
+                )
                 echo = {
                     "id": rid,
                     "object": obj,
@@ -227,8 +281,8 @@ class GenerationOutput(ServerState):
                     "choices": [
                         {
                             "index": i,
-                            "text": ptxt,
-                            "logprobs": None,
+                            "text": self._echoed(req, ptxt),
+                            "logprobs": echo_lp,
                             "finish_reason": None,
                             "stop_reason": None,
                         }

@@ -96,6 +96,11 @@ class ServerState:
             tokenizer=text.load_prompt_tokenizer(args.tokenizer, args.model),
             return_tokens_as_token_ids=bool(args.return_tokens_as_token_ids),
             auto_tools=bool(args.enable_auto_tool_choice) and bool(args.tool_call_parser),
+            # The served model's own vocabulary, not Llama-3's whatever the model: a flag, its
+            # config.json, else the profile's (each profile's model has its vocabulary).
+            vocab_size=args.sim_vocab_size
+            or text.config_vocab_size(args.model)
+            or shape.profile.model.vocab_size,
         )
         self.dev_mode = os.environ.get("VLLM_SERVER_DEV_MODE", "0") == "1"
         self.load_tracking = bool(args.enable_server_load_tracking)
