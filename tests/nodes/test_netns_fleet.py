@@ -28,7 +28,7 @@ from tests.nodes.agent_channel import Relay, agent_env, kill, wait_for
 
 # start_proxy is the routing tests' fixture (a proxy process), used here by name.
 from tests.routing.conftest import Proc, make_tenant_key, post, start_proxy  # noqa: F401
-from tests.routing.fleet import start_member
+from tests.routing.fleet import FleetMember, start_member
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 ALIAS = "llama-3.1-8b"
@@ -62,6 +62,7 @@ def test_agent_and_engine_across_a_link_that_is_cut_and_restored(
     # The control plane, as the far host sees it: the test's end of the link.
     relay = Relay("127.0.0.1", int(live_server.url.rsplit(":", 1)[1]), bind=remote.gateway)
     log = tmp_path / "agent.log"
+    near: FleetMember | None = None
     try:
         argv = [
             sys.executable, "-m", "nodes.agent", "--host", far_host.name,
@@ -129,3 +130,5 @@ def test_agent_and_engine_across_a_link_that_is_cut_and_restored(
             time.sleep(0.3)
     finally:
         relay.close()
+        if near is not None:
+            near.sim.stop()  # it outlived every run before: three idle simulators after three runs
