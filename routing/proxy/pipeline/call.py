@@ -266,26 +266,26 @@ async def fan_out(
     path = PATHS[ctx.kind]
     host, port = svc.hostport(ep.base_url)
     extra = b"Authorization: Bearer " + ep.api_key.encode() + b"\r\n" if ep.api_key else b""
-    deadline = time.perf_counter() + pool.total_timeout_s
-    ctx.deadline(deadline)
 
     async def one(payload: bytes) -> tuple[int, bytes]:
         resp = await svc.upstream.post(host, port, path, payload, extra, pool.connect_timeout_s)
         try:
             return resp.status, await resp.read()
         finally:
-            resp.release()
+            resp.release()  # a call cut short closes its connection (not complete: not pooled)
 
+    # The calls are not the one ctx.deadline and the DisconnectWatch act on (ctx.upstream): the total
+    # timeout is their own, and cancels every call when it passes. A client that leaves is noticed once
+    # the answers are in, so the engine finishes the n choices (bounded by that timeout).
     try:
-        answers = await asyncio.gather(*(one(p) for p in payloads))
+        async with asyncio.timeout(pool.total_timeout_s):
+            answers = await asyncio.gather(*(one(p) for p in payloads))
     except TimeoutError:
         raise RetryableUpstreamError("no answer before the total timeout", 504) from None
     except OSError as exc:
         if ctx.client_gone:
             raise client_gone_error() from None
         raise RetryableUpstreamError(f"connect failed: {type(exc).__name__}", unreachable=True) from None
-    finally:
-        ctx.clear_deadline()
     for status, data in answers:
         if status != 200:
             status, data = ctx.dialect.error(status, data)
