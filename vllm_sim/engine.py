@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from vllm_sim import model, text
+from vllm_sim import model
 from vllm_sim.metrics import EngineMetrics
 from vllm_sim.profiles import EngineShape, pipeline_occupancy, step_time_s
 
@@ -59,7 +59,8 @@ class Sequence:
     blocks: list[int] = field(default_factory=list)
     hashes_registered: int = 0
     block_hashes: list[int] = field(default_factory=list)
-    out: list[int] = field(default_factory=list)  # VOCAB indices of the generated tokens
+    # VOCAB indices of the generated tokens (model.FOREIGN + token id for a token outside them)
+    out: list[int] = field(default_factory=list)
     out_contexts: list[int] = field(default_factory=list)  # context hash before each token (keep_contexts)
     finish_reason: str | None = None
     stop_reason: str | None = None
@@ -483,7 +484,7 @@ class SimEngine:
         matched: str | None = None
         if seq.stop:
             # Keep enough recent text for the longest stop string to be seen across token boundaries.
-            piece = text.VOCAB[tok]
+            piece = model.piece(tok)
             keep = 2 * max(len(x) for x in seq.stop) + 16
             seq.tail = (seq.tail + piece)[-keep:]
             # Only a match that ends inside the new token counts (vLLM searches the newly decoded

@@ -45,7 +45,7 @@ def rest_of_vocab(
 
 def token_name(idx: int, as_ids: bool) -> str:
     """A vocabulary entry as logprobs name it; with return_tokens_as_token_ids, "token_id:N"."""
-    return f"token_id:{model.token_id(idx)}" if as_ids else VOCAB[idx]
+    return f"token_id:{model.token_id(idx)}" if as_ids else model.piece(idx)
 
 
 def _step(
@@ -139,7 +139,7 @@ def completion_logprobs(
         listed = step if ids else step[: k + 1]
         tops.append({} if whole and not ids else dict(listed))
         offsets.append(offset)
-        offset += len(VOCAB[tok])
+        offset += len(model.piece(tok))
     return {"text_offset": offsets, "token_logprobs": lps, "tokens": tokens, "top_logprobs": tops}
 
 

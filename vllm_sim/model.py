@@ -28,9 +28,10 @@ KL(reference || candidate) at a swapped context is (p1 - p2)·ln(p1/p2) plus the
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from vllm_sim import text
 from vllm_sim.text import MASK64, VOCAB, mix64
 
 V = len(VOCAB)
@@ -41,6 +42,9 @@ HEAD_SHARE = 0.9  # of the mass rank 1 leaves, the part ranks 2..HEAD share
 MIN_TOP1, TOP1_SPAN = 0.40, 0.55
 NOISE = 0.2  # log-probability noise amplitude per unit of drift
 OOV_LOGPROB = -30.0
+# A generated token outside the output pieces (one that allowed_token_ids or a positive logit_bias forced)
+# is held in a sequence as FOREIGN + its token id; the model gives it OOV_LOGPROB like any other such id.
+FOREIGN = 1 << 24
 
 _CTX_SEED = 0x243F6A8885A308D3
 _CTX_MULT = 0x9E3779B97F4A7C15
@@ -112,7 +116,7 @@ class Distribution:
     tail_logprob: float  # every output-vocabulary token not in the head
 
     def logprob(self, vocab_index: int | None) -> float:
-        if vocab_index is None:
+        if vocab_index is None or vocab_index >= V:
             return OOV_LOGPROB
         for idx, lp in self.head:
             if idx == vocab_index:
@@ -121,7 +125,7 @@ class Distribution:
 
     def rank(self, vocab_index: int | None) -> int:
         """1-based rank as vLLM reports it: 1 + the number of tokens strictly more likely."""
-        if vocab_index is None:
+        if vocab_index is None or vocab_index >= V:
             return V + 1
         for r, (idx, _) in enumerate(self.head, start=1):
             if idx == vocab_index:
@@ -216,7 +220,10 @@ def constrained_token(
     The log-probabilities a response reports stay the raw ones (vLLM's default logprobs_mode
     "raw_logprobs", config/model.py:255)."""
     dist = distribution(h, drift)
-    candidates = range(V) if not allowed else sorted(allowed)
+    # Tokens outside the output pieces (FOREIGN + id) compete too when named: at OOV_LOGPROB they win
+    # only as the allowed ones or with a large enough bias, as such a token would in vLLM.
+    foreign = sorted(i for i in bias if i >= FOREIGN) if bias and not allowed else []
+    candidates: Sequence[int] = [*range(V), *foreign] if not allowed else sorted(allowed)
     scores = [(idx, dist.logprob(idx) + (bias.get(idx, 0.0) if bias else 0.0)) for idx in candidates]
     if greedy:
         return max(scores, key=lambda t: t[1])[0]
@@ -238,7 +245,20 @@ def vocab_index(token_id: int) -> int | None:
 
 
 def token_id(vocab_idx: int) -> int:
-    return VOCAB_ID_BASE + vocab_idx
+    """The token id of a generated token: an output piece's, or a forced foreign token's own."""
+    return vocab_idx - FOREIGN if vocab_idx >= FOREIGN else VOCAB_ID_BASE + vocab_idx
+
+
+def generated_index(token_id: int) -> int:
+    """How a sequence holds a token id it is made to generate: its output-piece index, else FOREIGN + id."""
+    idx = vocab_index(token_id)
+    return FOREIGN + token_id if idx is None else idx
+
+
+def piece(tok: int, decode: Callable[[list[int]], str] = text.detokenize) -> str:
+    """The text of a generated token: its output piece, or a foreign token decoded by `decode` (the
+    served tokenizer where the caller has it; the built-in one knows the ids it has seen)."""
+    return VOCAB[tok] if tok < V else decode([token_id(tok)])
 
 
 def sampling_uniform(key: int, position: int) -> float:

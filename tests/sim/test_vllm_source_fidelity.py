@@ -204,6 +204,27 @@ def test_logit_bias_and_allowed_token_ids_act_on_sampling(src: SimHandle) -> Non
     assert s == 200 and set(body["choices"][0]["token_ids"]) <= {a, b}
 
 
+def test_allowed_token_ids_force_ids_the_model_never_writes(src: SimHandle) -> None:
+    # vLLM masks every token outside allowed_token_ids, whatever they are: the sampler must pick among
+    # them even when the model would never write one (here, ids of the prompt's own pieces, which the
+    # simulated model's ~280 output pieces do not include, and an id it has never seen).
+    prompt = call_json(src.base_url + COMP, {"prompt": "Zebra", "max_tokens": 1, "return_token_ids": True})[1]
+    ids = prompt["choices"][0]["prompt_token_ids"][1:]  # after the BOS
+    foreign = [t for t in ids if not 100 <= t < 380]
+    assert foreign, prompt
+    ask = {"prompt": "Hi", "max_tokens": 4, "return_token_ids": True, "logprobs": 0}
+    for extra in ({"temperature": 0}, {"temperature": 1, "seed": 3}):
+        s, body = call_json(src.base_url + COMP, {**ask, **extra, "allowed_token_ids": foreign})
+        choice = body["choices"][0]
+        assert s == 200 and choice["token_ids"] and set(choice["token_ids"]) <= set(foreign), body
+        assert all(lp == -30.0 for lp in choice["logprobs"]["token_logprobs"])  # raw: the model's view
+    # A large bias picks one too; the text is the token's own.
+    s, body = call_json(src.base_url + COMP, {**ask, "temperature": 0, "logit_bias": {str(foreign[0]): 100}})
+    assert s == 200 and body["choices"][0]["token_ids"] == [foreign[0]] * 4
+    text = body["choices"][0]["text"]
+    assert text and len(text) % 4 == 0 and text[: len(text) // 4] in "Zebra"
+
+
 def test_logit_bias_refusals_are_vllms(src: SimHandle) -> None:
     s, body = call_json(src.base_url + COMP, {"prompt": "Hi", "logit_bias": {"abc": 1, "7": 2}})
     kind, param, _, msg = err(body)

@@ -264,14 +264,14 @@ class GenerationRoutes(GenerationOutput):
     def _sequences(self, req: SamplingRequest, notify: Callable[[], None]) -> list[Sequence]:
         seqs = []
         mean = self.args.sim_mean_output_tokens
-        # The simulated model writes only its output pieces: biases and allowed ids naming other tokens
-        # have nothing to act on. When no allowed id is one of them, sampling stays unconstrained.
+        # Ids outside the simulated model's output pieces are held as model.FOREIGN + id: allowed ids
+        # force them (vLLM masks every other token), a large bias can pick them.
         bias = None
         if req.logit_bias:
-            bias = {i: b for t, b in req.logit_bias.items() if (i := model.vocab_index(t)) is not None}
+            bias = {model.generated_index(t): b for t, b in req.logit_bias.items()}
         allowed = None
         if req.allowed_token_ids:
-            allowed = frozenset(i for t in req.allowed_token_ids if (i := model.vocab_index(t)) is not None)
+            allowed = frozenset(model.generated_index(t) for t in req.allowed_token_ids)
         for ids, _ in req.prompts:
             for j in range(req.n):
                 seed_part: object

@@ -11,8 +11,10 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from vllm_sim import logprobs, text
+from vllm_sim import logprobs
 from vllm_sim.engine import Sequence
+from vllm_sim.model import piece as token_text
+from vllm_sim.model import token_id
 from vllm_sim.protocol import ApiError, SamplingRequest
 from vllm_sim.server.state import ServerState
 
@@ -53,11 +55,10 @@ class GenerationOutput(ServerState):
             usage["prompt_tokens_details"] = None
         return usage
 
-    @staticmethod
-    def _text(seq: Sequence, start: int, end: int) -> str:
+    def _text(self, seq: Sequence, start: int, end: int) -> str:
         """Text of output tokens [start, end); a matched stop string and what follows are cut off."""
-        vocab = text.VOCAB
-        out = "".join([vocab[t] for t in seq.out[start:end]])
+        decode = self.limits.tokenizer.decode
+        out = "".join([token_text(t, decode) for t in seq.out[start:end]])
         if seq.stop_reason is not None and end == len(seq.out):
             cut = out.find(seq.stop_reason)
             if cut >= 0:
@@ -138,7 +139,7 @@ class GenerationOutput(ServerState):
 
     @staticmethod
     def _token_ids(seq: Sequence) -> list[int]:
-        return [text.VOCAB_IDS[text.VOCAB[t]] for t in seq.out]
+        return [token_id(t) for t in seq.out]
 
     def _full_response(
         self, req: SamplingRequest, seqs: list[Sequence], rid: str, chat: bool
@@ -312,11 +313,7 @@ class GenerationOutput(ServerState):
                     chars_sent[i] = limit
                 else:
                     piece = self._text(s, sent[i], end)
-                new_ids = (
-                    [text.VOCAB_IDS[text.VOCAB[t]] for t in s.out[sent[i] : end]]
-                    if req.return_token_ids
-                    else None
-                )
+                new_ids = [token_id(t) for t in s.out[sent[i] : end]] if req.return_token_ids else None
                 lp: dict[str, Any] | None = None
                 if req.wants_logprobs:
                     as_ids = req.return_tokens_as_token_ids
