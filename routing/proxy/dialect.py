@@ -101,7 +101,8 @@ class LlamaCpp:
         temperature = body.get("temperature")
         if self.n > 1 and isinstance(temperature, int | float) and temperature < 1e-5:
             raise bad_request(f"n must be 1 when using greedy sampling, got {self.n}.", param="n")
-        if body.get("use_beam_search") or (body.get("best_of") or 1) > 1:
+        best_of = body.get("best_of")
+        if body.get("use_beam_search") or (isinstance(best_of, int | float) and best_of > 1):
             raise bad_request(
                 "Beam search ('use_beam_search', 'best_of') is not available on this model's llama.cpp "
                 "engine.",

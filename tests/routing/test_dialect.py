@@ -75,6 +75,7 @@ def test_n_is_one_request_per_choice_with_seeds_apart() -> None:
             "auto",
         ),
         ({"messages": MSGS, "use_beam_search": True}, "use_beam_search", "Beam search"),
+        ({"messages": MSGS, "best_of": 3}, "best_of", "Beam search"),
         ({"messages": MSGS, "response_format": {"type": "yaml"}}, "response_format", "json_schema"),
     ],
 )
