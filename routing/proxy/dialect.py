@@ -30,6 +30,10 @@ import orjson
 
 from routing.proxy.errors import ProxyError, bad_request
 
+# What vLLM answers to `tools` with tool_choice "auto" on a server without a tool-call parser, as the
+# simulator answers it too.
+from vllm_sim.protocol import AUTO_TOOLS
+
 LLAMACPP = "llamacpp"
 
 # vLLM's sampling defaults (SamplingParams, and the OpenAI API's), where llama-cpp-python's differ.
@@ -37,9 +41,6 @@ LLAMACPP = "llamacpp"
 VLLM_SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0}
 # vLLM's --max-logprobs default (vllm/config/model.py: max_logprobs = 20).
 MAX_LOGPROBS = 20
-# What vLLM answers to `tools` with tool_choice "auto" (explicit, or the default when tools are given)
-# on a server started without a tool-call parser (entrypoints/openai/chat_completion/serving.py).
-AUTO_TOOLS = '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
 # Fields of vLLM's answers that llama-cpp-python leaves out, with the value vLLM gives them.
 CHAT_ANSWER = {"service_tier": None, "system_fingerprint": None, "prompt_logprobs": None,
                "prompt_token_ids": None, "kv_transfer_params": None}  # fmt: skip

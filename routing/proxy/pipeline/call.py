@@ -198,6 +198,13 @@ async def try_endpoints(
     )
 
 
+def engine_address(svc: Services, ep: Endpoint) -> tuple[str, int, bytes]:
+    """Where an engine call goes: host, port, and the header line with the engine's key (if it has one)."""
+    host, port = svc.hostport(ep.base_url)
+    extra = b"Authorization: Bearer " + ep.api_key.encode() + b"\r\n" if ep.api_key else b""
+    return host, port, extra
+
+
 async def attempt_call(
     svc: Services,
     ctx: RequestContext,
@@ -210,8 +217,7 @@ async def attempt_call(
     """One call to `ep`; RetryableUpstreamError while nothing has reached the client yet. `then`: the
     bodies of a fanned-out stream's later choices, each called when the one before has ended."""
     path = PATHS[ctx.kind]
-    host, port = svc.hostport(ep.base_url)
-    extra = b"Authorization: Bearer " + ep.api_key.encode() + b"\r\n" if ep.api_key else b""
+    host, port, extra = engine_address(svc, ep)
     started = time.perf_counter()
     deadline = started + pool.total_timeout_s
     # Non-streaming answers arrive whole, so for them only the total timeout applies.
@@ -264,8 +270,7 @@ async def fan_out(
     answer made of them (routing/proxy/dialect.py). Not streamed; any failure fails them all."""
     assert ctx.dialect is not None
     path = PATHS[ctx.kind]
-    host, port = svc.hostport(ep.base_url)
-    extra = b"Authorization: Bearer " + ep.api_key.encode() + b"\r\n" if ep.api_key else b""
+    host, port, extra = engine_address(svc, ep)
 
     async def one(payload: bytes) -> tuple[int, bytes]:
         resp = await svc.upstream.post(host, port, path, payload, extra, pool.connect_timeout_s)
