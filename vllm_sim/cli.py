@@ -115,7 +115,6 @@ IGNORED_BOOL_FLAGS = [
     "--enable-log-outputs",
     "--enable-per-request-metrics",
     "--enable-auto-tool-choice",
-    "--headless",
     "--disable-uvicorn-access-log",
     "--disable-fastapi-docs",
     "--enable-request-id-headers",
@@ -136,6 +135,8 @@ _SHORT_ALIASES = {
     "-pp": "--pipeline-parallel-size",
     "-dp": "--data-parallel-size",
     "-asc": "--api-server-count",
+    "-n": "--nnodes",
+    "-r": "--node-rank",
 }
 
 
@@ -205,6 +206,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pipeline-parallel-size", type=int, default=1)
     # Data parallel: N engine cores, each with its own TP GPUs, KV cache and `engine="i"` metric series.
     p.add_argument("--data-parallel-size", type=int, default=1)
+    # One engine over several hosts without Ray (vllm_sim/multinode.py): vLLM's ParallelConfig fields
+    # (vllm/config/parallel.py:270-281) under arg_utils.py:1025-1028's names, and serve's --headless
+    # (entrypoints/openai/cli_args.py:379-385) for the nodes that run workers only.
+    p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--node-rank", type=int, default=0)
+    p.add_argument("--master-addr", default="127.0.0.1")
+    p.add_argument("--master-port", type=int, default=29501)
+    p.add_argument("--headless", action="store_true", default=False)
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quantization", default=None)
@@ -280,6 +289,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=1800.0,
         help="With --distributed-executor-backend ray: seconds to wait for the placement group "
         "(vLLM's PG_WAIT_TIMEOUT, 1800).",
+    )
+    sim.add_argument(
+        "--sim-peer-timeout",
+        type=positive_float,
+        default=600.0,
+        help="With --nnodes > 1: seconds the head waits for the other nodes, and a headless node for "
+        "the head (torch.distributed's default process-group timeout, 600).",
     )
     sim.add_argument(
         "--sim-vocab-size",

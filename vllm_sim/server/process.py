@@ -1,6 +1,7 @@
 """One simulated `vllm serve` process from start to exit: the engine shape from the command line, the
-checks vLLM makes before loading, Ray placement, binding, the startup delay, serving until
-SIGINT/SIGTERM (or a lost Ray node) and shutdown."""
+checks vLLM makes before loading, Ray placement, binding, the other nodes of a multi-node launch, the
+startup delay, serving until SIGINT/SIGTERM (or a lost Ray node or peer node) and shutdown. A headless
+node (`--headless --node-rank R`) serves nothing: it joins the head and holds on (vllm_sim/multinode.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import disable_created_metrics
 
-from vllm_sim import ray_cluster
+from vllm_sim import multinode, ray_cluster
 from vllm_sim.profiles import PROFILES, EngineConfigError, EngineShape, derive_engine_shape
 from vllm_sim.server.app import SimServer
 
@@ -80,6 +81,12 @@ async def serve(args: argparse.Namespace) -> int:
             list(QUANTIZATION_METHODS_ORDER),
         )
         return 1
+    problem = multinode.check(args)
+    if problem:
+        logger.error("ValueError: %s", problem)
+        return 1
+    if args.headless:
+        return await _headless(args)
     if args.data_parallel_size > 1:
         # vLLM runs one API server per DP rank by default (api_server_count = data_parallel_size) and
         # then serves metrics through prometheus_client's multiprocess collector, which has no
@@ -122,10 +129,29 @@ async def serve(args: argparse.Namespace) -> int:
         shape.max_num_batched_tokens,
         args.sim_time_scale,
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = _stop_on_signals()
+    head: multinode.Head | None = None
+    if args.nnodes > 1:
+        # The workers of every node join one process group before the model loads; until then the
+        # API socket accepts and answers nothing, as while loading.
+        head = multinode.Head(args)
+        try:
+            await head.open()
+            joining = asyncio.ensure_future(head.wait(args.sim_peer_timeout))
+            stopping = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({joining, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+            if not joining.done():
+                joining.cancel()
+                head.close()
+                sock.close()
+                return 0
+            joining.result()
+        except multinode.PeerError as exc:
+            logger.error("%s", exc)
+            head.close()
+            sock.close()
+            return 1
     if args.sim_startup_delay > 0:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), args.sim_startup_delay)
@@ -149,6 +175,23 @@ async def serve(args: argparse.Namespace) -> int:
     logger.info("Application startup complete.")
     exit_code = 0
     watch: asyncio.Task[None] | None = None
+    if head is not None:
+        peers = head
+
+        async def watch_peers() -> None:
+            # A node of the process group went away: vLLM's next collective fails and the engine core
+            # dies with it (multinode.py says when); the server exits.
+            nonlocal exit_code
+            lost = await peers.lost()
+            logger.error(
+                "The worker(s) of %s left the torch.distributed process group. EngineCore encountered a "
+                "fatal error; shutting down.",
+                lost,
+            )
+            exit_code = 1
+            stop.set()
+
+        watch = asyncio.create_task(watch_peers())
     if placement is not None:
 
         async def watch_nodes() -> None:
@@ -175,6 +218,8 @@ async def serve(args: argparse.Namespace) -> int:
     for engine in server.engines:
         await engine.stop()
     await runner.cleanup()
+    if head is not None:
+        head.close()
     if placement is not None:
         # Leaving the cluster must not hold the exit when the cluster itself is gone: a daemon thread,
         # given 3 s.
@@ -182,3 +227,17 @@ async def serve(args: argparse.Namespace) -> int:
         leaving.start()
         await asyncio.to_thread(leaving.join, 3.0)
     return exit_code
+
+
+def _stop_on_signals() -> asyncio.Event:
+    """An event set by SIGINT or SIGTERM: the server's (or a headless node's) signal to shut down."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def _headless(args: argparse.Namespace) -> int:
+    """`--headless`: a worker node of a multi-node launch, until stopped or its head goes away."""
+    return await multinode.run_headless(args, _stop_on_signals())
