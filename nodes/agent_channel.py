@@ -49,6 +49,7 @@ from nodes.lifecycle import (
     wake_requested,
 )
 from nodes.models import DEFAULT_RAY_PORT, Deployment, DeploymentMember, Gpu, Host
+from nodes.spec import StageHost
 
 log = logging.getLogger("nodes.agent_channel")
 
@@ -69,12 +70,22 @@ CHANGE_KINDS = (
     "stopped",
     "failed",
     "ray_lost",
+    "member_lost",
     "member_fetch_failed",
     "fetched",
 )
 # A deployment keeps its Ray nodes up in these states (desired running): through a crash's backoff too,
 # so the restart finds the cluster there.
 RAY_DOWN_STATES = (DeploymentState.STOPPED, DeploymentState.FAILED)
+# With the mp backend a member host runs its headless node while the head's engine process runs (one per
+# launch): from its start until it has stopped (draining included, the head still needs the workers).
+HEADLESS_STATES = (
+    DeploymentState.STARTING,
+    DeploymentState.READY,
+    DeploymentState.DEGRADED,
+    DeploymentState.SLEEPING,
+    DeploymentState.STOPPING,
+)
 
 
 def uses_agent_channel(host: Host) -> bool:
@@ -140,8 +151,8 @@ def sync(host: Host, batch: dict[str, Any]) -> dict[str, Any]:
 
 def apply_change(host: Host, change: dict[str, Any]) -> str:
     """One queued state change of the agent; returns what it did ("applied", "stale", "duplicate")."""
-    if change["kind"] == "ray_lost":
-        return _ray_lost(host, change)
+    if change["kind"] in ("ray_lost", "member_lost"):
+        return _member_lost(host, change)
     if change["kind"] == "member_fetch_failed":
         return _member_fetch_failed(host, change)
     if change["kind"] == "fetched":
@@ -237,10 +248,11 @@ def apply_change(host: Host, change: dict[str, Any]) -> str:
     return "applied"
 
 
-def _ray_lost(host: Host, change: dict[str, Any]) -> str:
-    """A host's Ray node of a deployment spanning hosts exited: vLLM cannot run with a pipeline stage
-    missing, so the whole deployment goes through crash and restart (the head's engine exits too, as
-    vLLM's does when its Ray workers die; whichever report comes first counts, the other is a duplicate)."""
+def _member_lost(host: Host, change: dict[str, Any]) -> str:
+    """A host's Ray node (ray_lost) or headless vLLM node (member_lost, mp backend) of a deployment
+    spanning hosts exited: vLLM cannot run with a pipeline stage missing, so the whole deployment goes
+    through crash and restart (the head's engine exits too, as vLLM's does when its workers die;
+    whichever report comes first counts, the other is a duplicate)."""
     deployment = (
         Deployment.objects.select_related("host", "model_version", "quantization")
         .filter(pk=change["deployment_id"])
@@ -254,7 +266,7 @@ def _ray_lost(host: Host, change: dict[str, Any]) -> str:
         return "stale"
     if deployment.state not in (*SUPERVISED_STATES, DeploymentState.VERIFYING):
         return "duplicate"
-    message = str(change.get("message", ""))[:2000] or f"The Ray node on {host.name} exited."
+    message = str(change.get("message", ""))[:2000] or f"The node on {host.name} exited."
     # Its "joined" is stale from now on: the restart waits until the agent's new node joins.
     with contextlib.suppress(Exception):
         get_redis().delete(_ray_key(deployment.pk, host.name))
@@ -408,7 +420,11 @@ def ray_nodes_missing(deployment: Deployment) -> list[str]:
     members = list(deployment.members.select_related("host").order_by("stage"))
     if not members:
         return []
-    names = [deployment.host.name, *(m.host.name for m in members)]
+    # With the mp backend the head runs no node before its engine: only the members stand by.
+    names = [
+        *([] if deployment.spans_hosts_with_mp else [deployment.host.name]),
+        *(m.host.name for m in members),
+    ]
     try:
         flags = get_redis().mget([_ray_key(deployment.pk, name) for name in names])
     except Exception:
@@ -429,7 +445,7 @@ def ray_plans(host: Host, own: dict[int, Deployment]) -> list[dict[str, Any]]:
     spanning = set(
         DeploymentMember.objects.filter(deployment__host=host).values_list("deployment_id", flat=True)
     )
-    for deployment in (d for pk, d in own.items() if pk in spanning):
+    for deployment in (d for pk, d in own.items() if pk in spanning and not d.spans_hosts_with_mp):
         plans.append(
             describe_ray(deployment, deployment.host, 0, deployment.gpu_indices, ray_wanted(deployment), None)
         )
@@ -438,13 +454,30 @@ def ray_plans(host: Host, own: dict[int, Deployment]) -> list[dict[str, Any]]:
     )
     for member in memberships:
         deployment = member.deployment
-        head_joined = _ray_joined(deployment.pk, deployment.host.name)
+        # A Ray worker needs the head's cluster to join; an mp member stands by from the start.
+        head_joined = deployment.spans_hosts_with_mp or _ray_joined(deployment.pk, deployment.host.name)
         wanted = ray_wanted(deployment) and head_joined
         # The member's agent fetches the files before its Ray node starts (the head fetches at launch);
         # built only while its node is not in the cluster (the manifest is not read at every sync).
         fetch = fetch_spec(deployment, host) if wanted and not _ray_joined(deployment.pk, host.name) else None
-        plans.append(describe_ray(deployment, host, member.stage, member.gpu_indices, wanted, fetch))
+        plan = describe_ray(deployment, host, member.stage, member.gpu_indices, wanted, fetch)
+        if deployment.spans_hosts_with_mp:
+            plan["launch"] = headless_launch(deployment, member) if wanted else None
+        plans.append(plan)
     return plans
+
+
+def headless_launch(deployment: Deployment, member: DeploymentMember) -> dict[str, Any] | None:
+    """The member's `vllm serve --headless` for the head's current launch, while its engine runs."""
+    if deployment.state not in HEADLESS_STATES or not deployment.start_token:
+        return None
+    plan = runtime.launch_plan(
+        deployment,
+        python=AGENT_PYTHON,
+        model_path=remote_model_path(deployment),
+        member=StageHost(member.host, tuple(member.gpu_indices or ()), member.stage),
+    )
+    return {"argv": plan.argv, "env": plan.env, "log_keep": settings.ENGINE_LOG_KEEP}
 
 
 def _ray_joined(deployment_id: int, host_name: str) -> bool:
@@ -469,6 +502,7 @@ def describe_ray(
     fetches and verifies the same version into its model root before `ray start`."""
     return {
         "deployment_id": deployment.pk,
+        "backend": deployment.multi_host_backend,
         "role": "head" if stage == 0 else "worker",
         "stage": stage,
         "wanted": wanted,
@@ -539,8 +573,14 @@ def reconcile(deployment: Deployment) -> None:
 
 
 def _note_waiting(deployment: Deployment, missing: list[str]) -> None:
-    """Say once, in the deployment's history, which hosts' Ray nodes its launch waits for."""
-    message = f"Waiting for the Ray node(s) of {', '.join(missing)} to join before launching the engine."
+    """Say once, in the deployment's history, which hosts its launch waits for."""
+    hosts = ", ".join(missing)
+    if deployment.spans_hosts_with_mp:
+        message = (
+            f"Waiting for {hosts} to stand by (agent up, model files there) before launching the engine."
+        )
+    else:
+        message = f"Waiting for the Ray node(s) of {hosts} to join before launching the engine."
     last = deployment.events.order_by("-at", "-id").values_list("message", flat=True).first()
     if last != message:
         record_event(deployment, message)

@@ -11,6 +11,19 @@ class Engine(models.TextChoices):
     SIM = "sim", "vLLM simulator"
 
 
+class MultiHostBackend(models.TextChoices):
+    """How a deployment that spans hosts runs its workers there (vLLM's --distributed-executor-backend).
+
+    Ray: each host's agent starts a Ray node first and vLLM places its workers on the cluster. mp: no
+    cluster; every host runs `vllm serve` itself, the head with `--nnodes N --node-rank 0`, the others
+    `--headless` with their rank, and their workers meet in one torch.distributed group at the head's
+    master port (docs/deploying.md, "One model across hosts").
+    """
+
+    RAY = "ray", "Ray"
+    MP = "mp", "Multiprocessing (vLLM --nnodes, no Ray)"
+
+
 class HostState(models.TextChoices):
     # No heartbeat seen yet: the agent has never started on this host.
     UNKNOWN = "unknown", "Unknown"

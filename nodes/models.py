@@ -9,7 +9,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator, RegexVa
 from django.db import models
 
 from core.celery import node_queue
-from nodes.choices import DeploymentState, DesiredState, Engine, HostState
+from nodes.choices import DeploymentState, DesiredState, Engine, HostState, MultiHostBackend
 
 HOST_NAME_VALIDATOR = RegexValidator(
     r"^[a-z0-9][a-z0-9\-]{0,62}$",
@@ -106,6 +106,16 @@ class Deployment(models.Model):
     ray_port = models.PositiveIntegerField(
         null=True, blank=True, default=None, validators=[MinValueValidator(1024), MaxValueValidator(65535)]
     )
+    # How the hosts of a deployment that spans hosts work together: Ray (a cluster the agents start
+    # first) or vLLM's multiprocessing executor (each host runs `vllm serve`, see MultiHostBackend).
+    multi_host_backend = models.CharField(
+        max_length=8, choices=MultiHostBackend.choices, default=MultiHostBackend.RAY
+    )
+    # With the mp backend: the port on `host` where every host's workers meet (vLLM's --master-port);
+    # null means vLLM's default, 29501.
+    master_port = models.PositiveIntegerField(
+        null=True, blank=True, default=None, validators=[MinValueValidator(1024), MaxValueValidator(65535)]
+    )
     # A `--quantization` value the admin forces; blank lets vLLM read the checkpoint's
     # quantization_config, so AWQ/GPTQ checkpoints get Marlin kernels where the GPU allows.
     quantization_override = models.CharField(max_length=32, blank=True, default="")
@@ -167,17 +177,25 @@ class Deployment(models.Model):
     def ray_head_address(self) -> str:
         return f"{self.host.address}:{self.ray_port or DEFAULT_RAY_PORT}"
 
+    @property
+    def spans_hosts_with_mp(self) -> bool:
+        """Whether its hosts run vLLM's multiprocessing executor (no Ray); meaningful with members."""
+        return self.multi_host_backend == MultiHostBackend.MP
+
 
 # Ray's own default GCS port (`ray start --head` without --port).
 DEFAULT_RAY_PORT = 6379
+# vLLM's default --master-port (vllm/config/parallel.py:273).
+DEFAULT_MASTER_PORT = 29501
 
 
 class DeploymentMember(models.Model):
     """A further host of a deployment that spans hosts: pipeline stage `stage` (1..PP-1) runs there.
 
-    The deployment's own `host` and `gpu_indices` are stage 0, the Ray head, where the engine's API
-    server runs; each member host joins the head's Ray cluster as a worker with its `gpu_indices`
-    (tensor_parallel_size of them), and holds 1/PP of the layers and of the KV cache.
+    The deployment's own `host` and `gpu_indices` are stage 0, where the engine's API server runs; each
+    member host gives its `gpu_indices` (tensor_parallel_size of them) and holds 1/PP of the layers and
+    of the KV cache. With Ray it joins the head's Ray cluster as a worker node; with the mp backend it
+    runs `vllm serve --headless --node-rank <stage>` (Deployment.multi_host_backend).
     """
 
     deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="members")

@@ -13,13 +13,18 @@ from models_registry import store as model_store
 from models_registry.choices import SourceKind, VersionState
 from models_registry.estimate import DEFAULT_OVERHEAD_BYTES, VLLM_DEFAULT_GPU_MEMORY_UTILIZATION, FitResult
 from models_registry.services import fit_check, state_on_host
-from nodes.choices import ACTIVE_STATES, DeploymentState, DesiredState, Engine, HostState
+from nodes.choices import ACTIVE_STATES, DeploymentState, DesiredState, Engine, HostState, MultiHostBackend
 from nodes.engines import get_adapter
 from nodes.engines import vllm as vllm_adapter
 from nodes.engines.base import reserved_flags_in
 from nodes.lifecycle import host_is_reachable
-from nodes.models import DEFAULT_RAY_PORT, Deployment, DeploymentMember, Gpu, Host
+from nodes.models import DEFAULT_MASTER_PORT, DEFAULT_RAY_PORT, Deployment, DeploymentMember, Gpu, Host
 from nodes.spec import DeploySpec, StageHost
+
+SPANNING_ENGINES = (
+    "Only vLLM engines (and the simulator) span hosts, on a Ray cluster or with vLLM's multiprocessing "
+    "executor (multi_host_backend)."
+)
 
 
 @dataclass
@@ -230,7 +235,7 @@ def preflight(spec: DeploySpec, *, exclude_id: int | None = None, check_reachabl
         if spec.gpu_indices:
             result.add("gpu_indices", "llama.cpp engines run on CPU nodes; leave GPUs empty.")
         if spec.members:
-            result.add("members", "Only vLLM engines (and the simulator) span hosts, through Ray.")
+            result.add("members", SPANNING_ENGINES)
         return result
     if spec.spans_hosts:
         _check_stages(result, spec, exclude_id)
@@ -322,33 +327,18 @@ def _check_stages(result: Preflight, spec: DeploySpec, exclude_id: int | None) -
     """A deployment across hosts: one pipeline stage per host, tensor_parallel_size GPUs on each.
 
     That is vLLM's documented layout for several nodes (tensor parallel inside a node, pipeline
-    parallel across nodes, Ray as the executor; docs/deploying.md, "One model across hosts").
+    parallel across nodes, Ray or vLLM's multiprocessing executor; docs/deploying.md, "One model across
+    hosts").
     """
     if spec.engine not in (Engine.VLLM, Engine.SIM):
-        result.add("members", "Only vLLM engines (and the simulator) span hosts, through Ray.")
+        result.add("members", SPANNING_ENGINES)
         return
     stages = spec.stage_hosts()
     names = [stage.host.name for stage in stages]
-    ray_port = spec.ray_port or DEFAULT_RAY_PORT
-    same_port = (
-        Q(ray_port=ray_port) | Q(ray_port__isnull=True)
-        if ray_port == DEFAULT_RAY_PORT
-        else Q(ray_port=ray_port)
-    )
-    heads = Deployment.objects.filter(
-        same_port, host=spec.host, state__in=ACTIVE_STATES, members__isnull=False
-    )
-    if exclude_id is not None:
-        heads = heads.exclude(pk=exclude_id)
-    other = heads.distinct().first()
-    if other is not None:
-        result.add(
-            "ray_port",
-            f"Ray port {ray_port} on {spec.host.name} is the head of deployment '{other.name}''s cluster; "
-            "pick another ray_port.",
-        )
-    elif ray_port == spec.port:
-        result.add("ray_port", "The Ray head's port cannot be the engine's port.")
+    if spec.uses_mp:
+        _check_master_port(result, spec, exclude_id)
+    else:
+        _check_ray_port(result, spec, exclude_id)
     if len(set(names)) != len(names):
         result.add("members", "A host is listed twice; each pipeline stage runs on its own host.")
     if spec.pipeline_parallel_size != len(stages):
@@ -361,12 +351,13 @@ def _check_stages(result: Preflight, spec: DeploySpec, exclude_id: int | None) -
         field_name = "gpu_indices" if stage.stage == 0 else "members"
         info = stage.host.agent_info or {}
         if info and info.get("channel") != "api":
-            # Only the fleet agent (nodes/agent/remote.py) starts Ray nodes; the co-located Celery
-            # agent would launch an engine with no cluster to join.
+            # Only the fleet agent (nodes/agent/remote.py) starts Ray nodes and headless vLLM nodes;
+            # the co-located Celery agent would launch an engine with no other hosts to meet.
             result.add(
                 field_name,
-                f"{stage.host.name} runs the co-located agent, which starts no Ray node; run the fleet "
-                f"agent there (python -m nodes.agent --host {stage.host.name}) to deploy across hosts.",
+                f"{stage.host.name} runs the co-located agent, which starts no Ray or headless node; run "
+                f"the fleet agent there (python -m nodes.agent --host {stage.host.name}) to deploy across "
+                "hosts.",
             )
         if len(set(stage.gpu_indices)) != len(stage.gpu_indices):
             result.add(field_name, f"A GPU of {stage.host.name} is listed twice.")
@@ -379,10 +370,60 @@ def _check_stages(result: Preflight, spec: DeploySpec, exclude_id: int | None) -
             )
 
 
+def _check_ray_port(result: Preflight, spec: DeploySpec, exclude_id: int | None) -> None:
+    """The Ray head's port on the head host: not another spanning deployment's head, not the engine's."""
+    port = spec.ray_port or DEFAULT_RAY_PORT
+    other = _head_on_port(spec, exclude_id, MultiHostBackend.RAY, "ray_port", port, DEFAULT_RAY_PORT)
+    if other is not None:
+        result.add(
+            "ray_port",
+            f"Ray port {port} on {spec.host.name} is the head of deployment '{other.name}''s cluster; "
+            "pick another ray_port.",
+        )
+    elif port == spec.port:
+        result.add("ray_port", "The Ray head's port cannot be the engine's port.")
+
+
+def _check_master_port(result: Preflight, spec: DeploySpec, exclude_id: int | None) -> None:
+    """The mp backend's --master-port on the head host, where every host's workers meet: not another
+    spanning deployment's, not the engine's."""
+    port = spec.master_port or DEFAULT_MASTER_PORT
+    other = _head_on_port(spec, exclude_id, MultiHostBackend.MP, "master_port", port, DEFAULT_MASTER_PORT)
+    if other is not None:
+        result.add(
+            "master_port",
+            f"Master port {port} on {spec.host.name} is where the hosts of deployment '{other.name}' meet; "
+            "pick another master_port.",
+        )
+    elif port == spec.port:
+        result.add("master_port", "The master port cannot be the engine's port.")
+
+
+def _head_on_port(
+    spec: DeploySpec, exclude_id: int | None, backend: str, field_name: str, port: int, default: int
+) -> Deployment | None:
+    """Another active deployment spanning hosts from the same head host with `backend` on `port` (a null
+    port field is the default port)."""
+    same_port = Q(**{field_name: port})
+    if port == default:
+        same_port |= Q(**{f"{field_name}__isnull": True})
+    heads = Deployment.objects.filter(
+        same_port,
+        host=spec.host,
+        multi_host_backend=backend,
+        state__in=ACTIVE_STATES,
+        members__isnull=False,
+    )
+    if exclude_id is not None:
+        heads = heads.exclude(pk=exclude_id)
+    return heads.distinct().first()
+
+
 def _check_model_roots(result: Preflight, spec: DeploySpec) -> None:
     """While the files come from the model store, every host of a deployment spanning hosts keeps them
     under the model root its agent reports, and vLLM's Ray workers load the model from the path the
-    head's command line names (vLLM's multi-node docs: the same path on every node). So the roots must
+    head's command line names (vLLM's multi-node docs: the same path on every node; with the mp backend
+    each host's command line is built from the same path too). So the roots must
     be the same path on every host."""
     if model_store.active_store() is None or not spec.model_version.manifest_digest:
         return

@@ -66,10 +66,23 @@ class DeploySpec:
     # Hosts of stages 1..PP-1 when the deployment spans hosts (the head, `host`, is stage 0).
     members: tuple[StageHost, ...] = ()
     ray_port: int | None = None
+    # Across hosts: "ray" (a Ray cluster) or "mp" (vLLM's --nnodes launch, the head's master_port).
+    multi_host_backend: str = "ray"
+    master_port: int | None = None
 
     @property
     def spans_hosts(self) -> bool:
         return bool(self.members)
+
+    @property
+    def uses_ray(self) -> bool:
+        """Spans hosts on a Ray cluster (the agents start Ray nodes before the engine)."""
+        return self.spans_hosts and self.multi_host_backend != "mp"
+
+    @property
+    def uses_mp(self) -> bool:
+        """Spans hosts with vLLM's multiprocessing executor: every host runs `vllm serve` itself."""
+        return self.spans_hosts and self.multi_host_backend == "mp"
 
     def stage_hosts(self) -> list[StageHost]:
         """Every stage's host and GPUs, the head first."""
@@ -123,6 +136,8 @@ class DeploySpec:
             quantization_override=value("quantization_override") or "",
             members=members,
             ray_port=value("ray_port"),
+            multi_host_backend=value("multi_host_backend") or "ray",
+            master_port=value("master_port"),
         )
 
     @classmethod

@@ -1,15 +1,23 @@
-"""The Ray node a fleet agent runs for a deployment that spans hosts (no Django, like the agent).
+"""The process a fleet agent runs on its host for a deployment that spans hosts (no Django, like the agent).
 
-vLLM runs one model over several hosts on a Ray cluster that exists before `vllm serve` starts
+With Ray, vLLM runs one model over several hosts on a Ray cluster that exists before `vllm serve` starts
 (vLLM docs/serving/parallelism_scaling.md, "Multi-node deployment"): `ray start --head` on the node
 that will run the engine, `ray start --address=<head>:<port>` on each other node, each with
 VLLM_HOST_IP set to the address that node has in the cluster; then `vllm serve ... --tensor-parallel-size
 <GPUs per node> --pipeline-parallel-size <nodes> --distributed-executor-backend ray` on the head.
 
+With the mp backend there is no cluster ("Running vLLM with MultiProcessing"): the head's engine is the
+deployment's own launch with `--nnodes N --node-rank 0 --master-addr <head>`, and each other host runs
+`vllm serve ... --nnodes N --node-rank R --master-addr <head> --headless`, a node of workers only. That
+headless process is what this module runs on a member host, one per launch of the head (its start
+token), as the control plane's plan says (`launch`, built by nodes/engines/vllm.py like any engine's).
+
 The control plane tells each agent which role its host plays (`ray` in the sync answer, see
-nodes/agent_channel.describe_ray); the agent runs `ray start --block` in its own session, so the
-whole node (GCS, raylet, its workers) is one session it can stop, and so the node outlives an agent
-restart as engines do. A node is "joined" once `ray start` printed that the runtime started.
+nodes/agent_channel.describe_ray); the agent runs `ray start --block` (or the headless `vllm serve`) in
+its own session, so the whole node (GCS, raylet, its workers) is one session it can stop, and so the
+node outlives an agent restart as engines do. A Ray node is "joined" once `ray start` printed that the
+runtime started; a headless node counts as joined while it runs (its workers meet the head's by
+themselves).
 """
 
 from __future__ import annotations
@@ -43,11 +51,16 @@ class RayNode:
     head_address: str
     started_at: float
     joined: bool = False
+    # "ray", or "mp" for vLLM's headless node of one launch of the head (`launch_token`, its start token).
+    backend: str = "ray"
+    launch_token: str = ""
 
     def alive(self) -> bool:
         return process.is_alive(self.pid)
 
     def check_joined(self) -> bool:
+        if self.backend == "mp":
+            return self.alive()
         if not self.joined:
             with contextlib.suppress(OSError):
                 self.joined = STARTED_LINE in Path(self.log_path).read_bytes()[-65536:]
@@ -109,14 +122,52 @@ def start(
     plan: dict[str, Any], engine_dir: Path, *, temp_dir: str | None = None, log_keep: int = 3
 ) -> RayNode:
     """Start this host's Ray node for the deployment, in its own session, and record it on disk."""
-    token = f"ray-{uuid.uuid4().hex}"
-    directory = _directory(engine_dir)
-    record = process.start_engine(
+    return _start(
+        plan,
+        engine_dir,
         argv=start_argv(plan, temp_dir=temp_dir),
         env=start_env(plan),
+        port=int(plan.get("port") or 0),
+        log_keep=log_keep,
+    )
+
+
+def start_headless(plan: dict[str, Any], engine_dir: Path, argv: list[str], log_keep: int = 3) -> RayNode:
+    """Start this member host's headless `vllm serve` for the head's current launch: `argv` is the
+    plan's (plan["launch"], built by the control plane) with the agent's interpreter put in."""
+    launch = plan["launch"]
+    return _start(
+        plan,
+        engine_dir,
+        argv=argv,
+        env={str(k): str(v) for k, v in launch.get("env", {}).items()},
+        port=0,
+        log_keep=int(launch.get("log_keep", log_keep)),
+        backend="mp",
+        launch_token=str(plan["start_token"]),
+    )
+
+
+def _start(
+    plan: dict[str, Any],
+    engine_dir: Path,
+    *,
+    argv: list[str],
+    env: dict[str, str],
+    port: int,
+    log_keep: int,
+    backend: str = "ray",
+    launch_token: str = "",
+) -> RayNode:
+    """Run one node in its own session (its token in the environment) and record it on disk."""
+    token = f"{backend}-{uuid.uuid4().hex}"
+    directory = _directory(engine_dir)
+    record = process.start_engine(
+        argv=argv,
+        env=env,
         directory=directory,
         deployment_id=int(plan["deployment_id"]),
-        port=int(plan.get("port") or 0),
+        port=port,
         start_token=token,
         log_keep=log_keep,
     )
@@ -128,6 +179,8 @@ def start(
         log_path=record.log_path,
         head_address=str(plan["head_address"]),
         started_at=record.started_at,
+        backend=backend,
+        launch_token=launch_token,
     )
     _save(node, directory)
     return node

@@ -119,6 +119,9 @@ class Agent:
         # (start token, digest) whose files arrived verified (consumed when the node starts).
         self.ray_fetching: set[int] = set()
         self.ray_files: dict[int, tuple[str, str]] = {}
+        # Member hosts of mp deployments whose files are here: the head's launch may go.
+        self.standing_by: set[int] = set()
+        self.headless_launched: dict[int, str] = {}  # the launch (start token) each headless node ran for
         self.control_plane = control_plane
         self.gpus = gpus
         self.engine_dir = engine_dir
@@ -176,6 +179,9 @@ class Agent:
     def adopt(self) -> None:
         """Find engines a previous run of this agent started that still run (their state files)."""
         self.ray_nodes = ray_node.adopt(self.engine_dir)
+        headless = {d: n.launch_token for d, n in self.ray_nodes.items() if n.backend == "mp"}
+        self.headless_launched.update(headless)
+        self.standing_by.update(headless)
         for record_file in sorted(self.engine_dir.glob("deployment-*.json")):
             with contextlib.suppress(OSError, ValueError, TypeError):
                 record = process.EngineRecord(**json.loads(record_file.read_text()))
@@ -244,10 +250,7 @@ class Agent:
             "gpus": samples,
             "engines": engines_live,
             "changes": changes,
-            "ray_nodes": [
-                {"deployment_id": node.deployment_id, "role": node.role, "joined": node.check_joined()}
-                for node in list(self.ray_nodes.values())
-            ],
+            "ray_nodes": self.node_reports(),
         }
         try:
             answer = self.control_plane.post("/api/agent/sync/", batch)
@@ -277,6 +280,21 @@ class Agent:
         self.reconcile()
         for request in answer.get("log_requests", []):
             self.pool.submit(self.answer_log, request)
+
+    def node_reports(self) -> list[dict[str, Any]]:
+        """What the control plane gates a spanning launch on: a Ray node that joined its cluster, or a
+        member host of an mp deployment that holds the files (its headless node runs or is about to)."""
+        reports = {
+            node.deployment_id: {
+                "deployment_id": node.deployment_id,
+                "role": node.role,
+                "joined": node.check_joined(),
+            }
+            for node in list(self.ray_nodes.values())
+        }
+        for deployment_id in list(self.standing_by):
+            reports[deployment_id] = {"deployment_id": deployment_id, "role": "worker", "joined": True}
+        return list(reports.values())
 
     def info(self) -> dict[str, Any]:
         try:
@@ -359,27 +377,49 @@ class Agent:
                 or not plan.get("wanted")
                 or plan.get("role") != node.role
                 or plan.get("head_address") != node.head_address
+                or plan.get("backend", "ray") != node.backend
+                # A headless node belongs to one launch of the head: gone with it, started anew with
+                # the next.
+                or (
+                    node.backend == "mp"
+                    and (not plan.get("launch") or plan["start_token"] != node.launch_token)
+                )
             ):
-                log.info("stopping the Ray %s node of deployment %s", node.role, deployment_id)
+                log.info("stopping the %s %s node of deployment %s", node.backend, node.role, deployment_id)
                 del self.ray_nodes[deployment_id]
                 self.pool.submit(ray_node.stop, node, self.engine_dir)
         with self._lock:
             queued = {(c["kind"], c["deployment_id"], c["start_token"]) for c in self.outbox}
+        self.standing_by &= {d for d, p in self.ray_plans.items() if p.get("wanted")}
         for deployment_id, plan in self.ray_plans.items():
             if plan.get("wanted") and deployment_id not in self.ray_nodes:
                 fetch = plan.get("fetch")
                 token = str(plan.get("start_token", ""))
                 if fetch and self.ray_files.get(deployment_id) != (token, str(fetch["digest"])):
-                    # A member host: vLLM's Ray workers here load the model from the path the head's
+                    # A member host: vLLM's workers here load the model from the path the head's
                     # command line names, so the files come first (in the pool, as an engine's fetch).
                     if ("member_fetch_failed", deployment_id, token) not in queued:
                         self._submit_ray_fetch(deployment_id, plan, fetch)
                     continue
                 self.ray_files.pop(deployment_id, None)
-                node = ray_node.start(plan, self.engine_dir, temp_dir=self.ray_temp_dir)
+                if plan.get("backend") == "mp":
+                    # The files are here: the head's launch may go (it waits for every member to say so),
+                    # and this host's headless node starts with it.
+                    self.standing_by.add(deployment_id)
+                    launch = plan.get("launch")
+                    # One headless node per launch: one that exited is not started again for the same
+                    # launch (the head cannot take it back; the next launch brings a new one).
+                    if not launch or self.headless_launched.get(deployment_id) == token:
+                        continue
+                    self.headless_launched[deployment_id] = token
+                    argv = [sys.executable if part == AGENT_PYTHON else str(part) for part in launch["argv"]]
+                    node = ray_node.start_headless(plan, self.engine_dir, argv)
+                else:
+                    node = ray_node.start(plan, self.engine_dir, temp_dir=self.ray_temp_dir)
                 self.ray_nodes[deployment_id] = node
                 log.info(
-                    "started the Ray %s node of deployment %s (pid %s, head %s)",
+                    "started the %s %s node of deployment %s (pid %s, head %s)",
+                    node.backend,
                     node.role,
                     deployment_id,
                     node.pid,
@@ -417,6 +457,18 @@ class Agent:
             del self.ray_nodes[deployment_id]
             plan = self.ray_plans.get(deployment_id, {})
             if not plan.get("wanted"):
+                continue
+            if node.backend == "mp":
+                # The head's engine cannot run without this node's workers: the launch it belonged to
+                # crashes (a later launch's token makes a late report stale), and the next starts it anew.
+                log.warning("the headless node of deployment %s exited", deployment_id)
+                self.queue(
+                    "member_lost",
+                    _stand_in(deployment_id, node.launch_token),
+                    message=f"The headless vLLM node (node rank {plan.get('stage', '?')}) on "
+                    f"{self.host_name} exited.",
+                    log_tail=process.tail(node.log_path, 20),
+                )
                 continue
             if not node.joined:
                 # It never joined (the head not reachable yet, a port taken): tried again at the next sync;

@@ -33,6 +33,7 @@ from nodes.lifecycle import clear_wake_request, engine_api_key, record_event, tr
 from nodes.models import Deployment
 from nodes.preflight import preflight_deployment
 from nodes.probes import http_get
+from nodes.spec import StageHost
 
 log = logging.getLogger(__name__)
 
@@ -201,11 +202,16 @@ def prepare_launch(
 
 
 def launch_plan(
-    deployment: Deployment, *, python: str | None = None, model_path: str | None = None
+    deployment: Deployment,
+    *,
+    python: str | None = None,
+    model_path: str | None = None,
+    member: StageHost | None = None,
 ) -> LaunchPlan:
-    """The command line of the deployment's current start token (deterministic, so it can be rebuilt)."""
+    """The command line of the deployment's current start token (deterministic, so it can be rebuilt);
+    `member`: a member host's headless node of it (mp backend)."""
     adapter = get_adapter(deployment.engine)
-    spec = engine_spec(deployment, python=python, model_path=model_path)
+    spec = engine_spec(deployment, python=python, model_path=model_path, member=member)
     return LaunchPlan(spec=spec, argv=adapter.build_argv(spec), env=adapter.build_env(spec))
 
 

@@ -17,9 +17,9 @@ from core.redis_client import publish_config_change
 from nodes.choices import SLEEP_CAPABLE_ENGINES, HostState
 from nodes.engines import EngineSpec
 from nodes.lifecycle import engine_api_key, push_event
-from nodes.models import Deployment, Gpu, Host
+from nodes.models import DEFAULT_MASTER_PORT, Deployment, Gpu, Host
 from nodes.preflight import vllm_dtype, vllm_kv_cache_dtype, vllm_quantization_flag
-from nodes.spec import DeploySpec
+from nodes.spec import DeploySpec, StageHost
 
 
 def bind_host_for(host: Host) -> str:
@@ -28,25 +28,33 @@ def bind_host_for(host: Host) -> str:
 
 
 def engine_spec(
-    deployment: Deployment, *, python: str | None = None, model_path: str | None = None
+    deployment: Deployment,
+    *,
+    python: str | None = None,
+    model_path: str | None = None,
+    member: StageHost | None = None,
 ) -> EngineSpec:
     """The adapter input for `deployment`: its DeploySpec, mapped to engine flags, with its current key.
 
     `model_path` is where this host holds the files when they came from the model store; without it
-    the engine loads the version's source_path.
+    the engine loads the version's source_path. `member`: the command line of a member host of a
+    deployment spanning hosts with the mp backend (`vllm serve --headless` with its node rank, its
+    GPUs and address, and no engine key: it serves no API).
     """
     spec = DeploySpec.from_deployment(deployment)
     method = getattr(spec.quantization, "method", None)
+    node = member or StageHost(spec.host, spec.gpu_indices, 0)
+    mp = spec.uses_mp
     return EngineSpec(
         model_path=model_path or spec.model_version.source_path,
         served_model_name=deployment.served_model_name,
         port=spec.port,
-        api_key=engine_api_key(deployment),
-        bind_host=bind_host_for(spec.host),
+        api_key="" if member else engine_api_key(deployment),
+        bind_host=bind_host_for(node.host),
         quantization_method=vllm_quantization_flag(spec),
         kv_cache_dtype=vllm_kv_cache_dtype(getattr(spec.quantization, "kv_cache_dtype", None)),
         dtype=vllm_dtype(method),
-        gpu_indices=spec.gpu_indices,
+        gpu_indices=tuple(node.gpu_indices),
         gpu_memory_utilization=spec.gpu_memory_utilization,
         max_model_len=spec.max_model_len,
         block_size=spec.block_size,
@@ -58,9 +66,14 @@ def engine_spec(
         enable_sleep_mode=deployment.sleep_enabled and deployment.engine in SLEEP_CAPABLE_ENGINES,
         extra_args=spec.extra_args,
         python=python or sys.executable,
-        distributed_executor_backend="ray" if spec.spans_hosts else None,
-        ray_address=deployment.ray_head_address if spec.spans_hosts else None,
-        node_ip=spec.host.address if spec.spans_hosts else None,
+        distributed_executor_backend=spec.multi_host_backend if spec.spans_hosts else None,
+        ray_address=deployment.ray_head_address if spec.uses_ray else None,
+        node_ip=node.host.address if spec.spans_hosts else None,
+        nnodes=1 + len(spec.members) if mp else 1,
+        node_rank=node.stage if mp else 0,
+        master_addr=spec.host.address if mp else None,
+        master_port=(spec.master_port or DEFAULT_MASTER_PORT) if mp else None,
+        headless=member is not None,
     )
 
 

@@ -11,7 +11,7 @@ from core.api.base import StrictModelSerializer, StrictSerializerMixin
 from models_registry.api.serializers import FitResultSerializer
 from models_registry.models import ModelVersion, QuantizationConfig
 from nodes import baselines
-from nodes.choices import ACTIVE_STATES, DeploymentState, Engine
+from nodes.choices import ACTIVE_STATES, DeploymentState, Engine, MultiHostBackend
 from nodes.lifecycle import host_is_reachable, live_deployment_key, live_gpu_key, read_live
 from nodes.models import (
     AgentToken,
@@ -225,6 +225,8 @@ ENGINE_PARAMS = [
     "quantization_override",
     "port",
     "ray_port",
+    "multi_host_backend",
+    "master_port",
 ]
 
 
@@ -241,9 +243,19 @@ class DeploymentMemberSerializer(serializers.Serializer):
 
 
 MEMBERS_HELP = (
-    "Further hosts, in pipeline-stage order after `host` (stage 0, the Ray head, where the API server "
-    "runs): the deployment spans hosts with tensor parallel inside each and pipeline parallel across "
-    "them (pipeline_parallel_size = 1 + members). Empty: one host."
+    "Further hosts, in pipeline-stage order after `host` (stage 0, where the API server runs): the "
+    "deployment spans hosts with tensor parallel inside each and pipeline parallel across them "
+    "(pipeline_parallel_size = 1 + members), on a Ray cluster or with vLLM's multiprocessing executor "
+    "(multi_host_backend). Empty: one host."
+)
+BACKEND_HELP = (
+    "How the hosts of a deployment that spans hosts run together: `ray` (each host's agent starts a "
+    "Ray node, vLLM places its workers on the cluster) or `mp` (no Ray: the head runs `vllm serve "
+    "--nnodes N --node-rank 0`, every member host `vllm serve --headless --node-rank R`, and their "
+    "workers meet at the head's master_port). Unused on one host."
+)
+MASTER_PORT_HELP = (
+    "With multi_host_backend mp: the port on `host` where every host's workers meet (null: 29501)."
 )
 
 
@@ -341,6 +353,8 @@ class DeploymentSerializer(StrictModelSerializer):
             "ray_port": {
                 "help_text": "The Ray head's port on `host` when the deployment spans hosts (null: 6379)."
             },
+            "multi_host_backend": {"help_text": BACKEND_HELP},
+            "master_port": {"help_text": MASTER_PORT_HELP},
         }
 
     def create(self, validated_data: dict[str, Any]) -> Deployment:
@@ -489,6 +503,17 @@ class PreflightSerializer(StrictSerializerMixin, serializers.Serializer):
     port = serializers.IntegerField(min_value=1024, max_value=65535)
     members = DeploymentMemberSerializer(many=True, required=False, default=list, help_text=MEMBERS_HELP)
     ray_port = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1024)
+    multi_host_backend = serializers.ChoiceField(
+        choices=MultiHostBackend.choices, default=MultiHostBackend.RAY, help_text=BACKEND_HELP
+    )
+    master_port = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        default=None,
+        min_value=1024,
+        max_value=65535,
+        help_text=MASTER_PORT_HELP,
+    )
 
 
 class StopSerializer(StrictSerializerMixin, serializers.Serializer):

@@ -13,9 +13,17 @@ from typing import Protocol
 from nodes.engines.metrics import EngineMetrics
 
 # Flags the console owns: an admin's extra_args may not override them, because that would let an
-# engine listen without the per-deployment key or under another name than the proxy expects.
+# engine listen without the per-deployment key or under another name than the proxy expects, or (the
+# multi-node ones) place its nodes somewhere other than the deployment's hosts.
 RESERVED_FLAGS = frozenset(
     {
+        "--nnodes",
+        "-n",
+        "--node-rank",
+        "-r",
+        "--master-addr",
+        "--master-port",
+        "--headless",
         "--api-key",
         "--api_key",
         "--port",
@@ -55,10 +63,18 @@ class EngineSpec:
     enable_sleep_mode: bool = False
     extra_args: tuple[str, ...] = field(default_factory=tuple)
     python: str = sys.executable
-    # Set when the deployment spans hosts: "ray", the Ray head's host:port, and this (head) host's IP.
+    # Set when the deployment spans hosts: "ray" or "mp", the Ray head's host:port (Ray), and the IP of
+    # the host this command line runs on.
     distributed_executor_backend: str | None = None
     ray_address: str | None = None
     node_ip: str | None = None
+    # vLLM's multi-node launch without Ray (mp): node count, this host's rank (0 runs the API server),
+    # where the nodes meet, and whether this node runs workers only (`--headless`, ranks 1..N-1).
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str | None = None
+    master_port: int | None = None
+    headless: bool = False
 
 
 class EngineAdapter(Protocol):

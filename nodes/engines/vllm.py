@@ -115,8 +115,17 @@ def serve_flags(spec: EngineSpec) -> list[str]:
         argv += ["--pipeline-parallel-size", str(spec.pipeline_parallel_size)]
     if spec.distributed_executor_backend:
         # Across hosts vLLM runs its workers as Ray actors on the cluster the agents started
-        # (docs/serving/parallelism_scaling.md, "Running vLLM on a Ray cluster").
+        # (docs/serving/parallelism_scaling.md, "Running vLLM on a Ray cluster"), or, with "mp", as
+        # processes of each host's own `vllm serve` ("Running vLLM with MultiProcessing").
         argv += ["--distributed-executor-backend", spec.distributed_executor_backend]
+    if spec.nnodes > 1:
+        # vllm/engine/arg_utils.py:1025-1028 (ParallelConfig, vllm/config/parallel.py:270-281): every
+        # node names the node count, its rank and the head's address and port, where the workers of
+        # all nodes form one torch.distributed group; ranks > 0 run no API server (--headless).
+        argv += ["--nnodes", str(spec.nnodes), "--node-rank", str(spec.node_rank)]
+        argv += ["--master-addr", str(spec.master_addr), "--master-port", str(spec.master_port)]
+        if spec.headless:
+            argv.append("--headless")
     if spec.gpu_memory_utilization is not None:
         argv += ["--gpu-memory-utilization", repr(float(spec.gpu_memory_utilization))]
     if spec.block_size is not None:
@@ -397,7 +406,10 @@ def reported_quantization_kernel(log_text: str) -> str | None:
 def build_env(spec: EngineSpec) -> dict[str, str]:
     # The key goes in the environment, which vLLM reads when --api-key is absent
     # (serve/middleware/register.py:32-36): a command line is readable by every user of the host (`ps`).
-    env = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", guard.KEY_ENV: spec.api_key}
+    env = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    if not spec.headless:
+        # A headless node serves no API, so the key does not travel to its host.
+        env[guard.KEY_ENV] = spec.api_key
     if spec.enable_sleep_mode:
         # /sleep, /wake_up and /is_sleeping exist only in dev mode; the key guard covers them too.
         env["VLLM_SERVER_DEV_MODE"] = "1"

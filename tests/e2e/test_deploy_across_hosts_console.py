@@ -1,5 +1,6 @@
-"""The deploy wizard places a model too big for one host across two (one pipeline stage per host), and
-the deployment page lists its hosts by stage."""
+"""The deploy wizard places a model too big for one host across two (one pipeline stage per host), with
+Ray or with vLLM's multiprocessing executor, and the deployment page lists its hosts by stage and how
+they run together."""
 
 from __future__ import annotations
 
@@ -59,7 +60,12 @@ def test_wizard_places_a_model_across_two_hosts(
     expect(result).to_have_attribute("data-ok", "false")
     expect(result).to_contain_text("do not fit")
 
+    backend = wizard.get_by_label("Across hosts, run with")
+    expect(backend).to_have_count(0)  # asked only once the deployment spans hosts
     wizard.get_by_label("Further hosts (pipeline stages)").fill("span-b:0")
+    expect(backend).to_have_value("ray")
+    backend.select_option("mp")
+    wizard.get_by_label("Master port").fill("29610")
     wizard.get_by_test_id("run-fit-check").click()
     expect(result).to_have_attribute("data-ok", "true", timeout=15_000)
     expect(result).to_contain_text("1/2 of the layers")
@@ -67,9 +73,17 @@ def test_wizard_places_a_model_across_two_hosts(
 
     expect(page).to_have_url(re.compile(r"/nodes/deployments/\d+$"))
     hosts_line = page.get_by_test_id("deployment-hosts")
-    expect(hosts_line).to_contain_text("span-a (stage 0, Ray head, GPUs 0)")
+    expect(hosts_line).to_contain_text("vLLM multiprocessing, no Ray")
+    expect(hosts_line).to_contain_text("span-a (stage 0, API server, master port 29610, GPUs 0)")
     expect(hosts_line).to_contain_text("span-b (stage 1, GPUs 0)")
     screenshot(page, "deployment_across_hosts", full_page=False)
     created = Deployment.objects.get(name="llama-two-hosts")
     assert created.pipeline_parallel_size == 2
+    assert (created.multi_host_backend, created.master_port) == ("mp", 29610)
     assert [(m.host.name, m.stage, m.gpu_indices) for m in created.members.all()] == [("span-b", 1, [0])]
+
+    # The same on Ray: the page says so.
+    Deployment.objects.filter(pk=created.pk).update(multi_host_backend="ray")
+    page.reload()
+    expect(hosts_line).to_contain_text("over Ray")
+    expect(hosts_line).to_contain_text("span-a (stage 0, Ray head, GPUs 0)")

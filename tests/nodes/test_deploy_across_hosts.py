@@ -219,3 +219,114 @@ def test_two_clusters_cannot_share_a_heads_ray_port(
     )
     errors = refused(admin_client, second)
     assert "Ray port 6379 on gpu-head is the head of deployment 'llama-pp''s cluster" in errors["ray_port"][0]
+
+
+# --- vLLM's multiprocessing executor across hosts (multi_host_backend "mp", no Ray) ---
+
+
+def test_an_mp_deployment_gets_vllms_nnodes_command_line_on_every_host(
+    llama_version: Any, two_hosts: tuple[Host, Host], redis_clean: None
+) -> None:
+    head, worker = two_hosts
+    Host.objects.filter(pk=head.pk).update(address="10.0.0.2")
+    Host.objects.filter(pk=worker.pk).update(address="10.0.0.3")
+    head.refresh_from_db()
+    deployment = spanning_deployment(llama_version, head, worker)
+    Deployment.objects.filter(pk=deployment.pk).update(
+        engine=Engine.VLLM, multi_host_backend="mp", master_port=29600, start_token="t1"
+    )
+    deployment.refresh_from_db()
+    adapter = get_adapter(Engine.VLLM)
+    spec = engine_spec(deployment, python="/usr/bin/python3")
+    argv = adapter.build_argv(spec)
+
+    def flag(args: list[str], name: str) -> str:
+        return args[args.index(name) + 1]
+
+    # vLLM's documented head launch (docs/serving/parallelism_scaling.md, "Running vLLM with
+    # MultiProcessing").
+    assert flag(argv, "--nnodes") == "2" and flag(argv, "--node-rank") == "0"
+    assert flag(argv, "--master-addr") == "10.0.0.2" and flag(argv, "--master-port") == "29600"
+    assert flag(argv, "--distributed-executor-backend") == "mp" and "--headless" not in argv
+    env = adapter.build_env(spec)
+    assert "RAY_ADDRESS" not in env and env["VLLM_HOST_IP"] == "10.0.0.2" and env["VLLM_API_KEY"]
+
+    # The member host is told its headless node once the head's engine runs, not before.
+    worker.refresh_from_db()
+    (plan,) = agent_channel.ray_plans(worker, {})
+    assert plan["backend"] == "mp" and plan["role"] == "worker" and plan["wanted"] is True
+    assert plan["launch"] is None, "a headless node before the head's engine started"
+    assert agent_channel.ray_plans(head, {deployment.pk: deployment}) == [], (
+        "the head runs no node of its own"
+    )
+    # Its launch waits for the member only (the head has no node to wait for).
+    assert agent_channel.ray_nodes_missing(deployment) == ["gpu-worker"]
+    agent_channel.reconcile(deployment)
+    held = Deployment.objects.get(pk=deployment.pk)
+    assert held.state == DeploymentState.PENDING and held.start_token == "t1", "launched without its member"
+    assert held.events.filter(message__startswith="Waiting for gpu-worker to stand by").count() == 1
+    agent_channel.record_ray_nodes(
+        worker, [{"deployment_id": deployment.pk, "role": "worker", "joined": True}]
+    )
+    assert agent_channel.ray_nodes_missing(deployment) == []
+
+    Deployment.objects.filter(pk=deployment.pk).update(state=DeploymentState.STARTING)
+    (plan,) = agent_channel.ray_plans(worker, {})
+    member_argv = plan["launch"]["argv"]
+    # The agent puts its own interpreter in, as for an engine.
+    assert member_argv[:4] == [agent_channel.AGENT_PYTHON, "-m", "vllm.entrypoints.cli.main", "serve"]
+    assert flag(member_argv, "--node-rank") == "1" and flag(member_argv, "--nnodes") == "2"
+    assert flag(member_argv, "--master-addr") == "10.0.0.2" and "--headless" in member_argv
+    member_env = plan["launch"]["env"]
+    assert member_env["VLLM_HOST_IP"] == "10.0.0.3" and member_env["CUDA_VISIBLE_DEVICES"] == "0"
+    assert "VLLM_API_KEY" not in member_env, "the engine key went to a host that serves no API"
+    assert plan["start_token"] == "t1"
+
+    # Crashed (backoff) or stopped: no headless node; stopped: not even standing by.
+    Deployment.objects.filter(pk=deployment.pk).update(state=DeploymentState.CRASHED)
+    assert agent_channel.ray_plans(worker, {})[0]["launch"] is None
+    Deployment.objects.filter(pk=deployment.pk).update(state=DeploymentState.STOPPED)
+    assert agent_channel.ray_plans(worker, {})[0]["wanted"] is False
+
+
+def test_mp_deployments_are_checked_for_their_master_port(
+    admin_client: Any, llama_version: Any, two_hosts: tuple[Host, Host]
+) -> None:
+    head, worker = two_hosts
+    Gpu.objects.filter(host__in=two_hosts).update(memory_total_bytes=80 * GIB)
+    first = payload(llama_version, head, (worker, [0]), multi_host_backend="mp", gpu_memory_utilization=0.3)
+    response = admin_client.post("/api/deployments/", first, format="json")
+    assert response.status_code == 201, response.content
+    assert response.json()["multi_host_backend"] == "mp" and response.json()["master_port"] is None
+    second = payload(
+        llama_version,
+        head,
+        (worker, [0]),
+        name="llama-pp-2",
+        multi_host_backend="mp",
+        master_port=29501,
+        gpu_memory_utilization=0.3,
+    )
+    errors = refused(admin_client, second)
+    assert (
+        "Master port 29501 on gpu-head is where the hosts of deployment 'llama-pp' meet"
+        in errors["master_port"][0]
+    )
+    same = payload(
+        llama_version,
+        head,
+        (worker, [0]),
+        name="llama-pp-3",
+        multi_host_backend="mp",
+        gpu_memory_utilization=0.3,
+    )
+    same["master_port"] = same["port"]
+    errors = refused(admin_client, same)
+    assert errors["master_port"] == ["The master port cannot be the engine's port."]
+    # A Ray cluster on the same head does not collide with the mp deployment's port, and vice versa.
+    ray = payload(llama_version, head, (worker, [0]), name="llama-pp-ray", gpu_memory_utilization=0.3)
+    assert admin_client.post("/api/deployments/", ray, format="json").status_code == 201
+    errors = refused(admin_client, {**second, "multi_host_backend": "bogus"})
+    assert "is not a valid choice" in errors["multi_host_backend"][0]
+    errors = refused(admin_client, {**second, "extra_args": ["--nnodes", "3"]})
+    assert "--nnodes" in str(errors["extra_args"])

@@ -2507,7 +2507,7 @@ export interface components {
             engine: components["schemas"]["EngineEnum"];
             host: number;
             readonly host_name: string;
-            /** @description Further hosts, in pipeline-stage order after `host` (stage 0, the Ray head, where the API server runs): the deployment spans hosts with tensor parallel inside each and pipeline parallel across them (pipeline_parallel_size = 1 + members). Empty: one host. */
+            /** @description Further hosts, in pipeline-stage order after `host` (stage 0, where the API server runs): the deployment spans hosts with tensor parallel inside each and pipeline parallel across them (pipeline_parallel_size = 1 + members), on a Ray cluster or with vLLM's multiprocessing executor (multi_host_backend). Empty: one host. */
             members: components["schemas"]["DeploymentMember"][];
             gpu_indices: number[];
             /**
@@ -2531,6 +2531,15 @@ export interface components {
             port: number;
             /** @description The Ray head's port on `host` when the deployment spans hosts (null: 6379). */
             ray_port: number | null;
+            /**
+             * @description How the hosts of a deployment that spans hosts run together: `ray` (each host's agent starts a Ray node, vLLM places its workers on the cluster) or `mp` (no Ray: the head runs `vllm serve --nnodes N --node-rank 0`, every member host `vllm serve --headless --node-rank R`, and their workers meet at the head's master_port). Unused on one host.
+             *
+             *     * `ray` - Ray
+             *     * `mp` - Multiprocessing (vLLM --nnodes, no Ray)
+             */
+            multi_host_backend: components["schemas"]["MultiHostBackendEnum"];
+            /** @description With multi_host_backend mp: the port on `host` where every host's workers meet (null: 29501). */
+            master_port: number | null;
             served_model_name: string;
             role: string;
             /** @description Launch with vLLM's sleep mode so the agent can sleep and wake the engine (implied by sleep_idle_seconds). */
@@ -2633,7 +2642,7 @@ export interface components {
             quantization?: number | null;
             engine?: components["schemas"]["EngineEnum"];
             host: number;
-            /** @description Further hosts, in pipeline-stage order after `host` (stage 0, the Ray head, where the API server runs): the deployment spans hosts with tensor parallel inside each and pipeline parallel across them (pipeline_parallel_size = 1 + members). Empty: one host. */
+            /** @description Further hosts, in pipeline-stage order after `host` (stage 0, where the API server runs): the deployment spans hosts with tensor parallel inside each and pipeline parallel across them (pipeline_parallel_size = 1 + members), on a Ray cluster or with vLLM's multiprocessing executor (multi_host_backend). Empty: one host. */
             members?: components["schemas"]["DeploymentMemberRequest"][];
             gpu_indices?: number[];
             /**
@@ -2657,6 +2666,15 @@ export interface components {
             port: number;
             /** @description The Ray head's port on `host` when the deployment spans hosts (null: 6379). */
             ray_port?: number | null;
+            /**
+             * @description How the hosts of a deployment that spans hosts run together: `ray` (each host's agent starts a Ray node, vLLM places its workers on the cluster) or `mp` (no Ray: the head runs `vllm serve --nnodes N --node-rank 0`, every member host `vllm serve --headless --node-rank R`, and their workers meet at the head's master_port). Unused on one host.
+             *
+             *     * `ray` - Ray
+             *     * `mp` - Multiprocessing (vLLM --nnodes, no Ray)
+             */
+            multi_host_backend?: components["schemas"]["MultiHostBackendEnum"];
+            /** @description With multi_host_backend mp: the port on `host` where every host's workers meet (null: 29501). */
+            master_port?: number | null;
             served_model_name: string;
             role?: string;
             /** @description Launch with vLLM's sleep mode so the agent can sleep and wake the engine (implied by sleep_idle_seconds). */
@@ -3419,6 +3437,12 @@ export interface components {
             /** Format: date-time */
             readonly created_at: string;
         };
+        /**
+         * @description * `ray` - Ray
+         *     * `mp` - Multiprocessing (vLLM --nnodes, no Ray)
+         * @enum {string}
+         */
+        MultiHostBackendEnum: "ray" | "mp";
         /** @enum {unknown} */
         NullEnum: null;
         PaginatedAlertEventList: {
@@ -3917,7 +3941,7 @@ export interface components {
             quantization?: number | null;
             engine?: components["schemas"]["EngineEnum"];
             host?: number;
-            /** @description Further hosts, in pipeline-stage order after `host` (stage 0, the Ray head, where the API server runs): the deployment spans hosts with tensor parallel inside each and pipeline parallel across them (pipeline_parallel_size = 1 + members). Empty: one host. */
+            /** @description Further hosts, in pipeline-stage order after `host` (stage 0, where the API server runs): the deployment spans hosts with tensor parallel inside each and pipeline parallel across them (pipeline_parallel_size = 1 + members), on a Ray cluster or with vLLM's multiprocessing executor (multi_host_backend). Empty: one host. */
             members?: components["schemas"]["DeploymentMemberRequest"][];
             gpu_indices?: number[];
             /**
@@ -3941,6 +3965,15 @@ export interface components {
             port?: number;
             /** @description The Ray head's port on `host` when the deployment spans hosts (null: 6379). */
             ray_port?: number | null;
+            /**
+             * @description How the hosts of a deployment that spans hosts run together: `ray` (each host's agent starts a Ray node, vLLM places its workers on the cluster) or `mp` (no Ray: the head runs `vllm serve --nnodes N --node-rank 0`, every member host `vllm serve --headless --node-rank R`, and their workers meet at the head's master_port). Unused on one host.
+             *
+             *     * `ray` - Ray
+             *     * `mp` - Multiprocessing (vLLM --nnodes, no Ray)
+             */
+            multi_host_backend?: components["schemas"]["MultiHostBackendEnum"];
+            /** @description With multi_host_backend mp: the port on `host` where every host's workers meet (null: 29501). */
+            master_port?: number | null;
             served_model_name?: string;
             role?: string;
             /** @description Launch with vLLM's sleep mode so the agent can sleep and wake the engine (implied by sleep_idle_seconds). */
@@ -4204,9 +4237,19 @@ export interface components {
             /** @default  */
             quantization_override: string;
             port: number;
-            /** @description Further hosts, in pipeline-stage order after `host` (stage 0, the Ray head, where the API server runs): the deployment spans hosts with tensor parallel inside each and pipeline parallel across them (pipeline_parallel_size = 1 + members). Empty: one host. */
+            /** @description Further hosts, in pipeline-stage order after `host` (stage 0, where the API server runs): the deployment spans hosts with tensor parallel inside each and pipeline parallel across them (pipeline_parallel_size = 1 + members), on a Ray cluster or with vLLM's multiprocessing executor (multi_host_backend). Empty: one host. */
             members?: components["schemas"]["DeploymentMemberRequest"][];
             ray_port?: number | null;
+            /**
+             * @description How the hosts of a deployment that spans hosts run together: `ray` (each host's agent starts a Ray node, vLLM places its workers on the cluster) or `mp` (no Ray: the head runs `vllm serve --nnodes N --node-rank 0`, every member host `vllm serve --headless --node-rank R`, and their workers meet at the head's master_port). Unused on one host.
+             *
+             *     * `ray` - Ray
+             *     * `mp` - Multiprocessing (vLLM --nnodes, no Ray)
+             * @default ray
+             */
+            multi_host_backend: components["schemas"]["MultiHostBackendEnum"];
+            /** @description With multi_host_backend mp: the port on `host` where every host's workers meet (null: 29501). */
+            master_port?: number | null;
         };
         /** @description What create would say, without creating: field errors (empty when ok) and the fit check. */
         PreflightResult: {

@@ -42,6 +42,7 @@ export type Host = Schemas["Host"];
 export type Gpu = Schemas["Gpu"];
 export type GpuSample = Schemas["GpuSample"];
 export type Deployment = Schemas["Deployment"];
+export type MultiHostBackend = Schemas["MultiHostBackendEnum"];
 export type DeploymentState = Schemas["DeploymentStateEnum"];
 export type DeploymentEvent = Schemas["DeploymentEvent"];
 export type DeploymentLog = Schemas["DeploymentLog"];

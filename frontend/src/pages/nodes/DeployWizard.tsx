@@ -1,6 +1,6 @@
 import { useState, type FormEvent } from "react";
 import { api, ApiError } from "../../api/client";
-import type { Page as ApiPage, Deployment, Host, ModelAlias, ModelVersion, Preflight, QuantizationConfig } from "../../api/types";
+import type { Page as ApiPage, Deployment, Host, ModelAlias, ModelVersion, MultiHostBackend, Preflight, QuantizationConfig } from "../../api/types";
 import { Dialog } from "../../components/Dialog";
 import { CheckboxField, FormErrors, InputField, SelectField } from "../../components/Field";
 import { useApi } from "../../hooks/useApi";
@@ -10,6 +10,10 @@ const ENGINES = [
   { value: "vllm", label: "vLLM (GPU)" },
   { value: "sim", label: "vLLM simulator (no GPU needed)" },
   { value: "llamacpp", label: "llama.cpp (CPU, GGUF)" },
+];
+const BACKENDS: { value: MultiHostBackend; label: string }[] = [
+  { value: "ray", label: "Ray cluster (agents start Ray nodes first)" },
+  { value: "mp", label: "vLLM multiprocessing (--nnodes, no Ray)" },
 ];
 
 /** Deploy a model version: fill in the engine parameters, see the fit check, then launch. */
@@ -33,6 +37,9 @@ export function DeployWizard({ hosts, onClose, onCreated }: { hosts: Host[]; onC
     pipeline_parallel_size: "1",
     // Further hosts, one pipeline stage each: "host-name:gpu,gpu host-name:gpu" (empty: one host).
     members: "",
+    multi_host_backend: "ray" as MultiHostBackend,
+    // Empty: vLLM's default master port (29501).
+    master_port: "",
     quantization_override: "",
     enable_prefix_caching: true,
     extra_args: "",
@@ -77,6 +84,8 @@ export function DeployWizard({ hosts, onClose, onCreated }: { hosts: Host[]; onC
       // Across hosts, one pipeline stage per host unless the admin said otherwise.
       pipeline_parallel_size: stages.length && pp === 1 ? 1 + stages.length : pp,
       members: stages,
+      multi_host_backend: form.multi_host_backend,
+      master_port: form.multi_host_backend === "mp" && form.master_port ? Number(form.master_port) : null,
       quantization_override: form.quantization_override,
       enable_prefix_caching: form.enable_prefix_caching,
       extra_args: form.extra_args.trim() ? form.extra_args.trim().split(/\s+/) : [],
@@ -223,8 +232,29 @@ export function DeployWizard({ hosts, onClose, onCreated }: { hosts: Host[]; onC
             errors={fieldErrors}
             value={form.members}
             onChange={(e) => set("members", e.target.value)}
-            hint="e.g. gpu-b:0 gpu-c:0 — one stage per host, tensor parallel inside each, over Ray. Empty: this host only."
+            hint="e.g. gpu-b:0 gpu-c:0 — one stage per host, tensor parallel inside each. Empty: this host only."
           />
+          {form.members.trim() && (
+            <SelectField
+              label="Across hosts, run with"
+              name="multi_host_backend"
+              errors={fieldErrors}
+              value={form.multi_host_backend}
+              onChange={(e) => set("multi_host_backend", e.target.value)}
+              options={BACKENDS}
+            />
+          )}
+          {form.members.trim() && form.multi_host_backend === "mp" && (
+            <InputField
+              label="Master port"
+              name="master_port"
+              type="number"
+              errors={fieldErrors}
+              value={form.master_port}
+              onChange={(e) => set("master_port", e.target.value)}
+              hint="Where every host's workers meet, on this host. Empty: vLLM's default, 29501."
+            />
+          )}
           <InputField
             label="Force --quantization"
             name="quantization_override"

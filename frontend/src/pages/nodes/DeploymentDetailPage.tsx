@@ -215,7 +215,9 @@ export function DeploymentDetailPage() {
           <Card title="Launch command">
             {d.members.length > 0 && (
               <div data-testid="deployment-hosts">
-                Hosts (pipeline stages, over Ray): {d.host_name} (stage 0, Ray head, GPUs {d.gpu_indices.join(", ")})
+                {d.multi_host_backend === "mp"
+                  ? `Hosts (pipeline stages, vLLM multiprocessing, no Ray): ${d.host_name} (stage 0, API server, master port ${d.master_port ?? 29501}, GPUs ${d.gpu_indices.join(", ")})`
+                  : `Hosts (pipeline stages, over Ray): ${d.host_name} (stage 0, Ray head, GPUs ${d.gpu_indices.join(", ")})`}
                 {d.members.map((m) => ` → ${m.host_name} (stage ${m.stage}, GPUs ${(m.gpu_indices ?? []).join(", ")})`).join("")}
               </div>
             )}
