@@ -111,6 +111,14 @@ CHANNEL_LAYERS = {
     }
 }
 
+# Evaluation runs that cannot lie (docs/evaluations.md, "Runs that cannot lie"): a run whose failed
+# samples exceed this fraction of its cases ends `failed` (resume it once the engines answer), and a
+# run is accepted only with at least this many scored samples (both sides answered).
+EVAL_MAX_ERROR_FRACTION = env_float("EVAL_MAX_ERROR_FRACTION", 0.05)
+EVAL_MIN_SCORED_SAMPLES = env_int("EVAL_MIN_SCORED_SAMPLES", 20)
+# How long creating a run waits for a base-URL side's /v1/models before refusing it, seconds.
+EVAL_READY_PROBE_SECONDS = env_float("EVAL_READY_PROBE_SECONDS", 3.0)
+
 # How often the beat task evaluates every running canary's gates, seconds.
 ROLLOUT_GATE_INTERVAL_SECONDS = env_float("ROLLOUT_GATE_INTERVAL_SECONDS", 10.0)
 # Gate values kept per rollout for the console's chart (one per evaluation), and for how long.

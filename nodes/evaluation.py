@@ -36,6 +36,7 @@ class FleetResolver:
                 "extra_args": list(dep.extra_args or []),
                 "max_model_len": dep.max_model_len,
             },
+            state=dep.state,
         )
 
     def deployment_of_version(self, model_version_id: int) -> int | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Prefetch, Q, QuerySet
 from django.http import StreamingHttpResponse
@@ -225,6 +226,12 @@ class EvalRunSerializer(serializers.ModelSerializer):
     live_group = serializers.SerializerMethodField()
     marks = serializers.SerializerMethodField()
     verdict = serializers.SerializerMethodField()
+    scored_count = serializers.SerializerMethodField(
+        help_text="Samples both sides answered (done_count - error_count): what a verdict rests on."
+    )
+    min_scored_to_accept = serializers.SerializerMethodField(
+        help_text="How many scored samples accepting the run needs (EVAL_MIN_SCORED_SAMPLES)."
+    )
 
     class Meta:
         model = EvalRun
@@ -254,6 +261,8 @@ class EvalRunSerializer(serializers.ModelSerializer):
             "case_count",
             "done_count",
             "error_count",
+            "scored_count",
+            "min_scored_to_accept",
             "attempts",
             "summary",
             "teacher_forcing_note",
@@ -269,6 +278,12 @@ class EvalRunSerializer(serializers.ModelSerializer):
             "finished_at",
         ]
         read_only_fields = fields
+
+    def get_scored_count(self, run: EvalRun) -> int:
+        return max(0, run.done_count - run.error_count)
+
+    def get_min_scored_to_accept(self, run: EvalRun) -> int:
+        return int(settings.EVAL_MIN_SCORED_SAMPLES)
 
     def get_sampling(self, run: EvalRun) -> dict[str, Any]:
         return run.sampling()
@@ -333,6 +348,9 @@ class RunCreateSerializer(StrictSerializerMixin, serializers.Serializer):
                 ep = endpoints.deployment_endpoint(dep)
             except endpoints.EndpointUnavailable as exc:
                 raise serializers.ValidationError({f"{side}_deployment": [str(exc)]}) from exc
+            problem = endpoints.not_ready(side, ep.info.get("deployment"), ep.state)
+            if problem:
+                raise serializers.ValidationError({f"{side}_deployment": [problem]})
             return {"deployment_id": dep, "base_url": ep.base_url, "model": ep.model, "info": ep.info}
         if url or model:
             errors = {}
@@ -342,6 +360,9 @@ class RunCreateSerializer(StrictSerializerMixin, serializers.Serializer):
                 errors[f"{side}_model"] = ["Required with a base URL (the engine's served model name)."]
             if errors:
                 raise serializers.ValidationError(errors)
+            problem = endpoints.probe_base_url(url, model, settings.EVAL_READY_PROBE_SECONDS)
+            if problem:
+                raise serializers.ValidationError({f"{side}_base_url": [problem]})
             return {"deployment_id": None, "base_url": url, "model": model, "info": {"base_url": url}}
         return None
 

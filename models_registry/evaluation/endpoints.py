@@ -9,6 +9,9 @@ served name, and a snapshot of what it was (`info`).
 
 from __future__ import annotations
 
+import json
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -27,6 +30,8 @@ class Endpoint:
     # The chat template of the model it serves, when the registry knows it (a GGUF version): a run
     # rebuilds the prompt text with it to teacher-force an engine that scores only text (llama.cpp).
     chat_template: ChatTemplate | None = field(default=None, repr=False)
+    # A deployment's state as the fleet knows it ("ready" ...); None for a plain base URL.
+    state: str | None = None
 
 
 class DeploymentResolver(Protocol):
@@ -64,3 +69,32 @@ def deployment_endpoint(deployment_id: int) -> Endpoint:
     if found is None:
         raise EndpointUnavailable(f"Deployment {deployment_id} does not exist.")
     return found
+
+
+def not_ready(side: str, deployment_name: str | None, state: str | None) -> str | None:
+    """Why a fleet deployment cannot be a run's side now (None: it is ready). A run against an engine
+    that is not serving would fail every request and measure nothing."""
+    if state is None or state == "ready":
+        return None
+    return (
+        f"The {side} deployment '{deployment_name}' is {state}, not ready: start it, or wait until it is "
+        "ready, then start the run."
+    )
+
+
+def probe_base_url(base_url: str, model: str, timeout: float) -> str | None:
+    """Why a plain base URL cannot be a run's side now: no answer on /v1/models, or the model is not
+    among those it serves (None: it serves the model)."""
+    url = f"{base_url}/v1/models"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            served = [str(m.get("id")) for m in json.loads(response.read()).get("data", [])]
+    except urllib.error.HTTPError as exc:
+        return f"{url} answered {exc.code}; the run needs an engine that lists its models without a key."
+    except (OSError, ValueError, AttributeError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return f"No engine answers at {url} ({reason}): start it, or check the URL."
+    if model not in served:
+        listed = ", ".join(served) or "nothing"
+        return f"The engine at {base_url} does not serve '{model}' (it serves: {listed})."
+    return None

@@ -17,6 +17,7 @@ import logging
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
 from django.db import transaction
@@ -180,6 +181,15 @@ def sign_run(run: EvalRun, decision: str, comment: str = "", *, actor: Actor) ->
                 f"Only a completed run can be accepted; this one is {locked.state}. "
                 "Resume it first, or reject it."
             )
+        if decision == VerdictDecision.ACCEPT:
+            scored = locked.samples.filter(error="").count()
+            needed = settings.EVAL_MIN_SCORED_SAMPLES
+            if scored < needed:
+                # Too few paired samples say nothing about a difference either way (docs/evaluations.md).
+                raise ReviewRefused(
+                    f"The run scored {scored} sample(s); accepting needs at least {needed} "
+                    "(EVAL_MIN_SCORED_SAMPLES). Run a larger suite, or reject it."
+                )
         previous = locked.verdicts.filter(superseded_at__isnull=True).first()
         now = timezone.now()
         if previous is not None:

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -759,4 +760,24 @@ def _execute(run_id: int, lock: Any, after_sample: Callable[[EvalSample], None] 
     remaining = EvalCase.objects.filter(version_id=run.suite_version_id).exclude(samples__run=run).count()
     if remaining:
         return _finish(run, RunState.FAILED, f"{remaining} case(s) have no sample.")
-    return _finish(run, RunState.COMPLETED)
+    return _finish(run, *completed_or_failed(run))
+
+
+def completed_or_failed(run: EvalRun) -> tuple[str, str]:
+    """A run whose every case has a sample is `completed` only when few enough of them failed: a run of
+    failed requests measured nothing, and must not look like a result that can be signed off."""
+    cases = max(1, run.samples.count())
+    failed = run.samples.exclude(error="").count()
+    allowed = settings.EVAL_MAX_ERROR_FRACTION
+    if failed == cases:
+        return RunState.FAILED, (
+            f"All {failed} samples failed: no case was scored. See a sample's error, then resume the run "
+            "once both engines answer."
+        )
+    if failed / cases > allowed:
+        return RunState.FAILED, (
+            f"{failed} of {cases} samples failed ({failed / cases:.0%}), above the {allowed:.0%} a run may "
+            "lose (EVAL_MAX_ERROR_FRACTION). See the failed samples' errors, then resume the run: it "
+            "runs those cases again."
+        )
+    return RunState.COMPLETED, ""

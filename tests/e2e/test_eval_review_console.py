@@ -25,6 +25,12 @@ from tests.evals.review_helpers import finished_run, version_pair
 pytestmark = pytest.mark.e2e
 
 
+@pytest.fixture(autouse=True)
+def small_runs_may_be_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The console process reads it at start: the review helper's run scores 3 samples."""
+    monkeypatch.setenv("EVAL_MIN_SCORED_SAMPLES", "3")
+
+
 def test_evaluator_reviews_a_sample_with_the_keyboard_and_signs_the_run_off(
     live_console: LiveConsole, browser_page: Any, evaluator_user: User
 ) -> None:
@@ -69,7 +75,8 @@ def test_evaluator_reviews_a_sample_with_the_keyboard_and_signs_the_run_off(
     rows = list(csv.DictReader(io.StringIO(Path(download.value.path()).read_text())))
     assert [(r["case_id"], r["mark"]) for r in rows] == [("q0", ""), ("q1", "regression"), ("q2", "")]
 
-    # Sign it off.
+    # Sign it off, beside what the verdict rests on.
+    expect(page.get_by_test_id("verdict-counts")).to_have_text("3 scored · 0 failed of 3")
     page.get_by_label("Verdict comment").fill("One regression in three; within budget.")
     page.get_by_role("button", name="Accept run").click()
     verdict_bar = page.get_by_test_id("verdict-current")

@@ -43,6 +43,13 @@ from vllm_sim.testing import REPO_ROOT, SimHandle, free_port, start_sim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("redis_clean")]
 
+
+@pytest.fixture(autouse=True)
+def suite_size_may_be_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The console process reads it at start: accepting the run of CASES cases is allowed."""
+    monkeypatch.setenv("EVAL_MIN_SCORED_SAMPLES", str(CASES))
+
+
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 CASES = 16
 SLOW_MS = 60_000  # a run on a busy two-core box
@@ -310,6 +317,7 @@ def test_upload_suites_then_run_a_candidate_against_its_parent(
     assert EvalReview.objects.get(sample=second).mark == "acceptable"
 
     # And sign it off: the verdict is stored, audited and shown.
+    expect(page.get_by_test_id("verdict-counts")).to_have_text(f"{CASES} scored · 0 failed of {CASES}")
     page.get_by_label("Verdict comment").fill("Drift within budget for this suite.")
     page.get_by_role("button", name="Accept run").click()
     expect(page.get_by_test_id("verdict-current")).to_have_attribute("data-decision", "accept")

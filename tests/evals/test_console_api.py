@@ -17,6 +17,8 @@ from core.models import AuditEvent
 from models_registry.evaluation.models import EvalCase, EvalSuite, EvalSuiteVersion
 from models_registry.models import Model, ModelVersion
 from nodes.models import Deployment, Host
+from tests.evals.run_helpers import MODEL
+from vllm_sim.testing import SimHandle
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("redis_clean")]
 
@@ -139,7 +141,11 @@ def test_default_reference_is_the_lineage_parents_ready_deployment(viewer_client
 
 
 def test_runs_carry_side_labels_and_their_creator(
-    evaluator_client: APIClient, evaluator_user: User, monkeypatch: pytest.MonkeyPatch
+    evaluator_client: APIClient,
+    evaluator_user: User,
+    monkeypatch: pytest.MonkeyPatch,
+    reference_sim: SimHandle,
+    drifted_sim: SimHandle,
 ) -> None:
     monkeypatch.setattr("models_registry.api.eval_runs.enqueue_evaluation", lambda run_id: None)
     suite = EvalSuite.objects.create(name="s")
@@ -150,17 +156,17 @@ def test_runs_carry_side_labels_and_their_creator(
         "/api/eval-runs/",
         {
             "suite_version": version.pk,
-            "reference_base_url": "http://127.0.0.1:8001",
-            "reference_model": "ref",
-            "candidate_base_url": "http://127.0.0.1:8002/",
-            "candidate_model": "cand",
+            "reference_base_url": reference_sim.base_url,
+            "reference_model": MODEL,
+            "candidate_base_url": drifted_sim.base_url + "/",
+            "candidate_model": MODEL,
         },
         format="json",
     )
     assert resp.status_code == 201, resp.json()
     run = evaluator_client.get(f"/api/eval-runs/{resp.json()['id']}/").json()
-    assert run["reference_label"] == "ref at http://127.0.0.1:8001"
-    assert run["candidate_label"] == "cand at http://127.0.0.1:8002"
+    assert run["reference_label"] == f"{MODEL} at {reference_sim.base_url}"
+    assert run["candidate_label"] == f"{MODEL} at {drifted_sim.base_url}"
     assert run["created_by_name"] == evaluator_user.username
     assert (run["suite"], run["suite_version"]) == (suite.pk, version.pk)
     assert run["summary"] == {}

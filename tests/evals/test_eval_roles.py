@@ -20,6 +20,8 @@ from models_registry.evaluation.suites import import_jsonl
 from nodes.models import Deployment, Host
 from tests.conftest import client_for, make_user
 from tests.evals.review_helpers import finished_run, version_pair
+from tests.evals.run_helpers import MODEL
+from vllm_sim.testing import SimHandle
 
 pytestmark = pytest.mark.django_db
 
@@ -43,9 +45,10 @@ class World:
     sample: int
     candidate_version: int
     candidate_deployment: int  # deployed, as is its lineage parent (the default reference)
+    engine_url: str  # a running engine: a new run's sides must answer
 
 
-def build_world() -> World:
+def build_world(engine_url: str) -> World:
     suite = EvalSuite.objects.create(name="roles")
     lines = "\n".join(json.dumps({"id": f"c{i}", "prompt": f"Say {i}."}) for i in range(3))
     draft = import_jsonl(suite, lines)
@@ -79,6 +82,7 @@ def build_world() -> World:
         sample=int(run.samples.get(case_key="q1").pk),
         candidate_version=child.pk,
         candidate_deployment=deployments[child.revision].pk,
+        engine_url=engine_url,
     )
 
 
@@ -89,10 +93,10 @@ Call = tuple[str, dict[str, Any] | None, int]
 def calls(w: World) -> dict[tuple[str, str], Call]:
     new_run = {
         "suite_version": w.draft,
-        "reference_base_url": "http://127.0.0.1:9",
-        "reference_model": "ref",
-        "candidate_base_url": "http://127.0.0.1:9",
-        "candidate_model": "cand",
+        "reference_base_url": w.engine_url,
+        "reference_model": MODEL,
+        "candidate_base_url": w.engine_url,
+        "candidate_model": MODEL,
     }
     run, sample = w.run.pk, w.sample
     return {
@@ -176,12 +180,20 @@ def routed() -> set[tuple[str, str]]:
 
 
 def test_the_table_covers_every_evaluation_route() -> None:
-    assert set(calls(build_world())) == routed()
+    assert set(calls(build_world("http://127.0.0.1:9"))) == routed()
 
 
-def walk(client: APIClient, expect: Callable[[str, int], int]) -> list[str]:
+@pytest.fixture
+def engine_url(reference_sim: SimHandle, settings: Any) -> str:
+    """A running engine for new runs, and sign-off allowed on the world's small run: this walk is about
+    who may call each route; what a run needs to be accepted is tested in test_review_api."""
+    settings.EVAL_MIN_SCORED_SAMPLES = 1
+    return reference_sim.base_url
+
+
+def walk(client: APIClient, expect: Callable[[str, int], int], engine_url: str) -> list[str]:
     """Every call in table order; the mismatches as readable lines."""
-    w = build_world()
+    w = build_world(engine_url)
     wrong = []
     for (name, method), (path, body, write_status) in calls(w).items():
         resp = getattr(client, method)(path, body, format="json")
@@ -201,27 +213,27 @@ def no_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     "role",
     [Role.ADMIN, Role.EVALUATOR, "superuser"],
 )
-def test_writers_may_do_everything(role: str) -> None:
+def test_writers_may_do_everything(role: str, engine_url: str) -> None:
     user = make_user(f"writer-{role}", Role.VIEWER if role == "superuser" else role)
     if role == "superuser":  # a superuser is an admin whatever its role field says
         User.objects.filter(pk=user.pk).update(is_superuser=True)
         user.refresh_from_db()
-    assert walk(client_for(user), lambda method, write_status: write_status) == []
+    assert walk(client_for(user), lambda method, write_status: write_status, engine_url) == []
     run = EvalRun.objects.get(name="review run", suite_version__suite__name="roles-run")
     assert run.verdicts.get().signed_by_name == user.username
 
 
-def test_viewers_read_everything_and_write_nothing(viewer_user: User) -> None:
+def test_viewers_read_everything_and_write_nothing(viewer_user: User, engine_url: str) -> None:
     def expect(method: str, write_status: int) -> int:
         return 200 if method == "get" else 403
 
-    assert walk(client_for(viewer_user), expect) == []
+    assert walk(client_for(viewer_user), expect, engine_url) == []
     assert not EvalRun.objects.filter(state=RunState.PENDING).exists()
     assert not EvalSuite.objects.filter(name="made-by-role").exists()
 
 
 def test_anonymous_gets_401_everywhere() -> None:
-    assert walk(APIClient(), lambda method, write_status: 401) == []
+    assert walk(APIClient(), lambda method, write_status: 401, "http://127.0.0.1:9") == []
 
 
 def test_every_role_in_the_console_is_covered() -> None:

@@ -18,9 +18,16 @@ from console.models import User
 from core.models import AuditEvent
 from models_registry.evaluation.models import EvalReview, EvalRun, EvalVerdict, RunState
 from models_registry.evaluation.review import EXPORT_COLUMNS
-from tests.evals.review_helpers import finished_run, version_pair
+from tests.evals.review_helpers import CASES, finished_run, version_pair
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def small_runs_may_be_accepted(settings: Any) -> None:
+    """The review helper's runs score len(CASES) samples; accepting them is allowed here, and the
+    minimum itself is tested below."""
+    settings.EVAL_MIN_SCORED_SAMPLES = len(CASES)
 
 
 def sample_id(run: EvalRun, case: str) -> int:
@@ -170,6 +177,30 @@ def test_only_a_finished_run_is_signed_and_only_a_completed_one_accepted(evaluat
     # A signed run is final: resuming it would change the samples under its verdict.
     resume = evaluator_client.post(f"/api/eval-runs/{cancelled.pk}/resume/")
     assert resume.status_code == 409 and "signed off" in resume.json()["detail"]
+
+
+def test_accepting_needs_enough_scored_samples_and_the_page_counts_the_failed_ones(
+    evaluator_client: APIClient, settings: Any
+) -> None:
+    run = finished_run(error_case=True)  # three scored samples and one whose request failed
+    settings.EVAL_MIN_SCORED_SAMPLES = 4
+    resp = evaluator_client.post(f"/api/eval-runs/{run.pk}/sign/", {"decision": "accept"}, format="json")
+    assert resp.status_code == 409
+    assert resp.json()["detail"] == (
+        "The run scored 3 sample(s); accepting needs at least 4 (EVAL_MIN_SCORED_SAMPLES). "
+        "Run a larger suite, or reject it."
+    )
+    assert not EvalVerdict.objects.exists()
+    # Rejecting needs no minimum: a run too small to pass is still a run someone may turn down.
+    rejected = evaluator_client.post(
+        f"/api/eval-runs/{run.pk}/sign/", {"decision": "reject", "comment": "too few cases"}, format="json"
+    )
+    assert rejected.status_code == 201
+    settings.EVAL_MIN_SCORED_SAMPLES = 3
+    accepted = evaluator_client.post(f"/api/eval-runs/{run.pk}/sign/", {"decision": "accept"}, format="json")
+    assert accepted.status_code == 201, accepted.json()
+    shown = evaluator_client.get(f"/api/eval-runs/{run.pk}/").json()
+    assert (shown["verdict"]["decision"], shown["error_count"], shown["scored_count"]) == ("accept", 1, 3)
 
 
 def test_samples_filter_by_mark_and_order_by_latest_divergence(evaluator_client: APIClient) -> None:

@@ -167,9 +167,11 @@ def test_an_unreachable_side_is_stored_as_errors_not_lost(reference_sim: SimHand
     version = answer_suite(reference_sim, 3)
     run = make_run(version, reference_sim, reference_sim)
     EvalRun.objects.filter(pk=run.pk).update(candidate_base_url="http://127.0.0.1:9", request_timeout=2)
-    assert run_evaluation(run.pk) == RunState.COMPLETED
+    # Stored, every one, and the run ends failed: it scored nothing, so it cannot pass for a result.
+    assert run_evaluation(run.pk) == RunState.FAILED
     run.refresh_from_db()
     assert run.error_count == 3 == run.summary["errors"] and run.summary["samples"] == 0
+    assert run.error.startswith("All 3 samples failed")
     assert all("ClientConnectorError" in s.error for s in run.samples.all())
 
 

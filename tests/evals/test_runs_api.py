@@ -40,13 +40,19 @@ def small_version() -> EvalSuiteVersion:
     return import_jsonl(suite, "\n".join(json.dumps(c) for c in cases))
 
 
-def body(version: EvalSuiteVersion, **extra: Any) -> dict[str, Any]:
+@pytest.fixture
+def engines(reference_sim: SimHandle, drifted_sim: SimHandle) -> dict[str, str]:
+    """Base URLs of two running engines: a run's sides must answer when it is created."""
+    return {"reference": reference_sim.base_url, "candidate": drifted_sim.base_url}
+
+
+def body(version: EvalSuiteVersion, engines: dict[str, str], **extra: Any) -> dict[str, Any]:
     return {
         "suite_version": version.pk,
-        "reference_base_url": "http://127.0.0.1:8001",
-        "reference_model": "ref",
-        "candidate_base_url": "http://127.0.0.1:8002",
-        "candidate_model": "cand",
+        "reference_base_url": engines["reference"],
+        "reference_model": MODEL,
+        "candidate_base_url": engines["candidate"],
+        "candidate_model": MODEL,
         "max_tokens": 16,
         "seed": 7,
         **extra,
@@ -59,12 +65,13 @@ def test_evaluators_and_admins_start_runs_viewers_read(
     viewer_client: APIClient,
     anon_client: APIClient,
     enqueued: list[int],
+    engines: dict[str, str],
 ) -> None:
     version = small_version()
-    assert anon_client.post("/api/eval-runs/", body(version), format="json").status_code == 401
-    assert viewer_client.post("/api/eval-runs/", body(version), format="json").status_code == 403
+    assert anon_client.post("/api/eval-runs/", body(version, engines), format="json").status_code == 401
+    assert viewer_client.post("/api/eval-runs/", body(version, engines), format="json").status_code == 403
     assert EvalRun.objects.count() == 0 and not EvalSuiteVersion.objects.get(pk=version.pk).locked
-    created = evaluator_client.post("/api/eval-runs/", body(version, name="first"), format="json")
+    created = evaluator_client.post("/api/eval-runs/", body(version, engines, name="first"), format="json")
     assert created.status_code == 201, created.json()
     run = created.json()
     assert run["state"] == "pending" and run["case_count"] == 2 and run["suite_name"] == "two"
@@ -72,7 +79,7 @@ def test_evaluators_and_admins_start_runs_viewers_read(
     assert run["live_group"] == f"live.evalrun.{run['id']}"
     assert enqueued == [run["id"]]
     assert EvalSuiteVersion.objects.get(pk=version.pk).locked  # frozen by the run's transaction
-    assert admin_client.post("/api/eval-runs/", body(version), format="json").status_code == 201
+    assert admin_client.post("/api/eval-runs/", body(version, engines), format="json").status_code == 201
     for client in (viewer_client, evaluator_client, admin_client):
         listed = client.get("/api/eval-runs/")
         assert listed.status_code == 200 and listed.json()["count"] == 2
@@ -108,13 +115,20 @@ def test_evaluators_and_admins_start_runs_viewers_read(
         ({"max_tokens": 0}, "max_tokens"),
         ({"top_logprobs": 21}, "top_logprobs"),
         ({"temperature": 0.7}, "temperature"),
+        # A side that does not answer, or does not serve the model, would fail every request.
+        ({"candidate_base_url": "http://127.0.0.1:9"}, "candidate_base_url"),
+        ({"reference_model": "no-such-model"}, "reference_base_url"),
     ],
 )
 def test_bad_input_gets_field_errors_and_no_run(
-    evaluator_client: APIClient, enqueued: list[int], change: dict[str, Any], field: str
+    evaluator_client: APIClient,
+    enqueued: list[int],
+    engines: dict[str, str],
+    change: dict[str, Any],
+    field: str,
 ) -> None:
     version = small_version()
-    resp = evaluator_client.post("/api/eval-runs/", {**body(version), **change}, format="json")
+    resp = evaluator_client.post("/api/eval-runs/", {**body(version, engines), **change}, format="json")
     assert resp.status_code == 400
     assert field in resp.json(), resp.json()
     assert EvalRun.objects.count() == 0 and enqueued == []
@@ -122,11 +136,11 @@ def test_bad_input_gets_field_errors_and_no_run(
 
 
 def test_no_reference_and_no_lineage_is_a_field_error(
-    evaluator_client: APIClient, enqueued: list[int]
+    evaluator_client: APIClient, enqueued: list[int], engines: dict[str, str]
 ) -> None:
     version = small_version()
     resp = evaluator_client.post(
-        "/api/eval-runs/", body(version, reference_base_url="", reference_model=""), format="json"
+        "/api/eval-runs/", body(version, engines, reference_base_url="", reference_model=""), format="json"
     )
     assert resp.status_code == 400 and "reference_deployment" in resp.json()
 
@@ -222,6 +236,55 @@ def test_a_candidate_deployment_is_compared_with_its_deployed_lineage_parent(
     assert done.summary["distributions"]["teacher_forced"]["samples"] == 2
 
 
+def test_a_run_against_a_deployment_that_is_not_ready_is_refused(
+    evaluator_client: APIClient, enqueued: list[int], fleet_pair: tuple[Deployment, Deployment]
+) -> None:
+    parent_dep, child_dep = fleet_pair
+    version = small_version()
+    Deployment.objects.filter(pk=child_dep.pk).update(state="stopped")
+    resp = evaluator_client.post(
+        "/api/eval-runs/",
+        {
+            "suite_version": version.pk,
+            "candidate_deployment": child_dep.pk,
+            "reference_deployment": parent_dep.pk,
+        },
+        format="json",
+    )
+    assert resp.status_code == 400, resp.json()
+    assert resp.json()["candidate_deployment"] == [
+        "The candidate deployment 'eval-q4' is stopped, not ready: start it, or wait until it is ready, "
+        "then start the run."
+    ]
+    assert EvalRun.objects.count() == 0 and enqueued == []
+    assert not EvalSuiteVersion.objects.get(pk=version.pk).locked
+
+
+def test_a_run_that_lost_more_samples_than_allowed_ends_failed(
+    reference_sim: SimHandle, settings: Any
+) -> None:
+    """Above EVAL_MAX_ERROR_FRACTION failed samples the runner ends a run failed, with the count; at or
+    below it, completed with its errors counted."""
+    version = answer_suite(reference_sim, 8)
+    run = make_run(version, reference_sim, reference_sim)
+    execute_run(run.pk)
+    run.refresh_from_db()
+    assert run.state == RunState.COMPLETED and run.error_count == 0
+    # Two of its eight samples failed (as a worker that died after storing them would leave them), and
+    # the run is executed again: every case has a sample, so it only judges what it holds.
+    cases = list(version.cases.order_by("position").values_list("pk", flat=True))
+    run.samples.filter(case_id__in=cases[:2]).update(error="candidate: timed out")
+    settings.EVAL_MAX_ERROR_FRACTION = 0.05
+    EvalRun.objects.filter(pk=run.pk).update(state=RunState.PENDING)
+    done = execute_run(run.pk)
+    assert done is not None and (done.state, done.error_count) == (RunState.FAILED, 2)
+    assert done.error.startswith("2 of 8 samples failed (25%), above the 5% a run may lose")
+    settings.EVAL_MAX_ERROR_FRACTION = 0.25
+    EvalRun.objects.filter(pk=run.pk).update(state=RunState.PENDING)
+    done = execute_run(run.pk)
+    assert done is not None and (done.state, done.error_count, done.error) == (RunState.COMPLETED, 2, "")
+
+
 def test_resume_retries_failed_requests_and_finishes_a_cancelled_run(
     evaluator_client: APIClient, enqueued: list[int], reference_sim: SimHandle
 ) -> None:
@@ -230,7 +293,9 @@ def test_resume_retries_failed_requests_and_finishes_a_cancelled_run(
     EvalRun.objects.filter(pk=run.pk).update(candidate_base_url="http://127.0.0.1:9")
     execute_run(run.pk)
     run.refresh_from_db()
-    assert run.state == RunState.COMPLETED and run.error_count == 6
+    # Every request failed: the run measured nothing, so it ends failed, not completed.
+    assert run.state == RunState.FAILED and run.error_count == 6
+    assert run.error.startswith("All 6 samples failed: no case was scored.")
     # The candidate comes back: resuming removes the failed samples and runs those cases again.
     EvalRun.objects.filter(pk=run.pk).update(candidate_base_url=reference_sim.base_url)
     resp = evaluator_client.post(f"/api/eval-runs/{run.pk}/resume/")

@@ -2852,6 +2852,10 @@ export interface components {
             readonly case_count: number;
             readonly done_count: number;
             readonly error_count: number;
+            /** @description Samples both sides answered (done_count - error_count): what a verdict rests on. */
+            readonly scored_count: number;
+            /** @description How many scored samples accepting the run needs (EVAL_MIN_SCORED_SAMPLES). */
+            readonly min_scored_to_accept: number;
             readonly attempts: number;
             readonly summary: components["schemas"]["RunSummary"];
             readonly teacher_forcing_note: string;

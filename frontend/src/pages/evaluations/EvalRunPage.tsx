@@ -148,6 +148,13 @@ function VerdictBar({ run, canSign, onSigned }: { run: EvalRun; canSign: boolean
   const [showHistory, setShowHistory] = useState(false);
   const verdict = run.verdict;
   const finished = FINISHED.has(run.state);
+  const tooFew = run.scored_count < run.min_scored_to_accept;
+  const acceptBlocked =
+    run.state !== "completed" && finished
+      ? "Only a completed run can be accepted"
+      : finished && tooFew
+        ? `Accepting needs at least ${run.min_scored_to_accept} scored samples; this run scored ${run.scored_count}`
+        : undefined;
 
   const sign = async (decision: VerdictDecision) => {
     setBusy(true);
@@ -180,6 +187,11 @@ function VerdictBar({ run, canSign, onSigned }: { run: EvalRun; canSign: boolean
             not signed off yet
           </span>
         )}
+        {finished && (
+          <span className="muted verdict-counts" data-testid="verdict-counts">
+            {run.scored_count} scored · <span className={run.error_count ? "text-bad" : undefined}>{run.error_count} failed</span> of {run.case_count}
+          </span>
+        )}
         {verdict && (
           <button type="button" className="btn btn-small" onClick={() => setShowHistory(!showHistory)}>
             {showHistory ? "Hide history" : "History"}
@@ -200,8 +212,8 @@ function VerdictBar({ run, canSign, onSigned }: { run: EvalRun; canSign: boolean
           <button
             type="button"
             className="btn btn-primary"
-            disabled={!finished || busy || run.state !== "completed"}
-            title={run.state !== "completed" && finished ? "Only a completed run can be accepted" : undefined}
+            disabled={!finished || busy || acceptBlocked !== undefined}
+            title={acceptBlocked}
             onClick={() => void sign("accept")}
           >
             Accept run
