@@ -37,6 +37,7 @@ from models_registry.evaluation.models import (
     RunState,
     SampleMark,
     VerdictDecision,
+    greedy_params,
 )
 from models_registry.evaluation.review import (
     ReviewRefused,
@@ -127,6 +128,7 @@ class SideInfoSerializer(serializers.Serializer):
     launch_argv = serializers.ListField(child=serializers.CharField(), required=False)
     extra_args = serializers.ListField(child=serializers.CharField(), required=False)
     max_model_len = serializers.IntegerField(required=False, allow_null=True)
+    greedy = serializers.DictField(required=False, help_text="The sampling fields a greedy generation sent.")
 
 
 @extend_schema_field(SideInfoSerializer)
@@ -210,6 +212,21 @@ def side_label(info: dict[str, Any], base_url: str, model: str) -> str:
     return f"{model} at {base_url}"
 
 
+class GreedySerializer(serializers.Serializer):
+    reference = serializers.DictField(help_text="The sampling fields every reference generation sends.")
+    candidate = serializers.DictField(help_text="The sampling fields every candidate generation sends.")
+
+
+class SamplingSerializer(serializers.Serializer):
+    """How the run decodes: greedy, as each side's engine kind means it (docs/evaluations.md)."""
+
+    temperature = serializers.FloatField()
+    seed = serializers.IntegerField()
+    max_tokens = serializers.IntegerField()
+    top_logprobs = serializers.IntegerField()
+    greedy = GreedySerializer()
+
+
 class EvalRunSerializer(serializers.ModelSerializer):
     reference_info = SideInfoField(read_only=True)
     candidate_info = SideInfoField(read_only=True)
@@ -285,6 +302,7 @@ class EvalRunSerializer(serializers.ModelSerializer):
     def get_min_scored_to_accept(self, run: EvalRun) -> int:
         return int(settings.EVAL_MIN_SCORED_SAMPLES)
 
+    @extend_schema_field(SamplingSerializer)
     def get_sampling(self, run: EvalRun) -> dict[str, Any]:
         return run.sampling()
 
@@ -360,10 +378,11 @@ class RunCreateSerializer(StrictSerializerMixin, serializers.Serializer):
                 errors[f"{side}_model"] = ["Required with a base URL (the engine's served model name)."]
             if errors:
                 raise serializers.ValidationError(errors)
-            problem = endpoints.probe_base_url(url, model, settings.EVAL_READY_PROBE_SECONDS)
-            if problem:
-                raise serializers.ValidationError({f"{side}_base_url": [problem]})
-            return {"deployment_id": None, "base_url": url, "model": model, "info": {"base_url": url}}
+            probe = endpoints.probe_base_url(url, model, settings.EVAL_READY_PROBE_SECONDS)
+            if probe.problem:
+                raise serializers.ValidationError({f"{side}_base_url": [probe.problem]})
+            info = {"base_url": url, "engine": probe.engine}
+            return {"deployment_id": None, "base_url": url, "model": model, "info": info}
         return None
 
     def validate(self, attrs: Any) -> Any:
@@ -379,6 +398,9 @@ class RunCreateSerializer(StrictSerializerMixin, serializers.Serializer):
                     {"reference_deployment": ["Give the reference: a deployment, or a base URL and model."]}
                 )
             reference = lineage_reference(candidate["deployment_id"])
+        for side in (reference, candidate):
+            # What greedy means for this engine, recorded with the run (EvalRun.greedy).
+            side["info"] = {**side["info"], "greedy": greedy_params(side["info"].get("engine"))}
         attrs["sides"] = {"reference": reference, "candidate": candidate}
         return attrs
 

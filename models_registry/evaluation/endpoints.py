@@ -32,6 +32,8 @@ class Endpoint:
     chat_template: ChatTemplate | None = field(default=None, repr=False)
     # A deployment's state as the fleet knows it ("ready" ...); None for a plain base URL.
     state: str | None = None
+    # The sampling parameters of a greedy generation on this engine (EvalRun.greedy).
+    greedy: dict[str, Any] = field(default_factory=dict)
 
 
 class DeploymentResolver(Protocol):
@@ -82,19 +84,35 @@ def not_ready(side: str, deployment_name: str | None, state: str | None) -> str 
     )
 
 
-def probe_base_url(base_url: str, model: str, timeout: float) -> str | None:
-    """Why a plain base URL cannot be a run's side now: no answer on /v1/models, or the model is not
-    among those it serves (None: it serves the model)."""
+# `owned_by` in /v1/models says which server answers: vLLM (and the simulator) write "vllm",
+# llama-cpp-python's server "me", llama.cpp's own server "llamacpp".
+OWNERS = {"vllm": "vllm", "me": "llamacpp", "llamacpp": "llamacpp"}
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What a plain base URL's /v1/models said: why it cannot be a side (None: it can), and its kind."""
+
+    problem: str | None
+    engine: str = "unknown"
+
+
+def probe_base_url(base_url: str, model: str, timeout: float) -> Probe:
+    """Whether a plain base URL can be a run's side now: it answers /v1/models and serves the model;
+    and which kind of engine it is, from the listing's `owned_by` (what greedy means depends on it)."""
     url = f"{base_url}/v1/models"
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
-            served = [str(m.get("id")) for m in json.loads(response.read()).get("data", [])]
+            listed = [m for m in json.loads(response.read()).get("data", []) if isinstance(m, dict)]
     except urllib.error.HTTPError as exc:
-        return f"{url} answered {exc.code}; the run needs an engine that lists its models without a key."
+        return Probe(
+            f"{url} answered {exc.code}; the run needs an engine that lists its models without a key."
+        )
     except (OSError, ValueError, AttributeError) as exc:
         reason = getattr(exc, "reason", exc)
-        return f"No engine answers at {url} ({reason}): start it, or check the URL."
+        return Probe(f"No engine answers at {url} ({reason}): start it, or check the URL.")
+    served = {str(m.get("id")): str(m.get("owned_by")) for m in listed}
     if model not in served:
-        listed = ", ".join(served) or "nothing"
-        return f"The engine at {base_url} does not serve '{model}' (it serves: {listed})."
-    return None
+        names = ", ".join(served) or "nothing"
+        return Probe(f"The engine at {base_url} does not serve '{model}' (it serves: {names}).")
+    return Probe(None, OWNERS.get(served[model], "unknown"))

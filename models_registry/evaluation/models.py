@@ -173,6 +173,37 @@ class RunState(models.TextChoices):
 FINISHED_STATES = (RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED)
 
 
+# What "greedy" means for each engine kind, sent with every generation of a run and shown with it
+# (docs/evaluations.md, "Greedy, per engine"). vLLM: temperature 0 is greedy sampling, but penalties
+# still apply, and by default (--generation-config auto) a model's generation_config.json may set a
+# repetition_penalty; so every penalty is made neutral, and top-p/top-k off. llama-cpp-python's server:
+# temperature 0 picks the top token after its default repeat penalty of 1.1 (and min_p 0.05, top_k 40,
+# top_p 0.95), so those are sent neutral too. An engine of unknown kind gets vLLM's names.
+GREEDY_VLLM: dict[str, Any] = {
+    "temperature": 0,
+    "top_p": 1.0,
+    "top_k": 0,
+    "min_p": 0.0,
+    "repetition_penalty": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+}
+GREEDY_LLAMACPP: dict[str, Any] = {
+    "temperature": 0,
+    "top_p": 1.0,
+    "top_k": 0,
+    "min_p": 0.0,
+    "repeat_penalty": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+}
+
+
+def greedy_params(engine: str | None) -> dict[str, Any]:
+    """The sampling parameters that make `engine` (a deployment's engine kind) decode greedily."""
+    return dict(GREEDY_LLAMACPP if engine == "llamacpp" else GREEDY_VLLM)
+
+
 class EvalRun(models.Model):
     """One suite version run through a reference and a candidate engine, case by case.
 
@@ -229,12 +260,21 @@ class EvalRun(models.Model):
     def finished(self) -> bool:
         return self.state in FINISHED_STATES
 
+    def greedy(self, side: str) -> dict[str, Any]:
+        """What greedy means for this side's engine: the set recorded when the run was created, so a
+        later change of the tables above does not change what an old run says it sent (a run recorded
+        before there was one: its engine kind's set)."""
+        info = getattr(self, f"{side}_info") or {}
+        recorded = info.get("greedy")
+        return dict(recorded) if isinstance(recorded, dict) else greedy_params(info.get("engine"))
+
     def sampling(self) -> dict[str, Any]:
         return {
             "temperature": 0,
             "seed": self.seed,
             "max_tokens": self.max_tokens,
             "top_logprobs": self.top_logprobs,
+            "greedy": {side: self.greedy(side) for side in ("reference", "candidate")},
         }
 
 

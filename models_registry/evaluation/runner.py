@@ -158,7 +158,8 @@ async def generate(
     body: dict[str, Any] = {
         "model": ep.model,
         "messages": messages,
-        "temperature": 0,
+        # Greedy as this engine means it (EvalRun.greedy): temperature 0 and every penalty neutral.
+        **(ep.greedy or {"temperature": 0}),
         "seed": run.seed,
         "max_tokens": run.max_tokens,
         "return_token_ids": True,
@@ -588,8 +589,12 @@ def side_endpoint(run: EvalRun, side: str) -> Endpoint:
     """
     deployment_id = getattr(run, f"{side}_deployment_id")
     if deployment_id is None:
-        return Endpoint(base_url=getattr(run, f"{side}_base_url"), model=getattr(run, f"{side}_model"))
-    endpoint = deployment_endpoint(deployment_id)
+        return Endpoint(
+            base_url=getattr(run, f"{side}_base_url"),
+            model=getattr(run, f"{side}_model"),
+            greedy=run.greedy(side),
+        )
+    endpoint = dataclasses.replace(deployment_endpoint(deployment_id), greedy=run.greedy(side))
     version = ModelVersion.objects.filter(pk=endpoint.info.get("model_version_id") or 0).first()
     if endpoint.chat_template is None and version is not None and version.source_kind == SourceKind.GGUF:
         endpoint = dataclasses.replace(endpoint, chat_template=gguf_chat_template(version.source_path))

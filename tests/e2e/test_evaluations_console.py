@@ -316,6 +316,10 @@ def test_upload_suites_then_run_a_candidate_against_its_parent(
     expect(page.get_by_test_id("mark-counts")).to_contain_text("1 acceptable")
     assert EvalReview.objects.get(sample=second).mark == "acceptable"
 
+    # What greedy meant for each side is on the page (both are simulated vLLM engines).
+    expect(page.get_by_test_id("greedy-candidate")).to_contain_text("temperature 0 · top_p 1")
+    expect(page.get_by_test_id("greedy-candidate")).to_contain_text("repetition_penalty 1")
+
     # And sign it off: the verdict is stored, audited and shown.
     expect(page.get_by_test_id("verdict-counts")).to_have_text(f"{CASES} scored · 0 failed of {CASES}")
     page.get_by_label("Verdict comment").fill("Drift within budget for this suite.")

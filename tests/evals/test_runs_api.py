@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from models_registry.evaluation.models import EvalRun, EvalSuite, EvalSuiteVersion, RunState
+from models_registry.evaluation.models import GREEDY_VLLM, EvalRun, EvalSuite, EvalSuiteVersion, RunState
 from models_registry.evaluation.runner import execute_run
 from models_registry.evaluation.suites import import_jsonl
 from models_registry.models import Model, ModelVersion
@@ -75,7 +75,17 @@ def test_evaluators_and_admins_start_runs_viewers_read(
     assert created.status_code == 201, created.json()
     run = created.json()
     assert run["state"] == "pending" and run["case_count"] == 2 and run["suite_name"] == "two"
-    assert run["sampling"] == {"temperature": 0, "seed": 7, "max_tokens": 16, "top_logprobs": 5}
+    # Greedy as each side's engine means it: both simulators list themselves as vLLM (owned_by).
+    assert run["reference_info"]["engine"] == run["candidate_info"]["engine"] == "vllm"
+    assert run["candidate_info"]["greedy"] == GREEDY_VLLM  # recorded with the run
+    greedy = {"reference": GREEDY_VLLM, "candidate": GREEDY_VLLM}
+    assert run["sampling"] == {
+        "temperature": 0,
+        "seed": 7,
+        "max_tokens": 16,
+        "top_logprobs": 5,
+        "greedy": greedy,
+    }
     assert run["live_group"] == f"live.evalrun.{run['id']}"
     assert enqueued == [run["id"]]
     assert EvalSuiteVersion.objects.get(pk=version.pk).locked  # frozen by the run's transaction

@@ -2838,9 +2838,7 @@ export interface components {
             readonly candidate_base_url: string;
             readonly candidate_model: string;
             readonly candidate_info: components["schemas"]["SideInfo"];
-            readonly sampling: {
-                [key: string]: unknown;
-            };
+            readonly sampling: components["schemas"]["Sampling"];
             readonly max_tokens: number;
             readonly seed: number;
             readonly top_logprobs: number;
@@ -3138,6 +3136,16 @@ export interface components {
             temperature_c: number;
             /** Format: double */
             power_watts: number | null;
+        };
+        Greedy: {
+            /** @description The sampling fields every reference generation sends. */
+            reference: {
+                [key: string]: unknown;
+            };
+            /** @description The sampling fields every candidate generation sends. */
+            candidate: {
+                [key: string]: unknown;
+            };
         };
         History: {
             range: string;
@@ -4820,6 +4828,15 @@ export interface components {
             /** Format: date-time */
             readonly marked_at: string;
         };
+        /** @description How the run decodes: greedy, as each side's engine kind means it (docs/evaluations.md). */
+        Sampling: {
+            /** Format: double */
+            temperature: number;
+            seed: number;
+            max_tokens: number;
+            top_logprobs: number;
+            greedy: components["schemas"]["Greedy"];
+        };
         ScalingDecision: {
             readonly id: number;
             /** Format: date-time */
@@ -4988,6 +5005,10 @@ export interface components {
             launch_argv?: string[];
             extra_args?: string[];
             max_model_len?: number | null;
+            /** @description The sampling fields a greedy generation sent. */
+            greedy?: {
+                [key: string]: unknown;
+            };
         };
         SideTimings: {
             latency_ms: components["schemas"]["Stats"];

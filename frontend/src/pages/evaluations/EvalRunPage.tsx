@@ -307,8 +307,13 @@ function SummaryCard({ run }: { run: EvalRun }) {
             <SideName info={run.candidate_info} model={run.candidate_model} />
           </dd>
           <dt>Sampling</dt>
-          <dd>
+          <dd data-testid="sampling">
             greedy, seed {run.seed}, max {run.max_tokens} tokens, top-{run.top_logprobs} logprobs
+            {(["reference", "candidate"] as const).map((side) => (
+              <div key={side} className="muted" data-testid={`greedy-${side}`}>
+                {side}: {Object.entries(run.sampling.greedy[side]).map(([name, value]) => `${name} ${String(value)}`).join(" · ")}
+              </div>
+            ))}
           </dd>
           <dt>Samples</dt>
           <dd>
