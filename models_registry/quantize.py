@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import gguf
 from django.db import transaction
 
 from models_registry.choices import QuantMethod, SourceKind
@@ -33,28 +34,34 @@ from models_registry.services import register_version
 
 @dataclass(frozen=True)
 class Target:
-    """One llama.cpp output type: its `llama_ftype` number, the registry's method and nominal bits."""
+    """One llama.cpp output type: its `llama_ftype` number, the registry's method and nominal bits, and
+    the tensor type (ggml's) most of its weights are meant to get."""
 
     ftype: int
     method: str
     bits: int
+    tensor_type: str
 
 
 # llama.cpp's `enum llama_ftype` (llama.h; llama_cpp.LLAMA_FTYPE_MOSTLY_*), by llama-quantize's names.
 TARGETS: dict[str, Target] = {
-    "Q2_K": Target(10, QuantMethod.GGUF_Q2_K, 2),
-    "Q3_K_S": Target(11, QuantMethod.GGUF_Q3_K, 3),
-    "Q3_K_M": Target(12, QuantMethod.GGUF_Q3_K, 3),
-    "Q4_0": Target(2, QuantMethod.GGUF_Q4_0, 4),
-    "Q4_1": Target(3, QuantMethod.GGUF_Q4_1, 4),
-    "Q4_K_S": Target(14, QuantMethod.GGUF_Q4_K, 4),
-    "Q4_K_M": Target(15, QuantMethod.GGUF_Q4_K, 4),
-    "Q5_0": Target(8, QuantMethod.GGUF_Q5_0, 5),
-    "Q5_1": Target(9, QuantMethod.GGUF_Q5_1, 5),
-    "Q5_K_M": Target(17, QuantMethod.GGUF_Q5_K, 5),
-    "Q6_K": Target(18, QuantMethod.GGUF_Q6_K, 6),
-    "Q8_0": Target(7, QuantMethod.GGUF_Q8_0, 8),
+    "Q2_K": Target(10, QuantMethod.GGUF_Q2_K, 2, "Q2_K"),
+    "Q3_K_S": Target(11, QuantMethod.GGUF_Q3_K, 3, "Q3_K"),
+    "Q3_K_M": Target(12, QuantMethod.GGUF_Q3_K, 3, "Q3_K"),
+    "Q4_0": Target(2, QuantMethod.GGUF_Q4_0, 4, "Q4_0"),
+    "Q4_1": Target(3, QuantMethod.GGUF_Q4_1, 4, "Q4_1"),
+    "Q4_K_S": Target(14, QuantMethod.GGUF_Q4_K, 4, "Q4_K"),
+    "Q4_K_M": Target(15, QuantMethod.GGUF_Q4_K, 4, "Q4_K"),
+    "Q5_0": Target(8, QuantMethod.GGUF_Q5_0, 5, "Q5_0"),
+    "Q5_1": Target(9, QuantMethod.GGUF_Q5_1, 5, "Q5_1"),
+    "Q5_K_M": Target(17, QuantMethod.GGUF_Q5_K, 5, "Q5_K"),
+    "Q6_K": Target(18, QuantMethod.GGUF_Q6_K, 6, "Q6_K"),
+    "Q8_0": Target(7, QuantMethod.GGUF_Q8_0, 8, "Q8_0"),
 }
+# Below this share of the weights in the requested tensor type, the file is not what its name says:
+# llama.cpp's own mixes keep a few tensors higher (output, attn_v, ffn_down in the _M mixes), which
+# leaves most weights in the requested type; a fallback for rows K-quants cannot take leaves few.
+FALLBACK_SHARE = 0.5
 TOOL = "llama_cpp.llama_model_quantize"
 
 
@@ -125,6 +132,61 @@ def source_sha256(source: ModelVersion, host: str) -> str:
     return sha
 
 
+def tensor_report(path: Path, target_type: str | None = None) -> dict[str, Any]:
+    """What a GGUF file holds, read from its tensors (gguf.GGUFReader): weights and bytes per tensor
+    type, bits per weight over the whole file, and, for a requested `target_type`, the share of the
+    weights in its tensor type and a `warning` when llama.cpp fell back to other types for most of them.
+    """
+    reader = gguf.GGUFReader(str(path), "r")
+    by_type: dict[str, dict[str, int]] = {}
+    for tensor in reader.tensors:
+        row = by_type.setdefault(tensor.tensor_type.name, {"tensors": 0, "weights": 0, "bytes": 0})
+        row["tensors"] += 1
+        row["weights"] += int(tensor.n_elements)
+        row["bytes"] += int(tensor.n_bytes)
+    weights = sum(r["weights"] for r in by_type.values()) or 1
+    size = sum(r["bytes"] for r in by_type.values())
+    types = [
+        {
+            "type": name,
+            **row,
+            "share": round(row["weights"] / weights, 4),
+            "bits_per_weight": round(row["bytes"] * 8 / max(1, row["weights"]), 3),
+        }
+        for name, row in sorted(by_type.items(), key=lambda item: -item[1]["weights"])
+    ]
+    report: dict[str, Any] = {
+        "weights": weights,
+        "bytes": size,
+        "bits_per_weight": round(size * 8 / weights, 3),
+        "tensor_types": types,
+        "requested": None,
+        "warning": None,
+    }
+    target = TARGETS.get(target_type or "")
+    if target is not None:
+        block, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[target.tensor_type]]
+        nominal = round(type_size * 8 / block, 3)
+        share = by_type.get(target.tensor_type, {}).get("weights", 0) / weights
+        report["requested"] = {
+            "type": target_type,
+            "tensor_type": target.tensor_type,
+            "nominal_bits_per_weight": nominal,
+            "share": round(share, 4),
+        }
+        if share < FALLBACK_SHARE:
+            others = ", ".join(
+                f"{t['type']} {t['share']:.0%}" for t in types if t["type"] != target.tensor_type
+            )
+            kind = target.tensor_type
+            report["warning"] = (
+                f"Only {share:.0%} of the weights are {kind}; llama.cpp used other types for the rest "
+                f"({others}), e.g. where K-quant rows are not a multiple of 256 weights. The file is "
+                f"{report['bits_per_weight']} bits per weight, against {nominal} for {kind}."
+            )
+    return report
+
+
 def quantize_version(
     source_id: int,
     target_type: str,
@@ -184,6 +246,8 @@ def quantize_version(
         "params": recorded,
         "seconds": round(seconds, 3),
         "host": host,
+        # What llama.cpp actually wrote, which for a small model can be far from the name (see above).
+        "produced": tensor_report(out, target_type),
     }
     try:
         with transaction.atomic():

@@ -102,9 +102,55 @@ class ArchitectureField(serializers.JSONField):
     """Normalised architecture facts (num_layers, hidden_size, ...): keys vary by model family."""
 
 
-@extend_schema_field(OpenApiTypes.OBJECT)
+class TensorTypeSerializer(serializers.Serializer):
+    type = serializers.CharField(help_text="ggml's tensor type (Q4_0, Q2_K, F32 ...).")
+    tensors = serializers.IntegerField()
+    weights = serializers.IntegerField()
+    bytes = serializers.IntegerField()
+    share = serializers.FloatField(help_text="Of all the file's weights.")
+    bits_per_weight = serializers.FloatField()
+
+
+class RequestedTypeSerializer(serializers.Serializer):
+    type = serializers.CharField(help_text="The target type asked for (llama-quantize's name).")
+    tensor_type = serializers.CharField(help_text="The tensor type most of its weights are meant to get.")
+    nominal_bits_per_weight = serializers.FloatField()
+    share = serializers.FloatField(help_text="Of the weights, in that tensor type.")
+
+
+class TensorReportSerializer(serializers.Serializer):
+    """What a GGUF file holds, read from its tensors (models_registry.quantize.tensor_report)."""
+
+    weights = serializers.IntegerField()
+    bytes = serializers.IntegerField()
+    bits_per_weight = serializers.FloatField()
+    tensor_types = TensorTypeSerializer(many=True)
+    requested = RequestedTypeSerializer(allow_null=True)
+    warning = serializers.CharField(
+        allow_null=True, help_text="Set when llama.cpp fell back for most weights."
+    )
+
+
+class ProvenanceSerializer(serializers.Serializer):
+    """How the registry made the files (the quantize action); empty for a registered version."""
+
+    tool = serializers.CharField(required=False)
+    llama_cpp_python = serializers.CharField(required=False)
+    llama_cpp = serializers.CharField(required=False)
+    source_version = serializers.IntegerField(required=False)
+    source_file = serializers.CharField(required=False)
+    source_sha256 = serializers.CharField(required=False)
+    target_type = serializers.CharField(required=False)
+    params = serializers.DictField(required=False)
+    seconds = serializers.FloatField(required=False)
+    host = serializers.CharField(required=False)
+    produced = TensorReportSerializer(required=False, help_text="What llama.cpp actually wrote.")
+
+
+@extend_schema_field(ProvenanceSerializer)
 class ProvenanceField(serializers.JSONField):
-    """How the registry made the files (quantize action): tool, versions, source sha256, target, params."""
+    """How the registry made the files (quantize action): tool, versions, source sha256, target, params,
+    and what the file holds (`produced`)."""
 
 
 class VerificationRunSerializer(serializers.ModelSerializer):

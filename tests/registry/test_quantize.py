@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 from core.models import AuditEvent
 from models_registry.demo import packaged_gguf, seed_smollm2
 from models_registry.models import ModelVersion
-from models_registry.quantize import TOOL
+from models_registry.quantize import TOOL, tensor_report
 from models_registry.tasks import quantize_version_task
 from tests.registry.conftest import HOST, make_model_dir
 from tests.registry.factories import register_dir
@@ -104,6 +104,20 @@ def test_quantize_q4_1_to_q2_k_registers_a_child_with_its_provenance(
     assert prov["params"]["ftype"] == 10 and prov["params"]["allow_requantize"] is True
     assert prov["params"]["nthread"] == 1
     assert prov["llama_cpp_python"] and prov["llama_cpp"]
+    # What llama.cpp actually wrote, read back from the file: SmolLM2's 576-wide rows take no K-quant, so
+    # none of its weights is Q2_K (Q4_0 and Q3_K fallbacks), and it says so.
+    produced = prov["produced"]
+    kinds = {row["type"]: row for row in produced["tensor_types"]}
+    assert "Q2_K" not in kinds and {"Q4_0", "Q3_K"} <= set(kinds)
+    assert produced["requested"] == {
+        "type": "Q2_K",
+        "tensor_type": "Q2_K",
+        "nominal_bits_per_weight": 2.625,
+        "share": 0.0,
+    }
+    assert sum(row["bytes"] for row in kinds.values()) == produced["bytes"] < out.stat().st_size
+    assert 5.0 < produced["bits_per_weight"] < 5.3  # llama.cpp itself logs 5.14 BPW for this file
+    assert produced["warning"].startswith("Only 0% of the weights are Q2_K; llama.cpp used other types")
     # The API shows it; the registration itself is audited with the parent.
     shown = admin_client.get(f"/api/model-versions/{child.pk}/").json()
     assert shown["provenance"] == prov and shown["parent"] == smollm2.pk
@@ -145,3 +159,14 @@ def test_quantize_refusals_are_field_errors_and_queue_nothing(
     assert queued == []
     assert not AuditEvent.objects.filter(after__has_key="quantize").exists()
     assert ModelVersion.objects.count() == 2
+
+
+@needs_llama
+def test_the_tensor_report_reads_what_a_gguf_holds(smollm2: ModelVersion) -> None:
+    """The packaged Q4_1 is what it says: most weights Q4_1 (5 bits each with its scales), the token
+    embedding Q8_0, the norms F32; 5.74 bits per weight in all, as llama.cpp's loader reports it."""
+    report = tensor_report(Path(smollm2.source_path), "Q4_1")
+    assert [row["type"] for row in report["tensor_types"]] == ["Q4_1", "Q8_0", "F32"]
+    assert report["tensor_types"][0]["bits_per_weight"] == 5.0 and report["bits_per_weight"] == 5.744
+    assert report["requested"]["share"] > 0.75 and report["warning"] is None
+    assert tensor_report(Path(smollm2.source_path))["requested"] is None

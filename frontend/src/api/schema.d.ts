@@ -3442,9 +3442,7 @@ export interface components {
             readonly parent_label: string | null;
             readonly quantization: number | null;
             readonly quantization_name: string | null;
-            readonly provenance: {
-                [key: string]: unknown;
-            };
+            readonly provenance: components["schemas"]["Provenance"];
             readonly aliases: string[];
             /** Format: date-time */
             readonly created_at: string;
@@ -4287,6 +4285,24 @@ export interface components {
             actual: string | null;
             detail: string;
         };
+        /** @description How the registry made the files (the quantize action); empty for a registered version. */
+        Provenance: {
+            tool?: string;
+            llama_cpp_python?: string;
+            llama_cpp?: string;
+            source_version?: number;
+            source_file?: string;
+            source_sha256?: string;
+            target_type?: string;
+            params?: {
+                [key: string]: unknown;
+            };
+            /** Format: double */
+            seconds?: number;
+            host?: string;
+            /** @description What llama.cpp actually wrote. */
+            produced?: components["schemas"]["TensorReport"];
+        };
         /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         QuantizationConfig: {
             readonly id: number;
@@ -4415,6 +4431,19 @@ export interface components {
              * @description Milliseconds in the stage's hooks for this request.
              */
             ms: number;
+        };
+        RequestedType: {
+            /** @description The target type asked for (llama-quantize's name). */
+            type: string;
+            /** @description The tensor type most of its weights are meant to get. */
+            tensor_type: string;
+            /** Format: double */
+            nominal_bits_per_weight: number;
+            /**
+             * Format: double
+             * @description Of the weights, in that tensor type.
+             */
+            share: number;
         };
         /**
          * @description * `admin` - Admin
@@ -5209,6 +5238,31 @@ export interface components {
         TenantUsageList: {
             window: components["schemas"]["CostWindow"];
             results: components["schemas"]["TenantUsage"][];
+        };
+        /** @description What a GGUF file holds, read from its tensors (models_registry.quantize.tensor_report). */
+        TensorReport: {
+            weights: number;
+            bytes: number;
+            /** Format: double */
+            bits_per_weight: number;
+            tensor_types: components["schemas"]["TensorType"][];
+            requested: components["schemas"]["RequestedType"] | null;
+            /** @description Set when llama.cpp fell back for most weights. */
+            warning: string | null;
+        };
+        TensorType: {
+            /** @description ggml's tensor type (Q4_0, Q2_K, F32 ...). */
+            type: string;
+            tensors: number;
+            weights: number;
+            bytes: number;
+            /**
+             * Format: double
+             * @description Of all the file's weights.
+             */
+            share: number;
+            /** Format: double */
+            bits_per_weight: number;
         };
         Traffic: {
             minutes: number;

@@ -121,6 +121,7 @@ export function VersionDetailPage() {
           </dl>
         </Card>
       </div>
+      {v.provenance.produced && <ProducedCard version={v} />}
       <VerdictsCard version={v} />
       <HostsCard version={v} editable={isAdmin} onQueued={version.reload} refresh={generation} />
       <ManifestCard version={v} />
@@ -206,6 +207,47 @@ function HostsCard({ version, editable, onQueued, refresh }: { version: ModelVer
         </form>
       )}
       <FormErrors error={error} fields={["host_name"]} />
+    </Card>
+  );
+}
+
+/** What the quantize action actually wrote: tensor types by weight share and bits per weight, and a warning
+ *  when llama.cpp fell back from the requested type for most weights. */
+function ProducedCard({ version }: { version: ModelVersion }) {
+  const prov = version.provenance;
+  const produced = prov.produced;
+  if (!produced) return null;
+  return (
+    <Card title="What the quantizer wrote" testId="version-produced">
+      {produced.warning && (
+        <div className="form-error" role="alert" data-testid="produced-warning">
+          {produced.warning}
+        </div>
+      )}
+      <p className="muted" style={{ marginTop: 0 }}>
+        Asked for {prov.target_type} with {prov.tool} (llama.cpp {prov.llama_cpp}) from {prov.source_file}:{" "}
+        <strong data-testid="produced-bpw">{produced.bits_per_weight} bits per weight</strong>
+        {produced.requested && (
+          <>
+            {" "}
+            ({produced.requested.tensor_type} alone is {produced.requested.nominal_bits_per_weight}; {Math.round(produced.requested.share * 100)} % of the weights are{" "}
+            {produced.requested.tensor_type})
+          </>
+        )}
+        .
+      </p>
+      <Table
+        rows={produced.tensor_types}
+        rowKey={(r) => r.type}
+        empty="No tensors."
+        columns={[
+          { header: "Tensor type", cell: (r) => r.type },
+          { header: "Tensors", className: "num", cell: (r) => formatNumber(r.tensors) },
+          { header: "Weights", className: "num", cell: (r) => `${Math.round(r.share * 1000) / 10} %` },
+          { header: "Bits per weight", className: "num", cell: (r) => r.bits_per_weight },
+          { header: "Size", className: "num", cell: (r) => formatBytes(r.bytes) },
+        ]}
+      />
     </Card>
   );
 }
