@@ -73,6 +73,7 @@ CHANGE_KINDS = (
     "member_lost",
     "member_fetch_failed",
     "fetched",
+    "relaunched",
 )
 # A deployment keeps its Ray nodes up in these states (desired running): through a crash's backoff too,
 # so the restart finds the cluster there.
@@ -103,6 +104,11 @@ def agent_settings() -> dict[str, Any]:
         "stop_timeout_seconds": settings.NODE_STOP_TIMEOUT_SECONDS,
         "log_max_bytes": settings.ENGINE_LOG_MAX_BYTES,
         "log_keep": settings.ENGINE_LOG_KEEP,
+        # How the agent restarts an engine that exits while it cannot reach the control plane: the
+        # control plane's own backoff and limit (runtime.record_crash).
+        "max_restarts": settings.NODE_MAX_RESTARTS,
+        "restart_backoff_seconds": settings.NODE_RESTART_BACKOFF_SECONDS,
+        "restart_backoff_max_seconds": settings.NODE_RESTART_BACKOFF_MAX_SECONDS,
     }
 
 
@@ -243,6 +249,24 @@ def apply_change(host: Host, change: dict[str, Any]) -> str:
         if state != DeploymentState.VERIFYING:
             return "duplicate"
         transition(deployment, DeploymentState.FAILED, message, pid=None)
+    elif kind == "relaunched":
+        # The agent started the engine of this launch again on its own while it could not reach the
+        # control plane (its exit came first in the same queue, so the deployment is crashed or, past
+        # the restart limit here, failed): the engine runs, and the record follows it.
+        if state not in (DeploymentState.CRASHED, DeploymentState.FAILED):
+            return "duplicate"
+        pid = int(change["pid"])
+        transition(
+            deployment,
+            DeploymentState.STARTING,
+            f"Restarted on {host.name} by its agent while the control plane was unreachable (pid {pid}, "
+            f"restart {int(change.get('attempt', 1))} of that outage); waiting for /health and /v1/models.",
+            pid=pid,
+            log_path=str(change.get("log_path", ""))[:500],
+            started_at=datetime.fromtimestamp(float(change.get("at", time.time())), tz=UTC),
+            ready_at=None,
+            next_restart_at=None,
+        )
     else:
         return "unknown"
     return "applied"

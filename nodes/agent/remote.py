@@ -63,6 +63,9 @@ DEFAULT_SETTINGS: dict[str, float] = {
     "stop_timeout_seconds": 20.0,
     "log_max_bytes": 20 * 1024 * 1024,
     "log_keep": 5,
+    "max_restarts": 5,
+    "restart_backoff_seconds": 2.0,
+    "restart_backoff_max_seconds": 60.0,
 }
 
 
@@ -134,6 +137,12 @@ class Agent:
         self.stop_event = threading.Event()
         self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"agent-{host_name}")
         self._lock = threading.Lock()  # outbox and engines, shared with stop threads
+        # The launch of each engine this agent started (memory only: its environment holds the engine
+        # key), so one that exits while the control plane is away can be started again as it was; and
+        # those relaunches: deployment -> (attempt, when due, monotonic), and the attempts of this outage.
+        self.launched: dict[int, dict[str, Any]] = {}
+        self.relaunch_due: dict[int, tuple[int, float]] = {}
+        self.away_attempts: dict[int, int] = {}
         self.outbox_path = engine_dir / "agent-outbox.json"
         self.outbox: list[dict[str, Any]] = self._load_outbox()
 
@@ -237,6 +246,7 @@ class Agent:
                 )
         samples = self.gpus.sample(sim_reports)
         self.watch_ray_nodes()
+        self.relaunch_while_away()
         if self.control_plane.ready_for_call():
             self.sync(samples, engines_live)
 
@@ -607,8 +617,86 @@ class Agent:
             started_at=record.started_at,
         )
         self.engines[engine.deployment_id] = engine
+        self.launched[engine.deployment_id] = deployment
         self.queue("started", engine, pid=record.pid, log_path=record.log_path)
         log.info("launched deployment %s pid %s", engine.deployment_id, record.pid)
+
+    # --- engines that exit while the control plane is away ---
+
+    def _plan_relaunch(self, engine: LocalEngine) -> None:
+        """An engine exited while the control plane cannot be reached: start it again as it was launched
+        (same start token, so its key and the proxies' routes still hold), after the control plane's own
+        backoff, at most `max_restarts` times per outage. With the control plane there, it decides."""
+        deployment = self.launched.get(engine.deployment_id)
+        if self.connected or deployment is None or deployment.get("start_token") != engine.start_token:
+            return
+        known = self.deployments.get(engine.deployment_id, deployment)
+        if known.get("desired_state") != "running" or known.get("state") in ("stopping", "stopped"):
+            return
+        attempt = self.away_attempts.get(engine.deployment_id, 0) + 1
+        limit = int(self.settings["max_restarts"])
+        if attempt > limit:
+            log.error(
+                "deployment %s exited again while the control plane is away; gave up after %d restarts",
+                engine.deployment_id,
+                limit,
+            )
+            return
+        delay = min(
+            float(self.settings["restart_backoff_max_seconds"]),
+            float(self.settings["restart_backoff_seconds"]) * 2 ** (attempt - 1),
+        )
+        self.away_attempts[engine.deployment_id] = attempt
+        self.relaunch_due[engine.deployment_id] = (attempt, time.monotonic() + delay)
+        log.warning(
+            "deployment %s exited while the control plane is away: restart %d of %d in %.1f s",
+            engine.deployment_id,
+            attempt,
+            limit,
+            delay,
+        )
+
+    def relaunch_while_away(self) -> None:
+        """Start the engines whose relaunch is due; none once the control plane answers again (the queued
+        exit tells it, and it restarts the engine its own way)."""
+        if self.connected:
+            self.relaunch_due.clear()
+            self.away_attempts.clear()
+            return
+        now = time.monotonic()
+        for deployment_id, (attempt, due) in list(self.relaunch_due.items()):
+            if due > now or deployment_id in self.engines:
+                continue
+            del self.relaunch_due[deployment_id]
+            deployment = self.launched[deployment_id]
+            bind = str(deployment.get("bind_host") or "0.0.0.0")
+            if not process.port_is_free(int(deployment["port"]), bind):
+                log.warning("cannot restart deployment %s: its port is taken", deployment_id)
+                continue
+            spec = deployment["launch"]
+            record = process.start_engine(
+                argv=[sys.executable if part == AGENT_PYTHON else str(part) for part in spec["argv"]],
+                env={str(k): str(v) for k, v in spec.get("env", {}).items()},
+                directory=self.engine_dir,
+                deployment_id=deployment_id,
+                port=int(deployment["port"]),
+                start_token=str(deployment["start_token"]),
+                log_keep=int(spec.get("log_keep", self.settings["log_keep"])),
+            )
+            engine = LocalEngine(
+                deployment_id=deployment_id,
+                pid=record.pid,
+                start_token=str(deployment["start_token"]),
+                port=int(deployment["port"]),
+                log_path=record.log_path,
+                started_at=record.started_at,
+            )
+            with self._lock:
+                self.engines[deployment_id] = engine
+            self.queue("relaunched", engine, pid=record.pid, log_path=record.log_path, attempt=attempt)
+            log.warning(
+                "restarted deployment %s (pid %s) while the control plane is away", deployment_id, record.pid
+            )
 
     def stop_engine(self, engine: LocalEngine, drain: bool, report: bool) -> None:
         """SIGTERM (after draining in-flight requests when asked), SIGKILL after the stop timeout."""
@@ -695,6 +783,7 @@ class Agent:
         with self._lock:
             self.engines.pop(engine.deployment_id, None)
         self.queue("exited", engine, message=reason, log_tail=log_tail)
+        self._plan_relaunch(engine)
 
     # --- telemetry ---
 

@@ -1,6 +1,8 @@
-"""An agent that loses the control plane keeps its engines serving and queues what it sees; when the
-control plane answers again, the queue is replayed once and the control plane catches up (here: the
-engine died during the outage -> crash recorded -> relaunched with a new start token -> ready)."""
+"""An agent that loses the control plane keeps its engines serving and queues what it sees; an engine that
+dies meanwhile is started again by the agent itself, as it was launched, after the control plane's
+backoff; when the control plane answers again, the queue is replayed once and the control plane catches
+up (here: the engine died during the outage -> the agent restarted it -> crash and restart recorded ->
+ready, the same launch and start token throughout)."""
 
 from __future__ import annotations
 
@@ -73,24 +75,43 @@ def _outage(relay: Relay, deployment: Deployment, engine_dir: Path, log: Path) -
             return []
 
     wait_for(lambda: "exited" in queued_kinds(), 15, "the exit to be queued", log)
-    assert current().state == DeploymentState.READY
-    assert current().events.count() == events_before
+    # The agent starts it again on its own (the control plane's backoff, 2 s by default), with the same
+    # command line and start token, so the engine key and the proxies' routes still hold.
+    wait_for(lambda: "relaunched" in queued_kinds(), 20, "the agent's own restart", log)
+    record = process.EngineRecord(**json.loads((engine_dir / f"deployment-{deployment.pk}.json").read_text()))
+    assert record.pid != first.pid and record.start_token == first.start_token
+    wait_for(
+        lambda: http_get("127.0.0.1", first.port, "/health", timeout=2.0).ok,
+        30,
+        "serving again, still away",
+        log,
+    )
+    # Judged ready by the agent too, and queued after the restart.
+    wait_for(
+        lambda: "ready" in queued_kinds()[queued_kinds().index("relaunched") :], 30, "ready, queued", log
+    )
+    assert current().state == DeploymentState.READY and current().pid == first.pid
+    assert current().events.count() == events_before  # the control plane has heard nothing yet
 
     relay.restore()
     wait_for(lambda: current().restarts_total == 1, 30, "the crash to be recorded", log)
     wait_for(
-        lambda: current().state == DeploymentState.READY and current().pid not in (None, first.pid),
+        lambda: current().state == DeploymentState.READY and current().pid == record.pid,
         60,
-        "a relaunch",
+        "the agent's restart recorded",
         log,
     )
     again = current()
-    assert again.pid is not None
-    assert again.start_token != first.start_token
-    assert process.is_alive(again.pid)
+    assert again.start_token == first.start_token, "the control plane launched again instead"
+    assert process.is_alive(record.pid)
     crashes = again.events.filter(to_state=DeploymentState.CRASHED)
     assert crashes.count() == 1, list(again.events.values_list("to_state", "message"))
     assert "The engine exited" in crashes.get().message
+    restarted = again.events.filter(to_state=DeploymentState.STARTING).order_by("-at", "-id").first()
+    assert restarted is not None
+    assert restarted.message.startswith(
+        f"Restarted on {deployment.host.name} by its agent while the control plane"
+    )
     wait_for(lambda: queued_kinds() == [], 10, "the queue to drain", log)
 
 
