@@ -52,7 +52,9 @@ def test_admitted_count_equals_engine_usage(
     admitted, engine = [], []
     for messages in CONVERSATIONS:
         body = {"model": ALIAS, "messages": messages}
-        refused = post(proxy.url + "/v1/chat/completions", probe.raw_key, body)
+        # The first one makes the proxy read the GGUF's vocabulary and chat template (seconds on a busy
+        # two-core box: the 10 s default timed out once in a loaded CI run), so it may take longer.
+        refused = post(proxy.url + "/v1/chat/completions", probe.raw_key, body, timeout=60)
         assert refused.status == 400 and refused.json()["error"]["code"] == "input_tokens_exceeded"
         found = re.search(r"The prompt has (\d+) tokens", refused.json()["error"]["message"])
         assert found is not None
