@@ -83,6 +83,11 @@ class LocalEngine(EngineTrack):
     phase: str = "starting"
 
 
+def own_argv(argv: list[Any]) -> list[str]:
+    """A command line from the control plane with this agent's interpreter in place of AGENT_PYTHON."""
+    return [sys.executable if part == AGENT_PYTHON else str(part) for part in argv]
+
+
 def observe(engine: LocalEngine, deployment: dict[str, Any]) -> Observation:
     """Probe one engine on this host (loopback). Never raises."""
     if not process.is_alive(engine.pid):
@@ -422,8 +427,7 @@ class Agent:
                     if not launch or self.headless_launched.get(deployment_id) == token:
                         continue
                     self.headless_launched[deployment_id] = token
-                    argv = [sys.executable if part == AGENT_PYTHON else str(part) for part in launch["argv"]]
-                    node = ray_node.start_headless(plan, self.engine_dir, argv)
+                    node = ray_node.start_headless(plan, self.engine_dir, own_argv(launch["argv"]))
                 else:
                     node = ray_node.start(plan, self.engine_dir, temp_dir=self.ray_temp_dir)
                 self.ray_nodes[deployment_id] = node
@@ -598,9 +602,8 @@ class Agent:
                 "by another process; pick a free port.",
             )
             return
-        argv = [sys.executable if part == AGENT_PYTHON else str(part) for part in spec["argv"]]
         record = process.start_engine(
-            argv=argv,
+            argv=own_argv(spec["argv"]),
             env={str(k): str(v) for k, v in spec.get("env", {}).items()},
             directory=self.engine_dir,
             deployment_id=ghost.deployment_id,
@@ -675,7 +678,7 @@ class Agent:
                 continue
             spec = deployment["launch"]
             record = process.start_engine(
-                argv=[sys.executable if part == AGENT_PYTHON else str(part) for part in spec["argv"]],
+                argv=own_argv(spec["argv"]),
                 env={str(k): str(v) for k, v in spec.get("env", {}).items()},
                 directory=self.engine_dir,
                 deployment_id=deployment_id,
