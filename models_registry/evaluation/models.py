@@ -199,6 +199,11 @@ GREEDY_LLAMACPP: dict[str, Any] = {
 }
 
 
+# The order the fields are shown in (a recorded set comes back from PostgreSQL's jsonb, which keeps its
+# own key order).
+GREEDY_ORDER = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "repeat_penalty")
+
+
 def greedy_params(engine: str | None) -> dict[str, Any]:
     """The sampling parameters that make `engine` (a deployment's engine kind) decode greedily."""
     return dict(GREEDY_LLAMACPP if engine == "llamacpp" else GREEDY_VLLM)
@@ -266,7 +271,9 @@ class EvalRun(models.Model):
         before there was one: its engine kind's set)."""
         info = getattr(self, f"{side}_info") or {}
         recorded = info.get("greedy")
-        return dict(recorded) if isinstance(recorded, dict) else greedy_params(info.get("engine"))
+        params = dict(recorded) if isinstance(recorded, dict) else greedy_params(info.get("engine"))
+        first = {name: params.pop(name) for name in GREEDY_ORDER if name in params}
+        return {**first, **dict(sorted(params.items()))}
 
     def sampling(self) -> dict[str, Any]:
         return {

@@ -97,3 +97,8 @@ def test_each_engine_kind_gets_its_own_greedy() -> None:
     # What a run recorded when it was created is what it says it sent, whatever the tables say now.
     older = EvalRun(reference_info={"engine": "vllm", "greedy": {"temperature": 0}}, candidate_info={})
     assert older.greedy("reference") == {"temperature": 0}
+    # Shown in one order whatever order the stored JSON came back in (jsonb reorders keys).
+    shuffled = EvalRun(
+        reference_info={"greedy": dict(reversed(list(GREEDY_VLLM.items())))}, candidate_info={}
+    )
+    assert list(shuffled.greedy("reference"))[:2] == ["temperature", "top_p"]
