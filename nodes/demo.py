@@ -92,6 +92,15 @@ DEMO_ENGINES = (
     ),
 )
 LLAMA_ENGINE_PORT = 8104
+# How far the demo's simulated AWQ engines drift from the fp16 one: at 5 % of contexts the two most likely
+# tokens swap, plus small noise (docs/simulator.md, "The simulated model"): a teacher-forced KL of about
+# 0.06 nats and outputs that part, so shadow comparisons and evaluations of the demo show real numbers.
+DEMO_AWQ_DRIFT = 0.05
+
+
+def demo_drift_args(engine: DemoEngine) -> list[str]:
+    """The simulator flag that makes a quantized demo engine answer like a quantized model, not a copy."""
+    return ["--sim-quality-drift", str(DEMO_AWQ_DRIFT)] if engine.version == "awq" else []
 
 
 def demo_port(port: int) -> int:
@@ -249,7 +258,13 @@ def seed_demo_fleet(*, time_scale: float = 1.0) -> list[str]:
                 port=demo_port(engine.port),
                 served_model_name=SERVED_NAME,
                 role=engine.role,
-                extra_args=["--sim-profile", engine.sim_profile, "--sim-time-scale", str(time_scale)],
+                extra_args=[
+                    "--sim-profile",
+                    engine.sim_profile,
+                    "--sim-time-scale",
+                    str(time_scale),
+                    *demo_drift_args(engine),
+                ],
             )
             services.request_start(deployment, "Demo fleet: launch queued.")
             created.append(f"deployment {deployment.name}: sim on {engine.host} GPU {engine.gpu_indices}")
@@ -318,7 +333,7 @@ def start_what_make_stop_stopped() -> int:
 
 DEMO_EVAL_RUN = "Demo: simulated Llama-3.1-8B vs its drifted twin (basic-facts)"
 DEMO_EVAL_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-DEMO_EVAL_DRIFT = 0.05
+DEMO_EVAL_DRIFT = DEMO_AWQ_DRIFT
 DEMO_EVAL_SUITE = "basic-facts"
 
 
