@@ -116,6 +116,12 @@ CHANNEL_LAYERS = {
 # run is accepted only with at least this many scored samples (both sides answered).
 EVAL_MAX_ERROR_FRACTION = env_float("EVAL_MAX_ERROR_FRACTION", 0.05)
 EVAL_MIN_SCORED_SAMPLES = env_int("EVAL_MIN_SCORED_SAMPLES", 20)
+# The k teacher forcing asks each side for (the largest an engine allows, vLLM's --max-logprobs, when it
+# refuses more). 20 is vLLM's default cap; 1,000 (with the engines' --max-logprobs raised to match) holds
+# whole distributions and makes the KL exact, at about 50 kB of JSON per token and ~70 ms of scoring per
+# 128-token sample; -1 asks for the whole vocabulary, which vLLM sends as 128,256 entries per token.
+# docs/evaluations.md, "Exact or top-k".
+EVAL_KL_TOP_K = env_int("EVAL_KL_TOP_K", 20)
 # How long creating a run waits for a base-URL side's /v1/models before refusing it, seconds.
 EVAL_READY_PROBE_SECONDS = env_float("EVAL_READY_PROBE_SECONDS", 3.0)
 

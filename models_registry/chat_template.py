@@ -66,6 +66,8 @@ class ChatTemplate:
     eos_token: str = ""
     # tokenizer.ggml.add_bos_token: the engine puts the BOS token before the prompt itself.
     add_bos: bool = False
+    # len(tokenizer.ggml.tokens): the k that lists a whole distribution (0 when unknown).
+    vocab_size: int = 0
 
     def render(self, messages: list[Any]) -> str:
         """The prompt text the engine builds for `messages` (with the generation prompt).
@@ -168,6 +170,7 @@ def _read_gguf_chat_template(path: str, size: int, mtime_ns: int) -> ChatTemplat
         bos_token=token_text("tokenizer.ggml.bos_token_id"),
         eos_token=token_text("tokenizer.ggml.eos_token_id"),
         add_bos=bool(found.get("tokenizer.ggml.add_bos_token")),
+        vocab_size=len(tokens),
     )
 
 

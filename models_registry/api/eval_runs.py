@@ -164,13 +164,66 @@ class FlipTableSerializer(serializers.Serializer):
     difference_ci = serializers.ListField(
         child=serializers.FloatField(), allow_null=True, help_text="[low, high] of the accuracy difference."
     )
+    mcnemar_p = serializers.FloatField(
+        required=False, help_text="Exact McNemar p-value of the flips (1.0: no flips)."
+    )
+    recovery = serializers.FloatField(
+        required=False, allow_null=True, help_text="Candidate accuracy as % of the reference's."
+    )
+
+
+class KLQuantilesSerializer(serializers.Serializer):
+    p50 = serializers.FloatField()
+    p90 = serializers.FloatField()
+    p99 = serializers.FloatField()
+    p99_9 = serializers.FloatField()
+    max = serializers.FloatField()
+
+
+def _interval(help_text: str) -> serializers.ListField:
+    return serializers.ListField(
+        child=serializers.FloatField(), required=False, allow_null=True, help_text=help_text
+    )
 
 
 class DistributionSummarySerializer(serializers.Serializer):
     samples = serializers.IntegerField()
     positions = serializers.IntegerField()
-    top1_agreement = serializers.FloatField()
+    top1_agreement = serializers.FloatField(help_text="Share of positions with the same most likely token.")
     mean_kl = serializers.FloatField()
+    kl_ci = _interval("[low, high] bootstrap interval of the mean KL (samples resampled).")
+    kl_quantiles = KLQuantilesSerializer(required=False, allow_null=True)
+    method = serializers.CharField(
+        required=False,
+        help_text="full_vocabulary (both sides listed their whole distribution: the KL is exact) or top_k.",
+    )
+    k = serializers.IntegerField(
+        required=False, allow_null=True, help_text="Tokens listed per position (-1: the whole vocabulary)."
+    )
+    tail_mass_max = serializers.FloatField(
+        required=False, allow_null=True, help_text="Largest probability a listing left out at one position."
+    )
+    dp_positions = serializers.IntegerField(required=False)
+    mean_dp = serializers.FloatField(
+        required=False, allow_null=True, help_text="Mean change in the reference token's probability."
+    )
+    rms_dp = serializers.FloatField(required=False, allow_null=True)
+    perplexity_ratio = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        help_text="Candidate / reference perplexity on the reference's text.",
+    )
+
+
+class TagSummarySerializer(serializers.Serializer):
+    samples = serializers.IntegerField()
+    exact_match_rate = serializers.FloatField()
+    chrf = serializers.FloatField(allow_null=True)
+    mean_kl = serializers.FloatField(allow_null=True)
+    reference_accuracy = serializers.FloatField(allow_null=True)
+    candidate_accuracy = serializers.FloatField(allow_null=True)
+    flips = serializers.IntegerField(allow_null=True)
+    recovery = serializers.FloatField(allow_null=True)
 
 
 class StatsSerializer(serializers.Serializer):
@@ -192,8 +245,12 @@ class RunSummarySerializer(serializers.Serializer):
     exact_match_rate = serializers.FloatField(required=False, allow_null=True)
     token_agreement = serializers.FloatField(required=False, allow_null=True)
     chrf = serializers.FloatField(required=False, allow_null=True)
+    chrf_ci = _interval("[low, high] bootstrap interval of the mean chrF.")
     length_difference = serializers.FloatField(required=False, allow_null=True)
     flips = FlipTableSerializer(required=False, allow_null=True)
+    by_tag = serializers.DictField(
+        child=TagSummarySerializer(), required=False, help_text="The headline figures per case tag."
+    )
     distributions = serializers.DictField(
         child=DistributionSummarySerializer(),
         required=False,

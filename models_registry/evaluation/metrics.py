@@ -17,8 +17,10 @@ from enum import StrEnum
 from statistics import NormalDist
 from typing import Any
 
+import numpy as np
 from sacrebleu.metrics import CHRF
 
+from models_registry.evaluation import stats
 from models_registry.evaluation.rules import answer_matches
 
 # A token of a distribution: its text (chat logprobs) or its id (prompt_logprobs), as the engine gives it
@@ -219,30 +221,85 @@ def kl_divergence(reference: TopK, candidate: TopK) -> float:
     """KL(reference || candidate) in nats at one position, from the two sides' top-k logprob listings.
 
     The support is the union of both listings plus one "rest" bucket; each side's unlisted mass is spread
-    over what it did not list (see _completed). When both sides list their whole distribution this is
-    the exact KL; with top-k listings it is the top-k approximation documented in docs/evaluations.md.
+    over what it did not list (see _completed, which states the rule; the sums below compute it without
+    building the completed distributions). When both sides list their whole distribution this is the
+    exact KL; with top-k listings it is the top-k approximation documented in docs/evaluations.md.
     Candidate probabilities are floored at KL_FLOOR.
     """
-    support = set(reference) | set(candidate)
-    p, p_rest = _completed(reference, support)
-    q, q_rest = _completed(candidate, support)
+    return kl_and_tail(reference, candidate)[0]
+
+
+_ARRAY_PATH_FROM = 64  # listings longer than this (both sides together) are summed with numpy
+_LOG_FLOOR = math.log(KL_FLOOR)
+
+
+def kl_and_tail(reference: TopK, candidate: TopK) -> tuple[float, float]:
+    """kl_divergence and the larger of the two listings' unlisted mass (tail_mass), in one pass."""
+    if len(reference) + len(candidate) > _ARRAY_PATH_FROM:
+        return _kl_arrays(reference, candidate)
+    exp, log = math.exp, math.log
+    p_rest = max(0.0, 1.0 - sum(map(exp, reference.values())))
+    q_rest = max(0.0, 1.0 - sum(map(exp, candidate.values())))
+    common = len(reference.keys() & candidate.keys())
+    # Each side's unlisted mass: one share per support token it did not list, plus its rest bucket.
+    p_share = p_rest / (len(candidate) - common + 1)
+    q_share = q_rest / (len(reference) - common + 1)
+    lq_share = max(log(q_share), _LOG_FLOOR) if q_share > 0.0 else _LOG_FLOOR
+    floor = _LOG_FLOOR
     total = 0.0
-    for tok, pt in p.items():
-        if pt > 0.0:
-            total += pt * (math.log(pt) - math.log(max(q[tok], KL_FLOOR)))
-    if p_rest > 0.0:
-        total += p_rest * (math.log(p_rest) - math.log(max(q_rest, KL_FLOOR)))
-    return max(0.0, total)
+    for tok, lp in reference.items():
+        if lp == -math.inf:
+            continue
+        lq = candidate.get(tok)
+        total += exp(lp) * (lp - (lq_share if lq is None else (lq if lq > floor else floor)))
+    if p_share > 0.0:
+        lp_share = log(p_share)
+        for tok, lq in candidate.items():
+            if tok not in reference:
+                total += p_share * (lp_share - (lq if lq > floor else floor))
+        total += p_share * (lp_share - lq_share)  # the rest bucket
+    return max(0.0, total), max(p_rest, q_rest)
+
+
+def _values(listing: TopK, keys: Any) -> np.ndarray:
+    return np.fromiter(map(listing.__getitem__, keys), dtype=float, count=len(keys))
+
+
+def _kl_arrays(reference: TopK, candidate: TopK) -> tuple[float, float]:
+    """kl_and_tail with numpy, for long listings: the same completion, floor and sums, as arrays."""
+    common = reference.keys() & candidate.keys()
+    only_ref = reference.keys() - common
+    only_cand = candidate.keys() - common
+    lp_all = np.fromiter(reference.values(), dtype=float, count=len(reference))
+    lq_all = np.fromiter(candidate.values(), dtype=float, count=len(candidate))
+    p_rest = max(0.0, 1.0 - float(np.exp(lp_all).sum()))
+    q_rest = max(0.0, 1.0 - float(np.exp(lq_all).sum()))
+    p_share = p_rest / (len(only_cand) + 1)
+    q_share = q_rest / (len(only_ref) + 1)
+    lq_share = max(math.log(q_share), _LOG_FLOOR) if q_share > 0.0 else _LOG_FLOOR
+    total = 0.0
+    with np.errstate(invalid="ignore"):  # exp(-inf) * -inf for an unlisted-probability entry: dropped
+        if common:
+            lp, lq = _values(reference, common), _values(candidate, common)
+            total += float(np.nansum(np.exp(lp) * (lp - np.maximum(lq, _LOG_FLOOR))))
+        if only_ref:
+            lp = _values(reference, only_ref)
+            total += float(np.nansum(np.exp(lp) * (lp - lq_share)))
+    if p_share > 0.0:
+        lp_share = math.log(p_share)
+        if only_cand:
+            lq = _values(candidate, only_cand)
+            total += float(np.sum(p_share * (lp_share - np.maximum(lq, _LOG_FLOOR))))
+        total += p_share * (lp_share - lq_share)  # the rest bucket
+    return max(0.0, total), max(p_rest, q_rest)
 
 
 def top1(listed: TopK) -> Token | None:
     """The most likely token of a listing (the first listed among equals); None for an empty listing."""
-    best: Token | None = None
-    best_lp = -math.inf
-    for tok, lp in listed.items():
-        if lp > best_lp:
-            best, best_lp = tok, lp
-    return best
+    if not listed:
+        return None
+    # max() keeps the first of equal maxima, as a scan in listing order would.
+    return max(listed, key=listed.__getitem__)
 
 
 def listing_from_chat(item: Mapping[str, Any]) -> dict[str, float]:
@@ -264,6 +321,29 @@ def listing_from_prompt_logprobs(entry: Mapping[str, Mapping[str, Any]]) -> dict
     return {str(v["decoded_token"]): float(v["logprob"]) for v in entry.values()}
 
 
+# A listing that leaves out at most this much probability (on either side) is the whole distribution: what
+# an engine's full-vocabulary listing loses to float rounding and near-zero tokens is far below it.
+FULL_COVERAGE_TAIL = 1e-3
+
+
+def tail_mass(listed: TopK) -> float:
+    """The probability a listing leaves out: 1 - the listed mass (0 for a whole distribution)."""
+    if len(listed) > _ARRAY_PATH_FROM:
+        values = np.fromiter(listed.values(), dtype=float, count=len(listed))
+        return max(0.0, 1.0 - float(np.exp(values).sum()))
+    return max(0.0, 1.0 - sum(math.exp(lp) for lp in listed.values()))
+
+
+class KLMethod(StrEnum):
+    """How much of each distribution the KL saw (docs/evaluations.md, "Exact or top-k")."""
+
+    # Both sides listed (all but FULL_COVERAGE_TAIL of) their whole distribution: the KL is exact.
+    FULL_VOCABULARY = "full_vocabulary"
+    # Top-k listings, the unlisted mass spread evenly (see _completed): an approximation whose error
+    # grows with the tail mass the run reports.
+    TOP_K = "top_k"
+
+
 class KLMode(StrEnum):
     """Where the two sides' distributions come from (docs/evaluations.md, "Distributions")."""
 
@@ -281,6 +361,18 @@ class DistributionComparison:
     positions: int
     top1_agreements: int
     kl: list[float] = field(default_factory=list)
+    # The larger of the two sides' unlisted mass, per position.
+    tails: list[float] = field(default_factory=list)
+    # Per position where both listings hold the token the reference wrote there: the candidate's
+    # probability of it minus the reference's, and each side's -log p of it (perplexity).
+    dp: list[float] = field(default_factory=list)
+    nll_reference: list[float] = field(default_factory=list)
+    nll_candidate: list[float] = field(default_factory=list)
+
+    @property
+    def method(self) -> str:
+        tail = max(self.tails, default=0.0)
+        return KLMethod.FULL_VOCABULARY if tail <= FULL_COVERAGE_TAIL else KLMethod.TOP_K
 
     @property
     def top1_agreement(self) -> float | None:
@@ -301,6 +393,7 @@ def compare_distributions(
     mode: str = KLMode.TEACHER_FORCED,
     *,
     divergence: int | None = None,
+    tokens: Sequence[Token] | None = None,
 ) -> DistributionComparison:
     """Per-position top-1 agreement and KL(reference || candidate).
 
@@ -310,6 +403,9 @@ def compare_distributions(
     free_running_topk: each list is a side's own generation; positions 0..divergence (the first
     divergence index, inclusive) are the ones where both sides had seen the same text, and only they
     count; with divergence None (identical outputs) all common positions count.
+
+    `tokens`, teacher-forced only: the reference's token at each position (keyed as the listings are),
+    for the change in its probability and the perplexity of each side on the reference's text.
     """
     if mode == KLMode.TEACHER_FORCED:
         if len(reference) != len(candidate):
@@ -328,7 +424,15 @@ def compare_distributions(
         ref, cand = reference[i], candidate[i]
         if top1(ref) == top1(cand):
             comparison.top1_agreements += 1
-        comparison.kl.append(kl_divergence(ref, cand))
+        kl, tail = kl_and_tail(ref, cand)
+        comparison.kl.append(kl)
+        comparison.tails.append(tail)
+        if tokens is not None and mode == KLMode.TEACHER_FORCED and i < len(tokens):
+            tok = tokens[i]
+            if tok in ref and tok in cand:
+                comparison.dp.append(math.exp(cand[tok]) - math.exp(ref[tok]))
+                comparison.nll_reference.append(-ref[tok])
+                comparison.nll_candidate.append(-cand[tok])
     return comparison
 
 
@@ -351,12 +455,22 @@ def score_sample(
     expected: str | None = None,
     match_rule: str | None = None,
     candidate_scored_reference: Sequence[TopK] | None = None,
+    reference_scored_reference: Sequence[TopK] | None = None,
+    kl_k: int | None = None,
+    forced_tokens: Sequence[Token] | None = None,
+    keep_positions: bool = False,
 ) -> dict[str, Any]:
     """Every per-sample metric, as a JSON-ready dict (the sample row of a run stores it as is).
 
     `candidate_scored_reference` is the candidate's distribution at each position of the reference's
     output (teacher forcing, e.g. vLLM prompt_logprobs); without it, but with both sides' top_logprobs,
-    the KL is the free-running top-k variant and says so in `kl_mode`.
+    the KL is the free-running top-k variant and says so in `kl_mode`. `reference_scored_reference` is
+    the reference's own distribution there, asked for with the same (larger) k; without it the
+    reference's generation listings stand in. `kl_k` is the k the listings were asked for (-1: all).
+    `forced_tokens`: the reference's tokens keyed as the teacher-forced listings are (token ids when
+    they are keyed by id), for the reference token's probability on each side; default its token texts.
+    `keep_positions`: also return the per-position KL list under "position_kl" (the runner stores it on
+    the sample row, not in the scores), so it is not computed twice.
     """
     divergence = first_divergence(reference.tokens, candidate.tokens)
     score: dict[str, Any] = {
@@ -377,6 +491,14 @@ def score_sample(
         "max_kl": None,
         "top1_matches": 0,
         "kl_sum": 0.0,
+        "kl_method": None,
+        "kl_k": None,
+        "tail_mass_max": None,
+        "dp_positions": 0,
+        "dp_sum": 0.0,
+        "dp_sq_sum": 0.0,
+        "nll_reference_sum": 0.0,
+        "nll_candidate_sum": 0.0,
     }
     if expected is not None and match_rule is not None:
         ref_ok = answer_matches(reference.text, expected, match_rule)
@@ -385,9 +507,17 @@ def score_sample(
         score["candidate_correct"] = cand_ok
         score["flip"] = None if ref_ok == cand_ok else ("right_to_wrong" if ref_ok else "wrong_to_right")
     comparison: DistributionComparison | None = None
-    if reference.top_logprobs is not None and candidate_scored_reference is not None:
+    if candidate_scored_reference is not None and (
+        reference_scored_reference is not None or reference.top_logprobs is not None
+    ):
+        ref_listings = reference_scored_reference
+        if ref_listings is None:
+            ref_listings = reference.top_logprobs or []
         comparison = compare_distributions(
-            reference.top_logprobs, candidate_scored_reference, KLMode.TEACHER_FORCED
+            ref_listings,
+            candidate_scored_reference,
+            KLMode.TEACHER_FORCED,
+            tokens=forced_tokens if forced_tokens is not None else reference.tokens,
         )
     elif reference.top_logprobs is not None and candidate.top_logprobs is not None:
         comparison = compare_distributions(
@@ -402,59 +532,162 @@ def score_sample(
             max_kl=comparison.max_kl,
             top1_matches=comparison.top1_agreements,
             kl_sum=sum(comparison.kl),
+            kl_method=comparison.method,
+            kl_k=kl_k,
+            tail_mass_max=max(comparison.tails, default=0.0),
+            dp_positions=len(comparison.dp),
+            dp_sum=sum(comparison.dp),
+            dp_sq_sum=sum(d * d for d in comparison.dp),
+            nll_reference_sum=sum(comparison.nll_reference),
+            nll_candidate_sum=sum(comparison.nll_candidate),
         )
+    if keep_positions:
+        score["position_kl"] = comparison.kl if comparison is not None else []
     return score
 
 
 # -- a run ------------------------------------------------------------------------------------------------
 
 
-def summarize(scores: Iterable[Mapping[str, Any]], confidence: float = 0.95) -> dict[str, Any]:
-    """Run-level figures from per-sample scores (score_sample's dicts).
+def _distribution_summary(
+    rows: list[Mapping[str, Any]], kls: list[float], confidence: float
+) -> dict[str, Any]:
+    """One KL mode's pooled figures over its samples (rows) and every position's KL (kls)."""
+    positions = sum(r["kl_positions"] for r in rows)
+    dp_positions = sum(r.get("dp_positions") or 0 for r in rows)
+    dp_sum = sum(r.get("dp_sum") or 0.0 for r in rows)
+    nll_ref = sum(r.get("nll_reference_sum") or 0.0 for r in rows)
+    nll_cand = sum(r.get("nll_candidate_sum") or 0.0 for r in rows)
+    methods = {r.get("kl_method") for r in rows}
+    tails = [r["tail_mass_max"] for r in rows if r.get("tail_mass_max") is not None]
+    ks = {int(r["kl_k"]) for r in rows if r.get("kl_k") is not None}
+    return {
+        "samples": len(rows),
+        "positions": positions,
+        "top1_agreement": sum(r["top1_matches"] for r in rows) / positions,
+        "mean_kl": sum(r["kl_sum"] for r in rows) / positions,
+        "kl_ci": stats.describe_interval(
+            stats.bootstrap_ratio_ci(
+                [r["kl_sum"] for r in rows], [r["kl_positions"] for r in rows], confidence
+            )
+        ),
+        "kl_quantiles": stats.quantiles(kls),
+        # Exact only when every sample's listings covered the whole distribution on both sides.
+        "method": KLMethod.FULL_VOCABULARY.value
+        if methods == {KLMethod.FULL_VOCABULARY.value}
+        else KLMethod.TOP_K.value,
+        "k": -1 if -1 in ks else max(ks, default=None),
+        "tail_mass_max": max(tails) if tails else None,
+        "dp_positions": dp_positions,
+        "mean_dp": dp_sum / dp_positions if dp_positions else None,
+        "rms_dp": math.sqrt(sum(r.get("dp_sq_sum") or 0.0 for r in rows) / dp_positions)
+        if dp_positions
+        else None,
+        # exp(mean NLL of the candidate) / exp(mean NLL of the reference), on the reference's own text.
+        "perplexity_ratio": math.exp((nll_cand - nll_ref) / dp_positions) if dp_positions else None,
+    }
 
-    Means over samples: exact match rate, token agreement, chrF, length difference. Pooled over positions
-    (every scored token weighs the same, whichever sample it is in): top-1 agreement and mean KL, each
-    reported per KL mode since the two modes measure different things. Flips over the samples with an
-    expected answer.
-    """
-    rows = list(scores)
-    n = len(rows)
 
-    def mean(key: str) -> float | None:
-        values = [r[key] for r in rows if r.get(key) is not None]
-        return sum(values) / len(values) if values else None
-
+def _flips(rows: list[Mapping[str, Any]], confidence: float) -> dict[str, Any] | None:
     pairs = [
         (bool(r["reference_correct"]), bool(r["candidate_correct"]))
         for r in rows
         if r.get("reference_correct") is not None and r.get("candidate_correct") is not None
     ]
-    by_mode: dict[str, dict[str, Any]] = {}
-    for r in rows:
+    if not pairs:
+        return None
+    table = flip_table(pairs, confidence)
+    out = table.as_dict()
+    out["mcnemar_p"] = stats.mcnemar_exact(table.right_to_wrong, table.wrong_to_right)
+    out["recovery"] = stats.recovery(table.reference_accuracy, table.candidate_accuracy)
+    return out
+
+
+def summarize(
+    scores: Iterable[Mapping[str, Any]],
+    confidence: float = 0.95,
+    *,
+    position_kl: Sequence[Sequence[float]] | None = None,
+    tags: Sequence[Sequence[str]] | None = None,
+) -> dict[str, Any]:
+    """Run-level figures from per-sample scores (score_sample's dicts).
+
+    Means over samples: exact match rate, token agreement, chrF (with a bootstrap interval), length
+    difference. Pooled over positions (every scored token weighs the same, whichever sample it is in):
+    top-1 agreement, mean KL (bootstrap interval by sample), change in the reference token's probability,
+    perplexity ratio, each reported per KL mode since the two modes measure different things; KL
+    quantiles over every position (`position_kl`, one list per sample, in the order of `scores`). Flips
+    over the samples with an expected answer, with McNemar's exact p and recovery %. With `tags` (one
+    list per sample), the same headline figures per tag.
+    """
+    rows = list(scores)
+    n = len(rows)
+    kls = list(position_kl) if position_kl is not None else [[] for _ in rows]
+    if len(kls) != n:
+        raise ValueError(f"{len(kls)} per-position KL lists for {n} samples")
+
+    def mean(key: str) -> float | None:
+        values = [r[key] for r in rows if r.get(key) is not None]
+        return sum(values) / len(values) if values else None
+
+    by_mode: dict[str, list[int]] = {}
+    for i, r in enumerate(rows):
         mode = r.get("kl_mode")
-        if not mode or not r.get("kl_positions"):
-            continue
-        acc = by_mode.setdefault(mode, {"samples": 0, "positions": 0, "top1_matches": 0, "kl_sum": 0.0})
-        acc["samples"] += 1
-        acc["positions"] += r["kl_positions"]
-        acc["top1_matches"] += r["top1_matches"]
-        acc["kl_sum"] += r["kl_sum"]
+        if mode and r.get("kl_positions"):
+            by_mode.setdefault(mode, []).append(i)
     distributions = {
-        mode: {
-            "samples": acc["samples"],
-            "positions": acc["positions"],
-            "top1_agreement": acc["top1_matches"] / acc["positions"],
-            "mean_kl": acc["kl_sum"] / acc["positions"],
-        }
-        for mode, acc in by_mode.items()
+        mode: _distribution_summary(
+            [rows[i] for i in idx], [float(k) for i in idx for k in kls[i]], confidence
+        )
+        for mode, idx in by_mode.items()
     }
     exact = [bool(r["exact_match"]) for r in rows]
-    return {
+    chrfs = [float(r["chrf"]) for r in rows if r.get("chrf") is not None]
+    out: dict[str, Any] = {
         "samples": n,
         "exact_match_rate": sum(exact) / n if n else None,
         "token_agreement": mean("token_agreement"),
         "chrf": mean("chrf"),
+        "chrf_ci": stats.describe_interval(stats.bootstrap_mean_ci(chrfs, confidence)),
         "length_difference": mean("length_difference"),
-        "flips": flip_table(pairs, confidence).as_dict() if pairs else None,
+        "flips": _flips(rows, confidence),
         "distributions": distributions,
     }
+    if tags is not None:
+        if len(tags) != n:
+            raise ValueError(f"{len(tags)} tag lists for {n} samples")
+        out["by_tag"] = _by_tag(rows, kls, tags, confidence)
+    return out
+
+
+def _by_tag(
+    rows: list[Mapping[str, Any]],
+    kls: list[Sequence[float]],
+    tags: Sequence[Sequence[str]],
+    confidence: float,
+) -> dict[str, dict[str, Any]]:
+    """Per tag: samples, exact match rate, chrF, mean KL (teacher-forced where there is one) and flips."""
+    members: dict[str, list[int]] = {}
+    for i, sample_tags in enumerate(tags):
+        for tag in sorted(set(sample_tags or [])):
+            members.setdefault(str(tag), []).append(i)
+    out: dict[str, dict[str, Any]] = {}
+    for tag in sorted(members):
+        of = [rows[i] for i in members[tag]]
+        kl_rows = [r for r in of if r.get("kl_mode") == KLMode.TEACHER_FORCED and r.get("kl_positions")]
+        if not kl_rows:
+            kl_rows = [r for r in of if r.get("kl_positions")]
+        positions = sum(r["kl_positions"] for r in kl_rows)
+        flips = _flips(of, confidence)
+        chrfs = [float(r["chrf"]) for r in of if r.get("chrf") is not None]
+        out[tag] = {
+            "samples": len(of),
+            "exact_match_rate": sum(bool(r["exact_match"]) for r in of) / len(of),
+            "chrf": sum(chrfs) / len(chrfs) if chrfs else None,
+            "mean_kl": sum(r["kl_sum"] for r in kl_rows) / positions if positions else None,
+            "reference_accuracy": flips["reference_accuracy"] if flips else None,
+            "candidate_accuracy": flips["candidate_accuracy"] if flips else None,
+            "flips": flips["flips"] if flips else None,
+            "recovery": flips["recovery"] if flips else None,
+        }
+    return out

@@ -21,7 +21,10 @@ calling thread keeps every database write and the live progress pushes. Per case
    sent the prompt text rebuilt with the model's chat template plus the reference's output, with
    `echo: true, logprobs: k`, and the listings of the output's tokens are read back. If neither works,
    the run notes why once and the KL falls back to the free-running top-k comparison, labelled so in
-   every sample (docs/evaluations.md, "Distributions");
+   every sample (docs/evaluations.md, "Distributions"). The reference scores its own output the same
+   way, so both sides' distributions come with the same k: `EVAL_KL_TOP_K` (20; -1, the whole
+   vocabulary), or the largest k the engine allows when it refuses that (vLLM's `--max-logprobs`, read
+   from its 400); listings that hold (all but 0.001 of) both distributions make the KL exact;
 3. score_sample() and the timings make the sample row.
 """
 
@@ -33,6 +36,7 @@ import dataclasses
 import json
 import logging
 import queue
+import re
 import statistics
 import threading
 import time
@@ -51,9 +55,7 @@ from models_registry.chat_template import ChatTemplate, gguf_chat_template
 from models_registry.choices import SourceKind
 from models_registry.evaluation.endpoints import Endpoint, EndpointUnavailable, deployment_endpoint
 from models_registry.evaluation.metrics import (
-    KLMode,
     SideOutput,
-    compare_distributions,
     listing_from_chat,
     listing_from_completion,
     listing_from_prompt_logprobs,
@@ -256,23 +258,62 @@ async def generate(
     )
 
 
+_MAX_ALLOWED = re.compile(r"greater than max allowed: (-?\d+)")
+
+
+def max_allowed_k(data: Any) -> int | None:
+    """The k an engine says it allows, from vLLM's refusal ("Requested prompt logprobs of 128256, which
+    is greater than max allowed: 20", sampling_params.py _validate_logprobs); None in any other answer."""
+    found = _MAX_ALLOWED.search(_error_message(data))
+    return int(found.group(1)) if found else None
+
+
+@dataclass
+class Forced:
+    """One side's distributions at every position of the reference's output, and the k they were asked
+    for (-1: the whole vocabulary)."""
+
+    listings: list[dict[str, float]]
+    k: int
+    # The same listings keyed by token id, where the engine gives ids (prompt_logprobs): two tokens that
+    # decode to the same text stay two tokens, so whole-vocabulary listings give the exact KL.
+    by_id: list[dict[int, float]] | None = None
+
+
+async def _post_listing(
+    session: aiohttp.ClientSession, ep: Endpoint, run: RunParams, body: dict[str, Any], field: str, k: int
+) -> tuple[int, Any, int]:
+    """POST /v1/completions asking for k listed tokens in `field`; when the engine refuses that k and
+    says which it allows, once more with that, and that k is asked of this engine from then on.
+    Returns (status, body, the k the answer has)."""
+    learnt = run.allowed_k.get(ep.base_url)
+    if learnt is not None:
+        k = learnt
+    body[field] = k
+    status, data = await _post(session, ep, "/v1/completions", body, run.timeout)
+    allowed = max_allowed_k(data) if status == 400 else None
+    if allowed is not None and allowed > 0 and allowed != k:
+        body[field] = k = run.allowed_k[ep.base_url] = allowed
+        status, data = await _post(session, ep, "/v1/completions", body, run.timeout)
+    return status, data, k
+
+
 async def score_reference_text(
     session: aiohttp.ClientSession, ep: Endpoint, run: RunParams, reference: Generation
-) -> list[dict[str, float]]:
-    """The candidate's distribution at each position of the reference's output (teacher forcing)."""
+) -> Forced:
+    """An engine's distribution at each position of the reference's output (teacher forcing)."""
     if reference.prompt_token_ids is None or reference.token_ids is None:
         raise TeacherForcingUnavailable("the reference engine returns no token ids (return_token_ids)")
     if not reference.token_ids:
-        return []
+        return Forced([], run.kl_top_k)
     start = len(reference.prompt_token_ids)
     body = {
         "model": ep.model,
         "prompt": reference.prompt_token_ids + reference.token_ids,
         "max_tokens": 1,
         "temperature": 0,
-        "prompt_logprobs": run.top_logprobs,
     }
-    status, data = await _post(session, ep, "/v1/completions", body, run.timeout)
+    status, data, k = await _post_listing(session, ep, run, body, "prompt_logprobs", run.kl_top_k)
     if 400 <= status < 500:
         raise TeacherForcingUnavailable(
             f"the candidate engine refused prompt_logprobs (HTTP {status}: {_error_message(data)})"
@@ -290,7 +331,11 @@ async def score_reference_text(
         raise TeacherForcingUnavailable(
             "the candidate's prompt_logprobs do not line up with the reference's tokens"
         )
-    return [listing_from_prompt_logprobs(e) for e in forced]
+    return Forced(
+        [listing_from_prompt_logprobs(e) for e in forced],
+        k,
+        by_id=[{int(tok): float(v["logprob"]) for tok, v in e.items()} for e in forced],
+    )
 
 
 def echo_rows_aligned(template: ChatTemplate, prompt: str) -> bool:
@@ -310,7 +355,7 @@ async def score_reference_text_by_echo(
     run: RunParams,
     reference: Generation,
     messages: list[dict[str, str]],
-) -> list[dict[str, float]]:
+) -> Forced:
     """Teacher forcing where the engine takes text prompts only (llama.cpp's server, no token ids).
 
     The candidate gets the prompt text its chat template builds for the case's messages, followed by the
@@ -322,8 +367,14 @@ async def score_reference_text_by_echo(
     if template is None:
         raise TeacherForcingUnavailable("the candidate's chat template is unknown")
     m = len(reference.tokens)
+    # llama-cpp-python lists as many as asked (no cap): the whole vocabulary is the GGUF's token count.
+    k = run.kl_top_k
+    if template.vocab_size and (k < 0 or k > template.vocab_size):
+        k = template.vocab_size
+    elif k < 0:
+        k = run.top_logprobs
     if m == 0:
-        return []
+        return Forced([], k)
     try:
         prompt = template.render(messages)
     except Exception as exc:  # model-supplied template code
@@ -334,9 +385,8 @@ async def score_reference_text_by_echo(
         "max_tokens": 1,
         "temperature": 0,
         "echo": True,
-        "logprobs": run.top_logprobs,
     }
-    status, data = await _post(session, ep, "/v1/completions", body, run.timeout)
+    status, data, k = await _post_listing(session, ep, run, body, "logprobs", k)
     if 400 <= status < 500:
         raise TeacherForcingUnavailable(
             f"the candidate engine refused echo with logprobs (HTTP {status}: {_error_message(data)})"
@@ -364,7 +414,9 @@ async def score_reference_text_by_echo(
             "the reference's output came back as other tokens when the candidate read it as text "
             f"({len(listed)} of {m} listed; first {listed[:3]!r} vs {reference.tokens[:3]!r})"
         )
-    return [listing_from_completion(r) for r in rows]
+    # A whole-vocabulary listing reports k as -1, whatever count it was asked for.
+    whole = template.vocab_size and k >= template.vocab_size
+    return Forced([listing_from_completion(r) for r in rows], -1 if whole else k)
 
 
 async def teacher_force(
@@ -373,9 +425,9 @@ async def teacher_force(
     run: RunParams,
     reference: Generation,
     messages: list[dict[str, str]],
-) -> list[dict[str, float]]:
-    """The candidate's distributions over the reference's output: by token ids where the reference gave
-    them (prompt_logprobs), else by text with the candidate's chat template (echo)."""
+) -> Forced:
+    """An engine's distributions over the reference's output: by token ids where the reference gave
+    them (prompt_logprobs), else by text with that engine's chat template (echo)."""
     if reference.prompt_token_ids is not None and reference.token_ids is not None:
         return await score_reference_text(session, ep, run, reference)
     if ep.chat_template is not None:
@@ -396,6 +448,9 @@ class RunParams:
     top_logprobs: int
     concurrency: int
     timeout: float
+    kl_top_k: int = 20  # the k teacher forcing asks for (-1: the whole vocabulary), EVAL_KL_TOP_K
+    # base URL -> the k that engine said it allows (learnt from its first refusal, shared by the cases).
+    allowed_k: dict[str, int] = field(default_factory=dict, compare=False, hash=False)
 
 
 @dataclass(frozen=True)
@@ -414,7 +469,9 @@ class CaseResult:
     job: CaseJob
     reference: Generation | None = None
     candidate: Generation | None = None
-    forced: list[dict[str, float]] | None = None
+    forced: Forced | None = None
+    # The reference scoring its own output with the same k (None: its generation listings stand in).
+    forced_reference: Forced | None = None
     forcing_note: str = ""
     error: str = ""
 
@@ -423,6 +480,9 @@ class CaseResult:
 class _Shared:
     forcing_note: str = ""
     forcing_off: bool = False
+    # The reference cannot score its own text: its generation's top-k stands in for every sample (the
+    # summary then says top-k with that k).
+    self_forcing_off: bool = False
     results: queue.Queue[CaseResult | None] = field(default_factory=queue.Queue)
 
 
@@ -466,6 +526,16 @@ async def _produce(
                         shared.forcing_off = True
                         shared.forcing_note = str(exc)
                         result.forcing_note = str(exc)
+                    if result.forced is not None and not shared.self_forcing_off:
+                        try:
+                            async with ref_sem:
+                                result.forced_reference = await teacher_force(
+                                    session, reference, params, ref_gen, job.messages
+                                )
+                        except TeacherForcingMismatch:
+                            pass  # this sample compares against the reference's generation listings
+                        except TeacherForcingUnavailable:
+                            shared.self_forcing_off = True
             except SideError as exc:
                 result.error = str(exc)
             finally:
@@ -498,24 +568,43 @@ def sample_from_result(run: EvalRun, result: CaseResult) -> EvalSample:
     if result.error or ref is None or cand is None:
         sample.error = result.error or "no output"
         return sample
+    forced = result.forced.listings if result.forced is not None else None
+    forced_ref = result.forced_reference
+    if forced is not None and forced_ref is not None and len(forced_ref.listings) != len(forced):
+        forced_ref = None  # the two sides read the text as different tokens: generation listings instead
+    kl_k = None
+    if result.forced is not None:
+        # The smaller k of the two sides' listings (-1, the whole vocabulary, only when both are whole).
+        ks = [result.forced.k, forced_ref.k if forced_ref is not None else run.top_logprobs]
+        kl_k = -1 if all(k < 0 for k in ks) else min(k for k in ks if k >= 0)
+    forced_ref_listings = forced_ref.listings if forced_ref is not None else None
+    forced_tokens: list[Any] | None = None
+    if (
+        result.forced is not None
+        and result.forced.by_id is not None
+        and forced_ref is not None
+        and forced_ref.by_id is not None
+        and ref.token_ids is not None
+        and len(ref.token_ids) == len(forced_ref.by_id)
+    ):
+        # Both sides scored the text by token ids: compare by id (the token texts may repeat).
+        forced, forced_ref_listings = result.forced.by_id, forced_ref.by_id  # type: ignore[assignment]
+        forced_tokens = list(ref.token_ids)
     score = score_sample(
         ref.output(),
         cand.output(),
         expected=job.expected,
         match_rule=job.match_rule,
-        candidate_scored_reference=result.forced,
+        candidate_scored_reference=forced,
+        reference_scored_reference=forced_ref_listings,
+        kl_k=kl_k,
+        forced_tokens=forced_tokens,
+        keep_positions=True,
     )
-    if result.forcing_note and result.forced is None:
+    # Stored on the sample row for the side-by-side view and the run's KL quantiles, not in the scores.
+    per_position: list[float] = score.pop("position_kl")
+    if result.forcing_note and forced is None:
         score["kl_note"] = result.forcing_note  # why this sample's KL is the free-running one
-    per_position: list[float] = []
-    if score["kl_positions"]:
-        # score_sample keeps only the sums; the per-position KL is kept for the side-by-side view.
-        if result.forced is not None and ref.listings is not None:
-            per_position = compare_distributions(ref.listings, result.forced, KLMode.TEACHER_FORCED).kl
-        elif ref.listings is not None and cand.listings is not None:
-            per_position = compare_distributions(
-                ref.listings, cand.listings, KLMode.FREE_RUNNING_TOPK, divergence=score["first_divergence"]
-            ).kl
     sample.reference_output = ref.text
     sample.candidate_output = cand.text
     sample.reference_tokens = ref.tokens
@@ -559,7 +648,8 @@ def run_summary(run: EvalRun) -> dict[str, Any]:
     """summarize() over the run's scored samples, plus latency and tokens/s per side and the error count."""
     rows: list[dict[str, Any]] = [
         dict(r)
-        for r in run.samples.filter(error="").values(
+        for r in run.samples.filter(error="")
+        .values(
             "scores",
             "reference_latency_ms",
             "candidate_latency_ms",
@@ -567,9 +657,16 @@ def run_summary(run: EvalRun) -> dict[str, Any]:
             "candidate_tokens_per_s",
             "reference_ttft_ms",
             "candidate_ttft_ms",
+            "position_kl",
+            "tags",
         )
+        .order_by("position", "id")
     ]
-    out = summarize([r["scores"] for r in rows])
+    out = summarize(
+        [r["scores"] for r in rows],
+        position_kl=[r["position_kl"] or [] for r in rows],
+        tags=[r["tags"] or [] for r in rows],
+    )
     for side in ("reference", "candidate"):
         out[side] = {
             name: _stats([r[f"{side}_{name}"] for r in rows if r[f"{side}_{name}"] is not None])
@@ -695,6 +792,7 @@ def _execute(run_id: int, lock: Any, after_sample: Callable[[EvalSample], None] 
         top_logprobs=run.top_logprobs,
         concurrency=max(1, run.concurrency),
         timeout=run.request_timeout,
+        kl_top_k=settings.EVAL_KL_TOP_K,
     )
     stop = threading.Event()
     shared = _Shared()

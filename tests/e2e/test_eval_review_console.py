@@ -43,6 +43,18 @@ def test_evaluator_reviews_a_sample_with_the_keyboard_and_signs_the_run_off(
 
     expect(page.get_by_test_id("summary-flips")).to_contain_text("1 right → wrong · 0 wrong → right")
     expect(page.get_by_test_id("summary-kl")).to_contain_text("teacher-forced")
+    # The helper's listings hold each distribution whole (two tokens, all the mass): an exact KL, said so.
+    assert run.summary["distributions"]["teacher_forced"]["method"] == "full_vocabulary"
+    expect(page.get_by_test_id("kl-method-teacher_forced")).to_contain_text("exact: both sides listed")
+    expect(page.get_by_test_id("kl-quantiles-teacher_forced")).to_contain_text("p99.9")
+    flips = run.summary["flips"]
+    expect(page.get_by_test_id("summary-mcnemar")).to_contain_text(
+        f"McNemar exact p = {flips['mcnemar_p']:.3f}"
+    )
+    expect(page.get_by_test_id("summary-mcnemar")).to_contain_text(f"recovery {flips['recovery']:.1f} %")
+    tags = page.get_by_test_id("tag-table")
+    for tag in ("geo", "math", "free"):
+        expect(tags).to_contain_text(tag)
     expect(page.get_by_test_id("verdict-current")).to_have_attribute("data-decision", "")
     table = page.get_by_test_id("samples-table")
     for key in ("q0", "q1", "q2"):

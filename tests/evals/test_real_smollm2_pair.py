@@ -13,15 +13,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 from rest_framework.test import APIClient
 
+from models_registry.chat_template import gguf_chat_template
 from models_registry.demo import packaged_gguf, seed_smollm2
 from models_registry.evaluation.models import EvalRun
 from models_registry.models import ModelVersion
 from models_registry.tasks import quantize_version_task, run_evaluation
 from nodes import real_pair
 from nodes.demo import llama_cpp_available
+from nodes.models import Deployment
 from tests.nodes.conftest import kill_engines, node_settings  # noqa: F401 (fixtures)
 
 pytestmark = [
@@ -72,6 +75,38 @@ def engines(
         real_pair.stop([pair.reference, pair.candidate, pair.twin], supervisor)
 
 
+def independent_kl(run: EvalRun) -> tuple[float, int]:
+    """The run's teacher-forced KL recomputed without the runner, the engines or their HTTP listings:
+    llama-cpp-python loads both GGUF files itself (logits for every position), reads the prompt text and
+    the reference's output, and takes the full-vocabulary KL(reference || candidate) at each output
+    position, pooled over the samples the run scored by teacher forcing. Returns (mean KL, positions)."""
+    import llama_cpp
+
+    def logprob_rows(path: str, text: str, m: int, add_bos: bool) -> np.ndarray:
+        llm = llama_cpp.Llama(model_path=path, n_ctx=1024, logits_all=True, verbose=False, n_threads=2)
+        tokens = llm.tokenize(text.encode(), add_bos=add_bos, special=True)
+        llm.eval(tokens)
+        logits = np.asarray(llm.scores[: len(tokens)], dtype=np.float64)
+        # Row j predicts token j + 1: the m output tokens are predicted by rows n-m-1 .. n-2.
+        rows = logits[len(tokens) - m - 1 : len(tokens) - 1]
+        return rows - np.logaddexp.reduce(rows, axis=1, keepdims=True)
+
+    assert run.reference_deployment_id is not None and run.candidate_deployment_id is not None
+    ref_path = Deployment.objects.get(pk=run.reference_deployment_id).model_version.source_path
+    cand_path = Deployment.objects.get(pk=run.candidate_deployment_id).model_version.source_path
+    template = gguf_chat_template(ref_path)
+    assert template is not None
+    total, positions = 0.0, 0
+    for sample in run.samples.filter(kl_mode="teacher_forced").select_related("case"):
+        text = template.render(sample.case.chat_messages()) + sample.reference_output
+        m = len(sample.reference_tokens)
+        p = logprob_rows(ref_path, text, m, template.add_bos)
+        q = logprob_rows(cand_path, text, m, template.add_bos)
+        total += float(np.sum(np.exp(p) * (p - q)))
+        positions += m
+    return total / positions, positions
+
+
 def run_through_the_task(run_id: int) -> EvalRun:
     assert run_evaluation.apply(args=(run_id,)).get() == "completed"
     return EvalRun.objects.get(pk=run_id)
@@ -82,8 +117,12 @@ def test_real_pair_separates_and_the_reference_matches_itself(
     evaluator_client: APIClient,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
+    settings: Any,
 ) -> None:
     version = real_pair.first_cases(real_pair.SUITE, N)
+    # The pair's teacher forcing lists 1,000 tokens a position (the exact-KL setting); the twin run below
+    # keeps the default 20 (its KL is 0 at any k).
+    settings.EVAL_KL_TOP_K = 1000
     monkeypatch.setattr("models_registry.api.eval_runs.enqueue_evaluation", lambda run_id: None)
     # The candidate alone: the reference is its lineage parent's ready deployment (the first of two).
     resp = evaluator_client.post(
@@ -100,6 +139,7 @@ def test_real_pair_separates_and_the_reference_matches_itself(
     assert resp.status_code == 201, resp.json()
     assert resp.json()["reference_deployment_id"] == engines.reference.pk
     pair = run_through_the_task(resp.json()["id"])
+    settings.EVAL_KL_TOP_K = 20
     same = run_through_the_task(
         real_pair.make_run("SmolLM2 Q4_1 vs itself", version, engines.reference, engines.twin).pk
     )
@@ -118,6 +158,21 @@ def test_real_pair_separates_and_the_reference_matches_itself(
     assert s["flips"]["n"] == N
     differing = pair.samples.filter(exact_match=False)
     assert differing.exists() and all(x.first_divergence is not None for x in differing)
+    # Both sides listed 1,000 tokens by echo. llama-cpp-python keys them by text, so tokens that decode
+    # alike (the special tokens, end of turn among them, all decode to "") lose their mass to the listing
+    # (docs/evaluations.md, "Exact or top-k"): the run says top_k with that tail, and its KL stays within
+    # 10 % of the KL recomputed over the whole vocabulary from the two GGUF files (measured: 6.5 % low).
+    expected_kl, positions = independent_kl(pair)
+    with capsys.disabled():
+        print(
+            f"teacher-forced KL: run {forced['mean_kl']:.5f} ({forced['method']}, k {forced['k']}, "
+            f"tail up to {forced['tail_mass_max']:.4f}), recomputed over the whole vocabulary "
+            f"{expected_kl:.5f} nats"
+        )
+    assert positions == forced["positions"]
+    assert forced["k"] == 1000
+    assert forced["method"] == ("full_vocabulary" if forced["tail_mass_max"] <= 1e-3 else "top_k")
+    assert forced["mean_kl"] == pytest.approx(expected_kl, rel=0.10)
 
     t = same.summary
     assert same.error_count == 0 and t["samples"] == N

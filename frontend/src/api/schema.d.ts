@@ -2707,10 +2707,38 @@ export interface components {
         DistributionSummary: {
             samples: number;
             positions: number;
-            /** Format: double */
+            /**
+             * Format: double
+             * @description Share of positions whose most likely token is the same.
+             */
             top1_agreement: number;
             /** Format: double */
             mean_kl: number;
+            /** @description [low, high] bootstrap interval of the mean KL (samples resampled). */
+            kl_ci?: number[] | null;
+            kl_quantiles?: components["schemas"]["KLQuantiles"] | null;
+            /** @description full_vocabulary (both sides listed their whole distribution: the KL is exact) or top_k. */
+            method?: string;
+            /** @description Tokens listed per position (-1: the whole vocabulary). */
+            k?: number | null;
+            /**
+             * Format: double
+             * @description Largest probability a listing left out at one position.
+             */
+            tail_mass_max?: number | null;
+            dp_positions?: number;
+            /**
+             * Format: double
+             * @description Mean change in the reference token's probability.
+             */
+            mean_dp?: number | null;
+            /** Format: double */
+            rms_dp?: number | null;
+            /**
+             * Format: double
+             * @description Candidate perplexity / reference perplexity on the reference's text.
+             */
+            perplexity_ratio?: number | null;
         };
         /**
          * @description * `vllm` - vLLM
@@ -3056,6 +3084,16 @@ export interface components {
             accuracy_difference: number | null;
             /** @description [low, high] of the accuracy difference. */
             difference_ci: number[] | null;
+            /**
+             * Format: double
+             * @description Exact McNemar p-value of the flips (1.0: no flips).
+             */
+            mcnemar_p?: number;
+            /**
+             * Format: double
+             * @description Candidate accuracy as % of the reference's.
+             */
+            recovery?: number | null;
         };
         GateInfo: {
             key: string;
@@ -3237,6 +3275,18 @@ export interface components {
          * @enum {string}
          */
         HostStateEnum: "unknown" | "online" | "unreachable" | "draining";
+        KLQuantiles: {
+            /** Format: double */
+            p50: number;
+            /** Format: double */
+            p90: number;
+            /** Format: double */
+            p99: number;
+            /** Format: double */
+            p99_9: number;
+            /** Format: double */
+            max: number;
+        };
         /**
          * @description * `mismatch` - Hash or size mismatch
          *     * `missing` - Missing
@@ -4839,9 +4889,15 @@ export interface components {
             token_agreement?: number | null;
             /** Format: double */
             chrf?: number | null;
+            /** @description [low, high] bootstrap interval of the mean chrF. */
+            chrf_ci?: number[] | null;
             /** Format: double */
             length_difference?: number | null;
             flips?: components["schemas"]["FlipTable"] | null;
+            /** @description The headline figures per case tag. */
+            by_tag?: {
+                [key: string]: components["schemas"]["TagSummary"];
+            };
             /** @description Per KL mode: teacher_forced, free_running_topk. */
             distributions?: {
                 [key: string]: components["schemas"]["DistributionSummary"];
@@ -5169,6 +5225,22 @@ export interface components {
         /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         SwitchAliasRequest: {
             version: number;
+        };
+        TagSummary: {
+            samples: number;
+            /** Format: double */
+            exact_match_rate: number;
+            /** Format: double */
+            chrf: number | null;
+            /** Format: double */
+            mean_kl: number | null;
+            /** Format: double */
+            reference_accuracy: number | null;
+            /** Format: double */
+            candidate_accuracy: number | null;
+            flips: number | null;
+            /** Format: double */
+            recovery: number | null;
         };
         /**
          * @description * `Q2_K` - Q2_K

@@ -345,6 +345,10 @@ function SummaryCard({ run }: { run: EvalRun }) {
                   difference {formatPoints(flips.accuracy_difference)}
                   {ci && ` (${Math.round(flips.confidence * 100)}% CI ${formatPoints(ci[0])} to ${formatPoints(ci[1])})`}
                 </div>
+                <div className="muted" data-testid="summary-mcnemar">
+                  McNemar exact p = {formatFixed(flips.mcnemar_p, 3)}
+                  {flips.recovery != null && ` · recovery ${formatFixed(flips.recovery, 1)} %`}
+                </div>
               </>
             ) : (
               "—"
@@ -358,18 +362,67 @@ function SummaryCard({ run }: { run: EvalRun }) {
               ? "—"
               : modes.map(([mode, d]) => (
                   <div key={mode}>
-                    {formatFixed(d.mean_kl, 4)} nats <span className="muted">({klModeLabel(mode)}; top-1 agreement {formatRate(d.top1_agreement)}, {d.positions} positions)</span>
+                    {formatFixed(d.mean_kl, 4)} nats
+                    {d.kl_ci && <span className="muted"> (95% CI {formatFixed(d.kl_ci[0], 4)} to {formatFixed(d.kl_ci[1], 4)})</span>}{" "}
+                    <span className="muted">({klModeLabel(mode)}; same top token {formatRate(d.top1_agreement)}, {d.positions} positions)</span>
+                    <div className="muted" data-testid={`kl-method-${mode}`}>{klMethodLabel(d)}</div>
+                    {d.kl_quantiles && (
+                      <div className="muted" data-testid={`kl-quantiles-${mode}`}>
+                        p90 {formatFixed(d.kl_quantiles.p90, 4)} · p99 {formatFixed(d.kl_quantiles.p99, 4)} · p99.9 {formatFixed(d.kl_quantiles.p99_9, 4)} · max {formatFixed(d.kl_quantiles.max, 4)}
+                      </div>
+                    )}
+                    {d.dp_positions ? (
+                      <div className="muted" data-testid={`kl-dp-${mode}`}>
+                        Δp of the reference token: mean {formatFixed(d.mean_dp, 4)}, RMS {formatFixed(d.rms_dp, 4)} · perplexity ratio {formatFixed(d.perplexity_ratio, 4)}
+                      </div>
+                    ) : null}
                   </div>
                 ))}
           </dd>
           <dt>chrF</dt>
           <dd>
-            {formatFixed(s.chrf, 1)} <span className="muted">· token agreement {formatFixed(s.token_agreement)} · length difference {formatFixed(s.length_difference, 1)}</span>
+            {formatFixed(s.chrf, 1)}
+            {s.chrf_ci && <span className="muted"> (95% CI {formatFixed(s.chrf_ci[0], 1)} to {formatFixed(s.chrf_ci[1], 1)})</span>}{" "}
+            <span className="muted">· token agreement {formatFixed(s.token_agreement)} · length difference {formatFixed(s.length_difference, 1)}</span>
           </dd>
         </dl>
       </div>
       <TimingTable run={run} />
+      <TagTable run={run} />
     </Card>
+  );
+}
+
+type DistributionSummary = NonNullable<EvalRun["summary"]["distributions"]>[string];
+
+/** Whether the KL saw whole distributions (exact) or top-k listings, and how much mass those left out. */
+function klMethodLabel(d: DistributionSummary): string {
+  if (d.method === "full_vocabulary") return "exact: both sides listed the whole vocabulary";
+  if (d.method !== "top_k") return "";
+  const k = d.k == null ? "" : ` (k = ${d.k})`;
+  const tail = d.tail_mass_max == null ? "" : `; listings left out up to ${formatRate(d.tail_mass_max)} of the probability at a position`;
+  return `top-k approximation${k}${tail}`;
+}
+
+function TagTable({ run }: { run: EvalRun }) {
+  const tags = Object.entries(run.summary.by_tag ?? {});
+  if (tags.length === 0) return null;
+  return (
+    <Table
+      testId="tag-table"
+      rows={tags}
+      rowKey={([tag]) => tag}
+      columns={[
+        { header: "Tag", cell: ([tag]) => <code>{tag}</code> },
+        { header: "Samples", className: "num", cell: ([, t]) => t.samples },
+        { header: "Exact", className: "num", cell: ([, t]) => formatRate(t.exact_match_rate) },
+        { header: "chrF", className: "num", cell: ([, t]) => formatFixed(t.chrf, 1) },
+        { header: "Mean KL", className: "num", cell: ([, t]) => formatFixed(t.mean_kl, 4) },
+        { header: "Accuracy", className: "num", cell: ([, t]) => (t.reference_accuracy == null ? "—" : `${formatRate(t.reference_accuracy)} → ${formatRate(t.candidate_accuracy)}`) },
+        { header: "Flips", className: "num", cell: ([, t]) => t.flips ?? "—" },
+        { header: "Recovery", className: "num", cell: ([, t]) => (t.recovery == null ? "—" : `${formatFixed(t.recovery, 1)} %`) },
+      ]}
+    />
   );
 }
 
