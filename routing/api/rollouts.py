@@ -226,6 +226,11 @@ class GatePointSerializer(serializers.Serializer):
     share = serializers.FloatField()
     verdict = serializers.CharField()
     values = serializers.DictField(child=serializers.FloatField(allow_null=True))
+    details = serializers.DictField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="Statistical gates: the judgement (Successful/Failed/Inconclusive, shift, interval).",
+    )
     candidate_requests = serializers.IntegerField(allow_null=True)
     baseline_requests = serializers.IntegerField(allow_null=True)
 
@@ -353,6 +358,7 @@ class RolloutViewSet(viewsets.ReadOnlyModelViewSet):
                     "share": d.to_share,
                     "verdict": d.action,
                     "values": {k: v.get("value") for k, v in gates.items()},
+                    "details": {k: v["detail"] for k, v in gates.items() if v.get("outcome")},
                     "candidate_requests": ((d.numbers or {}).get("candidate") or {}).get("requests"),
                     "baseline_requests": ((d.numbers or {}).get("baseline") or {}).get("requests"),
                 }

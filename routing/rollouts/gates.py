@@ -10,6 +10,8 @@ one verdict and is pure, so every rule below is tested without a database:
 - a configured gate failed, judged once the step has `min_step_requests` candidate requests: roll back;
 - the step is younger than `min_step_seconds`: keep (no record, this is the normal wait);
 - too few candidate requests, or a configured gate has no figure yet: hold;
+- a statistical gate (routing/rollouts/judge.py) is Inconclusive: hold, saying so (a human resumes,
+  promotes or rolls back, or the next evaluation has more data);
 - all gates pass: advance, and from the last step below 100, promote.
 """
 
@@ -23,6 +25,7 @@ from typing import Any
 from django.db.models import Avg, Count, Q, QuerySet
 
 from routing.models import RequestLog, Rollout, ShadowPair
+from routing.rollouts import judge as stat
 from routing.rollouts.plans import GATES, GATES_BY_KEY
 from routing.rollouts.signoff import accepted_evaluation, offline_quality
 
@@ -54,6 +57,9 @@ class Figures:
     baseline: SideFigures
     quality: dict[str, Any] = field(default_factory=dict)
     candidate_ready: int = 0  # ready deployments of the candidate serving the alias
+    # The answered requests' latency and TTFT per side ("candidate"/"baseline" -> column -> values), read
+    # only when a statistical gate needs them; judged, not stored (a decision keeps the judgement).
+    samples: dict[str, dict[str, list[float]]] = field(default_factory=dict)
 
     @property
     def seconds(self) -> float:
@@ -127,9 +133,34 @@ def quality_figures(rollout: Rollout) -> dict[str, Any]:
     return {"source": None, "samples": 0}
 
 
+STAT_COLUMNS = {"ttft_tolerance": "ttft_ms", "latency_tolerance": "latency_ms"}
+
+
+def side_samples(
+    alias: str, version_id: int, since: dt.datetime, until: dt.datetime, columns: list[str]
+) -> dict[str, list[float]]:
+    """The answered requests' values of `columns` in the window (one query), None values left out."""
+    rows = RequestLog.objects.filter(
+        alias=alias, model_version_id=version_id, created_at__gte=since, created_at__lt=until, status=200
+    ).values_list(*columns)
+    out: dict[str, list[float]] = {c: [] for c in columns}
+    for row in rows:
+        for column, value in zip(columns, row, strict=True):
+            if value is not None:
+                out[column].append(float(value))
+    return out
+
+
 def measure(rollout: Rollout, now: dt.datetime, candidate_ready: int) -> Figures:
     alias = rollout.alias.name
     since = rollout.step_started_at
+    columns = sorted({STAT_COLUMNS[k] for k in (rollout.gates or {}) if k in STAT_COLUMNS})
+    samples = {}
+    if columns:
+        samples = {
+            "candidate": side_samples(alias, rollout.candidate_version_id, since, now, columns),
+            "baseline": side_samples(alias, rollout.baseline_version_id, since, now, columns),
+        }
     return Figures(
         since=since,
         until=now,
@@ -137,6 +168,7 @@ def measure(rollout: Rollout, now: dt.datetime, candidate_ready: int) -> Figures
         baseline=side_figures(alias, rollout.baseline_version_id, since, now),
         quality=quality_figures(rollout) if _wants_quality(rollout.gates) else {},
         candidate_ready=candidate_ready,
+        samples=samples,
     )
 
 
@@ -151,8 +183,24 @@ def _wants_quality(gates: dict[str, Any]) -> bool:
 class GateResult:
     value: float | None
     threshold: float
-    passed: bool | None  # None: no figure to judge yet
+    passed: bool | None  # None: no figure to judge yet, or a statistical gate is Inconclusive
     detail: str = ""
+    # Statistical gates: Successful, Failed or Inconclusive, and the judgement's numbers.
+    outcome: str = ""
+    judgement: dict[str, Any] | None = None
+
+
+def statistical_judgement(key: str, tolerance: float, figures: Figures) -> stat.Judgement:
+    """A statistical gate's judgement of the step's window (routing/rollouts/judge.py)."""
+    if key == "error_rate_tolerance":
+        c, b = figures.candidate, figures.baseline
+        return stat.compare_rate(c.errors, c.requests, b.errors, b.requests, tolerance)
+    column = STAT_COLUMNS[key]
+    return stat.compare_shift(
+        figures.samples.get("candidate", {}).get(column, []),
+        figures.samples.get("baseline", {}).get(column, []),
+        tolerance,
+    )
 
 
 def _ratio(candidate: float | None, baseline: float | None) -> float | None:
@@ -197,6 +245,11 @@ def judge(gates: dict[str, Any], figures: Figures, *, enough: bool) -> dict[str,
         if gates.get(spec.key) is None:
             continue
         threshold = float(gates[spec.key])
+        if spec.source == "statistical":
+            j = statistical_judgement(spec.key, threshold, figures)
+            passed = {stat.SUCCESSFUL: True, stat.FAILED: False}.get(j.outcome)
+            out[spec.key] = GateResult(j.estimate, threshold, passed, j.explain(), j.outcome, j.as_dict())
+            continue
         value, detail = gate_value(spec.key, figures)
         if value is None:
             passed = None
@@ -272,6 +325,16 @@ def decide(rollout: Rollout, figures: Figures) -> Decision:
             Verdict.HOLD,
             f"Not enough data: {figures.candidate.requests} candidate requests in the step, "
             f"{rollout.min_step_requests} needed.",
+            gates,
+            figures,
+        )
+    inconclusive = [k for k, g in gates.items() if g.outcome == stat.INCONCLUSIVE]
+    if inconclusive:
+        details = "; ".join(f"{k}: {gates[k].detail}" for k in inconclusive)
+        return Decision(
+            Verdict.HOLD,
+            f"Inconclusive, holding at {rollout.share:g}% (more traffic may decide it; or resume, promote "
+            f"or roll back by hand): {details}.",
             gates,
             figures,
         )

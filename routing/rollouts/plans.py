@@ -27,7 +27,8 @@ class GateSpec:
     label: str
     # "max": the value must stay at or below the threshold; "min": at or above it.
     bound: str
-    # Where its value comes from: the request log (candidate against baseline) or quality scores.
+    # Where its value comes from: the request log (candidate against baseline), quality scores, or the
+    # request log's samples compared statistically (routing/rollouts/judge.py: the threshold is a tolerance).
     source: str
     unit: str = ""
     upper_limit: float | None = None  # the largest threshold that makes sense (rates, chrF)
@@ -41,6 +42,9 @@ GATES: tuple[GateSpec, ...] = (
     GateSpec("min_chrf", "Mean chrF", "min", "quality", "", 100.0),
     GateSpec("min_exact_match_rate", "Exact-match rate", "min", "quality", "", 1.0),
     GateSpec("max_kl", "Mean KL divergence", "max", "quality", "nats"),
+    GateSpec("ttft_tolerance", "TTFT shift vs baseline, Mann-Whitney", "max", "statistical", "", 10.0),
+    GateSpec("latency_tolerance", "Latency shift vs baseline, Mann-Whitney", "max", "statistical", "", 10.0),
+    GateSpec("error_rate_tolerance", "Error rate above baseline, 95% CI", "max", "statistical", "", 1.0),
 )
 GATES_BY_KEY = {g.key: g for g in GATES}
 

@@ -330,6 +330,8 @@ def push_gate_sample(rollout: Rollout, decision: Decision) -> None:
         "share": rollout.share,
         "verdict": decision.verdict,
         "values": {k: g.value for k, g in decision.gates.items()},
+        # Statistical gates: the judgement in words (outcome, shift, interval, tolerance, p, sample sizes).
+        "details": {k: g.detail for k, g in decision.gates.items() if g.outcome},
         "candidate_requests": decision.figures.candidate.requests,
         "baseline_requests": decision.figures.baseline.requests,
     }

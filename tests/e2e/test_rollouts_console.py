@@ -49,6 +49,8 @@ def test_start_watch_advance_and_roll_back_a_canary(
     screenshot(page, "rollouts-start-refused", full_page=False)
 
     dialog.get_by_label("Steps (%)").fill("10, 50, 100")
+    # A statistical gate beside the static ones: TTFT may be up to 50 % above the baseline's.
+    dialog.get_by_label("TTFT tolerance (statistical)").fill("0.5")
     dialog.get_by_role("button", name="Start").click()
     expect(dialog).to_be_hidden()
     rollout = Rollout.objects.get()
@@ -62,8 +64,10 @@ def test_start_watch_advance_and_roll_back_a_canary(
     # Traffic in the step's window, as the proxy logs it; then one gate-task run.
     at = timezone.now()
     log_requests(c.alias, c.v1, 60, latency_ms=100, ttft_ms=20, at=at)
-    log_requests(c.alias, c.v2, 8, latency_ms=105, ttft_ms=21, at=at)
+    log_requests(c.alias, c.v2, 25, latency_ms=105, ttft_ms=21, at=at)
     assert evaluate_all(at + dt.timedelta(seconds=1)) == {rollout.pk: "advance"}
+    rollout.refresh_from_db()
+    assert rollout.gates["ttft_tolerance"] == 0.5
     # The page follows on its own (it re-reads every two seconds).
     expect(page.get_by_test_id("rollout-share")).to_have_text("50%")
     expect(detail.get_by_test_id("rollout-steps").locator("li.current")).to_have_text("50%")
@@ -71,6 +75,8 @@ def test_start_watch_advance_and_roll_back_a_canary(
     expect(decisions.locator("tbody tr").first).to_contain_text("advance")
     expect(decisions.locator("tbody tr").first).to_contain_text("10% → 50%")
     expect(decisions.locator("tbody tr").first).to_contain_text("gate task")
+    # Every candidate TTFT is 21 ms against 20: a shift of +5 %, well inside the 50 % tolerance.
+    expect(page.get_by_test_id("gate-judgement-ttft_tolerance")).to_contain_text("Successful: shift +5.0%")
     chart = page.get_by_test_id("gate-chart-max_p95_latency_ratio")
     expect(chart).to_have_attribute("data-points", re.compile(r"[1-9]"))
     legend = page.get_by_test_id("split-card").locator("li[data-role=candidate]")

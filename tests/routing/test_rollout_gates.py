@@ -8,6 +8,7 @@ share and state, and the decision history with its numbers and the audit trail.
 from __future__ import annotations
 
 import datetime as dt
+import random
 from typing import Any
 
 import pytest
@@ -412,3 +413,51 @@ def test_the_beat_task_evaluates_every_active_rollout(c: Canary) -> None:
     rollout = aged(start(c), 120)
     healthy_traffic(c, rollout)
     assert evaluate_rollouts_task() == {str(rollout.pk): "advance"}
+
+
+# -- statistical gates (routing/rollouts/judge.py) -----------------------------------------------------------
+
+
+def log_ttfts(c: Canary, rollout: Rollout, version: Any, ttfts: list[float]) -> None:
+    for ttft in ttfts:
+        log_requests(c.alias, version, 1, latency_ms=ttft * 5, ttft_ms=ttft, at=in_window(rollout))
+
+
+def spread(n: int, median: float, seed: int) -> list[float]:
+    rng = random.Random(seed)
+    return [median * rng.lognormvariate(0.0, 0.2) for _ in range(n)]
+
+
+def test_a_statistical_gate_passes_an_identical_candidate_with_its_judgement(c: Canary) -> None:
+    rollout = aged(start(c, gates={"ttft_tolerance": 0.05}), 120)
+    log_ttfts(c, rollout, c.v1, spread(600, 40.0, 1))
+    log_ttfts(c, rollout, c.v2, spread(300, 40.0, 2))
+    verdict, after = services.evaluate(rollout, NOW)
+    assert verdict == Verdict.ADVANCE and after.share == 25.0
+    decision = RolloutDecision.objects.filter(rollout=rollout).last()
+    assert decision is not None
+    gate = decision.numbers["gates"]["ttft_tolerance"]
+    assert gate["outcome"] == "Successful" and gate["passed"] is True
+    j = gate["judgement"]
+    assert (j["candidate_n"], j["baseline_n"]) == (300, 600)
+    assert j["low"] <= gate["value"] <= j["high"] <= 0.05
+
+
+def test_a_statistical_gate_rolls_back_a_slower_candidate(c: Canary) -> None:
+    rollout = aged(start(c, gates={"ttft_tolerance": 0.05}), 120)
+    log_ttfts(c, rollout, c.v1, spread(300, 40.0, 3))
+    log_ttfts(c, rollout, c.v2, spread(100, 40.0 * 1.3, 4))
+    verdict, after = services.evaluate(rollout, NOW)
+    assert verdict == Verdict.ROLLBACK and after.state == "rolled_back"
+    assert "Gate failed: ttft_tolerance" in after.reason and "Failed: shift +" in after.reason
+
+
+def test_an_inconclusive_statistical_gate_holds_and_says_so(c: Canary) -> None:
+    rollout = aged(start(c, gates={"ttft_tolerance": 0.02}), 120)
+    log_ttfts(c, rollout, c.v1, spread(40, 40.0, 5))
+    log_ttfts(c, rollout, c.v2, spread(25, 40.0, 6))
+    verdict, after = services.evaluate(rollout, NOW)
+    assert verdict == Verdict.HOLD and after.share == 5.0
+    assert after.reason.startswith("Inconclusive, holding at 5%")
+    decision = RolloutDecision.objects.filter(rollout=rollout).last()
+    assert decision is not None and decision.numbers["gates"]["ttft_tolerance"]["outcome"] == "Inconclusive"

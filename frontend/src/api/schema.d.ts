@@ -2709,7 +2709,7 @@ export interface components {
             positions: number;
             /**
              * Format: double
-             * @description Share of positions whose most likely token is the same.
+             * @description Share of positions with the same most likely token.
              */
             top1_agreement: number;
             /** Format: double */
@@ -2736,7 +2736,7 @@ export interface components {
             rms_dp?: number | null;
             /**
              * Format: double
-             * @description Candidate perplexity / reference perplexity on the reference's text.
+             * @description Candidate / reference perplexity on the reference's text.
              */
             perplexity_ratio?: number | null;
         };
@@ -3119,6 +3119,10 @@ export interface components {
             verdict: string;
             values: {
                 [key: string]: number | null;
+            };
+            /** @description Statistical gates: the judgement (Successful/Failed/Inconclusive, shift, interval). */
+            details?: {
+                [key: string]: string;
             };
             candidate_requests: number | null;
             baseline_requests: number | null;
@@ -4535,6 +4539,12 @@ export interface components {
                 min_exact_match_rate?: number | null;
                 /** @description Mean KL divergence */
                 max_kl?: number | null;
+                /** @description TTFT shift vs baseline, Mann-Whitney */
+                ttft_tolerance?: number | null;
+                /** @description Latency shift vs baseline, Mann-Whitney */
+                latency_tolerance?: number | null;
+                /** @description Error rate above baseline, 95% CI */
+                error_rate_tolerance?: number | null;
             };
             readonly require_signoff: boolean;
             /** Format: date-time */
@@ -4576,6 +4586,12 @@ export interface components {
                 min_exact_match_rate?: number | null;
                 /** @description Mean KL divergence */
                 max_kl?: number | null;
+                /** @description TTFT shift vs baseline, Mann-Whitney */
+                ttft_tolerance?: number | null;
+                /** @description Latency shift vs baseline, Mann-Whitney */
+                latency_tolerance?: number | null;
+                /** @description Error rate above baseline, 95% CI */
+                error_rate_tolerance?: number | null;
             };
             /** @default 300 */
             min_step_seconds: number;
@@ -4645,6 +4661,12 @@ export interface components {
                 min_exact_match_rate?: number | null;
                 /** @description Mean KL divergence */
                 max_kl?: number | null;
+                /** @description TTFT shift vs baseline, Mann-Whitney */
+                ttft_tolerance?: number | null;
+                /** @description Latency shift vs baseline, Mann-Whitney */
+                latency_tolerance?: number | null;
+                /** @description Error rate above baseline, 95% CI */
+                error_rate_tolerance?: number | null;
             };
             readonly require_signoff: boolean;
             /** Format: date-time */

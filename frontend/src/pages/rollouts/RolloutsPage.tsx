@@ -23,7 +23,7 @@ import { formatDateTime } from "../../format";
 import { useApi } from "../../hooks/useApi";
 import { useFormState } from "../../hooks/useFormState";
 import { useQueryParams } from "../../hooks/useQueryParams";
-import { ACTIVE_STATES, GATE_FIELDS, STATE_TONES, formatShare, gateChart, latestValue, parseSteps } from "./rollouts";
+import { ACTIVE_STATES, GATE_FIELDS, STATE_TONES, formatShare, gateChart, latestDetail, latestValue, parseSteps } from "./rollouts";
 import "./rollouts.css";
 
 /** How often the page re-reads the split, the selected rollout and its gate values (the gate task's pace). */
@@ -252,6 +252,13 @@ function RolloutDetailCard({ id, tick, onChanged }: { id: string; tick: number; 
                 cell: (g) => {
                   const v = latestValue(gates.data as GateSeries, g.key);
                   return v === null ? <span className="muted">no data</span> : Number(v.toFixed(4));
+                },
+              },
+              {
+                header: "Judgement",
+                cell: (g) => {
+                  const detail = latestDetail(gates.data as GateSeries, g.key);
+                  return detail ? <span data-testid={`gate-judgement-${g.key}`}>{detail}</span> : <span className="muted">—</span>;
                 },
               },
             ]}

@@ -33,7 +33,19 @@ export const GATE_FIELDS: Array<{ key: string; label: string; hint: string }> = 
   { key: "min_chrf", label: "Min chrF", hint: "0-100, e.g. 80" },
   { key: "min_exact_match_rate", label: "Min exact-match rate", hint: "0-1" },
   { key: "max_kl", label: "Max mean KL", hint: "nats, from the signed-off run" },
+  { key: "ttft_tolerance", label: "TTFT tolerance (statistical)", hint: "relative shift vs baseline, e.g. 0.05" },
+  { key: "latency_tolerance", label: "Latency tolerance (statistical)", hint: "relative shift vs baseline, e.g. 0.05" },
+  { key: "error_rate_tolerance", label: "Error-rate tolerance (statistical)", hint: "points above baseline, e.g. 0.01" },
 ];
+
+/** A statistical gate's latest judgement in words (the last evaluation that judged it), or null. */
+export function latestDetail(series: GateSeries, key: string): string | null {
+  for (let i = series.points.length - 1; i >= 0; i--) {
+    const detail = series.points[i]?.details?.[key];
+    if (detail) return detail;
+  }
+  return null;
+}
 
 /** One gate's chart: its values at each point (evaluations and decisions) and its threshold as a line. */
 export function gateChart(series: GateSeries, gate: GateInfo): { t: number[]; values: (number | null)[]; threshold: number[] } {
