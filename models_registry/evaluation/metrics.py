@@ -200,31 +200,14 @@ def flip_table(pairs: Iterable[tuple[bool, bool]], confidence: float = 0.95) -> 
 KL_FLOOR = 1e-10  # smallest probability a token can have on the candidate side (keeps KL finite)
 
 
-def _completed(listed: TopK, support: set[Token]) -> tuple[dict[Token, float], float]:
-    """Probabilities over `support` plus a "rest" bucket, from a top-k listing.
-
-    Listed tokens keep exp(logprob). The mass the listing leaves out, max(0, 1 - listed mass), is shared
-    evenly by the support tokens this side did not list and the rest bucket (everything outside the
-    support), one share each.
-    """
-    probs = {tok: math.exp(lp) for tok, lp in listed.items()}
-    listed_mass = sum(probs.values())
-    missing = [tok for tok in support if tok not in probs]
-    residual = max(0.0, 1.0 - listed_mass)
-    share = residual / (len(missing) + 1)
-    for tok in missing:
-        probs[tok] = share
-    return probs, share
-
-
 def kl_divergence(reference: TopK, candidate: TopK) -> float:
     """KL(reference || candidate) in nats at one position, from the two sides' top-k logprob listings.
 
-    The support is the union of both listings plus one "rest" bucket; each side's unlisted mass is spread
-    over what it did not list (see _completed, which states the rule; the sums below compute it without
-    building the completed distributions). When both sides list their whole distribution this is the
-    exact KL; with top-k listings it is the top-k approximation documented in docs/evaluations.md.
-    Candidate probabilities are floored at KL_FLOOR.
+    The support is the union of both listings plus one "rest" bucket (everything outside the support).
+    Listed tokens keep exp(logprob); the mass a side's listing leaves out (tail_mass) is shared evenly by
+    the support tokens it did not list and its rest bucket, one share each. When both sides list their
+    whole distribution this is the exact KL; with top-k listings it is the top-k approximation documented
+    in docs/evaluations.md. Candidate probabilities are floored at KL_FLOOR.
     """
     return kl_and_tail(reference, candidate)[0]
 
@@ -238,8 +221,7 @@ def kl_and_tail(reference: TopK, candidate: TopK) -> tuple[float, float]:
     if len(reference) + len(candidate) > _ARRAY_PATH_FROM:
         return _kl_arrays(reference, candidate)
     exp, log = math.exp, math.log
-    p_rest = max(0.0, 1.0 - sum(map(exp, reference.values())))
-    q_rest = max(0.0, 1.0 - sum(map(exp, candidate.values())))
+    p_rest, q_rest = tail_mass(reference), tail_mass(candidate)
     common = len(reference.keys() & candidate.keys())
     # Each side's unlisted mass: one share per support token it did not list, plus its rest bucket.
     p_share = p_rest / (len(candidate) - common + 1)
@@ -270,10 +252,7 @@ def _kl_arrays(reference: TopK, candidate: TopK) -> tuple[float, float]:
     common = reference.keys() & candidate.keys()
     only_ref = reference.keys() - common
     only_cand = candidate.keys() - common
-    lp_all = np.fromiter(reference.values(), dtype=float, count=len(reference))
-    lq_all = np.fromiter(candidate.values(), dtype=float, count=len(candidate))
-    p_rest = max(0.0, 1.0 - float(np.exp(lp_all).sum()))
-    q_rest = max(0.0, 1.0 - float(np.exp(lq_all).sum()))
+    p_rest, q_rest = tail_mass(reference), tail_mass(candidate)
     p_share = p_rest / (len(only_cand) + 1)
     q_share = q_rest / (len(only_ref) + 1)
     lq_share = max(math.log(q_share), _LOG_FLOOR) if q_share > 0.0 else _LOG_FLOOR
@@ -339,7 +318,7 @@ class KLMethod(StrEnum):
 
     # Both sides listed (all but FULL_COVERAGE_TAIL of) their whole distribution: the KL is exact.
     FULL_VOCABULARY = "full_vocabulary"
-    # Top-k listings, the unlisted mass spread evenly (see _completed): an approximation whose error
+    # Top-k listings, the unlisted mass spread evenly (see kl_divergence): an approximation whose error
     # grows with the tail mass the run reports.
     TOP_K = "top_k"
 
@@ -656,15 +635,12 @@ def summarize(
     if tags is not None:
         if len(tags) != n:
             raise ValueError(f"{len(tags)} tag lists for {n} samples")
-        out["by_tag"] = _by_tag(rows, kls, tags, confidence)
+        out["by_tag"] = _by_tag(rows, tags, confidence)
     return out
 
 
 def _by_tag(
-    rows: list[Mapping[str, Any]],
-    kls: list[Sequence[float]],
-    tags: Sequence[Sequence[str]],
-    confidence: float,
+    rows: list[Mapping[str, Any]], tags: Sequence[Sequence[str]], confidence: float
 ) -> dict[str, dict[str, Any]]:
     """Per tag: samples, exact match rate, chrF, mean KL (teacher-forced where there is one) and flips."""
     members: dict[str, list[int]] = {}
