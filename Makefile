@@ -8,6 +8,10 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 REDIS_URL ?= redis://127.0.0.1:6379/0
 export REDIS_URL
+# The web process's uvicorn workers (the console's API, the agents' ingest, /v1/): one per core by default.
+# Each is a whole process, so agent syncs and page loads spread over the cores (docs/capacity.md).
+WEB_WORKERS ?= $(shell nproc 2>/dev/null || echo 1)
+export WEB_WORKERS
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF
 FRONTEND_SRC := $(shell find frontend/src frontend/index.html frontend/vite.config.ts frontend/tsconfig.json -type f 2>/dev/null)
 

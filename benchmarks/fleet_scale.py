@@ -10,7 +10,8 @@ and `--proxies` proxy processes (`python -m routing.proxy`) that poll the engine
 agents are virtual: one asyncio process here plays `--agents` hosts, each with its own agent token,
 syncing every NODE_TELEMETRY_SECONDS exactly as `python -m nodes.agent` does (`POST /api/agent/sync/` with the
 heartbeat info, one sample per GPU and one live record per engine), with a state change now and then
-(an engine degraded, then ready again). `--steps` runs the same fleet with the first N agents only,
+(an engine degraded, then ready again: `--change-rate`, 1 % of syncs by default; 0 measures routine
+syncs alone). `--steps` runs the same fleet with the first N agents only,
 then more, so the table shows what grows with the fleet.
 
 Measured per step, over `--seconds` after a warm-up: syncs answered per second against the rate the
@@ -232,6 +233,7 @@ class AgentStats:
     errors: dict[str, int] = field(default_factory=dict)
     changes_sent: int = 0
     changes_acked: int = 0
+    routine: int = 0
 
 
 async def virtual_agent(
@@ -244,6 +246,7 @@ async def virtual_agent(
     stats: AgentStats,
     session: Any,
     seed: int,
+    change_rate: float,
 ) -> None:
     rng = random.Random(seed)
     info = {"version": "bench", "simulated_gpus": True, "gpu_note": "fleet_scale.py"}
@@ -258,12 +261,13 @@ async def virtual_agent(
         for i in range(gpus)
     ]
     outbox: list[dict[str, Any]] = []
+    generation: int | None = None  # of the last full answer, echoed as nodes.agent does
     headers = {"Authorization": f"Bearer {agent['token']}", "Content-Type": "application/json"}
     await asyncio.sleep(rng.uniform(0, period))  # agents start at different moments, as real ones do
     while not stop.is_set():
         started = time.monotonic()
         # Now and then an engine degrades (its queue stalls) and recovers: a state change each way.
-        if agent["deployments"] and rng.random() < 0.01:
+        if agent["deployments"] and rng.random() < change_rate:
             dep = rng.choice(agent["deployments"])
             for kind in ("degraded", "ready"):
                 outbox.append(
@@ -282,6 +286,7 @@ async def virtual_agent(
             "gpus": gpu_samples(gpus, rng),
             "engines": [live_record(d, rng) for d in agent["deployments"]],
             "changes": list(outbox),
+            "generation": generation,
         }
         try:
             async with session.post(
@@ -291,6 +296,10 @@ async def virtual_agent(
                 if resp.status == 200:
                     answer = json.loads(body)
                     inventory = None
+                    if not answer.get("unchanged"):
+                        generation = answer.get("generation")
+                    elif measuring.is_set():
+                        stats.routine += 1
                     acked = set(answer.get("acked", []))
                     if measuring.is_set():
                         stats.changes_sent += len(outbox)
@@ -396,7 +405,18 @@ async def run_step(
     ):
         tasks = [
             asyncio.create_task(
-                virtual_agent(a, base, args.telemetry_seconds, args.gpus, stop, measuring, stats, session, n)
+                virtual_agent(
+                    a,
+                    base,
+                    args.telemetry_seconds,
+                    args.gpus,
+                    stop,
+                    measuring,
+                    stats,
+                    session,
+                    n,
+                    args.change_rate,
+                )
             )
             for n, a in enumerate(agents)
         ]
@@ -428,6 +448,11 @@ async def run_step(
         "sync_p50_ms": round(percentile(stats.latencies, 0.5) * 1000, 1),
         "sync_p99_ms": round(percentile(stats.latencies, 0.99) * 1000, 1),
         "errors": stats.errors,
+        # Answered by the ingest without Django (nodes/agent_ingest.py), and the web tier's CPU per sync.
+        "routine_share": round(stats.routine / len(stats.latencies), 3) if stats.latencies else None,
+        "web_cpu_ms_per_sync": round((cpu1["web"] - cpu0["web"]) * 1000 / len(stats.latencies), 2)
+        if stats.latencies
+        else None,
         "changes_sent": stats.changes_sent,
         "changes_acked": stats.changes_acked,
         "web_cores": round((cpu1["web"] - cpu0["web"]) / wall, 2),
@@ -488,7 +513,16 @@ def main() -> None:
     parser.add_argument("--telemetry-seconds", type=float, default=1.0, help="as NODE_TELEMETRY_SECONDS")
     parser.add_argument("--page-reps", type=int, default=5)
     parser.add_argument(
-        "--web-workers", type=int, default=1, help="uvicorn worker processes (make run's Procfile: 1)"
+        "--change-rate",
+        type=float,
+        default=0.01,
+        help="chance per sync that an agent reports an engine degraded, then ready (0: routine syncs only)",
+    )
+    parser.add_argument(
+        "--web-workers",
+        type=int,
+        default=1,
+        help="uvicorn worker processes (make run: WEB_WORKERS, one per core)",
     )
     parser.add_argument("--postgres", default="postgres://postgres@127.0.0.1:5432")
     parser.add_argument("--json", default="", help="also write the results here")

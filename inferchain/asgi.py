@@ -17,15 +17,20 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.urls import path  # noqa: E402
 
 from core.consumers import LiveConsumer  # noqa: E402
+from nodes.agent_ingest import SYNC_PATH, AgentIngest  # noqa: E402
 from routing.proxy.app import build_proxy_app  # noqa: E402
 
 proxy_app = build_proxy_app()
+# Agents' routine syncs are answered in the event loop; the rest reach Django's view with their body.
+agent_ingest = AgentIngest(django_app)
 
 
 async def http_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     # The data plane skips Django entirely: no middleware, no ORM on the hot path.
     if scope["path"].startswith("/v1/") or scope["path"] == "/v1":
         await proxy_app(scope, receive, send)
+    elif scope["path"] == SYNC_PATH and scope["method"] == "POST":
+        await agent_ingest(scope, receive, send)
     else:
         await django_app(scope, receive, send)
 

@@ -322,6 +322,13 @@ RAY_OBJECT_STORE_BYTES = env_int("RAY_OBJECT_STORE_BYTES", 256 * 1024 * 1024)
 NODE_HISTORY_SECONDS = env_float("NODE_HISTORY_SECONDS", 3600.0)
 # How long the deployment page waits for a remote agent to answer a log request (docs/nodes.md).
 AGENT_LOG_TIMEOUT_SECONDS = env_float("AGENT_LOG_TIMEOUT_SECONDS", 5.0)
+# How long a host's sync snapshot lets the ingest answer its agent's routine syncs without a full sync,
+# at most (nodes/agent_generation.py): the bound on a change whose write forgot to bump the generation.
+AGENT_SNAPSHOT_SECONDS = env_float("AGENT_SNAPSHOT_SECONDS", 300.0)
+# The largest agent sync body the ingest reads (a host with 1,000 engines sends about 600 KB), and how
+# long it waits for the whole body: a slow or hostile agent cannot hold a worker's memory or time.
+AGENT_SYNC_MAX_BYTES = env_int("AGENT_SYNC_MAX_BYTES", 4 * 1024 * 1024)
+AGENT_SYNC_BODY_SECONDS = env_float("AGENT_SYNC_BODY_SECONDS", 10.0)
 # Where `seed_demo` writes the demo hosts' agent tokens (one file per host, mode 0600; Procfile --token-file).
 AGENT_TOKEN_DIR = Path(env_str("AGENT_TOKEN_DIR", str(BASE_DIR / "var" / "agent-tokens")))
 ENGINE_LOG_DIR = Path(env_str("ENGINE_LOG_DIR", str(BASE_DIR / "var" / "engines")))

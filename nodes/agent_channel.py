@@ -31,18 +31,15 @@ from django.db.models import Q
 from django.utils import timezone
 
 from core.celery import app
-from core.live import FLEET_GROUP, deployment_group, host_group
 from core.redis_client import get_redis, key
 from models_registry import store as model_store
-from nodes import history
+from nodes import agent_generation, agent_telemetry
 from nodes.agent import runtime
 from nodes.agent.model_fetch import fetch_spec, remote_model_path
 from nodes.agent.services import bind_host_for, launch_record, record_heartbeat, redact_argv, report_gpus
 from nodes.choices import DeploymentState, DesiredState, HostState
 from nodes.lifecycle import (
     engine_api_key,
-    live_deployment_key,
-    live_gpu_key,
     push_events,
     record_event,
     transition,
@@ -115,11 +112,16 @@ def agent_settings() -> dict[str, Any]:
 # --- one sync ---------------------------------------------------------------------------------------
 
 
-def sync(host: Host, batch: dict[str, Any]) -> dict[str, Any]:
-    """Apply one batch from the host's agent and answer with what it must run."""
+def sync(host: Host, batch: dict[str, Any], *, token_digest: str = "") -> dict[str, Any]:
+    """Apply one batch from the host's agent and answer with what it must run.
+
+    The answer carries the host's generation, read before anything else here (agent_generation), and
+    leaves the snapshot that lets the ingest answer the next routine syncs without this path.
+    """
+    generation = agent_generation.current(host.name)
     info = {**batch.get("info", {}), "channel": "api"}
     if _heartbeat_due(host, info):
-        record_heartbeat(host.name, info)
+        host = record_heartbeat(host.name, info)  # the row as written: its state and lease feed the snapshot
     if batch.get("gpu_inventory") is not None:
         report_gpus(host, batch["gpu_inventory"])
     acked = []
@@ -139,20 +141,38 @@ def sync(host: Host, batch: dict[str, Any]) -> dict[str, Any]:
         d.pk: d
         for d in Deployment.objects.select_related("host", "model_version", "quantization").filter(host=host)
     }
-    publish_telemetry(
+    gpu_indices = publish_telemetry(
         host, deployments, batch.get("engines", []), batch.get("gpus", []), batch.get("info", {})
     )
     for deployment in deployments.values():
         reconcile(deployment)
     wake_sleepers(host, deployments)
     drains = _drains_requested(list(deployments))
-    return {
+    answer = {
         "acked": acked,
+        "generation": generation,
         "settings": agent_settings(),
         "deployments": [describe(d, drain=d.pk in drains) for d in deployments.values()],
         "ray": ray_plans(host, deployments),
         "log_requests": take_log_requests(host.name),
     }
+    if token_digest:
+        spans = DeploymentMember.objects.filter(Q(deployment__host=host) | Q(host=host)).exists()
+        agent_generation.store(
+            host.name,
+            agent_generation.snapshot_for(
+                host,
+                deployments.values(),
+                gpu_indices,
+                generation=generation,
+                token_digest=token_digest,
+                info=info,
+                # Spanning hosts: the answer hangs on other hosts' Ray reports. (A drain or a log request
+                # moves the generation itself: the next sync is a full one, which hands it out.)
+                always_full=spans,
+            ),
+        )
+    return answer
 
 
 def apply_change(host: Host, change: dict[str, Any]) -> str:
@@ -668,44 +688,23 @@ def publish_telemetry(
     engines: list[dict[str, Any]],
     gpus: list[dict[str, Any]],
     info: dict[str, Any],
-) -> None:
-    """The agent's engine live records and GPU samples, as the co-located supervisor publishes them."""
-    ttl = max(1, round(settings.NODE_LIVE_TTL_SECONDS))
-    live_engines = []
-    for record in engines:
-        deployment = deployments.get(int(record.get("deployment_id", -1)))
-        # Only an engine that still serves: a crashed or stopped one's live key must stay dropped.
-        if deployment is None or deployment.state not in SUPERVISED_STATES:
-            continue
-        live = {**record, "host": host.name, "name": deployment.name, "state": deployment.state}
-        live_engines.append(live)
+) -> set[int]:
+    """The agent's engine live records and GPU samples, as the co-located supervisor publishes them;
+    returns the host's GPU indices (the ones whose samples are kept)."""
     indices = set(Gpu.objects.filter(host=host).values_list("index", flat=True))
-    samples = [s for s in gpus if isinstance(s.get("index"), int) and s["index"] in indices]
+    known = {pk: (d.name, str(d.state)) for pk, d in deployments.items()}
+    out = agent_telemetry.telemetry(host.name, known, indices, engines, gpus, info)
+    sends = out.sends()
+    groups = agent_telemetry.member_keys(sends)
     try:
-        pipe = get_redis().pipeline(transaction=False)
-        for live in live_engines:
-            pipe.set(live_deployment_key(live["deployment_id"]), json.dumps(live), ex=ttl)
-        for sample in samples:
-            pipe.set(live_gpu_key(host.name, sample["index"]), json.dumps(sample), ex=ttl)
-        history.record(pipe, host.name, samples, live_engines)
-        pipe.execute()
+        keys, args = out.script_call(groups or [])
+        listening = get_redis().register_script(agent_telemetry.WRITE_SCRIPT)(keys=keys, args=args)
     except Exception as exc:  # Redis down: the proxy treats missing live data as busy
         log.warning("could not write live state of host %s: %s", host.name, exc)
-    sends: list[tuple[str, dict[str, Any]]] = [
-        (deployment_group(live["deployment_id"]), {"type": "deployment.metrics", **live})
-        for live in live_engines
-    ]
-    event = {
-        "type": "host.telemetry",
-        "host": host.name,
-        "ts": samples[0]["ts"] if samples and "ts" in samples[0] else time.time(),
-        "simulated": bool(info.get("simulated_gpus", False)),
-        "gpu_note": info.get("gpu_note", ""),
-        "gpus": samples,
-        "engines": live_engines,
-    }
-    sends += [(FLEET_GROUP, event), (host_group(host.name), event)]
-    push_events(sends)  # one hop into the event loop for all of them (core.live.push_live_events)
+        listening = 1
+    if groups is None or listening:
+        push_events(sends)  # one hop into the event loop for all of them (core.live.push_live_events)
+    return indices
 
 
 # --- drain flag -------------------------------------------------------------------------------------
@@ -717,6 +716,7 @@ def request_drain(deployment_id: int) -> None:
         get_redis().set(key("agent", "drain", str(deployment_id)), "1", ex=3600)
     except Exception as exc:
         log.warning("could not flag the drain of deployment %s: %s", deployment_id, exc)
+    agent_generation.bump_hosts_of_deployments([deployment_id])
 
 
 def _drains_requested(deployment_ids: list[int]) -> set[int]:
@@ -772,6 +772,9 @@ def request_log(
     pipe.rpush(_requests_key(deployment.host.name), json.dumps(request))
     pipe.expire(_requests_key(deployment.host.name), expiry)
     pipe.execute()
+    agent_generation.bump(
+        [deployment.host.name], at_once=True
+    )  # the next sync is a full one, which hands it out
     answer = redis.blpop([_answer_key(request_id)], timeout=max(1, round(wait)))
     if answer is None:
         return None

@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from core.audit import record_audit
 from core.choices import AuditAction
+from nodes import agent_generation
 from nodes.models import AgentToken, Host
 
 log = logging.getLogger("nodes.agent_channel")
@@ -82,6 +83,8 @@ def revoke_agent_tokens(host: Host, *, actor: Any = None) -> int:
 
 
 def _revoke_active(host: Host) -> int:
+    # The host's generation moves too: its agent's next sync goes the full path, which reads the token.
+    agent_generation.bump([host.name])
     return AgentToken.objects.filter(host=host, revoked_at__isnull=True).update(revoked_at=timezone.now())
 
 

@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from core.live import FLEET_GROUP, deployment_group, host_group, push_live_events
 from core.redis_client import get_redis, key, publish_config_change
+from nodes import agent_generation
 from nodes.choices import DeploymentState, HostState
 from nodes.models import Deployment, DeploymentEvent, Host
 
@@ -256,6 +257,8 @@ def mark_unreachable_hosts() -> list[str]:
             if not updated.update(state=HostState.UNREACHABLE):
                 continue
             names.append(host.name)
+            # Its agent's next sync must be a full one (which brings the host back): no routine answer.
+            agent_generation.bump([host.name])
             publish_config_change("host", name=host.name, state=HostState.UNREACHABLE)
             seen = host.last_heartbeat.isoformat() if host.last_heartbeat else "never"
             for deployment in Deployment.objects.filter(

@@ -9,12 +9,21 @@ from django.core.validators import MaxValueValidator, MinValueValidator, RegexVa
 from django.db import models
 
 from core.celery import node_queue
+from nodes import agent_generation
 from nodes.choices import DeploymentState, DesiredState, Engine, HostState, MultiHostBackend
 
 HOST_NAME_VALIDATOR = RegexValidator(
     r"^[a-z0-9][a-z0-9\-]{0,62}$",
     "Use lowercase letters, digits and hyphens (it becomes a queue and a group name).",
 )
+
+
+class DeploymentQuerySet(models.QuerySet["Deployment", "Deployment"]):
+    def update(self, **kwargs: object) -> int:
+        # Every bulk write of deployments (desired state, restart count, start token) reaches their
+        # hosts' agents at the next sync: their generations move (nodes/agent_generation.py).
+        agent_generation.bump(self.values_list("host__name", flat=True))
+        return super().update(**kwargs)
 
 
 class Host(models.Model):
@@ -161,6 +170,8 @@ class Deployment(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = models.Manager.from_queryset(DeploymentQuerySet)()
 
     class Meta:
         ordering = ["host__name", "port"]

@@ -136,6 +136,7 @@ class Agent:
         self.settings = dict(DEFAULT_SETTINGS)
         self.engines: dict[int, LocalEngine] = {}
         self.deployments: dict[int, dict[str, Any]] = {}
+        self.generation: int | None = None  # of the last full answer (nodes/agent_generation.py)
         self.inventory_sent = False
         self.connected = False
         self.ever_connected = False
@@ -266,6 +267,8 @@ class Agent:
             "engines": engines_live,
             "changes": changes,
             "ray_nodes": self.node_reports(),
+            # What this agent was last told; while it is still current, the answer says "unchanged".
+            "generation": self.generation,
         }
         try:
             answer = self.control_plane.post("/api/agent/sync/", batch)
@@ -288,9 +291,13 @@ class Agent:
         with self._lock:
             self.outbox = [c for c in self.outbox if c["id"] not in acked]
             self._save_outbox()
-        self.settings.update(answer.get("settings", {}))
-        self.deployments = {int(d["id"]): d for d in answer.get("deployments", [])}
-        self.ray_plans = {int(p["deployment_id"]): p for p in answer.get("ray", [])}
+        # A routine sync's answer says "unchanged": what this host runs stands as last told.
+        if not (answer.get("unchanged") and self.generation is not None):
+            generation = answer.get("generation")
+            self.generation = generation if isinstance(generation, int) else None
+            self.settings.update(answer.get("settings", {}))
+            self.deployments = {int(d["id"]): d for d in answer.get("deployments", [])}
+            self.ray_plans = {int(p["deployment_id"]): p for p in answer.get("ray", [])}
         self.reconcile_ray()
         self.reconcile()
         for request in answer.get("log_requests", []):

@@ -139,7 +139,9 @@ def record_heartbeat(host_name: str, agent_info: dict[str, Any]) -> Host:
         host.agent_info = agent_info
         if host.state in (HostState.UNKNOWN, HostState.UNREACHABLE):
             host.state = HostState.ONLINE
-        host.save(update_fields=["last_heartbeat", "agent_info", "state", "updated_at"])
+        # `state` only when it changed: a write of the heartbeat fields alone bumps no agent generation.
+        fields = ["last_heartbeat", "agent_info", "updated_at"] + (["state"] if was != host.state else [])
+        host.save(update_fields=fields)
         if was != host.state:
             publish_config_change("host", name=host.name, state=host.state)
             event = {"type": "host.state", "host": host.name, "state": host.state, "ts": time.time()}

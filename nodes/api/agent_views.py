@@ -18,7 +18,7 @@ from rest_framework.response import Response
 
 from core.api.base import StrictSerializerMixin
 from nodes import agent_channel
-from nodes.agent_tokens import AgentRefused, authenticate_agent
+from nodes.agent_tokens import AgentRefused, authenticate_agent, hash_agent_token
 from nodes.models import Host
 
 
@@ -63,6 +63,9 @@ class SyncSerializer(StrictSerializerMixin, serializers.Serializer):
     ray_nodes = serializers.ListField(
         child=RayNodeReportSerializer(), required=False, default=list, max_length=1000
     )
+    # The generation of the last full answer the agent applied (nodes/agent_generation.py); the full
+    # path answers whatever it says, the ingest only while it is current.
+    generation = serializers.IntegerField(required=False, allow_null=True)
 
 
 class LogAnswerSerializer(StrictSerializerMixin, serializers.Serializer):
@@ -76,6 +79,12 @@ class LogAnswerSerializer(StrictSerializerMixin, serializers.Serializer):
 
 def _refused(exc: AgentRefused) -> Response:
     return Response({"error": {"code": exc.code, "message": exc.message}}, status=exc.status)
+
+
+def _token_digest(request: Request) -> str:
+    """The digest of the bearer token that just authenticated (the sync snapshot is bound to it)."""
+    raw = request.headers.get("Authorization", "")[7:].strip()
+    return hash_agent_token(raw) if raw else ""
 
 
 def _authenticate(request: Request) -> Host:
@@ -101,7 +110,7 @@ def agent_sync(request: Request) -> Response:
     data = dict(batch.validated_data)
     data["changes"] = [dict(c) for c in data.get("changes", [])]
     data["ray_nodes"] = [dict(r) for r in data.get("ray_nodes", [])]
-    return Response(agent_channel.sync(host, data))
+    return Response(agent_channel.sync(host, data, token_digest=_token_digest(request)))
 
 
 @extend_schema(exclude=True)
