@@ -103,12 +103,16 @@ def write_leases(host_names: list[str]) -> int:
     from nodes.choices import HostState
     from nodes.models import Host
 
+    # A worker thread has no request cycle: its connection follows DB_CONN_MAX_AGE here, on both sides.
     close_old_connections()
-    return (
-        Host.objects.filter(name__in=host_names)
-        .exclude(state__in=[HostState.UNKNOWN, HostState.UNREACHABLE])
-        .update(last_heartbeat=timezone.now())
-    )
+    try:
+        return (
+            Host.objects.filter(name__in=host_names)
+            .exclude(state__in=[HostState.UNKNOWN, HostState.UNREACHABLE])
+            .update(last_heartbeat=timezone.now())
+        )
+    finally:
+        close_old_connections()
 
 
 class AgentIngest:
