@@ -110,11 +110,26 @@ class AsyncRetryOnce(AsyncRetry):
         return result
 
 
-def async_redis(url: str, *, link: str = "proxy", **kwargs: Any) -> aioredis.Redis:
-    """An asyncio client whose calls are retried once on a fresh connection after a connection error."""
-    return aioredis.Redis.from_url(
-        url, retry=AsyncRetryOnce(link), retry_on_error=[RedisConnectionError], **kwargs
+def async_redis(
+    url: str, *, link: str = "proxy", max_connections: int | None = None, **kwargs: Any
+) -> aioredis.Redis:
+    """An asyncio client whose calls are retried once on a fresh connection after a connection error.
+
+    With `max_connections`, a call past that many at once waits for a free connection (up to its
+    socket timeout) instead of failing: redis-py's default pool raises at 100, which a burst of
+    hundreds of agent syncs in one event loop reaches.
+    """
+    options: dict[str, Any] = {
+        "retry": AsyncRetryOnce(link),
+        "retry_on_error": [RedisConnectionError],
+        **kwargs,
+    }
+    if max_connections is None:
+        return aioredis.Redis.from_url(url, **options)
+    pool = aioredis.BlockingConnectionPool.from_url(
+        url, max_connections=max_connections, timeout=kwargs.get("socket_timeout") or 5, **options
     )
+    return aioredis.Redis(connection_pool=pool)
 
 
 @functools.cache

@@ -329,6 +329,9 @@ AGENT_SNAPSHOT_SECONDS = env_float("AGENT_SNAPSHOT_SECONDS", 300.0)
 # long it waits for the whole body: a slow or hostile agent cannot hold a worker's memory or time.
 AGENT_SYNC_MAX_BYTES = env_int("AGENT_SYNC_MAX_BYTES", 4 * 1024 * 1024)
 AGENT_SYNC_BODY_SECONDS = env_float("AGENT_SYNC_BODY_SECONDS", 10.0)
+# Full agent syncs (Django's view) running at once in one web worker; the others wait their turn. Each
+# holds a thread and a database connection while it runs (nodes/agent_ingest.py).
+AGENT_FULL_SYNCS = env_int("AGENT_FULL_SYNCS", 4)
 # Where `seed_demo` writes the demo hosts' agent tokens (one file per host, mode 0600; Procfile --token-file).
 AGENT_TOKEN_DIR = Path(env_str("AGENT_TOKEN_DIR", str(BASE_DIR / "var" / "agent-tokens")))
 ENGINE_LOG_DIR = Path(env_str("ENGINE_LOG_DIR", str(BASE_DIR / "var" / "engines")))

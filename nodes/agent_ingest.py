@@ -122,13 +122,15 @@ class AgentIngest:
         self._redis: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._write: Any = None
+        self._full = asyncio.Semaphore(1)  # replaced per event loop, in redis()
         self.answered = 0  # routine syncs answered here (a test and the benchmark read it)
 
     def redis(self) -> Any:
         # An asyncio client belongs to the loop it first ran in (one per uvicorn worker; tests run several).
         loop = asyncio.get_running_loop()
         if self._redis is None or self._loop is not loop:
-            self._redis = async_redis(settings.REDIS_URL, link="ingest", socket_timeout=2)
+            self._redis = async_redis(settings.REDIS_URL, link="ingest", socket_timeout=2, max_connections=32)
+            self._full = asyncio.Semaphore(settings.AGENT_FULL_SYNCS)
             self._write = self._redis.register_script(agent_telemetry.WRITE_SCRIPT)
             self._loop = loop
         return self._redis
@@ -186,7 +188,12 @@ class AgentIngest:
             )
             await send({"type": "http.response.body", "body": data})
             return
-        await self.full_path(scope, _replay(body, receive), send)
+        # At most AGENT_FULL_SYNCS full syncs at once in this worker, the others wait their turn: Django
+        # runs each in a thread of its own with its own database connection, and a burst of hundreds
+        # (every agent after a restart of the control plane) would take every PostgreSQL connection.
+        self.redis()
+        async with self._full:
+            await self.full_path(scope, _replay(body, receive), send)
 
     async def routine(self, body: bytes, authorization: str) -> dict[str, Any] | None:
         """The answer to a routine sync, or None for one the full path must take."""

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -68,6 +69,11 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+# A config change reloads the routing snapshot after this window, which coalesces a burst into one load:
+# 50 ms, or ten times the last load's duration, capped (Proxy.reload_window).
+RELOAD_WINDOW_MIN_S = 0.05
+RELOAD_WINDOW_MAX_S = 1.0
+
 KINDS = {
     "/v1/chat/completions": "chat",
     "/v1/completions": "completion",
@@ -106,6 +112,8 @@ class Proxy:
         self.pairs: RequestLogWriter | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._reload_pending = False
+        self.reload_seconds = 0.0  # how long the last snapshot load took (it sets the coalescing window)
+        self.reloads = 0
 
     # The services by their former attribute names (tests and benchmarks reach them so).
 
@@ -196,9 +204,20 @@ class Proxy:
         return await asyncio.get_running_loop().run_in_executor(self.db, run)
 
     async def reload_snapshot(self) -> None:
+        began = time.perf_counter()
         snap: RoutingSnapshot = await self._in_db(load_routing_snapshot)
         self.services.live.track(snap)
         self.services.snapshot = snap
+        self.reload_seconds = time.perf_counter() - began
+        self.reloads += 1
+
+    def reload_window(self) -> float:
+        """How long a change waits for others to share its reload: 50 ms, or ten times what the last
+        load took, at most RELOAD_WINDOW_MAX_S. A big fleet's snapshot (thousands of deployments) costs
+        a tenth of a second to load, and its agents report state changes many times a second: without
+        this, every proxy process would spend its whole core reloading (docs/proxy.md, "Config changes").
+        """
+        return min(RELOAD_WINDOW_MAX_S, max(RELOAD_WINDOW_MIN_S, 10 * self.reload_seconds))
 
     def _schedule_reload(self) -> None:
         if self._reload_pending:
@@ -206,7 +225,7 @@ class Proxy:
         self._reload_pending = True
 
         async def later() -> None:
-            await asyncio.sleep(0.05)  # coalesce a burst of changes into one reload
+            await asyncio.sleep(self.reload_window())  # coalesce a burst of changes into one reload
             self._reload_pending = False
             try:
                 await self.reload_snapshot()
