@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 from django.conf import settings
 from django.utils import timezone
+from redis.exceptions import RedisError
 
 from core.live import send_live_events
 from core.redis_client import async_redis
@@ -170,6 +171,8 @@ class AgentIngest:
             return
         try:
             answer = await self.routine(body, headers.get("authorization", ""))
+        except RedisError:  # Redis down: its loss is logged once (core.redis_client); the full path answers
+            answer = None
         except Exception:  # this path is an optimisation: the full path answers whatever it cannot
             log.exception("routine sync failed; answering it the full way")
             answer = None

@@ -70,9 +70,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # A config change reloads the routing snapshot after this window, which coalesces a burst into one load:
-# 50 ms, or ten times the last load's duration, capped (Proxy.reload_window).
+# 50 ms, or ten times the last load's duration, capped (Proxy.reload_window, docs/proxy.md).
 RELOAD_WINDOW_MIN_S = 0.05
-RELOAD_WINDOW_MAX_S = 1.0
+RELOAD_WINDOW_MAX_S = 5.0
 
 KINDS = {
     "/v1/chat/completions": "chat",
