@@ -33,7 +33,7 @@ from django.utils import timezone
 from core.celery import app
 from core.redis_client import get_redis, key
 from models_registry import store as model_store
-from nodes import agent_generation, agent_telemetry
+from nodes import agent_generation, agent_generation_signals, agent_telemetry
 from nodes.agent import runtime
 from nodes.agent.model_fetch import fetch_spec, remote_model_path
 from nodes.agent.services import bind_host_for, launch_record, record_heartbeat, redact_argv, report_gpus
@@ -716,7 +716,7 @@ def request_drain(deployment_id: int) -> None:
         get_redis().set(key("agent", "drain", str(deployment_id)), "1", ex=3600)
     except Exception as exc:
         log.warning("could not flag the drain of deployment %s: %s", deployment_id, exc)
-    agent_generation.bump_hosts_of_deployments([deployment_id])
+    agent_generation_signals.bump_hosts_of_deployments([deployment_id])
 
 
 def _drains_requested(deployment_ids: list[int]) -> set[int]:

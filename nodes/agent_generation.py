@@ -26,15 +26,12 @@ import json
 import logging
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 
 from core.redis_client import get_redis, key
-
-if TYPE_CHECKING:
-    from nodes.models import Deployment, Host
 
 log = logging.getLogger("nodes.agent_generation")
 
@@ -79,14 +76,6 @@ def bump(host_names: Iterable[str], *, at_once: bool = False) -> None:
         transaction.on_commit(send)
 
 
-def bump_hosts_of_deployments(deployment_ids: Iterable[int]) -> None:
-    from nodes.models import Deployment
-
-    ids = list(deployment_ids)
-    if ids:
-        bump(Deployment.objects.filter(pk__in=ids).values_list("host__name", flat=True))
-
-
 def current(host_name: str) -> int:
     """The host's generation now (0 before its first bump; Redis down: -1, which matches no snapshot)."""
     try:
@@ -97,8 +86,8 @@ def current(host_name: str) -> int:
 
 
 def snapshot_for(
-    host: Host,
-    deployments: Iterable[Deployment],
+    host: Any,
+    deployments: Iterable[Any],
     gpu_indices: Iterable[int],
     *,
     generation: int,
@@ -106,7 +95,9 @@ def snapshot_for(
     info: dict[str, Any],
     always_full: bool,
 ) -> dict[str, Any] | None:
-    """The snapshot a full sync leaves, or None when this host's syncs must all be full ones."""
+    """The snapshot a full sync leaves, or None when this host's syncs must all be full ones.
+
+    `host` and `deployments` are the rows (nodes.models, which imports this module, hence no types)."""
     if generation < 0 or always_full or host.state in ("unknown", "unreachable"):
         return None
     now = time.time()
@@ -145,47 +136,3 @@ def store(host_name: str, snapshot: dict[str, Any] | None) -> None:
             redis.set(snapshot_key(host_name), json.dumps(snapshot), ex=ttl)
     except Exception as exc:  # without a snapshot every sync is a full one: slower, still right
         log.warning("could not store the sync snapshot of host %s: %s", host_name, exc)
-
-
-def _bump_host_ids(host_ids: Iterable[int | None]) -> None:
-    from nodes.models import Host
-
-    ids = [i for i in host_ids if i is not None]
-    if ids:
-        bump(Host.objects.filter(pk__in=ids).values_list("name", flat=True))
-
-
-def _on_host_saved(sender: Any, instance: Any, update_fields: Any = None, **_: Any) -> None:
-    if update_fields is None or set(update_fields) - HEARTBEAT_FIELDS:
-        bump([instance.name])
-
-
-def _on_host_deleted(sender: Any, instance: Any, **_: Any) -> None:
-    bump([instance.name])
-
-
-def _on_host_row(sender: Any, instance: Any, **_: Any) -> None:
-    """A row that belongs to one host (a deployment, a GPU, an agent token) was written or deleted."""
-    _bump_host_ids([instance.host_id])
-
-
-def _on_member(sender: Any, instance: Any, **_: Any) -> None:
-    from nodes.models import Deployment
-
-    head = Deployment.objects.filter(pk=instance.deployment_id).values_list("host_id", flat=True).first()
-    _bump_host_ids([instance.host_id, head])
-
-
-def connect() -> None:
-    """Wire the bumps to the models' writes (NodesConfig.ready); bulk updates bump in the querysets."""
-    from django.db.models.signals import post_delete, post_save
-
-    from nodes.models import AgentToken, Deployment, DeploymentMember, Gpu, Host
-
-    post_save.connect(_on_host_saved, sender=Host, dispatch_uid="agent_generation.host")
-    post_delete.connect(_on_host_deleted, sender=Host, dispatch_uid="agent_generation.host_deleted")
-    for model in (Deployment, Gpu, AgentToken):
-        for signal in (post_save, post_delete):
-            signal.connect(_on_host_row, sender=model, dispatch_uid=f"agent_generation.{model.__name__}")
-    for signal in (post_save, post_delete):
-        signal.connect(_on_member, sender=DeploymentMember, dispatch_uid="agent_generation.member")

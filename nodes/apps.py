@@ -14,9 +14,9 @@ class NodesConfig(AppConfig):
 
         register_resolver(FleetResolver())
         # Writes that change what a host's agent is told move its generation (routine syncs skip Django).
-        from nodes import agent_generation
+        from nodes import agent_generation_signals
 
-        agent_generation.connect()
+        agent_generation_signals.connect()
         # The agent's tasks, registered in every process: services send them by name, and with
         # CELERY_TASK_ALWAYS_EAGER a name must resolve to the task here to run in place.
         from nodes import tasks  # noqa: F401 - imports nodes.models: only once apps are ready
