@@ -42,7 +42,8 @@ def test_a_burst_of_changes_shares_reloads_and_the_last_change_still_lands(monke
         return proxy.reloads - before, time.monotonic() - last_change, proxy.reload_seconds
 
     reloads, lag, load = asyncio.run(run())
-    # A fixed 50 ms window reloaded about every 110 ms here (window plus load): 13 or more.
+    # A fixed 50 ms window reloaded 25 times in this scenario (measured once, 2026-12-07): each window
+    # starts while the previous load still runs.
     assert 1 <= reloads <= 5, reloads
     # The change after the last reload is loaded within one window plus one load.
     assert lag <= min(proxy_app.RELOAD_WINDOW_MAX_S, 10 * load) + 2 * load + 0.3, (lag, load)
