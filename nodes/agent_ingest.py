@@ -178,18 +178,7 @@ class AgentIngest:
             answer = None
         if answer is not None:
             self.answered += 1
-            data = orjson.dumps(answer)
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 200,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(data)).encode()),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": data})
+            await _json(send, 200, orjson.dumps(answer))
             return
         # At most AGENT_FULL_SYNCS full syncs at once in this worker, the others wait their turn: Django
         # runs each in a thread of its own with its own database connection, and a burst of hundreds
@@ -305,7 +294,10 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
 
 async def _error(send: Send, status: int, code: str, message: str) -> None:
-    data = json.dumps({"error": {"code": code, "message": message}}).encode()
+    await _json(send, status, json.dumps({"error": {"code": code, "message": message}}).encode())
+
+
+async def _json(send: Send, status: int, data: bytes) -> None:
     await send(
         {
             "type": "http.response.start",

@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -140,3 +141,14 @@ def in_state(*states: str) -> Callable[[Deployment], bool]:
 
 
 READY = in_state(DeploymentState.READY)
+
+
+@pytest.fixture
+def agents() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Fleet agent processes a test started (tests/nodes/agent_channel.start_agent); killed after it."""
+    from tests.nodes.agent_channel import kill
+
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        kill(proc)

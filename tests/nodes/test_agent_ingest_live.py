@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,17 +21,9 @@ from nodes.lifecycle import live_deployment_key
 from nodes.models import Deployment, Host
 from nodes.services import request_stop
 from tests.e2e.harness import start_console
-from tests.nodes.agent_channel import kill, start_agent, wait_for
+from tests.nodes.agent_channel import start_agent, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("redis_clean")]
-
-
-@pytest.fixture
-def agents() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for proc in started:
-        kill(proc)
 
 
 def test_a_real_agent_syncs_through_the_ingest_and_still_hears_a_stop(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +22,6 @@ from nodes.models import Deployment, Host
 from tests.nodes.agent_channel import agent_env, kill, start_agent, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def agents() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for proc in started:
-        kill(proc)
 
 
 def test_the_agent_imports_nothing_of_django() -> None:

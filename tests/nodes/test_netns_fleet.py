@@ -10,7 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ from nodes.lifecycle import mark_unreachable_hosts
 from nodes.models import Deployment, Host
 from routing.models import RequestLog
 from tests.netns import RemoteHost, remote_hosts  # noqa: F401 - fixture
-from tests.nodes.agent_channel import Relay, agent_env, kill, wait_for
+from tests.nodes.agent_channel import Relay, agent_env, wait_for
 
 # start_proxy is the routing tests' fixture (a proxy process), used here by name.
 from tests.routing.conftest import Proc, make_tenant_key, post, start_proxy  # noqa: F401
@@ -33,14 +33,6 @@ from tests.routing.fleet import FleetMember, start_member
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 ALIAS = "llama-3.1-8b"
 CHAT = {"model": ALIAS, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
-
-
-@pytest.fixture
-def agents() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for proc in started:
-        kill(proc)
 
 
 def test_agent_and_engine_across_a_link_that_is_cut_and_restored(
