@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from types import FrameType
 
+# The signals passed on to the command (a CI runner's timeout sends SIGTERM, a developer's ^C SIGINT).
+PASSED_ON = (signal.SIGTERM, signal.SIGINT)
 # pytest's exit statuses other than 0 (passed) and 1 (tests failed): interrupted, internal error, usage
 # error, no tests collected.
 PYTEST_OWN_ERRORS = {2: "interrupted", 3: "internal error", 4: "usage error", 5: "no tests collected"}
@@ -40,13 +42,17 @@ def describe_end(returncode: int, seconds: float, log: Path) -> str | None:
 def run(log: Path, argv: list[str]) -> int:
     log.parent.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
+    # A blocked signal is inherited across fork and exec: a caller that had SIGTERM blocked (one CI run's
+    # pytest worker did) would leave this process and the command deaf to it, and the command would run
+    # to its end. Unblocked before the command starts, so it inherits the open mask too.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, PASSED_ON)
     with log.open("wb") as kept:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
         def pass_on(signum: int, _frame: FrameType | None) -> None:
             proc.send_signal(signum)
 
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        for signum in PASSED_ON:
             signal.signal(signum, pass_on)
         assert proc.stdout is not None
         out = sys.stdout.buffer

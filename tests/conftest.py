@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,6 +43,22 @@ def _transactional(request: pytest.FixtureRequest) -> bool:
     marker = request.node.get_closest_marker("django_db")
     flags = (marker.kwargs.get("transaction"), marker.kwargs.get("reset_sequences")) if marker else ()
     return any(flags) or "transactional_db" in request.fixturenames or "live_server" in request.fixturenames
+
+
+@pytest.fixture(autouse=True)
+def _signal_mask_kept(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that leaves signals blocked in the worker's main thread is named, and the mask restored.
+
+    Blocked signals are inherited by every process the worker starts afterwards: one CI run's
+    scripts/run_logged.py test found SIGTERM blocked and its command deaf to it, long after whatever
+    blocked it had passed."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    yield
+    after = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    if after != before:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        left = sorted(signal.Signals(s).name for s in after - before)
+        warnings.warn(f"{request.node.nodeid} left {left} blocked in the main thread; restored", stacklevel=1)
 
 
 @pytest.fixture(autouse=True)

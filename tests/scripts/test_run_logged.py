@@ -67,3 +67,33 @@ def test_sigterm_reaches_the_command_which_still_prints_its_summary(tmp_path: Pa
     assert rest.startswith("summary\n")
     assert "exited 2 (interrupted)" in rest
     assert log.read_text().startswith("ready\nsummary\n")
+
+
+def test_sigterm_reaches_the_command_when_the_caller_blocked_it(tmp_path: Path) -> None:
+    """A blocked signal is inherited across fork and exec. A pytest worker that had SIGTERM blocked when
+    it started run_logged left both run_logged and its command deaf to it (the flake: the command slept
+    its 30 s and exited 0); run_logged unblocks the signals it promises to pass on."""
+    log = tmp_path / "run.log"
+    code = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: (print('summary', flush=True), sys.exit(2)))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, str(SCRIPT), str(log), "--", sys.executable, "-c", code],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "ready\n"
+    proc.send_signal(signal.SIGTERM)
+    try:
+        assert proc.wait(timeout=10) == 2
+    finally:
+        proc.kill()
+    assert proc.stdout.read().startswith("summary\n")
