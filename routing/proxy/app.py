@@ -31,7 +31,18 @@ from core.redis_client import CONFIG_CHANNEL, async_redis
 from core.redis_client import key as rkey
 from routing.proxy import health, pipeline
 from routing.proxy import metrics as m
-from routing.proxy.config import Endpoint, KeyInfo, Policy, Pool, RoutingSnapshot, load_routing_snapshot
+from routing.proxy.config import (
+    Endpoint,
+    KeyInfo,
+    Policy,
+    Pool,
+    RoutingSnapshot,
+    RoutingSource,
+    build_routing_snapshot,
+    load_deployments,
+    load_routing_source,
+    patch_deployments,
+)
 from routing.proxy.errors import ProxyError, not_found
 from routing.proxy.health import EndpointState
 from routing.proxy.limits import Limiter
@@ -114,6 +125,18 @@ class Proxy:
         self._reload_pending = False
         self.reload_seconds = 0.0  # how long the last snapshot load took (it sets the coalescing window)
         self.reloads = 0
+        # What the snapshot was built from, so one deployment's change rebuilds its alias only
+        # (config.RoutingSource); None until the first load.
+        self.source: RoutingSource | None = None
+        # Deployments (by id, and all those of a host, by name) whose change waits for the next patch.
+        self._patch_ids: set[int] = set()
+        self._patch_hosts: set[str] = set()
+        self._patch_pending = False
+        self.patches = 0
+        self.patch_seconds = 0.0  # how long the last patch took, its database read included
+        # Loads and patches one at a time, each reading the database after the one before it applied:
+        # a patch can never be overwritten by an older full load, nor the other way round.
+        self._snapshot_lock = asyncio.Lock()
 
     # The services by their former attribute names (tests and benchmarks reach them so).
 
@@ -204,12 +227,53 @@ class Proxy:
         return await asyncio.get_running_loop().run_in_executor(self.db, run)
 
     async def reload_snapshot(self) -> None:
-        began = time.perf_counter()
-        snap: RoutingSnapshot = await self._in_db(load_routing_snapshot)
+        async with self._snapshot_lock:
+            began = time.perf_counter()
+
+            def load() -> tuple[RoutingSource, RoutingSnapshot]:
+                src = load_routing_source()
+                return src, build_routing_snapshot(src)
+
+            src, snap = await self._in_db(load)
+            self._apply(snap)
+            self.source = src
+            self.reload_seconds = time.perf_counter() - began
+            self.reloads += 1
+
+    async def patch_snapshot(self) -> None:
+        """Apply the deployments' changes waiting since the last patch: reread those deployments and
+        rebuild their aliases' pools (config.patch_deployments); a full load before the first one."""
+        async with self._snapshot_lock:
+            ids, hosts = self._patch_ids, self._patch_hosts
+            self._patch_ids, self._patch_hosts = set(), set()
+            if not ids and not hosts:
+                return
+            began = time.perf_counter()
+            try:
+                asked, rows = await self._in_db(load_deployments, ids, hosts)
+            except Exception:
+                # The database is away: keep them for the next patch (or the periodic full reload).
+                self._patch_ids |= ids
+                self._patch_hosts |= hosts
+                raise
+            if self.source is None:  # no full load has succeeded yet: it reads them anyway
+                self._schedule_reload()
+                return
+            try:
+                snap = patch_deployments(self.source, self.services.snapshot, asked, rows)
+            except Exception:
+                # The kept source may be half-changed: rebuild everything from the database.
+                self.source = None
+                log.exception("proxy: snapshot patch failed; reloading it whole")
+                self._schedule_reload()
+                return
+            self._apply(snap)
+            self.patch_seconds = time.perf_counter() - began
+            self.patches += 1
+
+    def _apply(self, snap: RoutingSnapshot) -> None:
         self.services.live.track(snap)
         self.services.snapshot = snap
-        self.reload_seconds = time.perf_counter() - began
-        self.reloads += 1
 
     def reload_window(self) -> float:
         """How long a change waits for others to share its reload: 50 ms, or ten times what the last
@@ -234,6 +298,26 @@ class Proxy:
 
         asyncio.get_running_loop().create_task(later())
 
+    def _schedule_patch(self, deployment_id: int | None = None, host: str | None = None) -> None:
+        if deployment_id is not None:
+            self._patch_ids.add(deployment_id)
+        if host is not None:
+            self._patch_hosts.add(host)
+        if self._patch_pending:
+            return
+        self._patch_pending = True
+
+        async def later() -> None:
+            # A short fixed window: a patch costs one small query, whatever the fleet's size.
+            await asyncio.sleep(RELOAD_WINDOW_MIN_S)
+            self._patch_pending = False
+            try:
+                await self.patch_snapshot()
+            except Exception:
+                log.exception("proxy: snapshot patch failed")
+
+        asyncio.get_running_loop().create_task(later())
+
     def drop_keys(
         self, *, key_id: int | None = None, digest: str | None = None, tenant_id: int | None = None
     ) -> None:
@@ -255,6 +339,10 @@ class Proxy:
                 self.clear_keys()
             else:
                 self.drop_keys(tenant_id=msg.get("tenant_id", msg.get("id")), key_id=msg.get("api_key_id"))
+        elif kind == "deployment" and isinstance(msg.get("id"), int):
+            self._schedule_patch(deployment_id=msg["id"])  # a state change, the fleet's common change
+        elif kind == "host" and isinstance(msg.get("name"), str):
+            self._schedule_patch(host=msg["name"])  # its deployments (its address is in their URLs)
         else:
             self._schedule_reload()
 

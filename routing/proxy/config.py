@@ -15,11 +15,12 @@ from fractions import Fraction
 from typing import Any
 
 from django.conf import settings
+from django.db import models
 
 from console.models import ApiKey
 from models_registry.models import ModelAlias
 from nodes.choices import DeploymentState
-from nodes.lifecycle import engine_api_key
+from nodes.lifecycle import engine_key_for
 from nodes.models import Deployment
 from routing.choices import Scorer
 from routing.models import ACTIVE_ROLLOUT_STATES, Rollout, RoutePolicy, RoutePool, ShadowConfig, StageChain
@@ -413,35 +414,112 @@ def _static_endpoints() -> list[Endpoint]:
     return out
 
 
-def _fleet_endpoints(
-    version_labels: dict[int, str] | None = None, state: str = DeploymentState.READY
-) -> list[Endpoint]:
-    """Ready (or, with `state`, sleeping) deployments of the fleet (nodes/); `version_labels` collects
-    "model@revision" by version id."""
-    out: list[Endpoint] = []
-    ready = Deployment.objects.select_related("host", "model_version__model").filter(state=state)
-    for dep in ready:
-        if version_labels is not None:
-            version_labels[dep.model_version_id] = str(dep.model_version)
+@dataclass(frozen=True, slots=True)
+class DeploymentRow:
+    """What the snapshot needs of one deployment, read as plain values: building model instances (and
+    their host and version) for thousands of deployments took most of a full load's time."""
+
+    pk: int
+    state: str
+    served_model_name: str
+    host_name: str
+    address: str
+    port: int
+    start_token: str
+    max_model_len: int | None
+    block_size: int | None
+    role: str
+    version_id: int
+    version_label: str
+    engine: str
+    extra_args: list[str]
+    sleeping_level: int
+
+
+_ROW_FIELDS = (
+    "pk",
+    "state",
+    "served_model_name",
+    "host__name",
+    "host__address",
+    "port",
+    "start_token",
+    "max_model_len",
+    "block_size",
+    "role",
+    "model_version_id",
+    "model_version__model__name",
+    "model_version__revision",
+    "engine",
+    "extra_args",
+    "sleeping_level",
+)
+
+
+def deployment_rows(rows: models.QuerySet[Deployment]) -> list[DeploymentRow]:
+    """`rows` (a Deployment queryset) as DeploymentRows, in its order."""
+    out: list[DeploymentRow] = []
+    for (
+        pk,
+        state,
+        name,
+        host,
+        address,
+        port,
+        token,
+        mml,
+        bs,
+        role,
+        vid,
+        model,
+        rev,
+        engine,
+        args,
+        level,
+    ) in rows.values_list(*_ROW_FIELDS):
         out.append(
-            Endpoint(
-                id=str(dep.pk),
-                deployment_id=dep.pk,
-                base_url=f"http://{dep.host.address}:{dep.port}",
-                api_key=engine_api_key(dep),
-                served_model_name=dep.served_model_name,
-                max_model_len=dep.max_model_len,
-                block_size=dep.block_size or 16,
-                role=dep.role,
-                version_id=dep.model_version_id,
-                engine=dep.engine,
-                embeddings=_serves_embeddings(dep.engine, dep.extra_args or []),
-                sim_builtin_tokenizer=dep.engine == "sim"
-                and not _has_flag(dep.extra_args or [], "--tokenizer"),
-                sleeping_level=dep.sleeping_level if state == DeploymentState.SLEEPING else 0,
+            DeploymentRow(
+                pk,
+                state,
+                name,
+                host,
+                address,
+                port,
+                token,
+                mml,
+                bs,
+                role,
+                vid,
+                f"{model}@{rev}",
+                engine,
+                list(args or []),
+                level,
             )
         )
     return out
+
+
+def _endpoint(dep: DeploymentRow) -> Endpoint:
+    """The Endpoint of one deployment."""
+    return Endpoint(
+        id=str(dep.pk),
+        deployment_id=dep.pk,
+        base_url=f"http://{dep.address}:{dep.port}",
+        api_key=engine_key_for(dep.pk, dep.start_token),
+        served_model_name=dep.served_model_name,
+        max_model_len=dep.max_model_len,
+        block_size=dep.block_size or 16,
+        role=dep.role,
+        version_id=dep.version_id,
+        engine=dep.engine,
+        embeddings=_serves_embeddings(dep.engine, dep.extra_args),
+        sim_builtin_tokenizer=dep.engine == "sim" and not _has_flag(dep.extra_args, "--tokenizer"),
+        sleeping_level=dep.sleeping_level if dep.state == DeploymentState.SLEEPING else 0,
+    )
+
+
+# The deployment states a snapshot holds: ready ones route, sleeping ones can be woken.
+ROUTED_STATES = (DeploymentState.READY, DeploymentState.SLEEPING)
 
 
 def _has_flag(args: list[str], flag: str) -> bool:
@@ -469,23 +547,6 @@ def _models() -> dict[str, ModelInfo]:
             version_label=str(version) if version else "",
         )
     return out
-
-
-def _with_counting_rules(models: dict[str, ModelInfo], by_alias: dict[str, list[Endpoint]]) -> None:
-    """Mark the aliases served only by simulated engines without a tokenizer file (see ModelInfo)."""
-    for alias, members in by_alias.items():
-        if not members or not all(ep.sim_builtin_tokenizer for ep in members):
-            continue
-        info = models.get(alias)
-        if info is None or info.tokenizer_path is None:
-            models[alias] = ModelInfo(
-                alias=alias,
-                version_id=info.version_id if info else None,
-                tokenizer_path=None,
-                max_context=info.max_context if info else None,
-                sim_tokens=True,
-                version_label=info.version_label if info else "",
-            )
 
 
 def _split_by_version(
@@ -543,92 +604,21 @@ def _canary(rollout: Rollout | None, pool: Pool) -> Canary | None:
     )
 
 
-def _shadows(by_alias: dict[str, list[Endpoint]]) -> dict[str, Shadow]:
-    out: dict[str, Shadow] = {}
-    rows = ShadowConfig.objects.select_related("alias", "candidate_version__model").filter(
-        enabled=True, percent__gt=0
+def _shadow(row: ShadowConfig, ready: list[Endpoint]) -> Shadow:
+    return Shadow(
+        config_id=row.pk,
+        alias=row.alias.name,
+        version_id=row.candidate_version_id,
+        percent=min(100.0, float(row.percent)),
+        max_inflight=row.max_inflight,
+        timeout_s=row.timeout_s,
+        # Any ready deployment of the candidate under the alias's served name, whatever its role.
+        endpoints=[ep for ep in ready if ep.version_id == row.candidate_version_id],
+        version_label=str(row.candidate_version),
     )
-    for row in rows:
-        name = row.alias.name
-        out[name] = Shadow(
-            config_id=row.pk,
-            alias=name,
-            version_id=row.candidate_version_id,
-            percent=min(100.0, float(row.percent)),
-            max_inflight=row.max_inflight,
-            timeout_s=row.timeout_s,
-            # Any ready deployment of the candidate under the alias's served name, whatever its role.
-            endpoints=[ep for ep in by_alias.get(name, []) if ep.version_id == row.candidate_version_id],
-            version_label=str(row.candidate_version),
-        )
-    return out
 
 
-def load_routing_snapshot() -> RoutingSnapshot:
-    """Pools, policies, aliases and endpoints as one consistent snapshot (sync: call it in a thread)."""
-    models = _models()
-    version_labels: dict[int, str] = {}
-    endpoints = _fleet_endpoints(version_labels) + _static_endpoints()
-    by_alias: dict[str, list[Endpoint]] = {}
-    for ep in endpoints:
-        by_alias.setdefault(ep.served_model_name, []).append(ep)
-    asleep: dict[str, list[Endpoint]] = {}
-    for ep in _fleet_endpoints(version_labels, DeploymentState.SLEEPING):
-        asleep.setdefault(ep.served_model_name, []).append(ep)
-    # Version selection happens here, once per reload: pools hold only the endpoints of the version they
-    # serve (the alias's active one unless the pool names its own), so the hot path does not change.
-    active = {alias: info.version_id for alias, info in models.items()}
-    serving: dict[str, list[Endpoint]] = {}
-    for alias, members in by_alias.items():
-        mine, _ = _split_by_version(members, active.get(alias))
-        if mine:
-            serving[alias] = mine
-
-    pools: dict[str, Pool] = {}
-    for row in RoutePool.objects.select_related("model_version__model"):
-        info = models.get(row.alias)
-        version = row.model_version_id or active.get(row.alias)
-        members, staged = _split_by_version(by_alias.get(row.alias, []), version, row.role)
-        pools[row.name] = Pool(
-            name=row.name,
-            alias=row.alias,
-            scorer=row.scorer,
-            weights={k: float(v) for k, v in (row.scorer_weights or {}).items()},
-            session_header=row.session_header.lower(),
-            connect_timeout_s=row.connect_timeout_s,
-            first_byte_timeout_s=row.first_byte_timeout_s,
-            inter_token_timeout_s=row.inter_token_timeout_s,
-            total_timeout_s=row.total_timeout_s,
-            max_retries=row.max_retries,
-            max_inflight_per_endpoint=row.max_inflight_per_endpoint,
-            batch_max_fraction=row.batch_max_fraction,
-            endpoints=members,
-            version_id=version,
-            pinned=row.model_version_id is not None,
-            version_label=str(row.model_version)
-            if row.model_version
-            else (info.version_label if info else ""),
-            staged=staged,
-            sleeping=_split_by_version(asleep.get(row.alias, []), version, row.role)[0],
-            wake_timeout_s=row.wake_timeout_s,
-        )
-    # Every alias served by some endpoint gets an implicit pool so a fresh fleet routes with no setup;
-    # one whose active version has no ready endpoint too (empty), so its requests are told why.
-    # An alias whose engines all sleep too, so its first request wakes one.
-    for alias in sorted(set(by_alias) | set(asleep)):
-        if alias not in pools:
-            members, staged = _split_by_version(by_alias.get(alias, []), active.get(alias))
-            info = models.get(alias)
-            pools[alias] = Pool(
-                name=alias,
-                alias=alias,
-                endpoints=members,
-                version_id=active.get(alias),
-                version_label=info.version_label if info else "",
-                staged=staged,
-                sleeping=_split_by_version(asleep.get(alias, []), active.get(alias))[0],
-            )
-
+def _policies() -> dict[str, Policy]:
     policies: dict[str, Policy] = {}
     for prow in RoutePolicy.objects.select_related("default_pool", "fallback_pool"):
         rules: list[Rule] = []
@@ -645,25 +635,271 @@ def load_routing_snapshot() -> RoutingSnapshot:
             fallback_pool=prow.fallback_pool.name if prow.fallback_pool else None,
             spills=policy_spills(tuple(rules)),
         )
-    # Canaries ride on the pools: the candidate's endpoints are already among each pool's staged ones.
-    rollouts = _canaries()
-    for pool in pools.values():
-        pool.canary = _canary(rollouts.get(pool.alias), pool)
-    aliases = sorted(set(by_alias) | set(asleep) | set(policies))
-    _with_counting_rules(models, serving)
-    return RoutingSnapshot(
-        pools=pools,
-        policies=policies,
-        models=models,
-        aliases=tuple(aliases),
-        endpoints={ep.id: ep for ep in endpoints},
-        no_embeddings=frozenset(
-            alias for alias, members in serving.items() if all(ep.embeddings is False for ep in members)
-        ),
-        version_labels=version_labels,
-        shadows=_shadows(by_alias),
-        chains=_chains(),
+    return policies
+
+
+@dataclass(slots=True)
+class RoutingSource:
+    """What a routing snapshot is built from, as read from the database, kept by the proxy beside it.
+
+    In a big fleet the common change is one deployment's state (an engine became ready, degraded or
+    went to sleep), many times a second across thousands of deployments. Rereading the whole fleet for
+    each cost every proxy process its core (docs/proxy.md, "Config changes"); with this kept, such a
+    change rereads that deployment and rebuilds the pools of its alias only (`patch_deployments`),
+    whatever the fleet's size. Every other change rebuilds everything from a fresh source.
+    """
+
+    models: dict[str, ModelInfo]
+    pool_rows: dict[str, list[RoutePool]]  # by alias
+    pool_names: frozenset[str]
+    policies: dict[str, Policy]
+    rollouts: dict[str, Rollout]  # the active rollout by alias
+    shadow_rows: dict[str, ShadowConfig]  # by alias
+    chains: dict[tuple[int | None, str], ChainSpec]
+    static: dict[str, list[Endpoint]]  # by served name
+    # The fleet's ready and sleeping deployments by served name, then by deployment id.
+    ready: dict[str, dict[int, Endpoint]] = field(default_factory=dict)
+    asleep: dict[str, dict[int, Endpoint]] = field(default_factory=dict)
+    # Where each of those deployments is (its served name), and its place in a pool (host name, port:
+    # the order a full load reads them in, so a patched pool lists its endpoints as a reload would).
+    where: dict[int, str] = field(default_factory=dict)
+    order: dict[int, tuple[str, int]] = field(default_factory=dict)
+    version_labels: dict[int, str] = field(default_factory=dict)
+
+    def put(self, dep: DeploymentRow) -> str | None:
+        """Hold `dep` as it now is (or drop it when it neither routes nor sleeps); its served name."""
+        self.drop(dep.pk)
+        if dep.state not in ROUTED_STATES:
+            return None
+        bucket = self.ready if dep.state == DeploymentState.READY else self.asleep
+        bucket.setdefault(dep.served_model_name, {})[dep.pk] = _endpoint(dep)
+        self.where[dep.pk] = dep.served_model_name
+        self.order[dep.pk] = (dep.host_name, dep.port)
+        self.version_labels[dep.version_id] = dep.version_label
+        return dep.served_model_name
+
+    def drop(self, deployment_id: int) -> str | None:
+        """Forget a deployment; the served name it had, if it was held."""
+        alias = self.where.pop(deployment_id, None)
+        self.order.pop(deployment_id, None)
+        if alias is None:
+            return None
+        for bucket in (self.ready, self.asleep):
+            members = bucket.get(alias)
+            if members is not None and members.pop(deployment_id, None) is not None and not members:
+                del bucket[alias]
+        return alias
+
+    def members(self, bucket: dict[str, dict[int, Endpoint]], alias: str) -> list[Endpoint]:
+        held = bucket.get(alias)
+        if not held:
+            return []
+        return [held[pk] for pk in sorted(held, key=self.order.__getitem__)]
+
+    def served(self) -> set[str]:
+        """Every name some endpoint serves, awake or asleep."""
+        return set(self.ready) | set(self.static) | set(self.asleep)
+
+
+def load_routing_source() -> RoutingSource:
+    """Everything a routing snapshot is built from (sync: call it in a thread)."""
+    rows: dict[str, list[RoutePool]] = {}
+    pool_rows = list(RoutePool.objects.select_related("model_version__model"))
+    for row in pool_rows:
+        rows.setdefault(row.alias, []).append(row)
+    shadows = ShadowConfig.objects.select_related("alias", "candidate_version__model").filter(
+        enabled=True, percent__gt=0
     )
+    static: dict[str, list[Endpoint]] = {}
+    for ep in _static_endpoints():
+        static.setdefault(ep.served_model_name, []).append(ep)
+    src = RoutingSource(
+        models=_models(),
+        pool_rows=rows,
+        pool_names=frozenset(row.name for row in pool_rows),
+        policies=_policies(),
+        rollouts=_canaries(),
+        shadow_rows={row.alias.name: row for row in shadows},
+        chains=_chains(),
+        static=static,
+    )
+    for dep in deployment_rows(Deployment.objects.filter(state__in=ROUTED_STATES)):
+        src.put(dep)
+    return src
+
+
+def _alias_pools(src: RoutingSource, alias: str, ready: list[Endpoint], asleep: list[Endpoint]) -> list[Pool]:
+    """The pools that route `alias`: its RoutePools, or the implicit one named after it."""
+    info = src.models.get(alias)
+    active = info.version_id if info else None
+    # Version selection happens here, once per build: pools hold only the endpoints of the version they
+    # serve (the alias's active one unless the pool names its own), so the hot path does not change.
+    pools: list[Pool] = []
+    for row in src.pool_rows.get(alias, []):
+        version = row.model_version_id or active
+        members, staged = _split_by_version(ready, version, row.role)
+        pools.append(
+            Pool(
+                name=row.name,
+                alias=row.alias,
+                scorer=row.scorer,
+                weights={k: float(v) for k, v in (row.scorer_weights or {}).items()},
+                session_header=row.session_header.lower(),
+                connect_timeout_s=row.connect_timeout_s,
+                first_byte_timeout_s=row.first_byte_timeout_s,
+                inter_token_timeout_s=row.inter_token_timeout_s,
+                total_timeout_s=row.total_timeout_s,
+                max_retries=row.max_retries,
+                max_inflight_per_endpoint=row.max_inflight_per_endpoint,
+                batch_max_fraction=row.batch_max_fraction,
+                endpoints=members,
+                version_id=version,
+                pinned=row.model_version_id is not None,
+                version_label=str(row.model_version)
+                if row.model_version
+                else (info.version_label if info else ""),
+                staged=staged,
+                sleeping=_split_by_version(asleep, version, row.role)[0],
+                wake_timeout_s=row.wake_timeout_s,
+            )
+        )
+    # Every alias served by some endpoint gets an implicit pool so a fresh fleet routes with no setup;
+    # one whose active version has no ready endpoint too (empty), so its requests are told why.
+    # An alias whose engines all sleep too, so its first request wakes one.
+    if (ready or asleep) and alias not in src.pool_names:
+        members, staged = _split_by_version(ready, active)
+        pools.append(
+            Pool(
+                name=alias,
+                alias=alias,
+                endpoints=members,
+                version_id=active,
+                version_label=info.version_label if info else "",
+                staged=staged,
+                sleeping=_split_by_version(asleep, active)[0],
+            )
+        )
+    # Canaries ride on the pools: the candidate's endpoints are already among each pool's staged ones.
+    for pool in pools:
+        pool.canary = _canary(src.rollouts.get(alias), pool)
+    return pools
+
+
+def _build_alias(src: RoutingSource, snap: RoutingSnapshot, alias: str) -> None:
+    """(Re)build everything of `snap` that depends on `alias`'s endpoints: its pools, its counting rule,
+    whether it embeds, its shadow. `snap`'s dicts must be its own (not shared with a live snapshot)."""
+    for row in src.pool_rows.get(alias, []):
+        snap.pools.pop(row.name, None)
+    implicit = snap.pools.get(alias)
+    if implicit is not None and implicit.alias == alias:
+        del snap.pools[alias]
+    ready = src.members(src.ready, alias) + src.static.get(alias, [])
+    asleep = src.members(src.asleep, alias)
+    for pool in _alias_pools(src, alias, ready, asleep):
+        snap.pools[pool.name] = pool
+
+    info = src.models.get(alias)
+    serving, _ = _split_by_version(ready, info.version_id if info else None)
+    if (
+        serving
+        and all(ep.sim_builtin_tokenizer for ep in serving)
+        and (info is None or info.tokenizer_path is None)
+    ):
+        # No tokenizer file and only simulated engines serve it: count as they do (see ModelInfo).
+        snap.models[alias] = ModelInfo(
+            alias=alias,
+            version_id=info.version_id if info else None,
+            tokenizer_path=None,
+            max_context=info.max_context if info else None,
+            sim_tokens=True,
+            version_label=info.version_label if info else "",
+        )
+    elif info is not None:
+        snap.models[alias] = info
+    else:
+        snap.models.pop(alias, None)
+    if serving and all(ep.embeddings is False for ep in serving):
+        snap.no_embeddings = snap.no_embeddings | {alias}
+    elif alias in snap.no_embeddings:
+        snap.no_embeddings = snap.no_embeddings - {alias}
+    shadow = src.shadow_rows.get(alias)
+    if shadow is not None:
+        snap.shadows[alias] = _shadow(shadow, ready)
+
+
+def _finish(src: RoutingSource, snap: RoutingSnapshot) -> RoutingSnapshot:
+    snap.aliases = tuple(sorted(src.served() | set(src.policies)))
+    return snap
+
+
+def build_routing_snapshot(src: RoutingSource) -> RoutingSnapshot:
+    """The snapshot `src` describes, built whole."""
+    snap = RoutingSnapshot(
+        policies=src.policies,
+        models=dict(src.models),
+        version_labels=src.version_labels,
+        chains=src.chains,
+    )
+    for alias in sorted(src.served() | set(src.pool_rows) | set(src.shadow_rows)):
+        _build_alias(src, snap, alias)
+    for alias in sorted(src.ready):
+        for pk in sorted(src.ready[alias], key=src.order.__getitem__):
+            ep = src.ready[alias][pk]
+            snap.endpoints[ep.id] = ep
+    for members in src.static.values():
+        snap.endpoints.update((ep.id, ep) for ep in members)
+    return _finish(src, snap)
+
+
+def load_routing_snapshot() -> RoutingSnapshot:
+    """Pools, policies, aliases and endpoints as one consistent snapshot (sync: call it in a thread)."""
+    return build_routing_snapshot(load_routing_source())
+
+
+def load_deployments(ids: set[int], hosts: set[str]) -> tuple[set[int], list[DeploymentRow]]:
+    """The deployments with these ids or on these hosts, as they are now (sync: call it in a thread):
+    the ids asked about (those on the hosts included) and the rows found. An id asked about and not
+    found was deleted."""
+    rows = deployment_rows(Deployment.objects.filter(models.Q(pk__in=ids) | models.Q(host__name__in=hosts)))
+    return ids | {row.pk for row in rows}, rows
+
+
+def patch_deployments(
+    src: RoutingSource, snap: RoutingSnapshot, asked: set[int], rows: list[DeploymentRow]
+) -> RoutingSnapshot:
+    """A new snapshot: `snap` with the deployments `asked` about as `rows` say they now are.
+
+    Only the aliases those deployments served or now serve are rebuilt; the rest of `snap` is shared
+    with the new snapshot (it is never changed in place: a request in flight keeps reading the one it
+    started with). `src` is updated to match."""
+    found = {row.pk: row for row in rows}
+    touched: set[str] = set()
+    for pk in asked:
+        old = src.drop(pk)
+        if old is not None:
+            touched.add(old)
+        row = found.get(pk)
+        if row is not None:
+            new = src.put(row)
+            if new is not None:
+                touched.add(new)
+    out = RoutingSnapshot(
+        pools=dict(snap.pools),
+        policies=snap.policies,
+        models=dict(snap.models),
+        endpoints=dict(snap.endpoints),
+        no_embeddings=snap.no_embeddings,
+        version_labels=src.version_labels,
+        shadows=dict(snap.shadows),
+        chains=snap.chains,
+    )
+    for pk in asked:
+        out.endpoints.pop(str(pk), None)
+    for alias in sorted(touched):
+        _build_alias(src, out, alias)
+        for ep in src.ready.get(alias, {}).values():
+            out.endpoints[ep.id] = ep
+    return _finish(src, out)
 
 
 # ---- the shared (Redis) copy of key records --------------------------------------------------------

@@ -37,6 +37,12 @@ class LiveState:
     def __init__(self) -> None:
         self.states: dict[str, EndpointState] = {}
         self.rr: dict[str, int] = {}
+        # The fleet endpoints of the snapshot last polled and their live keys, built once per snapshot.
+        self._polled: tuple[RoutingSnapshot | None, list[Endpoint], list[str]] = (None, [], [])
+        # The record each endpoint had at the last poll: an agent writes once per telemetry period (1 s)
+        # and this reads four times a second, so most reads find the same bytes and skip the parse.
+        self._seen: dict[str, bytes | str] = {}
+        self._keys: dict[str, str] = {}  # each endpoint's live key, by endpoint id
 
     def of(self, ep: Endpoint) -> EndpointState:
         state = self.states.get(ep.id)
@@ -45,21 +51,43 @@ class LiveState:
         return state
 
     def track(self, snapshot: RoutingSnapshot) -> None:
+        states = self.states
         for ep_id in snapshot.endpoints:
-            self.states.setdefault(ep_id, EndpointState(ep_id))
+            if ep_id not in states:
+                states[ep_id] = EndpointState(ep_id)
+
+    def _targets(self, snapshot: RoutingSnapshot) -> tuple[list[Endpoint], list[str]]:
+        """The snapshot's fleet endpoints and their live keys; rebuilt when the snapshot is replaced (a
+        deployment's change does that), from kept key strings."""
+        polled, eps, keys = self._polled
+        if polled is not snapshot:
+            known = self._keys
+            eps = [ep for ep in snapshot.endpoints.values() if ep.deployment_id is not None]
+            for ep in eps:
+                if ep.id not in known:
+                    known[ep.id] = rkey("live", "deployment", str(ep.deployment_id))
+            keys = [known[ep.id] for ep in eps]
+            self._polled = (snapshot, eps, keys)
+            if len(known) > 2 * len(eps) + 64:  # drop what departed endpoints left, now and then
+                ids = {ep.id for ep in eps}
+                self._keys = {k: v for k, v in known.items() if k in ids}
+                self._seen = {k: v for k, v in self._seen.items() if k in ids}
+        return eps, keys
 
     async def poll(self, redis: aioredis.Redis, snapshot: RoutingSnapshot) -> None:
         """One read of every fleet endpoint's live record (KV cache, queue) from Redis."""
-        eps = [ep for ep in snapshot.endpoints.values() if ep.deployment_id is not None]
+        eps, keys = self._targets(snapshot)
         if not eps:
             return
         try:
-            raws = await redis.mget([rkey("live", "deployment", str(ep.deployment_id)) for ep in eps])
+            raws = await redis.mget(keys)
         except Exception:
             return  # stale live state already counts as busy
+        seen = self._seen
         for ep, raw in zip(eps, raws, strict=True):
-            if not raw:
+            if not raw or seen.get(ep.id) == raw:
                 continue
+            seen[ep.id] = raw
             try:
                 live = orjson.loads(raw)
                 state = self.states.setdefault(ep.id, EndpointState(ep.id))

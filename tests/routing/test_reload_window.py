@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 
 from routing.proxy import app as proxy_app
-from routing.proxy.config import load_routing_snapshot
+from routing.proxy.config import load_routing_source
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -21,9 +21,9 @@ LOAD_S = 0.06  # what one snapshot load costs here, standing in for a fleet of t
 def test_a_burst_of_changes_shares_reloads_and_the_last_change_still_lands(monkeypatch: Any) -> None:
     def slow_load() -> Any:
         time.sleep(LOAD_S)
-        return load_routing_snapshot()
+        return load_routing_source()
 
-    monkeypatch.setattr(proxy_app, "load_routing_snapshot", slow_load)
+    monkeypatch.setattr(proxy_app, "load_routing_source", slow_load)
     proxy = proxy_app.build_proxy_app()
 
     async def run() -> tuple[int, float, float]:
@@ -33,7 +33,8 @@ def test_a_burst_of_changes_shares_reloads_and_the_last_change_still_lands(monke
         before = proxy.reloads
         began = time.monotonic()
         while time.monotonic() - began < 1.5:  # 75 changes, one every 20 ms
-            proxy.handle_config_message(b'{"kind": "deployment", "id": 1, "state": "degraded"}')
+            # A pool's change reloads everything (a deployment's is patched: test_snapshot_patch.py).
+            proxy.handle_config_message(b'{"kind": "route_pool", "id": 1}')
             await asyncio.sleep(0.02)
         last_change = time.monotonic()
         seen = proxy.services.snapshot
