@@ -10,7 +10,7 @@ from rest_framework import serializers
 from core.api.base import StrictModelSerializer, StrictSerializerMixin
 from models_registry.api.serializers import FitResultSerializer
 from models_registry.models import ModelVersion, QuantizationConfig
-from nodes import baselines
+from nodes import baselines, fleet_summary
 from nodes.choices import ACTIVE_STATES, DeploymentState, Engine, MultiHostBackend
 from nodes.lifecycle import host_is_reachable, live_deployment_key, live_gpu_key, read_live
 from nodes.models import (
@@ -661,3 +661,76 @@ class BaselineCheckSerializer(serializers.Serializer):
     ratio = serializers.FloatField(allow_null=True)
     status = serializers.ChoiceField(choices=["unknown", "within", "outside"])
     message = serializers.CharField()
+
+
+class FleetSummaryQuerySerializer(StrictSerializerMixin, serializers.Serializer):
+    top = serializers.IntegerField(
+        min_value=1,
+        max_value=fleet_summary.TOP_MAX,
+        default=fleet_summary.TOP_DEFAULT,
+        help_text="How many hosts down, busiest engines and hottest GPUs to name.",
+    )
+
+
+class CountsSerializer(serializers.Serializer):
+    total = serializers.IntegerField()
+    by_state = serializers.DictField(child=serializers.IntegerField())
+
+
+class DownHostsSerializer(serializers.Serializer):
+    count = serializers.IntegerField()
+    names = serializers.ListField(child=serializers.CharField(), help_text="The first `top`, by name.")
+
+
+class HostCountsSerializer(CountsSerializer):
+    down = DownHostsSerializer(help_text="Hosts not reachable: no heartbeat yet, or none for too long.")
+
+
+class GpuCountsSerializer(serializers.Serializer):
+    total = serializers.IntegerField()
+    reporting = serializers.IntegerField(help_text="GPUs with a live sample.")
+
+
+class PoolSummarySerializer(serializers.Serializer):
+    """The engines serving one name, with their live records added up."""
+
+    served_model_name = serializers.CharField()
+    engines = serializers.IntegerField()
+    ready = serializers.IntegerField()
+    reporting = serializers.IntegerField(help_text="Engines with a live record.")
+    running = serializers.IntegerField()
+    waiting = serializers.IntegerField()
+    tokens_per_s = serializers.FloatField()
+    kv_cache_usage_mean = serializers.FloatField(allow_null=True)
+    kv_cache_usage_max = serializers.FloatField(allow_null=True)
+
+
+class BusyEngineSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    served_model_name = serializers.CharField()
+    host_name = serializers.CharField()
+    state = serializers.CharField()
+    kv_cache_usage_perc = serializers.FloatField(allow_null=True)
+    num_requests_running = serializers.IntegerField()
+    num_requests_waiting = serializers.IntegerField()
+    tokens_per_s = serializers.FloatField()
+
+
+class HotGpuSerializer(serializers.Serializer):
+    host_name = serializers.CharField()
+    index = serializers.IntegerField()
+    name = serializers.CharField()
+    utilization_pct = serializers.FloatField()
+    temperature_c = serializers.FloatField(allow_null=True)
+    memory_used_bytes = serializers.IntegerField()
+    memory_total_bytes = serializers.IntegerField()
+
+
+class FleetSummarySerializer(serializers.Serializer):
+    hosts = HostCountsSerializer()
+    deployments = CountsSerializer()
+    gpus = GpuCountsSerializer()
+    pools = PoolSummarySerializer(many=True)
+    busiest_engines = BusyEngineSerializer(many=True, help_text="By KV cache usage, then requests waiting.")
+    hottest_gpus = HotGpuSerializer(many=True, help_text="By utilization.")

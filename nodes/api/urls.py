@@ -14,5 +14,6 @@ urlpatterns = [
     path("agent/sync/", agent_views.agent_sync, name="agent-sync"),
     path("agent/logs/", agent_views.agent_logs, name="agent-logs"),
     path("telemetry/history/", views.telemetry_history, name="telemetry-history"),
+    path("fleet/summary/", views.fleet_summary_view, name="fleet-summary"),
     *router.urls,
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import django_filters
 from django.db import transaction
 from django.db.models import Prefetch
 from django.http import HttpResponse
@@ -21,12 +22,14 @@ from core.audit import record_audit
 from core.choices import AuditAction
 from core.redis_client import publish_config_change
 from models_registry.api.serializers import FitResultSerializer
-from nodes import agent_channel, agent_tokens, baselines, history, lifecycle, process, services
+from nodes import agent_channel, agent_tokens, baselines, fleet_summary, history, lifecycle, process, services
 from nodes.api.serializers import (
     BaselineCheckSerializer,
     DeploymentEventSerializer,
     DeploymentLogSerializer,
     DeploymentSerializer,
+    FleetSummaryQuerySerializer,
+    FleetSummarySerializer,
     HistoryQuerySerializer,
     HostSerializer,
     PerformanceBaselineSerializer,
@@ -69,6 +72,33 @@ class LiveListMixin:
         return view.get_paginated_response(data) if page is not None else Response(data)
 
 
+class HostFilter(django_filters.FilterSet):
+    """`?state=` and `?role=` as before; `?down=true` the hosts not reachable (fleet_summary says which)."""
+
+    down = django_filters.BooleanFilter(method="filter_down", label="Only hosts down (true) or up (false)")
+
+    class Meta:
+        model = Host
+        fields = ["state", "role"]
+
+    def filter_down(self, queryset: Any, name: str, value: bool | None) -> Any:
+        if value is None:
+            return queryset
+        down = fleet_summary.down_hosts_filter()
+        return queryset.filter(down) if value else queryset.exclude(down)
+
+
+class DeploymentFilter(django_filters.FilterSet):
+    """By host (id, or `host_name`), state, engine, served name, role, and model (its name)."""
+
+    host_name = django_filters.CharFilter(field_name="host__name")
+    model = django_filters.CharFilter(field_name="model_version__model__name", label="Model name")
+
+    class Meta:
+        model = Deployment
+        fields = ["host", "state", "engine", "served_model_name", "role"]
+
+
 class HostViewSet(LiveListMixin, AuditedModelViewSet):
     """Node hosts. GPUs and heartbeats are reported by each host's agent."""
 
@@ -76,9 +106,9 @@ class HostViewSet(LiveListMixin, AuditedModelViewSet):
         return [lifecycle.live_gpu_key(host.name, gpu.index) for host in rows for gpu in host.gpus.all()]
 
     serializer_class = HostSerializer
-    filterset_fields = ["state", "role"]
+    filterset_class = HostFilter
     search_fields = ["name", "address", "role"]
-    ordering_fields = ["name", "last_heartbeat"]
+    ordering_fields = ["name", "last_heartbeat", "state", "address", "role"]
 
     def get_queryset(self) -> Any:
         return Host.objects.prefetch_related(
@@ -162,9 +192,9 @@ class DeploymentViewSet(LiveListMixin, AuditedModelViewSet):
         return [lifecycle.live_deployment_key(d.pk) for d in rows]
 
     serializer_class = DeploymentSerializer
-    filterset_fields = ["host", "state", "engine", "served_model_name", "role"]
-    search_fields = ["name", "served_model_name"]
-    ordering_fields = ["name", "state", "created_at"]
+    filterset_class = DeploymentFilter
+    search_fields = ["name", "served_model_name", "host__name", "model_version__model__name"]
+    ordering_fields = ["name", "state", "created_at", "served_model_name", "host__name", "port", "engine"]
 
     def get_queryset(self) -> Any:
         return Deployment.objects.select_related(
@@ -358,6 +388,17 @@ class PerformanceBaselineViewSet(AuditedModelViewSet):
                 obj=instance,
                 after=self.snapshot(instance),
             )
+
+
+@extend_schema(parameters=[FleetSummaryQuerySerializer], responses={200: FleetSummarySerializer})
+@api_view(["GET"])
+def fleet_summary_view(request: Request) -> Response:
+    """The fleet at a glance: totals by state, the hosts down (named), per-pool aggregates of the engines'
+    live records, and the `top` busiest engines and hottest GPUs. What the dashboard shows for a fleet of
+    any size (nodes/fleet_summary.py)."""
+    query = FleetSummaryQuerySerializer(data=request.query_params)
+    query.is_valid(raise_exception=True)
+    return Response(fleet_summary.fleet_summary(query.validated_data["top"]))
 
 
 @extend_schema(parameters=[HistoryQuerySerializer], responses={200: TelemetryHistorySerializer})

@@ -931,6 +931,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/fleet/summary/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * @description The fleet at a glance: totals by state, the hosts down (named), per-pool aggregates of the engines'
+         *     live records, and the `top` busiest engines and hottest GPUs. What the dashboard shows for a fleet of
+         *     any size (nodes/fleet_summary.py).
+         */
+        get: operations["fleet_summary_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/history/": {
         parameters: {
             query?: never;
@@ -2468,6 +2489,19 @@ export interface components {
          * @enum {string}
          */
         BoundEnum: "max" | "min";
+        BusyEngine: {
+            id: number;
+            name: string;
+            served_model_name: string;
+            host_name: string;
+            state: string;
+            /** Format: double */
+            kv_cache_usage_perc: number | null;
+            num_requests_running: number;
+            num_requests_waiting: number;
+            /** Format: double */
+            tokens_per_s: number;
+        };
         /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         CopyRequest: {
             /** @default  */
@@ -2480,6 +2514,12 @@ export interface components {
             end: string;
             /** Format: double */
             hours: number;
+        };
+        Counts: {
+            total: number;
+            by_state: {
+                [key: string]: number;
+            };
         };
         Csrf: {
             /** @description Also set as the csrftoken cookie. */
@@ -2739,6 +2779,11 @@ export interface components {
              * @description Candidate / reference perplexity on the reference's text.
              */
             perplexity_ratio?: number | null;
+        };
+        DownHosts: {
+            count: number;
+            /** @description The first `top`, by name. */
+            names: string[];
         };
         /**
          * @description * `vllm` - vLLM
@@ -3065,6 +3110,16 @@ export interface components {
             /** @description Values vLLM picks itself (flag omitted), and by which rule. */
             vllm_defaults: string[];
         };
+        FleetSummary: {
+            hosts: components["schemas"]["HostCounts"];
+            deployments: components["schemas"]["Counts"];
+            gpus: components["schemas"]["GpuCounts"];
+            pools: components["schemas"]["PoolSummary"][];
+            /** @description By KV cache usage, then requests waiting. */
+            busiest_engines: components["schemas"]["BusyEngine"][];
+            /** @description By utilization. */
+            hottest_gpus: components["schemas"]["HotGpu"][];
+        };
         FlipTable: {
             both_right: number;
             right_to_wrong: number;
@@ -3147,6 +3202,11 @@ export interface components {
             /** Format: date-time */
             readonly last_seen: string | null;
             readonly live: components["schemas"]["GpuSample"] | null;
+        };
+        GpuCounts: {
+            total: number;
+            /** @description GPUs with a live sample. */
+            reporting: number;
         };
         /** @description One GPU's samples as columns: `t` and one value per sample in each list (null: no value). */
         GpuHistory: {
@@ -3260,6 +3320,14 @@ export interface components {
             /** Format: date-time */
             readonly updated_at: string;
         };
+        HostCounts: {
+            total: number;
+            by_state: {
+                [key: string]: number;
+            };
+            /** @description Hosts not reachable: no heartbeat yet, or none for too long. */
+            down: components["schemas"]["DownHosts"];
+        };
         /** @description A host; GPUs, heartbeat and state come from its agent and are read-only here. */
         HostRequest: {
             name: string;
@@ -3279,6 +3347,17 @@ export interface components {
          * @enum {string}
          */
         HostStateEnum: "unknown" | "online" | "unreachable" | "draining";
+        HotGpu: {
+            host_name: string;
+            index: number;
+            name: string;
+            /** Format: double */
+            utilization_pct: number;
+            /** Format: double */
+            temperature_c: number | null;
+            memory_used_bytes: number;
+            memory_total_bytes: number;
+        };
         KLQuantiles: {
             /** Format: double */
             p50: number;
@@ -4277,6 +4356,22 @@ export interface components {
             output_tokens: number;
             /** Format: double */
             spend: number;
+        };
+        /** @description The engines serving one name, with their live records added up. */
+        PoolSummary: {
+            served_model_name: string;
+            engines: number;
+            ready: number;
+            /** @description Engines with a live record. */
+            reporting: number;
+            running: number;
+            waiting: number;
+            /** Format: double */
+            tokens_per_s: number;
+            /** Format: double */
+            kv_cache_usage_mean: number | null;
+            /** Format: double */
+            kv_cache_usage_max: number | null;
         };
         /** @description The deploy wizard's "check before launch": the same checks as create, nothing saved. */
         PreflightRequest: {
@@ -6107,8 +6202,11 @@ export interface operations {
                  */
                 engine?: "llamacpp" | "sim" | "vllm";
                 host?: number;
+                host_name?: string;
                 /** @description Number of results to return per page. */
                 limit?: number;
+                /** @description Model name */
+                model?: string;
                 /** @description The initial index from which to return the results. */
                 offset?: number;
                 /** @description Which field to use when ordering the results. */
@@ -7383,6 +7481,28 @@ export interface operations {
             };
         };
     };
+    fleet_summary_retrieve: {
+        parameters: {
+            query?: {
+                /** @description How many hosts down, busiest engines and hottest GPUs to name. */
+                top?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FleetSummary"];
+                };
+            };
+        };
+    };
     history_retrieve: {
         parameters: {
             query: {
@@ -7422,6 +7542,8 @@ export interface operations {
     hosts_list: {
         parameters: {
             query?: {
+                /** @description Only hosts down (true) or up (false) */
+                down?: string;
                 /** @description Number of results to return per page. */
                 limit?: number;
                 /** @description The initial index from which to return the results. */

@@ -39,6 +39,7 @@ export type FitStep = Schemas["Step"];
 
 // Nodes and deployments
 export type Host = Schemas["Host"];
+export type FleetSummary = Schemas["FleetSummary"];
 export type Gpu = Schemas["Gpu"];
 export type GpuSample = Schemas["GpuSample"];
 export type Deployment = Schemas["Deployment"];

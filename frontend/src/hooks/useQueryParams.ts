@@ -19,6 +19,23 @@ export function useQueryParams() {
       ),
     [setParams],
   );
+  // Several names at once, exactly as given (`offset` is left alone unless named): two `set` calls in a row
+  // would each start from the same URL, the second undoing the first.
+  const setAll = useCallback(
+    (values: Record<string, string>) =>
+      setParams(
+        (previous) => {
+          const next = new URLSearchParams(previous);
+          for (const [name, value] of Object.entries(values)) {
+            if (value) next.set(name, value);
+            else next.delete(name);
+          }
+          return next;
+        },
+        { replace: true },
+      ),
+    [setParams],
+  );
   const clear = useCallback(() => setParams(new URLSearchParams(), { replace: true }), [setParams]);
-  return { params, get, set, clear };
+  return { params, get, set, setAll, clear };
 }

@@ -1,4 +1,6 @@
+import { useEffect } from "react";
 import { Link } from "react-router-dom";
+import type { FleetSummary } from "../../api/types";
 import { Card, ErrorState, Page } from "../../components/Page";
 import { StatusBadge } from "../../components/StatusBadge";
 import { Table } from "../../components/Table";
@@ -7,15 +9,31 @@ import { EngineThroughputChart, GpuMemoryChart, GpuUtilizationChart } from "../n
 import "../nodes/nodes.css";
 import { useFleet } from "../nodes/useFleet";
 import { gpuKey, median } from "../nodes/useFleetLive";
+import { useApi } from "../../hooks/useApi";
 import { FleetHistory } from "./FleetHistory";
 
-/** The fleet at a glance: every GPU and engine, updated live from the node agents (about once a second). */
+// Up to this many GPUs and engines each, every one gets its tile and chart; past it the dashboard
+// summarises (per pool, the busiest and hottest) and the Nodes page pages through the rest.
+const DRAW_ALL_UP_TO = 24;
+const SUMMARY_REFRESH_MS = 5000;
+
+/** The fleet at a glance: totals, hosts down, pools; every GPU and engine live when the fleet is small, the
+ * busiest and hottest when it is not (a fleet of thousands cannot be drawn chart by chart). */
 export function DashboardPage() {
-  const { hosts, deployments, live } = useFleet();
+  const summary = useApi<FleetSummary>("/api/fleet/summary/", { top: 10 });
+  const { reload: reloadSummary } = summary;
+  useEffect(() => {
+    const timer = window.setInterval(reloadSummary, SUMMARY_REFRESH_MS);
+    return () => window.clearInterval(timer);
+  }, [reloadSummary]);
+  const { hosts, deployments, live } = useFleet({ limit: DRAW_ALL_UP_TO }, { limit: DRAW_ALL_UP_TO });
+  const big = summary.data !== undefined && (summary.data.gpus.total > DRAW_ALL_UP_TO || summary.data.deployments.total > DRAW_ALL_UP_TO);
   const latency = median(live.latenciesMs);
   const gpus = (hosts.data?.results ?? []).flatMap((h) => h.gpus.map((gpu) => ({ host: h.name, gpu })));
   const anySimulated = gpus.some(({ gpu }) => gpu.simulated);
-  const ready = deployments.data?.results.filter((d) => (live.engines[d.id]?.state ?? d.state) === "ready").length ?? 0;
+  const readyOnPage = deployments.data?.results.filter((d) => (live.engines[d.id]?.state ?? d.state) === "ready").length ?? 0;
+  const ready = summary.data?.deployments.by_state.ready ?? readyOnPage;
+  const down = summary.data?.hosts.down;
   const tokensPerS = Object.values(live.engines).reduce((sum, e) => sum + (e.tokens_per_s || 0), 0);
   const running = Object.values(live.engines).reduce((sum, e) => sum + (e.num_requests_running || 0), 0);
 
@@ -35,7 +53,7 @@ export function DashboardPage() {
         </span>
       }
     >
-      <ErrorState error={hosts.error || deployments.error} onRetry={() => (hosts.reload(), deployments.reload())} />
+      <ErrorState error={summary.error || hosts.error || deployments.error} onRetry={() => (summary.reload(), hosts.reload(), deployments.reload())} />
       {anySimulated && (
         <div className="notice notice-info" data-testid="simulated-notice">
           <strong>Simulated GPUs.</strong> Hosts without an NVIDIA GPU report the GPU that the vLLM simulator models;
@@ -45,12 +63,29 @@ export function DashboardPage() {
       <div className="grid-3">
         <Card title="Hosts">
           <div className="stat" data-testid="stat-hosts">
-            {hosts.data?.results.filter((h) => h.reachable).length ?? "—"} / {hosts.data?.count ?? "—"} online
+            {summary.data ? summary.data.hosts.total - summary.data.hosts.down.count : "—"} / {summary.data?.hosts.total ?? "—"} online
           </div>
+          {down && down.count > 0 && (
+            <div className="hosts-down" data-testid="hosts-down">
+              Down:{" "}
+              {down.names.map((name, i) => (
+                <span key={name}>
+                  {i > 0 && ", "}
+                  <Link to={`/nodes?hq=${encodeURIComponent(name)}`}>{name}</Link>
+                </span>
+              ))}
+              {down.count > down.names.length && (
+                <>
+                  {" "}
+                  and <Link to="/nodes?hstate=down">{down.count - down.names.length} more</Link>
+                </>
+              )}
+            </div>
+          )}
         </Card>
         <Card title="Engines">
           <div className="stat" data-testid="stat-engines">
-            {ready} / {deployments.data?.count ?? "—"} ready · {running.toFixed(0)} running requests
+            {ready} / {summary.data?.deployments.total ?? deployments.data?.count ?? "—"} ready · {running.toFixed(0)} running requests
           </div>
         </Card>
         <Card title="Throughput">
@@ -60,6 +95,59 @@ export function DashboardPage() {
         </Card>
       </div>
       <div style={{ height: 16 }} />
+      <Card title="Pools" testId="pools-card">
+        <Table
+          testId="pools-table"
+          rows={summary.data?.pools}
+          loading={summary.loading}
+          rowKey={(p) => p.served_model_name}
+          empty="No deployments yet."
+          columns={[
+            { header: "Serves as", cell: (p) => <Link to={`/nodes?q=${encodeURIComponent(p.served_model_name)}`}><code>{p.served_model_name}</code></Link> },
+            { header: "Ready", className: "num", cell: (p) => `${p.ready} / ${p.engines}` },
+            { header: "Running", className: "num", cell: (p) => p.running },
+            { header: "Waiting", className: "num", cell: (p) => p.waiting },
+            { header: "Tokens/s", className: "num", cell: (p) => p.tokens_per_s.toFixed(0) },
+            { header: "KV cache mean (max)", className: "num", cell: (p) => (p.kv_cache_usage_mean === null ? "—" : `${formatPct(p.kv_cache_usage_mean)} (${formatPct(p.kv_cache_usage_max)})`) },
+          ]}
+        />
+      </Card>
+      <div style={{ height: 16 }} />
+      {big && summary.data && (
+        <div className="grid-2">
+          <Card title={`Busiest engines (of ${summary.data.deployments.total})`} testId="busiest-card">
+            <Table
+              testId="busiest-engines"
+              rows={summary.data.busiest_engines}
+              rowKey={(e) => e.id}
+              empty="No engine reports live values."
+              columns={[
+                { header: "Deployment", cell: (e) => <Link to={`/nodes/deployments/${e.id}`}>{e.name}</Link> },
+                { header: "Host", cell: (e) => e.host_name },
+                { header: "KV cache", className: "num", cell: (e) => formatPct(e.kv_cache_usage_perc) },
+                { header: "Waiting", className: "num", cell: (e) => e.num_requests_waiting },
+                { header: "Tokens/s", className: "num", cell: (e) => e.tokens_per_s.toFixed(0) },
+              ]}
+            />
+          </Card>
+          <Card title={`Hottest GPUs (of ${summary.data.gpus.total})`} testId="hottest-card">
+            <Table
+              testId="hottest-gpus"
+              rows={summary.data.hottest_gpus}
+              rowKey={(g) => `${g.host_name}:${g.index}`}
+              empty="No GPU reports live values."
+              columns={[
+                { header: "GPU", cell: (g) => <Link to={`/nodes?hq=${encodeURIComponent(g.host_name)}`}>{`${g.host_name} · GPU ${g.index}`}</Link> },
+                { header: "Util", className: "num", cell: (g) => `${g.utilization_pct.toFixed(0)}%` },
+                { header: "Memory", className: "num", cell: (g) => `${formatBytes(g.memory_used_bytes)} / ${formatBytes(g.memory_total_bytes)}` },
+                { header: "Temp", className: "num", cell: (g) => (g.temperature_c === null ? "—" : `${g.temperature_c.toFixed(0)} °C`) },
+              ]}
+            />
+          </Card>
+        </div>
+      )}
+      {!big && (
+      <>
       <Card title="GPUs" testId="gpu-card">
         {gpus.length === 0 && <p className="muted">No GPUs reported yet: start a node agent.</p>}
         <div className="gpu-grid">
@@ -124,6 +212,8 @@ export function DashboardPage() {
           ))}
         </div>
       </Card>
+      </>
+      )}
       <div style={{ height: 16 }} />
       <FleetHistory hosts={hosts.data?.results ?? []} deployments={deployments.data?.results ?? []} />
     </Page>

@@ -1,27 +1,94 @@
-import { useState } from "react";
+import { useState, type ReactNode } from "react";
 import { Link, useNavigate } from "react-router-dom";
 import { api } from "../../api/client";
 import { useAuth } from "../../auth";
+import { DebouncedInputField, SelectField } from "../../components/Field";
 import { Card, ErrorState, Page } from "../../components/Page";
 import { StatusBadge } from "../../components/StatusBadge";
-import { Table } from "../../components/Table";
+import { Pagination, Table } from "../../components/Table";
+import { useQueryParams } from "../../hooks/useQueryParams";
 import { DeployWizard } from "./DeployWizard";
 import { AddHostDialog, AgentTokenActions, AgentTokenDialog } from "./HostDialogs";
-import type { Host } from "../../api/types";
+import type { Page as ApiPage, Host } from "../../api/types";
+import { useApi } from "../../hooks/useApi";
 import "./nodes.css";
 import { GpuUtilizationChart } from "./charts";
 import { ageSeconds, formatBytes, formatPct } from "../../format";
 import { useFleet } from "./useFleet";
 import { gpuKey } from "./useFleetLive";
 
-/** Hosts with their GPUs and heartbeats, and every deployment on them. */
+// Page sizes: a host card holds its GPUs' charts, so fewer of them than deployment rows.
+const HOSTS_LIMIT = 12;
+const DEPLOYMENTS_LIMIT = 50;
+
+const HOST_STATES = [
+  { value: "", label: "Any state" },
+  { value: "down", label: "Down (no recent heartbeat)" },
+  { value: "online", label: "Online" },
+  { value: "unreachable", label: "Unreachable" },
+  { value: "unknown", label: "Never seen" },
+  { value: "draining", label: "Draining" },
+];
+
+const DEPLOYMENT_STATES = [
+  { value: "", label: "Any state" },
+  ...["ready", "starting", "degraded", "sleeping", "pending", "verifying", "stopping", "stopped", "failed", "crashed"].map((state) => ({
+    value: state,
+    label: state,
+  })),
+];
+
+/** A column header that sorts the list on the server (`?ordering=`): click once ascending, again descending. */
+function SortHeader({ label, field, ordering, onOrder }: { label: ReactNode; field: string; ordering: string; onOrder: (o: string) => void }) {
+  const active = ordering === field ? "asc" : ordering === `-${field}` ? "desc" : null;
+  return (
+    <button
+      type="button"
+      className="btn-link sort-header"
+      data-testid={`sort-${field}`}
+      aria-sort={active === "asc" ? "ascending" : active === "desc" ? "descending" : "none"}
+      onClick={() => onOrder(active === "asc" ? `-${field}` : field)}
+    >
+      {label} {active === "asc" ? "▲" : active === "desc" ? "▼" : ""}
+    </button>
+  );
+}
+
+/** Hosts with their GPUs and heartbeats, and the deployments on them: both paged, filtered and sorted on the
+ * server, with totals, so a fleet of thousands loads a page at a time. Filters live in the URL. */
 export function NodesPage() {
   const { isAdmin } = useAuth();
   const navigate = useNavigate();
   const [deploying, setDeploying] = useState(false);
   const [adding, setAdding] = useState(false);
   const [tokenShown, setTokenShown] = useState<Host | null>(null);
-  const { hosts, deployments, live } = useFleet();
+  const { get, set, setAll } = useQueryParams();
+  const hostState = get("hstate");
+  const hostOffset = Number(get("hoffset")) || 0;
+  const offset = Number(get("offset")) || 0;
+  const ordering = get("ordering") || "name";
+  const setHostFilter = (name: string, value: string) => setAll({ [name]: value, hoffset: "" });
+  const { hosts, deployments, live } = useFleet(
+    {
+      limit: HOSTS_LIMIT,
+      offset: hostOffset,
+      search: get("hq"),
+      ordering: "name",
+      ...(hostState === "down" ? { down: "true" } : { state: hostState }),
+    },
+    {
+      limit: DEPLOYMENTS_LIMIT,
+      offset,
+      search: get("q"),
+      state: get("state"),
+      model: get("model"),
+      host_name: get("host"),
+      ordering,
+    },
+  );
+  // The wizard picks from every host, not the page shown: read when it opens.
+  const wizardHosts = useApi<ApiPage<Host>>(deploying ? "/api/hosts/" : null, { limit: 1000, ordering: "name" });
+  const sort = (label: ReactNode, field: string) => <SortHeader label={label} field={field} ordering={ordering} onOrder={(o) => set("ordering", o)} />;
 
   return (
     <Page
@@ -41,6 +108,16 @@ export function NodesPage() {
       }
     >
       <ErrorState error={hosts.error || deployments.error} onRetry={() => (hosts.reload(), deployments.reload())} />
+      <div className="filters" data-testid="host-filters">
+        <DebouncedInputField label="Find hosts" name="hq" placeholder="name, address or role" value={get("hq")} onCommit={(v) => setHostFilter("hq", v)} />
+        <SelectField label="Host state" name="hstate" options={HOST_STATES} value={hostState} onChange={(e) => setHostFilter("hstate", e.target.value)} />
+        {hosts.data && (
+          <span className="muted" data-testid="hosts-total">
+            {hosts.data.count} {hosts.data.count === 1 ? "host" : "hosts"}
+          </span>
+        )}
+      </div>
+      {hosts.data?.results.length === 0 && <p className="muted">{get("hq") || hostState ? "No hosts match these filters." : "No hosts yet: register one."}</p>}
       <div className="host-grid" data-testid="hosts">
         {hosts.data?.results.map((host) => {
           const telemetry = live.hosts[host.name];
@@ -114,24 +191,42 @@ export function NodesPage() {
           );
         })}
       </div>
+      {hosts.data && hosts.data.count > HOSTS_LIMIT && (
+        <div data-testid="hosts-pagination">
+          <Pagination count={hosts.data.count} limit={HOSTS_LIMIT} offset={hostOffset} onOffset={(o) => set("hoffset", o ? String(o) : "")} />
+        </div>
+      )}
       <div style={{ height: 16 }} />
       <Card title="Deployments" testId="deployments-card">
+        <div className="filters" data-testid="deployment-filters">
+          <DebouncedInputField label="Find deployments" name="q" placeholder="name, served name, host or model" value={get("q")} onCommit={(v) => set("q", v)} />
+          <SelectField label="State" name="state" options={DEPLOYMENT_STATES} value={get("state")} onChange={(e) => set("state", e.target.value)} />
+          <DebouncedInputField label="Model" name="model" placeholder="model name" value={get("model")} onCommit={(v) => set("model", v)} />
+          <DebouncedInputField label="Host" name="host" placeholder="host name" value={get("host")} onCommit={(v) => set("host", v)} />
+        </div>
         <Table
           testId="deployments-table"
           rows={deployments.data?.results}
           loading={deployments.loading}
           rowKey={(d) => d.id}
           onRowClick={(d) => navigate(`/nodes/deployments/${d.id}`)}
-          empty="No deployments yet."
+          empty={get("q") || get("state") || get("model") || get("host") ? "No deployments match these filters." : "No deployments yet."}
+          pagination={
+            deployments.data && (
+              <div data-testid="deployments-pagination">
+                <Pagination count={deployments.data.count} limit={DEPLOYMENTS_LIMIT} offset={offset} onOffset={(o) => set("offset", o ? String(o) : "")} />
+              </div>
+            )
+          }
           columns={[
-            { header: "Name", cell: (d) => <Link to={`/nodes/deployments/${d.id}`}>{d.name}</Link> },
+            { header: sort("Name", "name"), cell: (d) => <Link to={`/nodes/deployments/${d.id}`}>{d.name}</Link> },
             { header: "Model", cell: (d) => d.model_version_label },
-            { header: "Serves as", cell: (d) => <code>{d.served_model_name}</code> },
-            { header: "Engine", cell: (d) => d.engine },
-            { header: "Host", cell: (d) => `${d.host_name}${d.gpu_indices.length ? ` · GPU ${d.gpu_indices.join(",")}` : " · CPU"}` },
-            { header: "Port", className: "num", cell: (d) => d.port },
+            { header: sort("Serves as", "served_model_name"), cell: (d) => <code>{d.served_model_name}</code> },
+            { header: sort("Engine", "engine"), cell: (d) => d.engine },
+            { header: sort("Host", "host__name"), cell: (d) => `${d.host_name}${d.gpu_indices.length ? ` · GPU ${d.gpu_indices.join(",")}` : " · CPU"}` },
+            { header: sort("Port", "port"), className: "num", cell: (d) => d.port },
             {
-              header: "State",
+              header: sort("State", "state"),
               cell: (d) => (
                 <span data-testid={`deployment-state-${d.id}`}>
                   <StatusBadge status={live.engines[d.id]?.state ?? d.state} />
@@ -171,7 +266,7 @@ export function NodesPage() {
       <AgentTokenDialog host={tokenShown} onClose={() => setTokenShown(null)} />
       {deploying && (
         <DeployWizard
-          hosts={hosts.data?.results ?? []}
+          hosts={wizardHosts.data?.results ?? []}
           onClose={() => setDeploying(false)}
           onCreated={(d) => navigate(`/nodes/deployments/${d.id}`)}
         />
