@@ -67,13 +67,7 @@ def read_live(redis_key: str) -> dict[str, Any] | None:
         raw = get_redis().get(redis_key)
     except Exception:  # redis errors must never break a page that only decorates with live data
         return None
-    if raw is None:
-        return None
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+    return None if raw is None else _live_value(raw)
 
 
 def read_live_many(redis_keys: list[str]) -> dict[str, dict[str, Any]]:
@@ -86,18 +80,22 @@ def read_live_many(redis_keys: list[str]) -> dict[str, dict[str, Any]]:
         return {}
     out: dict[str, dict[str, Any]] = {}
     for redis_key, raw in zip(redis_keys, raws, strict=True):
-        if raw is None:
-            continue
-        try:
-            value = orjson.loads(raw)  # a fleet summary reads thousands: json.loads was most of its time
-        except orjson.JSONDecodeError:
-            try:  # what orjson refuses and json takes (NaN, from a writer using json.dumps)
-                value = json.loads(raw)
-            except ValueError:
-                continue
-        if isinstance(value, dict):
+        value = None if raw is None else _live_value(raw)
+        if value is not None:
             out[redis_key] = value
     return out
+
+
+def _live_value(raw: bytes | str) -> dict[str, Any] | None:
+    """A live record (a JSON object), or None when it is not one."""
+    try:
+        value = orjson.loads(raw)  # a fleet summary reads thousands: json.loads was most of its time
+    except orjson.JSONDecodeError:
+        try:  # what orjson refuses and json takes (NaN, from a writer using json.dumps)
+            value = json.loads(raw)
+        except ValueError:
+            return None
+    return value if isinstance(value, dict) else None
 
 
 SERVING_STATES = frozenset({DeploymentState.READY, DeploymentState.DEGRADED})

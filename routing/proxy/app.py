@@ -14,7 +14,7 @@ import contextlib
 import gc
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -113,6 +113,31 @@ def apply_settings() -> None:
             ) from None
 
 
+class Coalesced:
+    """`job` run once, `window()` seconds after the first request since its last run: a burst of requests
+    shares one run. A request made while the job runs gets a run of its own after it."""
+
+    def __init__(self, window: Callable[[], float], job: Callable[[], Awaitable[None]], what: str) -> None:
+        self.window = window
+        self.job = job
+        self.what = what
+        self.pending = False
+
+    def request(self) -> None:
+        if self.pending:
+            return
+        self.pending = True
+        asyncio.get_running_loop().create_task(self._later())
+
+    async def _later(self) -> None:
+        await asyncio.sleep(self.window())
+        self.pending = False
+        try:
+            await self.job()
+        except Exception:
+            log.exception("proxy: %s failed", self.what)
+
+
 class Proxy:
     """The proxy's state for one process (one event loop) and its ASGI entry point."""
 
@@ -122,7 +147,8 @@ class Proxy:
         self.redis: aioredis.Redis | None = None
         self.pairs: RequestLogWriter | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._reload_pending = False
+        # A burst of changes shares one reload, after Proxy.reload_window.
+        self._reloads = Coalesced(self.reload_window, self.reload_snapshot, "config reload")
         self.reload_seconds = 0.0  # how long the last snapshot load took (it sets the coalescing window)
         self.reloads = 0
         # What the snapshot was built from, so one deployment's change rebuilds its alias only
@@ -131,7 +157,8 @@ class Proxy:
         # Deployments (by id, and all those of a host, by name) whose change waits for the next patch.
         self._patch_ids: set[int] = set()
         self._patch_hosts: set[str] = set()
-        self._patch_pending = False
+        # A short fixed window: a patch costs one small query, whatever the fleet's size.
+        self._patches = Coalesced(lambda: RELOAD_WINDOW_MIN_S, self.patch_snapshot, "snapshot patch")
         self.patches = 0
         self.patch_seconds = 0.0  # how long the last patch took, its database read included
         # Loads and patches one at a time, each reading the database after the one before it applied:
@@ -284,39 +311,14 @@ class Proxy:
         return min(RELOAD_WINDOW_MAX_S, max(RELOAD_WINDOW_MIN_S, 10 * self.reload_seconds))
 
     def _schedule_reload(self) -> None:
-        if self._reload_pending:
-            return
-        self._reload_pending = True
-
-        async def later() -> None:
-            await asyncio.sleep(self.reload_window())  # coalesce a burst of changes into one reload
-            self._reload_pending = False
-            try:
-                await self.reload_snapshot()
-            except Exception:
-                log.exception("proxy: config reload failed")
-
-        asyncio.get_running_loop().create_task(later())
+        self._reloads.request()
 
     def _schedule_patch(self, deployment_id: int | None = None, host: str | None = None) -> None:
         if deployment_id is not None:
             self._patch_ids.add(deployment_id)
         if host is not None:
             self._patch_hosts.add(host)
-        if self._patch_pending:
-            return
-        self._patch_pending = True
-
-        async def later() -> None:
-            # A short fixed window: a patch costs one small query, whatever the fleet's size.
-            await asyncio.sleep(RELOAD_WINDOW_MIN_S)
-            self._patch_pending = False
-            try:
-                await self.patch_snapshot()
-            except Exception:
-                log.exception("proxy: snapshot patch failed")
-
-        asyncio.get_running_loop().create_task(later())
+        self._patches.request()
 
     def drop_keys(
         self, *, key_id: int | None = None, digest: str | None = None, tenant_id: int | None = None

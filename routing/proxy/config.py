@@ -430,12 +430,19 @@ class DeploymentRow:
     block_size: int | None
     role: str
     version_id: int
-    version_label: str
+    model_name: str
+    revision: str
     engine: str
     extra_args: list[str]
     sleeping_level: int
 
+    @property
+    def version_label(self) -> str:
+        """The version's "model@revision", as str(ModelVersion) gives it."""
+        return f"{self.model_name}@{self.revision}"
 
+
+# DeploymentRow's fields in order, as `values_list` reads them.
 _ROW_FIELDS = (
     "pk",
     "state",
@@ -458,49 +465,12 @@ _ROW_FIELDS = (
 
 def deployment_rows(rows: models.QuerySet[Deployment]) -> list[DeploymentRow]:
     """`rows` (a Deployment queryset) as DeploymentRows, in its order."""
-    out: list[DeploymentRow] = []
-    for (
-        pk,
-        state,
-        name,
-        host,
-        address,
-        port,
-        token,
-        mml,
-        bs,
-        role,
-        vid,
-        model,
-        rev,
-        engine,
-        args,
-        level,
-    ) in rows.values_list(*_ROW_FIELDS):
-        out.append(
-            DeploymentRow(
-                pk,
-                state,
-                name,
-                host,
-                address,
-                port,
-                token,
-                mml,
-                bs,
-                role,
-                vid,
-                f"{model}@{rev}",
-                engine,
-                list(args or []),
-                level,
-            )
-        )
-    return out
+    return [DeploymentRow(*row) for row in rows.values_list(*_ROW_FIELDS)]
 
 
 def _endpoint(dep: DeploymentRow) -> Endpoint:
     """The Endpoint of one deployment."""
+    args = dep.extra_args or []
     return Endpoint(
         id=str(dep.pk),
         deployment_id=dep.pk,
@@ -512,8 +482,8 @@ def _endpoint(dep: DeploymentRow) -> Endpoint:
         role=dep.role,
         version_id=dep.version_id,
         engine=dep.engine,
-        embeddings=_serves_embeddings(dep.engine, dep.extra_args),
-        sim_builtin_tokenizer=dep.engine == "sim" and not _has_flag(dep.extra_args, "--tokenizer"),
+        embeddings=_serves_embeddings(dep.engine, args),
+        sim_builtin_tokenizer=dep.engine == "sim" and not _has_flag(args, "--tokenizer"),
         sleeping_level=dep.sleeping_level if dep.state == DeploymentState.SLEEPING else 0,
     )
 

@@ -33,6 +33,7 @@ from routing.proxy.config import (
     patch_deployments,
 )
 from tests.routing.fleet import ensure_alias
+from tests.routing.rollouts import new_version
 
 pytestmark = pytest.mark.django_db
 
@@ -73,9 +74,7 @@ def test_each_change_patches_to_what_a_full_load_builds() -> None:
     # Aliases are created before the first load: a new one is a "model_alias" change, a full reload.
     alpha, beta, gamma = ensure_alias("alpha"), ensure_alias("beta"), ensure_alias("gamma")
     v1 = alpha.active_version
-    v2 = ModelVersion.objects.create(
-        model=v1.model, revision="v2", source_kind="directory", source_path="/models/v2", max_context=8192
-    )
+    v2 = new_version(alpha, "v2")
     h1 = Host.objects.create(name="patch-h1", address="10.0.0.1")
     h2 = Host.objects.create(name="patch-h2", address="10.0.0.2")
     ports = iter(range(9100, 9200))

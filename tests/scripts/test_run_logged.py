@@ -44,19 +44,26 @@ def test_pytests_own_error_statuses_are_named(tmp_path: Path) -> None:
     assert "exited 3 (internal error)" in result.stdout
 
 
-def test_sigterm_reaches_the_command_which_still_prints_its_summary(tmp_path: Path) -> None:
-    log = tmp_path / "run.log"
-    code = (
-        "import signal, sys, time\n"
-        "signal.signal(signal.SIGTERM, lambda *a: (print('summary', flush=True), sys.exit(2)))\n"
-        "print('ready', flush=True)\n"
-        "time.sleep(30)\n"
-    )
-    proc = subprocess.Popen(
-        [sys.executable, str(SCRIPT), str(log), "--", sys.executable, "-c", code],
+# A command that says "ready", then waits; on SIGTERM it prints its summary and exits 2, as pytest does.
+SUMMARY_ON_SIGTERM = (
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, lambda *a: (print('summary', flush=True), sys.exit(2)))\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(30)\n"
+)
+
+
+def start_summary_on_sigterm(log: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(SCRIPT), str(log), "--", sys.executable, "-c", SUMMARY_ON_SIGTERM],
         stdout=subprocess.PIPE,
         text=True,
     )
+
+
+def test_sigterm_reaches_the_command_which_still_prints_its_summary(tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    proc = start_summary_on_sigterm(log)
     assert proc.stdout is not None
     assert proc.stdout.readline() == "ready\n"
     began = time.monotonic()
@@ -74,19 +81,9 @@ def test_sigterm_reaches_the_command_when_the_caller_blocked_it(tmp_path: Path) 
     it started run_logged left both run_logged and its command deaf to it (the flake: the command slept
     its 30 s and exited 0); run_logged unblocks the signals it promises to pass on."""
     log = tmp_path / "run.log"
-    code = (
-        "import signal, sys, time\n"
-        "signal.signal(signal.SIGTERM, lambda *a: (print('summary', flush=True), sys.exit(2)))\n"
-        "print('ready', flush=True)\n"
-        "time.sleep(30)\n"
-    )
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
     try:
-        proc = subprocess.Popen(
-            [sys.executable, str(SCRIPT), str(log), "--", sys.executable, "-c", code],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        proc = start_summary_on_sigterm(log)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     assert proc.stdout is not None
