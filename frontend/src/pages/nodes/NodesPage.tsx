@@ -62,12 +62,13 @@ export function NodesPage() {
   const [deploying, setDeploying] = useState(false);
   const [adding, setAdding] = useState(false);
   const [tokenShown, setTokenShown] = useState<Host | null>(null);
-  const { get, set, setAll } = useQueryParams();
+  const { get, set, update } = useQueryParams();
   const hostState = get("hstate");
   const hostOffset = Number(get("hoffset")) || 0;
   const offset = Number(get("offset")) || 0;
   const ordering = get("ordering") || "name";
-  const setHostFilter = (name: string, value: string) => setAll({ [name]: value, hoffset: "" });
+  // The hosts have a pager of their own: a host filter starts it again and leaves the deployments' page.
+  const setHostFilter = (name: string, value: string) => update({ [name]: value, hoffset: "", offset: get("offset") });
   const { hosts, deployments, live } = useFleet(
     {
       limit: HOSTS_LIMIT,

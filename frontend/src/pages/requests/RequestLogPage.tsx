@@ -1,5 +1,4 @@
-import { useCallback, useState } from "react";
-import { useSearchParams } from "react-router-dom";
+import { useState } from "react";
 import { Dialog } from "../../components/Dialog";
 import { DebouncedInputField, InputField, SelectField } from "../../components/Field";
 import { Card, ErrorState, Page } from "../../components/Page";
@@ -7,6 +6,7 @@ import { StatusBadge } from "../../components/StatusBadge";
 import { Table } from "../../components/Table";
 import { formatDateTime, formatNumber, isoToLocalInput, localInputToIso } from "../../format";
 import { useApi, type ApiResource } from "../../hooks/useApi";
+import { useQueryParams } from "../../hooks/useQueryParams";
 import "../routing/routing.css";
 import type { Page as ApiPage, RequestLogPage, RequestLogRow, RequestLogStage, Tenant, UsageBucket } from "../../api/types";
 
@@ -93,33 +93,9 @@ function TenantPicker({ value, tenants, onChange }: { value: string; tenants: Ap
   );
 }
 
-/** Filters in the URL; any change but paging starts again from the newest page. One update per change,
- * so that several keys (e.g. status and status_min) change together. */
-function useFilters() {
-  const [params, setParams] = useSearchParams();
-  const get = useCallback((name: string) => params.get(name) ?? "", [params]);
-  const update = useCallback(
-    (changes: Record<string, string>) =>
-      setParams(
-        (previous) => {
-          const next = new URLSearchParams(previous);
-          for (const [name, value] of Object.entries(changes)) {
-            if (value) next.set(name, value);
-            else next.delete(name);
-          }
-          if (!("cursor" in changes)) next.delete("cursor");
-          return next;
-        },
-        { replace: true },
-      ),
-    [setParams],
-  );
-  const clear = useCallback(() => setParams(new URLSearchParams(), { replace: true }), [setParams]);
-  return { get, update, clear };
-}
-
 export function RequestLogPage() {
-  const { get, update, clear } = useFilters();
+  // Any change but paging starts again from the newest page (the cursor dropped).
+  const { get, update, clear } = useQueryParams("cursor");
   const query: Record<string, string | number> = { page_size: PAGE_SIZE };
   for (const name of FILTERS) query[name] = get(name);
   const rows = useApi<RequestLogPage>("/api/request-log/", query);
