@@ -10,43 +10,56 @@ Simulated agents then write, before every tick, a fresh live record per GPU and 
 request-log rows of one 10 s bucket (`--requests` rows over the pools and tenants, a quarter of them long
 prompts) are inserted. Each tick runs what beat runs every 10 s (`rollup_tick`), with the 1 min / 1 h
 aggregation every sixth tick (beat: every minute) and pruning at the end, over `--ticks` ticks of
-simulated time ending now. Every SQL statement the rollup code runs is counted (execute_wrapper):
-writes (INSERT, UPDATE, DELETE) per tick and per host per 10 s, reads, rows written, and each tick's
+simulated time ending now. Every SQL statement the rollup code runs is counted (Django's debug cursor):
+writes (INSERT, UPDATE, DELETE, COPY) per tick and per host per 10 s, reads, rows written, and each tick's
 time. Budget (issue 21): under one database write per host per 10 s. JSON in var/bench/rollup_writes.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import cProfile
 import datetime as dt
 import json
 import os
+import pstats
 import random
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH_DIR = REPO / "var" / "bench"
-WRITES = ("INSERT", "UPDATE", "DELETE")
+WRITES = ("INSERT", "UPDATE", "DELETE", "COPY")
 
 
 class StatementCounter:
-    """Counts the statements run through a connection (execute_wrapper), by their first word."""
+    """Counts the statements a block runs on a connection, by their first word: what Django's debug
+    cursor logs, plus the COPY the rollup code logs there itself (a COPY bypasses execute())."""
 
-    def __init__(self) -> None:
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
         self.writes = 0
         self.reads = 0
 
-    def __call__(self, execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
-        if sql.lstrip().upper().startswith(WRITES):
-            self.writes += 1
-        else:
-            self.reads += 1
-        return execute(sql, params, many, context)
+    @contextlib.contextmanager
+    def counting(self) -> Iterator[None]:
+        self.connection.force_debug_cursor = True
+        self.connection.queries_log.clear()
+        try:
+            yield
+        finally:
+            for query in self.connection.queries_log:
+                sql = query["sql"].lstrip().upper()
+                if sql.startswith(WRITES) or (sql.startswith("WITH") and "INSERT INTO" in sql):
+                    self.writes += 1
+                else:
+                    self.reads += 1
+            self.connection.force_debug_cursor = False
 
 
 def main() -> None:
@@ -59,6 +72,9 @@ def main() -> None:
     parser.add_argument("--tenants", type=int, default=200)
     parser.add_argument("--requests", type=int, default=2000, help="request-log rows per 10 s bucket")
     parser.add_argument("--ticks", type=int, default=60)
+    parser.add_argument(
+        "--profile", action="store_true", help="cProfile's top functions of the last ticks and aggregation"
+    )
     options = parser.parse_args()
 
     setup_django("rollup", options.database_url)
@@ -96,10 +112,14 @@ def main() -> None:
         pipe = r.pipeline(transaction=False)
         for host in hosts:
             for i in range(options.gpus):
+                # What NVML gives the agent (nodes/agent/gpus.py): whole percent and degrees, memory
+                # in bytes (an integer), power in milliwatts.
                 sample = {
-                    "index": i, "ts": ts, "simulated": False, "utilization_pct": rng.uniform(20, 100),
-                    "memory_used_bytes": rng.uniform(40, 78) * 2**30, "memory_total_bytes": 80 * 2**30,
-                    "temperature_c": rng.uniform(40, 80), "power_watts": rng.uniform(150, 700),
+                    "index": i, "ts": ts, "simulated": False,
+                    "utilization_pct": float(rng.randint(20, 100)),
+                    "memory_used_bytes": rng.randint(40 * 2**30, 78 * 2**30),
+                    "memory_total_bytes": 80 * 2**30, "temperature_c": float(rng.randint(40, 80)),
+                    "power_watts": rng.randint(150_000, 700_000) / 1000,
                 }  # fmt: skip
                 pipe.set(live_gpu_key(host.name, i), json.dumps(sample), ex=600)
         for dep in deployments:
@@ -129,9 +149,10 @@ def main() -> None:
             for _ in range(options.requests)
         )
 
-    counter = StatementCounter()
+    counter = StatementCounter(connection)
     rows_before = MetricRollup.objects.count()
     per_tick: list[dict[str, float]] = []
+    aggregate_runs: list[dict[str, float]] = []
     try:
         for k in range(options.ticks):
             now = first + 10 * k + 3.0
@@ -139,20 +160,29 @@ def main() -> None:
             proxy_writes(services.bucket_start(now, 10) - services.REQUEST_LAG_SECONDS)
             writes, reads = counter.writes, counter.reads
             began = time.perf_counter()
-            with connection.execute_wrapper(counter):
+            profiler = cProfile.Profile() if options.profile and k >= options.ticks - 6 else None
+            with counter.counting(), profiler or contextlib.nullcontext():
                 offered = services.rollup_tick(now)
-                if k % 6 == 5:
-                    services.aggregate_all(now)
+            tick_ms = (time.perf_counter() - began) * 1000
+            if k % 6 == 5:  # beat's other task, once a minute: timed apart
+                began = time.perf_counter()
+                with counter.counting(), profiler or contextlib.nullcontext():
+                    aggregated = services.aggregate_all(now)
+                aggregate_runs.append(
+                    {"ms": (time.perf_counter() - began) * 1000, "rows": sum(a.rows for a in aggregated)}
+                )
+            if profiler is not None:
+                pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(25)
             per_tick.append(
                 {
-                    "ms": (time.perf_counter() - began) * 1000,
+                    "ms": tick_ms,
                     "writes": counter.writes - writes,
                     "reads": counter.reads - reads,
                     "rows": offered,
                 }
             )
         prune_writes = counter.writes
-        with connection.execute_wrapper(counter):
+        with counter.counting():
             prune_began = time.perf_counter()
             services.prune(first + 10 * options.ticks)
             prune_ms = (time.perf_counter() - prune_began) * 1000
@@ -164,10 +194,16 @@ def main() -> None:
     table_bytes = None
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_total_relation_size('routing_metricrollup')")
-            table_bytes = cursor.fetchone()[0]
+            # A partitioned table's own size is 0: its partitions hold the rows and indexes.
+            cursor.execute(
+                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                "WHERE c.oid = 'routing_metricrollup'::regclass OR c.oid IN "
+                "(SELECT inhrelid FROM pg_inherits WHERE inhparent = 'routing_metricrollup'::regclass)"
+            )
+            table_bytes = int(cursor.fetchone()[0])
     total_writes = sum(t["writes"] for t in per_tick)
     times = sorted(t["ms"] for t in per_tick)
+    agg_times = sorted(a["ms"] for a in aggregate_runs)
     result = {
         "hosts": options.hosts,
         "gpus": options.hosts * options.gpus,
@@ -187,6 +223,10 @@ def main() -> None:
         "tick_ms_median": round(statistics.median(times), 1),
         "tick_ms_p95": round(times[int(0.95 * (len(times) - 1))], 1),
         "tick_ms_max": round(times[-1], 1),
+        "aggregate_runs": len(aggregate_runs),
+        "aggregate_rows_median": statistics.median(a["rows"] for a in aggregate_runs or [{"rows": 0}]),
+        "aggregate_ms_median": round(statistics.median(agg_times), 1) if agg_times else None,
+        "aggregate_ms_max": round(agg_times[-1], 1) if agg_times else None,
         "prune_writes": prune_writes,
         "prune_ms": round(prune_ms, 1),
         "table_bytes": table_bytes,

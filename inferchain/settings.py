@@ -391,6 +391,9 @@ REQUEST_LOG_RETENTION_DAYS = env_int("REQUEST_LOG_RETENTION_DAYS", 30)
 HISTORY_KEEP_10S_HOURS = env_float("HISTORY_KEEP_10S_HOURS", 24.0)
 HISTORY_KEEP_1MIN_DAYS = env_float("HISTORY_KEEP_1MIN_DAYS", 7.0)
 HISTORY_KEEP_1H_DAYS = env_float("HISTORY_KEEP_1H_DAYS", 90.0)
+# ... and at most this much disk (PostgreSQL): past it the oldest 10 s, then 1 min, then 1 h partitions go
+# first, down to a floor per resolution (routing/rollups/partitions.py FLOOR; docs/capacity.md).
+HISTORY_MAX_GB = env_float("HISTORY_MAX_GB", 5.0)
 REQUEST_LOG_PARTITIONS_AHEAD = env_int("REQUEST_LOG_PARTITIONS_AHEAD", 3)
 REQUEST_LOG_SPOOL_DIR = Path(
     env_str("REQUEST_LOG_SPOOL_DIR", str(BASE_DIR / "var" / "spool" / "request_log"))

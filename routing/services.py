@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
+from core import partitions
 from core.redis_client import publish_config_change
 from routing.models import RequestLog
 
@@ -29,10 +30,6 @@ log = logging.getLogger(__name__)
 PRUNE_BATCH = 10_000
 # pg_try_advisory_lock key shared by every process that maintains the request log ("reqlog").
 MAINTENANCE_LOCK = 0x7265716C6F67
-# DDL on the log waits at most this long for a lock: a long explorer query makes the step fail and
-# retry next hour, instead of queueing the proxy's inserts behind the waiting DDL.
-LOCK_TIMEOUT = "3s"
-
 TABLE = RequestLog._meta.db_table
 DEFAULT_PARTITION = f"{TABLE}_default"
 _DAY_PARTITION = re.compile(rf"^{TABLE}_p(\d{{8}})$")
@@ -82,15 +79,7 @@ def prune_request_log(retention_days: int | None = None, *, batch: int = PRUNE_B
 
 def request_log_is_partitioned() -> bool:
     """True when the request-log table is a partitioned PostgreSQL table."""
-    if connection.vendor != "postgresql":
-        return False
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT 1 FROM pg_partitioned_table p JOIN pg_class c ON c.oid = p.partrelid "
-            "WHERE c.oid = to_regclass(%s)",
-            [TABLE],
-        )
-        return cursor.fetchone() is not None
+    return partitions.is_partitioned(TABLE)
 
 
 def partition_name(day: dt.date) -> str:
@@ -106,61 +95,16 @@ def _utc_today() -> dt.date:
     return timezone.now().astimezone(dt.UTC).date()
 
 
-def _attached_partitions(cursor: Any) -> set[str]:
-    cursor.execute(
-        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
-        "WHERE i.inhparent = to_regclass(%s)",
-        [TABLE],
-    )
-    return {row[0] for row in cursor.fetchall()}
-
-
-def _set_lock_timeout(cursor: Any) -> None:
-    cursor.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
-
-
 def create_request_log_partition(day: dt.date) -> tuple[bool, int]:
-    """Create the partition for one UTC day unless it exists; returns (created, rows moved into it).
-
-    Rows the default partition already holds for that day are moved in the same transaction:
-    PostgreSQL refuses to attach a partition whose range has rows in the default partition. The
-    partition is built as a plain table and then ATTACHed, which takes only SHARE UPDATE EXCLUSIVE
-    on the parent (inserts and queries carry on) and ACCESS EXCLUSIVE on the default partition for
-    the move and its check; CREATE TABLE ... PARTITION OF would lock the whole parent.
-    """
-    name = partition_name(day)
+    """Create the partition for one UTC day unless it exists; returns (created, rows moved into it from
+    the default partition). core/partitions.py says how without stopping the proxy's inserts."""
     lo, hi = _bounds(day)
-    with transaction.atomic(), connection.cursor() as cursor:
-        if name in _attached_partitions(cursor):
-            return False, 0
-        _set_lock_timeout(cursor)
-        # Locked first so that no row for this day can land in the default between move and attach.
-        cursor.execute(f"LOCK TABLE {DEFAULT_PARTITION} IN ACCESS EXCLUSIVE MODE")
-        if name in _attached_partitions(cursor):  # another process won the race (no lock shared)
-            return False, 0
-        cursor.execute(f"DROP TABLE IF EXISTS {name}")  # a leftover that never got attached
-        cursor.execute(f"CREATE TABLE {name} (LIKE {TABLE} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)")
-        # Lets ATTACH skip scanning the new table for rows outside the range.
-        cursor.execute(
-            f"ALTER TABLE {name} ADD CONSTRAINT {name}_range "
-            f"CHECK (created_at IS NOT NULL AND created_at >= '{lo}' AND created_at < '{hi}')"
-        )
-        cursor.execute(
-            f"WITH moved AS (DELETE FROM {DEFAULT_PARTITION} WHERE created_at >= %s AND created_at < %s "
-            f"RETURNING *) INSERT INTO {name} SELECT * FROM moved",
-            [lo, hi],
-        )
-        moved = cursor.rowcount
-        cursor.execute(f"ALTER TABLE {TABLE} ATTACH PARTITION {name} FOR VALUES FROM ('{lo}') TO ('{hi}')")
-        cursor.execute(f"ALTER TABLE {name} DROP CONSTRAINT {name}_range")
-        if moved:
-            cursor.execute(f"ANALYZE {name}")
-        return True, moved
-
-
-def _ensure_default_partition(cursor: Any) -> None:
-    if DEFAULT_PARTITION not in _attached_partitions(cursor):
-        cursor.execute(f"CREATE TABLE IF NOT EXISTS {DEFAULT_PARTITION} PARTITION OF {TABLE} DEFAULT")
+    return partitions.create_range_partition(
+        TABLE,
+        partition_name(day),
+        f"FROM ('{lo}') TO ('{hi}')",
+        f"created_at IS NOT NULL AND created_at >= '{lo}' AND created_at < '{hi}'",
+    )
 
 
 def _maintain_partitions(
@@ -168,8 +112,8 @@ def _maintain_partitions(
 ) -> None:
     oldest_kept = today - dt.timedelta(days=retention_days)
     with transaction.atomic(), connection.cursor() as cursor:
-        _set_lock_timeout(cursor)
-        _ensure_default_partition(cursor)
+        partitions.set_lock_timeout(cursor)
+        partitions.ensure_default(cursor, TABLE)
         # Days the default partition caught (the beat was down, or a clock ran ahead) that are still
         # inside retention get their partition now; older ones are deleted below.
         cursor.execute(
@@ -195,14 +139,12 @@ def _maintain_partitions(
     with connection.cursor() as cursor:
         expired = sorted(
             name
-            for name in _attached_partitions(cursor)
+            for name in partitions.attached(cursor, TABLE)
             if (m := _DAY_PARTITION.match(name)) and dt.datetime.strptime(m[1], "%Y%m%d").date() < oldest_kept
         )
     for name in expired:
         try:
-            with transaction.atomic(), connection.cursor() as cursor:
-                _set_lock_timeout(cursor)
-                cursor.execute(f"DROP TABLE {name}")
+            partitions.drop_partition(name)
         except DatabaseError as exc:
             log.warning("request log: partition %s not dropped (%s); retrying next run", name, exc)
             result.failed.append(name)
@@ -231,7 +173,7 @@ def maintain_request_log(
 
     Idempotent and safe to run from several processes at once: one holds a PostgreSQL advisory
     lock, the others return at once with `skipped`. Never blocks the proxy: its inserts do not wait
-    on this (each DDL step gives up after LOCK_TIMEOUT and is retried on the next run).
+    on this (each DDL step gives up after core.partitions.LOCK_TIMEOUT and is retried on the next run).
     """
     days = settings.REQUEST_LOG_RETENTION_DAYS if retention_days is None else retention_days
     if not request_log_is_partitioned():
@@ -259,18 +201,11 @@ def request_log_partitions() -> list[RequestLogPartition]:
     """The request log's partitions, oldest day first and the default last (empty when unpartitioned)."""
     if not request_log_is_partitioned():
         return []
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT c.relname, c.reltuples::bigint, pg_total_relation_size(c.oid) "
-            "FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = to_regclass(%s)",
-            [TABLE],
-        )
-        rows = cursor.fetchall()
     parts = []
-    for name, reltuples, size in rows:
+    for name, rows, size in partitions.sizes(TABLE):
         m = _DAY_PARTITION.match(name)
         day = dt.datetime.strptime(m[1], "%Y%m%d").date() if m else None
-        parts.append(RequestLogPartition(name, day, None if reltuples < 0 else reltuples, size))
+        parts.append(RequestLogPartition(name, day, rows, size))
     return sorted(parts, key=lambda p: (p.day is None, p.day or dt.date.min, p.name))
 
 

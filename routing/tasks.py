@@ -41,6 +41,7 @@ def aggregate_history_task() -> dict[str, int]:
 
 
 @app.task(name="routing.prune_history")
-def prune_history_task() -> dict[str, int]:
-    """Hourly: drops each resolution's points past its retention (HISTORY_KEEP_*)."""
-    return {str(k): v for k, v in rollups.prune().items()}
+def prune_history_task() -> dict[str, Any]:
+    """Hourly: the history's coming partitions created, each resolution's partitions past its retention
+    (HISTORY_KEEP_*) dropped (routing/rollups/partitions.py)."""
+    return rollups.prune().as_dict()

@@ -9,6 +9,7 @@ series, where no row means no requests (zero), up to the newest request point wr
 from __future__ import annotations
 
 import datetime as dt
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,10 +24,12 @@ from routing.rollups import stats
 from routing.rollups.services import (
     ENGINE_FIELDS,
     GPU_FIELDS,
+    PACKED_KINDS,
     REQUEST_KINDS,
     RESOLUTIONS,
     bucket_start,
     keep_seconds,
+    packed_row,
 )
 
 RANGES = {
@@ -66,10 +69,13 @@ UNITS: dict[str, str] = {
 SUBJECT_HELP = "Use gpu:<host>:<index>, engine:<deployment id>, pool:<pool name> or tenant:<tenant id>."
 
 
-def pick_resolution(span_s: float) -> int:
-    """The finest resolution that keeps `span_s` and draws it in at most MAX_POINTS points."""
+def pick_resolution(span_s: float, age_s: float | None = None) -> int:
+    """The finest resolution that still keeps a range starting `age_s` ago (default: a range ending
+    now, `span_s` long) and draws it in at most MAX_POINTS points. A past hour of yesterday is drawn
+    from 1 min points once its 10 s points are past retention, rather than as an empty chart."""
+    age = span_s if age_s is None else age_s
     for resolution in RESOLUTIONS:
-        if span_s <= keep_seconds(resolution) and span_s / resolution <= MAX_POINTS:
+        if age <= keep_seconds(resolution) and span_s / resolution <= MAX_POINTS:
             return resolution
     return RESOLUTIONS[-1]
 
@@ -77,8 +83,16 @@ def pick_resolution(span_s: float) -> int:
 @dataclass(frozen=True)
 class Subject:
     kind: str
-    key: str  # MetricRollup.subject
+    key: str  # the name's key: `<host>:<index>`, a deployment id, a pool name, a tenant id
     label: str
+    host: str = ""  # an engine's host, whose row keeps its points (services.packed_row)
+
+    @property
+    def row(self) -> tuple[str, str | None]:
+        """(MetricRollup.subject, the member of its values) where this subject's points are kept."""
+        if self.kind in PACKED_KINDS:
+            return packed_row(self.kind, self.key, self.host)
+        return self.key, None
 
     @property
     def name(self) -> str:
@@ -98,10 +112,10 @@ def parse_subject(text: str) -> Subject:
     if kind == RollupKind.ENGINE:
         if not rest.isdigit():
             raise ValueError(f"'{text}': an engine is engine:<deployment id>, e.g. engine:3.")
-        name = Deployment.objects.filter(pk=int(rest)).values_list("name", flat=True).first()
-        if name is None:
+        found = Deployment.objects.filter(pk=int(rest)).values_list("name", "host__name").first()
+        if found is None:
             raise ValueError(f"'{text}': no deployment with id {rest}.")
-        return Subject(RollupKind.ENGINE, str(int(rest)), name)
+        return Subject(RollupKind.ENGINE, str(int(rest)), found[0], host=found[1])
     if kind == RollupKind.POOL:
         # A pool is a RoutePool, or an alias without a policy, which the proxy routes as a pool of its own
         # name (routing/proxy/app.py); a pool since removed still has its history.
@@ -136,7 +150,7 @@ def _fields(kind: str) -> list[str]:
 def read(subjects: list[Subject], range_key: str, end: dt.datetime) -> dict[str, Any]:
     """The series of `subjects` over the range ending at `end`, as columns on one time grid."""
     span = RANGES[range_key]
-    resolution = pick_resolution(span)
+    resolution = pick_resolution(span, time.time() - end.timestamp() + span)
     last = bucket_start(end.timestamp(), resolution)
     first = last - span + resolution
     grid = [first + i * resolution for i in range(int(span // resolution))]
@@ -144,12 +158,12 @@ def read(subjects: list[Subject], range_key: str, end: dt.datetime) -> dict[str,
     at = {t: dt.datetime.fromtimestamp(t, dt.UTC) for t in (first, last)}
     points: dict[tuple[str, str], dict[float, Any]] = {}
     if subjects:
-        by_kind: dict[str, list[str]] = {}
+        by_kind: dict[str, set[str]] = {}
         for s in subjects:
-            by_kind.setdefault(s.kind, []).append(s.key)
+            by_kind.setdefault(s.kind, set()).add(s.row[0])
         which = Q()
-        for kind, keys in by_kind.items():
-            which |= Q(kind=kind, subject__in=keys)
+        for kind, rows_of_kind in by_kind.items():
+            which |= Q(kind=kind, subject__in=sorted(rows_of_kind))
         query = MetricRollup.objects.filter(
             which, resolution_s=resolution, bucket__gte=at[first], bucket__lte=at[last]
         ).values_list("kind", "subject", "bucket", "values")
@@ -160,7 +174,14 @@ def read(subjects: list[Subject], range_key: str, end: dt.datetime) -> dict[str,
     )
     series = []
     for s in subjects:
-        rows = points.get((s.kind, s.key), {})
+        row, member = s.row
+        rows = points.get((s.kind, row), {})
+        if member is not None:  # a GPU's or engine's points inside its host's rows
+            rows = {
+                t: packed[member]
+                for t, packed in rows.items()
+                if isinstance(packed, dict) and member in packed
+            }
         fields = _fields(s.kind)
         columns: dict[str, list[float | None]] = {f: [None] * len(grid) for f in fields}
         if s.kind in REQUEST_KINDS:
@@ -177,7 +198,7 @@ def read(subjects: list[Subject], range_key: str, end: dt.datetime) -> dict[str,
             for t, point in rows.items():
                 i = index.get(t)
                 if i is not None:
-                    for f, v in zip(fields, point[1:], strict=False):
+                    for f, v in zip(fields, stats.gauge_list(point)[1:], strict=False):
                         columns[f][i] = None if v is None else float(v)
         in_range = [v for t, v in rows.items() if t in index]
         series.append(

@@ -14,7 +14,7 @@ from playwright.sync_api import expect
 from console.models import User
 from routing.models import MetricRollup
 from routing.rollups import services
-from routing.rollups.services import gauge_values
+from routing.rollups.services import gauge_values, packed_row
 from routing.rollups.stats import latency_bucket
 from tests.conftest import PASSWORD
 from tests.e2e.harness import login, screenshot
@@ -54,18 +54,29 @@ def seed(fleet: Any) -> None:
                 temperature_c=60.0,
                 power_watts=150.0 + 3.0 * util,
             )
+            # As the rollup keeps them: each a member of its host's row (services.packed_row).
+            gpu_row, gpu_member = packed_row("gpu", gpu)
             rows.append(
-                MetricRollup(resolution_s=resolution, kind="gpu", subject=gpu, bucket=at(ts), values=gauges)
+                MetricRollup(
+                    resolution_s=resolution,
+                    kind="gpu",
+                    subject=gpu_row,
+                    bucket=at(ts),
+                    values={gpu_member: gauges},
+                )
             )
+            engine_row, engine_member = packed_row("engine", engine, fleet.host.name)
             rows.append(
                 MetricRollup(
                     resolution_s=resolution,
                     kind="engine",
-                    subject=engine,
+                    subject=engine_row,
                     bucket=at(ts),
-                    values=gauge_values(
-                        "engine", tokens_per_s=3.5 * util, num_requests_waiting=util / 20, ttft_p95_s=0.25
-                    ),
+                    values={
+                        engine_member: gauge_values(
+                            "engine", tokens_per_s=3.5 * util, num_requests_waiting=util / 20, ttft_p95_s=0.25
+                        )
+                    },
                 )
             )
             # Short prompts all succeed in ~100 ms; long ones: 1 of 2 fails, ~2 s.

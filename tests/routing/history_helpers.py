@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 from django.utils import timezone
@@ -14,7 +15,8 @@ from models_registry.models import Model, ModelAlias, ModelVersion
 from nodes.choices import DeploymentState, Engine, HostState
 from nodes.lifecycle import live_deployment_key, live_gpu_key
 from nodes.models import Deployment, Gpu, Host
-from routing.models import RequestLog, RoutePool
+from routing.models import MetricRollup, RequestLog, RoutePool
+from routing.rollups.services import PACKED_KINDS, packed_row
 
 GIB = 1024**3
 
@@ -86,3 +88,21 @@ def log_request(
         completion_tokens=completion_tokens,
         latency_ms=latency_ms,
     )
+
+
+def put_point(resolution: int, kind: str, subject: str, ts: float, values: Any, host: str = "") -> None:
+    """One history point as the rollup code keeps it: a GPU (`<host>:<index>`) or an engine (its id, on
+    `host`) as a member of its host's row, a pool or tenant as a row of its own."""
+    at = dt.datetime.fromtimestamp(ts, dt.UTC)
+    if kind not in PACKED_KINDS:
+        MetricRollup.objects.create(
+            resolution_s=resolution, kind=kind, subject=subject, bucket=at, values=values
+        )
+        return
+    row, member = packed_row(kind, subject, host)
+    point, created = MetricRollup.objects.get_or_create(
+        resolution_s=resolution, kind=kind, subject=row, bucket=at, defaults={"values": {member: values}}
+    )
+    if not created:
+        point.values[member] = values
+        point.save(update_fields=["values"])

@@ -15,7 +15,15 @@ from django.test.utils import CaptureQueriesContext
 from routing.models import MetricRollup
 from routing.rollups import services
 from routing.rollups.services import GPU_FIELDS, gauge_values, named_gauges
-from routing.rollups.stats import latency_bucket, percentile, request_series_point
+from routing.rollups.stats import (
+    encode_gauges,
+    gauge_list,
+    latency_bucket,
+    percentile,
+    request_series_point,
+    significant,
+)
+from tests.routing.history_helpers import put_point
 
 pytestmark = pytest.mark.django_db
 
@@ -25,9 +33,7 @@ def at(ts: float) -> dt.datetime:
 
 
 def put(resolution: int, kind: str, subject: str, ts: float, values: Any) -> None:
-    MetricRollup.objects.create(
-        resolution_s=resolution, kind=kind, subject=subject, bucket=at(ts), values=values
-    )
+    put_point(resolution, kind, subject, ts, values)
 
 
 def requests(n: int, ok: int, latencies: list[float]) -> dict[str, Any]:
@@ -70,16 +76,20 @@ def test_ten_seconds_to_one_minute_to_one_hour() -> None:
 
     with CaptureQueriesContext(connection) as ctx:
         minute = services.aggregate(60, now=hour + 160)
-    inserts = [q for q in ctx.captured_queries if q["sql"].startswith("INSERT")]
-    assert len(inserts) == 1 and minute.buckets == 2 and minute.rows == 4
+    # The gauges in one INSERT ... SELECT per bucket inside the database, whatever the number of GPUs
+    # and engines, and the pools' request points in one COPY.
+    inserts = [q["sql"] for q in ctx.captured_queries if "INSERT INTO" in q["sql"]]
+    assert len(inserts) == 2 and all("SELECT" in sql.split("INSERT INTO", 1)[1] for sql in inserts)
+    assert sum(q["sql"].startswith("COPY") for q in ctx.captured_queries) == 1
+    assert minute.buckets == 2 and minute.rows == 4
 
     m1 = named_gauges(
-        "gpu", MetricRollup.objects.get(resolution_s=60, kind="gpu", subject="h:0", bucket=at(hour)).values
+        "gpu", MetricRollup.objects.get(resolution_s=60, kind="gpu", subject="h", bucket=at(hour)).values["0"]
     )
     assert m1 == {"n": 6, "utilization_pct": pytest.approx(35.0), "temperature_c": pytest.approx(62.0)}
     m2 = named_gauges(
         "gpu",
-        MetricRollup.objects.get(resolution_s=60, kind="gpu", subject="h:0", bucket=at(hour + 60)).values,
+        MetricRollup.objects.get(resolution_s=60, kind="gpu", subject="h", bucket=at(hour + 60)).values["0"],
     )
     assert m2 == {"n": 3, "utilization_pct": pytest.approx(80.0)}
     pool = MetricRollup.objects.get(resolution_s=60, kind="pool", subject="fast", bucket=at(hour)).values
@@ -100,7 +110,8 @@ def test_ten_seconds_to_one_minute_to_one_hour() -> None:
     hourly = services.aggregate(3600, now=hour + 3700)
     assert hourly.buckets == 1
     h = named_gauges(
-        "gpu", MetricRollup.objects.get(resolution_s=3600, kind="gpu", subject="h:0", bucket=at(hour)).values
+        "gpu",
+        MetricRollup.objects.get(resolution_s=3600, kind="gpu", subject="h", bucket=at(hour)).values["0"],
     )
     # (6 x 35 + 3 x 80) / 9 = 50; the temperature's mean stays over its five samples.
     assert h == {"n": 9, "utilization_pct": pytest.approx(50.0), "temperature_c": pytest.approx(62.0)}
@@ -117,3 +128,32 @@ def test_a_bucket_is_aggregated_only_once_settled() -> None:
     # 20 s after the minute ended, its last request points may not be written yet: not aggregated.
     assert services.aggregate(60, now=minute + 80).rows == 0
     assert services.aggregate(60, now=minute + 90).rows == 1
+
+
+def test_coarser_means_keep_four_significant_digits() -> None:
+    # A mean of samples has as many digits as a float holds (10.333333333333334); a coarser point keeps
+    # four significant ones, in PostgreSQL's aggregation and in stats.significant (the SQLite path).
+    minute = services.bucket_start(time.time(), 60) - 600
+    for k, (util, used) in enumerate([(10.0, 49104649512.0), (10.0, 49104649512.0), (11.0, 49104649513.0)]):
+        put(
+            10,
+            "gpu",
+            "h:0",
+            minute + 10 * k,
+            gauge_values("gpu", utilization_pct=util, memory_used_bytes=used),
+        )
+    assert services.aggregate(60, now=minute + 90).rows == 1
+    point = MetricRollup.objects.get(resolution_s=60, kind="gpu", subject="h", bucket=at(minute)).values["0"]
+    assert named_gauges("gpu", point) == {"n": 3, "utilization_pct": 10.33, "memory_used_bytes": 49100000000}
+    # Kept as short text ("n,mean,...", empty where null), half the bytes of a JSON list in jsonb.
+    assert isinstance(point, str) and point.startswith("3,10.33,49100000000,,")
+    assert encode_gauges([3, 10.333333333333334, 49104649512.0, None]) == "3,10.33,4.91e+10,"
+    assert gauge_list("3,10.33,4.91e+10,") == [3.0, 10.33, 49100000000.0, None]
+    assert significant([3, 10.333333333333334, 49104649512.33, 0.0, None, 0.012345]) == [
+        3,
+        10.33,
+        49100000000.0,
+        0.0,
+        None,
+        0.01235,
+    ]

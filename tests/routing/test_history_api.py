@@ -5,28 +5,16 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from typing import Any
 
 import pytest
 from rest_framework.test import APIClient
 
-from routing.models import MetricRollup
 from routing.rollups import services
 from routing.rollups.services import gauge_values
 from routing.rollups.stats import latency_bucket
-from tests.routing.history_helpers import make_fleet
+from tests.routing.history_helpers import make_fleet, put_point
 
 pytestmark = pytest.mark.django_db
-
-
-def put(resolution: int, kind: str, subject: str, ts: float, values: Any) -> None:
-    MetricRollup.objects.create(
-        resolution_s=resolution,
-        kind=kind,
-        subject=subject,
-        bucket=dt.datetime.fromtimestamp(ts, dt.UTC),
-        values=values,
-    )
 
 
 @pytest.mark.parametrize(
@@ -39,11 +27,13 @@ def test_each_range_picks_its_resolution(
     make_fleet()
     now = time.time()
     last = services.bucket_start(now, resolution)
-    put(resolution, "gpu", "hist-a:0", last - resolution, gauge_values("gpu", utilization_pct=42.0))
+    put_point(resolution, "gpu", "hist-a:0", last - resolution, gauge_values("gpu", utilization_pct=42.0))
     # Outside the range (and at another resolution): not in the answer.
-    put(resolution, "gpu", "hist-a:0", last - points * resolution, gauge_values("gpu", utilization_pct=99.0))
+    put_point(
+        resolution, "gpu", "hist-a:0", last - points * resolution, gauge_values("gpu", utilization_pct=99.0)
+    )
     other = 60 if resolution == 10 else 10
-    put(
+    put_point(
         other,
         "gpu",
         "hist-a:0",
@@ -67,6 +57,20 @@ def test_each_range_picks_its_resolution(
     assert body["units"]["utilization_pct"] == "%" and body["units"]["memory_used_bytes"] == "bytes"
 
 
+def test_a_past_range_is_drawn_at_a_resolution_still_kept(viewer_client: APIClient) -> None:
+    # An hour that ended two days ago: its 10 s points are past their 24 h retention, so the hour is
+    # drawn from its 1 min points (60 of them) rather than as 360 empty 10 s buckets.
+    make_fleet()
+    end = services.bucket_start(time.time() - 2 * 86400, 60)
+    put_point(60, "gpu", "hist-a:0", end - 60, gauge_values("gpu", utilization_pct=33.0))
+    body = viewer_client.get(
+        "/api/history/",
+        {"range": "1h", "subject": "gpu:hist-a:0", "end": dt.datetime.fromtimestamp(end, dt.UTC).isoformat()},
+    ).json()
+    assert body["resolution_s"] == 60 and len(body["t"]) == 60
+    assert body["series"][0]["values"]["utilization_pct"][-2] == 33.0
+
+
 def test_pool_tenant_and_engine_series(viewer_client: APIClient) -> None:
     fleet = make_fleet()
     now = time.time()
@@ -80,14 +84,15 @@ def test_pool_tenant_and_engine_series(viewer_client: APIClient) -> None:
         "completion_tokens": 0,
         "latency": {str(latency_bucket(900.0)): 1},
     }
-    put(10, "pool", fleet.pool.name, last - 30, {"all": stats, "short": stats, "long": long})
-    put(10, "tenant", str(fleet.tenant.pk), last - 30, {"all": stats})
-    put(
+    put_point(10, "pool", fleet.pool.name, last - 30, {"all": stats, "short": stats, "long": long})
+    put_point(10, "tenant", str(fleet.tenant.pk), last - 30, {"all": stats})
+    put_point(
         10,
         "engine",
         str(fleet.deployment.pk),
         last,
         gauge_values("engine", tokens_per_s=250.0, ttft_p95_s=0.3),
+        host=fleet.host.name,
     )
     subjects = [f"pool:{fleet.pool.name}", f"tenant:{fleet.tenant.pk}", f"engine:{fleet.deployment.pk}"]
     end = dt.datetime.fromtimestamp(now, dt.UTC).isoformat()

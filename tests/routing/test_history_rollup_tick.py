@@ -3,6 +3,7 @@ request log, in one INSERT, and writes nothing twice when it runs again in the s
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 
 import pytest
@@ -22,7 +23,7 @@ def writes(ctx: CaptureQueriesContext) -> list[str]:
     return [
         q["sql"]
         for q in ctx.captured_queries
-        if q["sql"].lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE"))
+        if q["sql"].lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE", "COPY"))
     ]
 
 
@@ -57,16 +58,18 @@ def test_one_insert_per_tick_from_live_records_and_request_log(redis_clean: None
     assert len(writes(ctx)) == 1, writes(ctx)
     assert offered == 4
 
+    # GPUs and engines: one row per host, each GPU and engine a member of it (GPU 1 absent).
     rows = {(r.kind, r.subject): r for r in MetricRollup.objects.all()}
     assert set(rows) == {
-        ("gpu", "hist-a:0"),
-        ("engine", str(fleet.deployment.pk)),
+        ("gpu", "hist-a"),
+        ("engine", "hist-a"),
         ("pool", pool),
         ("tenant", str(fleet.tenant.pk)),
     }
-    gpu = rows[("gpu", "hist-a:0")]
+    gpu = rows[("gpu", "hist-a")]
     assert gpu.resolution_s == 10 and gpu.bucket.timestamp() == services.bucket_start(now, 10)
-    assert named_gauges("gpu", gpu.values) == {
+    assert set(gpu.values) == {"0"}
+    assert named_gauges("gpu", gpu.values["0"]) == {
         "n": 1,
         "utilization_pct": 55.0,
         "memory_used_bytes": 70.0 * GIB,
@@ -74,7 +77,7 @@ def test_one_insert_per_tick_from_live_records_and_request_log(redis_clean: None
         "temperature_c": 61.0,
         "power_watts": 410.0,
     }
-    engine = named_gauges("engine", rows[("engine", str(fleet.deployment.pk))].values)
+    engine = named_gauges("engine", rows[("engine", "hist-a")].values[str(fleet.deployment.pk)])
     assert (
         engine["tokens_per_s"] == 300.0
         and engine["ttft_p95_s"] == 0.2
@@ -95,3 +98,17 @@ def test_one_insert_per_tick_from_live_records_and_request_log(redis_clean: None
     # Beat firing twice in one bucket: the same rows are offered and none is written twice.
     services.rollup_tick(now + 1)
     assert MetricRollup.objects.count() == 4
+
+
+def test_points_with_copy_special_characters_are_written_as_they_are() -> None:
+    # The tick writes by COPY's text format: a backslash, tab or line break in a subject or in the
+    # JSON must reach the row unchanged (an unescaped tab would shift the columns).
+    at = dt.datetime.fromtimestamp(services.bucket_start(time.time(), 10), dt.UTC)
+    subject = "pool\\with\ttab"
+    values = {"all": {"note": "line\nbreak \\ and \t tab"}}
+    assert services._insert([(10, "pool", subject, at, values)]) == 1
+    row = MetricRollup.objects.get(resolution_s=10, kind="pool", bucket=at)
+    assert (row.subject, row.values) == (subject, values)
+    # The same point again: skipped (the COPY fails on the unique bucket and the fallback skips it).
+    assert services._insert([(10, "pool", subject, at, {"all": {}})]) == 1
+    assert MetricRollup.objects.get(resolution_s=10, kind="pool", bucket=at).values == values

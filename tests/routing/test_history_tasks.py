@@ -11,7 +11,7 @@ import pytest
 from core.celery import app
 from routing.models import MetricRollup
 from routing.rollups.services import named_gauges
-from tests.routing.history_helpers import GIB, make_fleet, publish_gpu
+from tests.routing.history_helpers import GIB, make_fleet, publish_gpu, put_point
 
 pytestmark = pytest.mark.django_db
 
@@ -21,25 +21,22 @@ def test_tasks_by_name(redis_clean: None) -> None:
     make_fleet(gpus=1)
     publish_gpu("hist-a", 0, utilization_pct=40.0, memory_used_bytes=10 * GIB, temperature_c=50.0)
     assert app.tasks["routing.rollup_history"].apply().get() == 1
-    point = MetricRollup.objects.get(resolution_s=10, kind="gpu", subject="hist-a:0")
-    assert named_gauges("gpu", point.values)["utilization_pct"] == 40.0
+    point = MetricRollup.objects.get(resolution_s=10, kind="gpu", subject="hist-a")
+    assert named_gauges("gpu", point.values["0"])["utilization_pct"] == 40.0
 
     # A 10 s point of a minute that settled five minutes ago (the tick's own minute has not), and one
     # older than a day.
     minute = (int(time.time()) // 60 - 5) * 60
-    MetricRollup.objects.create(
-        resolution_s=10,
-        kind="gpu",
-        subject="hist-a:0",
-        bucket=dt.datetime.fromtimestamp(minute, dt.UTC),
-        values=[1],
-    )
+    put_point(10, "gpu", "hist-a:0", minute, [1])
     old = dt.datetime.fromtimestamp(time.time() - 2 * 86400, dt.UTC)
-    MetricRollup.objects.create(resolution_s=10, kind="gpu", subject="hist-a:0", bucket=old, values=[1])
+    put_point(10, "gpu", "hist-a:0", old.timestamp(), [1])
     written = app.tasks["routing.aggregate_history"].apply().get()
     # Its hour is aggregated too when that hour has settled (in the first minutes of an hour).
     assert written["60"] == 1 and written["3600"] in (0, 1)
     assert MetricRollup.objects.filter(
         resolution_s=60, bucket=dt.datetime.fromtimestamp(minute, dt.UTC)
     ).exists()
-    assert app.tasks["routing.prune_history"].apply().get() == {"10": 1, "60": 0, "3600": 0}
+    pruned = app.tasks["routing.prune_history"].apply().get()
+    # The day-old point sits in the default partition (none is made that far back): deleted as a row.
+    assert pruned["partitioned"] and pruned["deleted_rows"] == {"10": 1, "60": 0, "3600": 0}
+    assert not MetricRollup.objects.filter(bucket=old).exists()

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from django.db import connection, connections
 
-from routing import services
+from core import partitions
 from routing.models import RequestLog
 from routing.services import (
     DEFAULT_PARTITION,
@@ -98,7 +98,7 @@ def test_drop_gives_up_on_a_busy_table_instead_of_queueing_inserts(monkeypatch: 
     RequestLog.objects.create(created_at=at(50), status=200)
     maintain_request_log(retention_days=60)
     expired = partition_name(today() - dt.timedelta(days=50))
-    monkeypatch.setattr(services, "LOCK_TIMEOUT", "200ms")
+    monkeypatch.setattr(partitions, "LOCK_TIMEOUT", "200ms")
     # A long explorer query elsewhere: its transaction holds ACCESS SHARE on the log.
     db = connection.settings_dict
     reader = psycopg.connect(
