@@ -8,15 +8,18 @@ every 10th engine crashed while meant to run (engine_down) and every 10th GPU at
 (gpu_temperature_high), so each run updates ~120 open alerts as the steady state of a troubled fleet
 would. Runs are 15 s apart on the evaluator's clock (the default ALERT_EVALUATE_INTERVAL_SECONDS), so
 the Redis windows fill as they would; the first runs open the alerts pending, later ones fire them.
-Prints the median, p95 and max of one evaluation (JSON in var/bench/alert_evaluation.json).
+Prints the median, p95 and max of one evaluation (JSON in var/bench/alert_evaluation.json); `--profile`
+adds cProfile's top functions over the timed runs, on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import datetime as dt
 import json
 import os
+import pstats
 import statistics
 import sys
 import time
@@ -33,6 +36,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_fleet_arguments(parser)
     parser.add_argument("--runs", type=int, default=40)
+    parser.add_argument(
+        "--profile", action="store_true", help="also print cProfile's top functions over the timed runs"
+    )
     options = parser.parse_args()
 
     setup_django("alerts", options.database_url, ALERT_WEBHOOK_URL="")
@@ -78,19 +84,26 @@ def main() -> None:
     pipe.execute()
 
     times = []
+    profiler = cProfile.Profile() if options.profile else None
     try:
         for n in range(options.runs + 1):
             now = clock + 15 * n
             Host.objects.update(last_heartbeat=dt.datetime.fromtimestamp(now, dt.UTC))
+            if profiler is not None and n:
+                profiler.enable()
             began = time.perf_counter()
             evaluate(now=now)
             if n:  # the first run is the warm-up (connections, query compilation, the fleet rules)
                 times.append((time.perf_counter() - began) * 1000)
+            if profiler is not None:
+                profiler.disable()
         open_alerts = Alert.objects.exclude(state="resolved").count()
         firing = Alert.objects.filter(state="firing").count()
     finally:
         for redis_key in r.scan_iter(match=f"{os.environ['REDIS_KEY_PREFIX']}*", count=1000):
             r.delete(redis_key)
+    if profiler is not None:
+        pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(30)
     times.sort()
     result = {
         "hosts": options.hosts,

@@ -22,6 +22,11 @@ server), the age of the live records in Redis (now minus the agent's sample time
 which adds at most its 0.25 s poll), and the console's fleet pages timed during the load, as a signed-in
 admin: the Nodes page (a page of 12 hosts and one of 50 deployments, its two calls in parallel;
 `fleet_page_*` in the JSON) and the dashboard (the fleet summary and a small page of each; `dashboard_*`).
+With `--metrics-reps N`, the fleet exposition too: the web process gets a METRICS_TOKEN, and `/metrics`
+is scraped as Prometheus scrapes it (`Authorization: Bearer <token>`, `Accept-Encoding: gzip`) once at
+the start of the warm-up (Prometheus scrapes all the time; not counted) and N times evenly over the
+measured window, each timed to its last byte (`metrics_p50_ms`, `metrics_p95_ms`, `metrics_max_ms`;
+`metrics_failures` counts answers other than a 200 gzip body).
 
 Results in docs/benchmarks.md ("Fleet scale") and docs/capacity.md. The load generator shares the
 machine's cores with what it measures: its own CPU is printed too.
@@ -396,6 +401,43 @@ async def fleet_page_times(base: str, session: Any, reps: int) -> tuple[list[flo
     return times
 
 
+async def scrape_metrics(base: str, session: Any, token: str) -> float | None:
+    """One scrape of the fleet exposition as Prometheus makes it; its time to the last byte, or None
+    when the answer is not a 200 gzip'd body."""
+    headers = {"Authorization": f"Bearer {token}", "Accept-Encoding": "gzip"}
+    started = time.monotonic()
+    try:
+        async with session.get(base + "/metrics", headers=headers) as resp:
+            body = await resp.read()
+            ok = resp.status == 200 and resp.headers.get("Content-Encoding") == "gzip"
+            if not ok or body[:2] != b"\x1f\x8b":
+                print(f"/metrics: HTTP {resp.status}, {len(body)} bytes", file=sys.stderr)
+                return None
+    except Exception as exc:
+        print(f"/metrics: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return None
+    return time.monotonic() - started
+
+
+async def metrics_times(base: str, token: str, reps: int, seconds: float) -> tuple[list[float], int]:
+    """`reps` scrapes of /metrics spread evenly over `seconds`: their times and the failures."""
+    import aiohttp
+
+    times: list[float] = []
+    failures = 0
+    # The body is read as sent (gzip), not inflated: the time is the web process's answer.
+    async with aiohttp.ClientSession(auto_decompress=False) as session:
+        for _ in range(reps):
+            started = time.monotonic()
+            took = await scrape_metrics(base, session, token)
+            if took is None:
+                failures += 1
+            else:
+                times.append(took)
+            await asyncio.sleep(max(0.0, seconds / reps - (time.monotonic() - started)))
+    return times, failures
+
+
 async def run_step(
     agents: list[dict[str, Any]],
     stack: Stack,
@@ -429,6 +471,10 @@ async def run_step(
             )
             for n, a in enumerate(agents)
         ]
+        if args.metrics_reps:
+            # Prometheus scrapes all the time: the web process has been scraped before the window.
+            async with aiohttp.ClientSession(auto_decompress=False) as scraper:
+                await scrape_metrics(base, scraper, stack.env["METRICS_TOKEN"])
         await asyncio.sleep(args.warmup)
         cpu0 = cpu_of(pids)
         me0 = time.process_time()
@@ -436,11 +482,15 @@ async def run_step(
         t0 = time.monotonic()
         measuring.set()
         page = asyncio.create_task(fleet_page_times(base, admin, args.page_reps))
+        scrapes = asyncio.create_task(
+            metrics_times(base, stack.env.get("METRICS_TOKEN", ""), args.metrics_reps, args.seconds)
+        )
         ages: list[float] = []
         while time.monotonic() - t0 < args.seconds:
             await asyncio.sleep(1.0)
             ages += await asyncio.to_thread(live_ages, stack.redis_port, agents)
         page_times, dashboard_times = await page
+        metric_times, metric_failures = await scrapes
         measuring.clear()
         wall = time.monotonic() - t0
         cpu1 = cpu_of(pids)
@@ -481,6 +531,10 @@ async def run_step(
         "dashboard_p50_ms": round(statistics.median(dashboard_times) * 1000, 1) if dashboard_times else None,
         "dashboard_max_ms": round(max(dashboard_times) * 1000, 1) if dashboard_times else None,
         "dashboard_failures": args.page_reps - len(dashboard_times),
+        "metrics_p50_ms": round(percentile(metric_times, 0.5) * 1000, 1) if metric_times else None,
+        "metrics_p95_ms": round(percentile(metric_times, 0.95) * 1000, 1) if metric_times else None,
+        "metrics_max_ms": round(max(metric_times) * 1000, 1) if metric_times else None,
+        "metrics_failures": metric_failures,
     }
 
 
@@ -525,6 +579,12 @@ def main() -> None:
     parser.add_argument("--telemetry-seconds", type=float, default=1.0, help="as NODE_TELEMETRY_SECONDS")
     parser.add_argument("--page-reps", type=int, default=5)
     parser.add_argument(
+        "--metrics-reps",
+        type=int,
+        default=0,
+        help="scrape the fleet exposition /metrics this many times during the measured window (0: never)",
+    )
+    parser.add_argument(
         "--change-rate",
         type=float,
         default=0.01,
@@ -544,6 +604,10 @@ def main() -> None:
         raise SystemExit("--steps may not exceed --agents")
 
     stack = bring_up(args)
+    if args.metrics_reps:
+        # The scrape must pass the token check as Prometheus does (core/metrics_access.py); this process
+        # keeps it for the run only.
+        stack.env["METRICS_TOKEN"] = secrets.token_urlsafe(24)
     try:
         agents = build_fleet(args)
         web_port = free_port()
@@ -585,9 +649,9 @@ def main() -> None:
         print(
             "| agents | engines | syncs/s (asked) | sync p50 / p99 | web CPU | proxies CPU | Redis CPU "
             "| PostgreSQL CPU | DB rows written/s (commits/s) | Redis cmds/s | live age p50 / p99 "
-            "| Nodes page p50 (max) | dashboard p50 (max) |"
+            "| Nodes page p50 (max) | dashboard p50 (max) | /metrics p50 / p95 (max) |"
         )
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for r in results:
             print(
                 f"| {r['agents']} | {r['engines']} | {r['syncs_per_s']} ({r['syncs_wanted_per_s']}) "
@@ -596,7 +660,13 @@ def main() -> None:
                 f"({r['db_commits_per_s']}) | {r['redis_commands_per_s']} "
                 f"| {r['live_age_p50_s']} / {r['live_age_p99_s']} s "
                 f"| {r['fleet_page_p50_ms']} ({r['fleet_page_max_ms']}) ms "
-                f"| {r['dashboard_p50_ms']} ({r['dashboard_max_ms']}) ms |"
+                f"| {r['dashboard_p50_ms']} ({r['dashboard_max_ms']}) ms "
+                + (
+                    f"| {r['metrics_p50_ms']} / {r['metrics_p95_ms']} ({r['metrics_max_ms']}) ms"
+                    f"{f', {failed} failed' if (failed := r['metrics_failures']) else ''} |"
+                    if args.metrics_reps
+                    else "| - |"
+                )
             )
         if args.json:
             Path(args.json).write_text(json.dumps({"args": vars(args), "results": results}, indent=2) + "\n")

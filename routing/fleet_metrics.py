@@ -2,11 +2,22 @@
 
 The agents already publish all of it (nodes/agent/supervisor.py): a live JSON record per GPU and per
 engine in Redis with a short TTL (`nodes.lifecycle.live_gpu_key` / `live_deployment_key`), and the
-proxy's limiter keeps each tenant's tokens of the day. A scrape reads the inventory from the database
+proxy's limiter keeps each tenant's tokens of the day. A render reads the inventory from the database
 (hosts, GPUs, deployments, tenants with a budget: four queries), every live record in one MGET, and
-builds the families at scrape time. Nothing is cached between scrapes, so a number is never older
-than the agent's tick plus the scrape; an expired record (a dead agent, a stopped engine) is absent,
-not stale, and the `*_up` gauges say so.
+builds the families: at 1,000 hosts x 8 GPUs and 5,000 engines that is 142,400 samples, 18.7 MB of text
+and ~250 ms of one core, too slow to do inside every scrape (docs/benchmarks.md "Fleet exposition").
+
+So the text is rendered at most once per FLEET_METRICS_MAX_AGE_SECONDS (5 s) for the whole control plane
+and served from there, the way kube-state-metrics serves from its stores: one gzip'd body (1 MB) in
+Redis, stamped with the moment its inventory and live records were read. A scrape serves that body
+only while it is younger than FLEET_METRICS_MAX_AGE_SECONDS; otherwise it renders (or waits for the
+render another process has in flight) before it answers. While scrapes keep coming, a thread in each
+web process renders ahead of the bound (one process at a time, a Redis lease), so a scrape only copies
+the stored body. The contract: a number is never older than FLEET_METRICS_MAX_AGE_SECONDS plus the
+agent's tick when it is served; an expired record (a dead agent, a stopped engine) is absent, not
+stale, from the first render after it expired, and the `*_up` gauges say so; and
+`inferchain_exposition_read_timestamp_seconds` is the read's time, so `time() - it` is the exact age.
+FLEET_METRICS_MAX_AGE_SECONDS=0 renders on every scrape, as before.
 
 Labels are bounded by the inventory: one series per GPU, per deployment, per tenant with a budget.
 No label carries a request, a prompt or a free-form value; `METRICS` below is the documented list
@@ -17,22 +28,30 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import gzip
+import logging
+import struct
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
+from uuid import uuid4
 
 import orjson
 from django.conf import settings
+from django.db import close_old_connections, connection
 from django.http import HttpRequest, HttpResponse
 
 from console.models import Quota
 from core.metrics_access import REFUSAL, metrics_allowed
-from core.redis_client import get_redis
+from core.redis_client import get_redis, key
 from nodes.choices import DeploymentState, DesiredState
 from nodes.lifecycle import live_deployment_key, live_gpu_key
 from nodes.models import Deployment, Gpu, Host
 from routing.proxy.limits import budget_key, tenant_scope
+
+log = logging.getLogger(__name__)
 
 GPU_LABELS = ("host", "gpu", "uuid")
 DEPLOYMENT_LABELS = ("deployment", "alias", "model_version", "host")
@@ -203,6 +222,13 @@ METRICS: tuple[MetricDoc, ...] = (
         ("tenant",),
         "Tokens the tenant used (or holds reserved) today, UTC; resets at 00:00 UTC.",
     ),
+    MetricDoc(
+        "inferchain_exposition_read_timestamp_seconds",
+        "gauge",
+        (),
+        "When the inventory and live records behind this exposition were read, Unix time; time() minus "
+        "it is how old its numbers are (at most FLEET_METRICS_MAX_AGE_SECONDS).",
+    ),
 )
 BY_NAME = {m.name: m for m in METRICS}
 
@@ -218,6 +244,8 @@ class _Dep(NamedTuple):
     host: str
     model: str
     revision: str
+    role: str
+    model_version_id: int
 
 
 @dataclass
@@ -228,6 +256,8 @@ class FleetState:
     gpus: list[tuple[tuple[str, str, str], str, bool, dict[str, Any] | None]]
     deployments: list[tuple[tuple[str, str, str, str], Any, dict[str, Any] | None]]
     tenants: list[tuple[str, int, int]]
+    # When the inventory and the live records were read (epoch seconds); None for a state made by hand.
+    read_at: float | None = None
 
 
 def read_state(now: float | None = None) -> FleetState:
@@ -260,6 +290,8 @@ def read_state(now: float | None = None) -> FleetState:
             "host__name",
             "model_version__model__name",
             "model_version__revision",
+            "role",
+            "model_version_id",
         )
     ]
     budgets = list(
@@ -268,9 +300,13 @@ def read_state(now: float | None = None) -> FleetState:
         .values_list("tenant_id", "tenant__name", "daily_token_budget")
     )
     day = dt.datetime.fromtimestamp(now, dt.UTC).strftime("%Y%m%d")
+    # 13,000 keys at 1,000 hosts: formatted from the shared prefix (what live_gpu_key and
+    # live_deployment_key write) rather than through key()'s settings lookup and join for each.
+    gpu_prefix = live_gpu_key("", 0).removesuffix(":0")
+    dep_prefix = live_deployment_key(0).removesuffix("0")
     keys = (
-        [live_gpu_key(h, i) for h, i, *_ in gpu_rows]
-        + [live_deployment_key(d.pk) for d in deployments]
+        [f"{gpu_prefix}{h}:{i}" for h, i, *_ in gpu_rows]
+        + [f"{dep_prefix}{d.pk}" for d in deployments]
         + [budget_key(tenant_scope(tid), day) for tid, _, _ in budgets]
     )
     raws: list[Any] = [None] * len(keys)
@@ -295,7 +331,7 @@ def read_state(now: float | None = None) -> FleetState:
         (name, int(budget or 0), _int(raws[n_gpus + n_deps + k]))
         for k, (_tid, name, budget) in enumerate(budgets)
     ]
-    return FleetState(hosts=hosts, gpus=gpus, deployments=deps, tenants=tenants)
+    return FleetState(hosts=hosts, gpus=gpus, deployments=deps, tenants=tenants, read_at=now)
 
 
 def _json(raw: Any) -> dict[str, Any] | None:
@@ -468,6 +504,10 @@ def render_state(state: FleetState) -> bytes:
         budget(f"{budget_s}{labels}{float(limit)!r}\n")
         used(f"{used_s}{labels}{float(spent)!r}\n")
 
+    if state.read_at is not None:
+        stamp, stamp_s = sink("inferchain_exposition_read_timestamp_seconds")
+        stamp(f"{stamp_s[:-1]} {float(state.read_at)!r}\n")
+
     out: list[str] = []
     for m in METRICS:
         out.append(_HEADER[m.name])
@@ -476,8 +516,219 @@ def render_state(state: FleetState) -> bytes:
 
 
 def render(state: FleetState | None = None) -> bytes:
-    """The text exposition of one scrape."""
+    """The text exposition of the fleet read now (or of `state`): no cache, the whole cost."""
     return render_state(read_state() if state is None else state)
+
+
+# --- the rendered body, shared by every web process ----------------------------------------------------
+
+# Stored as MAGIC, the read time (a big-endian double) and the gzip'd text, in one key: one GET serves
+# a scrape, and a GETRANGE of the first 12 bytes tells a waiting scrape or the refresher its age.
+_MAGIC = b"ICX1"
+_STAMP = struct.Struct("!d")
+_HEADER_BYTES = len(_MAGIC) + _STAMP.size
+# The render lease: one render at a time for the whole control plane. Longer than any render; a holder
+# that died only delays refresh-ahead, since a scrape that finds no fresh body renders after WAIT_SECONDS.
+LEASE_SECONDS = 30
+# How long a scrape that finds no fresh body waits for the render in flight elsewhere before it renders
+# itself: under Prometheus' default scrape_timeout (10 s), and well over a render (~0.3 s at 1,000 hosts).
+WAIT_SECONDS = 5.0
+# Refresh-ahead goes on while the last scrape is younger than this (any scrape interval up to 2 min),
+# then the threads stop and an idle control plane renders nothing.
+SCRAPED_WINDOW_SECONDS = 120
+# gzip level 1: 18.7 MB to 1.0 MB in ~50 ms; level 6 halves the size again for twice the time.
+GZIP_LEVEL = 1
+
+
+@dataclass(frozen=True)
+class Exposition:
+    """One render: when its inventory and live records were read, and its text gzip'd."""
+
+    read_at: float
+    gzipped: bytes
+
+    def text(self) -> bytes:
+        """The plain text, for a scraper that does not accept gzip (decompressed once per render)."""
+        global _plain
+        memo = _plain
+        if memo is not None and memo[0] == self.read_at:
+            return memo[1]
+        text = gzip.decompress(self.gzipped)
+        _plain = (self.read_at, text)
+        return text
+
+
+_plain: tuple[float, bytes] | None = None
+
+
+def _body_key() -> str:
+    return key("fleetmetrics", "body")
+
+
+def _lease_key() -> str:
+    return key("fleetmetrics", "lease")
+
+
+def _scraped_key() -> str:
+    return key("fleetmetrics", "scraped")
+
+
+def render_exposition(now: float | None = None) -> Exposition:
+    """Read the fleet now and render it (the ~250 ms at 1,000 hosts that a scrape must not wait for)."""
+    global _plain
+    state = read_state(now)
+    assert state.read_at is not None
+    text = render_state(state)
+    _plain = (state.read_at, text)  # a plain scrape of this render needs no decompression
+    return Exposition(state.read_at, gzip.compress(text, GZIP_LEVEL, mtime=0))
+
+
+def _stored_read_at(redis: Any) -> float | None:
+    head = redis.getrange(_body_key(), 0, _HEADER_BYTES - 1)
+    if len(head) != _HEADER_BYTES or not head.startswith(_MAGIC):
+        return None
+    return float(_STAMP.unpack_from(head, len(_MAGIC))[0])
+
+
+def _load(redis: Any, now: float, max_age: float) -> Exposition | None:
+    """The stored body when it was read at most `max_age` seconds before `now`."""
+    raw = redis.get(_body_key())
+    if not raw or not raw.startswith(_MAGIC):
+        return None
+    read_at = float(_STAMP.unpack_from(raw, len(_MAGIC))[0])
+    if now - read_at > max_age:
+        return None
+    return Exposition(read_at, raw[_HEADER_BYTES:])
+
+
+def _store(redis: Any, exposition: Exposition, max_age: float) -> None:
+    # Kept a little past its bound only: nothing older is ever served, and an idle fleet keeps no 1 MB.
+    redis.set(
+        _body_key(),
+        _MAGIC + _STAMP.pack(exposition.read_at) + exposition.gzipped,
+        px=int((max_age + 1.0) * 1000),
+    )
+
+
+def _render_under_lease(redis: Any, max_age: float) -> Exposition | None:
+    """Render and store, if no other process is rendering now (else None)."""
+    token = uuid4().hex
+    if not redis.set(_lease_key(), token, nx=True, ex=LEASE_SECONDS):
+        return None
+    try:
+        exposition = render_exposition()
+        _store(redis, exposition, max_age)
+        return exposition
+    finally:
+        # Only our own lease: one that outlived LEASE_SECONDS must not free the next holder's.
+        if redis.get(_lease_key()) == token.encode():
+            redis.delete(_lease_key())
+
+
+def refresh_once(max_age: float | None = None) -> Exposition | None:
+    """One refresh-ahead step: render and store if no other process holds the lease (else None)."""
+    max_age = settings.FLEET_METRICS_MAX_AGE_SECONDS if max_age is None else max_age
+    return _render_under_lease(get_redis(), max_age)
+
+
+def current_exposition() -> Exposition:
+    """What a scrape serves: the stored render while it is younger than FLEET_METRICS_MAX_AGE_SECONDS;
+    else a render of its own, or the one another process has in flight (waited for, not older numbers).
+    Redis down: a render of its own (every live record then reads absent)."""
+    max_age = settings.FLEET_METRICS_MAX_AGE_SECONDS
+    if max_age <= 0:
+        return render_exposition()
+    try:
+        redis = get_redis()
+        redis.set(_scraped_key(), b"1", ex=SCRAPED_WINDOW_SECONDS)
+        _ensure_refresher()
+        deadline = time.monotonic() + WAIT_SECONDS
+        while True:
+            found = _load(redis, time.time(), max_age)
+            if found is not None:
+                return found
+            rendered = _render_under_lease(redis, max_age)
+            if rendered is not None:
+                return rendered
+            if time.monotonic() >= deadline:
+                break
+            # Another process is rendering: poll its stamp (12 bytes), not the whole body.
+            while time.monotonic() < deadline:
+                time.sleep(0.05)
+                read_at = _stored_read_at(redis)
+                if read_at is not None and time.time() - read_at <= max_age:
+                    break
+    except Exception as exc:  # Redis trouble must not cost the scrape
+        log.warning("fleet exposition: serving a render of this scrape's own (%s)", exc)
+    return render_exposition()
+
+
+# --- refresh-ahead ----------------------------------------------------------------------------------
+
+_refresher: threading.Thread | None = None
+_refresher_lock = threading.Lock()
+# The render's last duration in this process: refresh-ahead starts early enough to land before the bound.
+_last_render_seconds = 0.0
+
+
+def _next_due(read_at: float | None, max_age: float) -> float:
+    """When the next render should start: early enough that it is stored before the current body passes
+    max_age even if it runs twice as slow as the last one, but never more often than every max_age / 2."""
+    if read_at is None:
+        return 0.0
+    lead = max(0.5, 2 * _last_render_seconds)
+    return read_at + max(max_age / 2, max_age - lead)
+
+
+def _ensure_refresher() -> None:
+    global _refresher
+    if not settings.FLEET_METRICS_REFRESH_AHEAD:
+        return
+    with _refresher_lock:
+        if _refresher is None or not _refresher.is_alive():
+            _refresher = threading.Thread(target=_refresh_loop, name="fleet-metrics-refresh", daemon=True)
+            _refresher.start()
+
+
+def _refresh_loop() -> None:
+    global _refresher, _last_render_seconds
+    try:
+        while True:
+            max_age = settings.FLEET_METRICS_MAX_AGE_SECONDS
+            try:
+                redis = get_redis()
+                with _refresher_lock:
+                    # Under the lock: a scrape that marked itself before taking it finds this thread
+                    # alive, or finds it gone and starts another; never a thread that is just leaving.
+                    if max_age <= 0 or not redis.exists(_scraped_key()):
+                        _refresher = None
+                        return
+                now = time.time()
+                due = _next_due(_stored_read_at(redis), max_age)
+                if now < due:
+                    time.sleep(min(due - now, 1.0))
+                    continue
+                close_old_connections()
+                began = time.perf_counter()
+                if _render_under_lease(redis, max_age) is not None:
+                    _last_render_seconds = time.perf_counter() - began
+                else:
+                    time.sleep(0.1)  # another process is rendering
+            except Exception as exc:  # keep refreshing; a scrape renders if this fails
+                log.warning("fleet exposition refresh failed: %s", exc)
+                time.sleep(1.0)
+    finally:
+        connection.close()  # this thread's own connection
+
+
+def accepts_gzip(accept_encoding: str) -> bool:
+    """Whether an Accept-Encoding header admits gzip (Prometheus sends `gzip`)."""
+    for part in accept_encoding.split(","):
+        coding, _, params = part.strip().partition(";")
+        if coding.strip().lower() in ("gzip", "*"):
+            q = params.strip().lower()
+            return not (q.startswith("q=") and _float(q[2:]) == 0.0)
+    return False
 
 
 def names_with_samples(kind: str, name: str) -> Sequence[str]:
@@ -490,6 +741,8 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
 
     Guarded like the proxy's /metrics: with METRICS_TOKEN set, only a scrape that sends it may read
     (core/metrics_access.py); unset, open, so keep the port on the monitoring network (docs/security.md).
+    The token is checked before anything is read or served. The body is the latest render (at most
+    FLEET_METRICS_MAX_AGE_SECONDS old), gzip'd when the scraper accepts it, as Prometheus does.
     """
     if request.method not in ("GET", "HEAD"):
         return HttpResponse("Use GET.\n", status=405, content_type="text/plain", headers={"Allow": "GET"})
@@ -497,4 +750,13 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
         return HttpResponse(
             REFUSAL + "\n", status=401, content_type="text/plain", headers={"WWW-Authenticate": "Bearer"}
         )
-    return HttpResponse(render(), content_type=CONTENT_TYPE)
+    exposition = current_exposition()
+    response = HttpResponse(content_type=CONTENT_TYPE)
+    if accepts_gzip(request.headers.get("Accept-Encoding", "")):
+        response.content = exposition.gzipped
+        response["Content-Encoding"] = "gzip"
+    else:
+        response.content = exposition.text()
+    response["Vary"] = "Accept-Encoding"
+    response["Cache-Control"] = "no-store"
+    return response

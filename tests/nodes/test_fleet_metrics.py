@@ -6,12 +6,12 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from django.conf import settings
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -48,8 +48,9 @@ def value(families: dict[str, Any], name: str, **labels: str) -> float:
 
 @pytest.mark.django_db(transaction=True)
 def test_fleet_exposition_matches_the_documented_list(
-    host: Host, make_deployment: Any, redis_clean: None
+    host: Host, make_deployment: Any, redis_clean: None, settings: Any
 ) -> None:
+    settings.FLEET_METRICS_MAX_AGE_SECONDS = 0.5
     ready: Deployment = make_deployment()
     crashed: Deployment = make_deployment(state=DeploymentState.CRASHED, restarts_total=4)
     Deployment.objects.filter(pk=ready.pk).update(state=DeploymentState.READY)
@@ -140,6 +141,10 @@ def test_fleet_exposition_matches_the_documented_list(
     for live_key in r.scan_iter(match=f"{settings.REDIS_KEY_PREFIX}live:*"):
         r.delete(live_key)
     Host.objects.filter(pk=host.pk).update(last_heartbeat=None)
+    # Served from the last render while it is younger than FLEET_METRICS_MAX_AGE_SECONDS; once the
+    # bound has passed, the next scrape reads again.
+    assert value(scrape(Client()), "inferchain_gpu_up", **gpu) == 1.0
+    time.sleep(settings.FLEET_METRICS_MAX_AGE_SECONDS + 0.05)
     families = scrape(Client())
     assert value(families, "inferchain_gpu_up", **gpu) == 0.0
     assert value(families, "inferchain_host_up", host=host.name) == 0.0
