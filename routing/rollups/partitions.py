@@ -56,6 +56,7 @@ class HistoryMaintenance:
     dropped_for_size: list[str] = field(default_factory=list)  # over HISTORY_MAX_GB, oldest finest first
     bytes_before: int = 0  # the history's partitions on disk before and after the size limit
     bytes_after: int = 0
+    headroom_bytes: int = 0  # left free for the next hour's points (hourly_growth)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -179,24 +180,41 @@ def _maintain(result: HistoryMaintenance, now: float, cutoffs: dict[int, float],
     _keep_within(result, max_bytes, now)
 
 
+def hourly_growth(sized: list[tuple[int, int]]) -> int:
+    """What the history may grow by until the next (hourly) run, from its partitions' sizes
+    (`(resolution, bytes)`): the biggest hour of 10 s points, the share of an hour of the biggest
+    partition of each coarser resolution."""
+    growth = 0.0
+    for resolution, period in PERIOD.items():
+        sizes = [size for r, size in sized if r == resolution]
+        if sizes:
+            growth += max(sizes) * min(1.0, 3600 / period)
+    return int(growth)
+
+
 def _keep_within(result: HistoryMaintenance, max_bytes: float, now: float) -> None:
     """Past `max_bytes` on disk, the oldest partitions go, finest resolution first, down to FLOOR.
 
     Like Prometheus's `--storage.tsdb.retention.size` beside its retention time: a small fleet keeps
     every point for its HISTORY_KEEP_*, a big one keeps what fits the budget (1,000 hosts x 8 GPUs:
-    docs/capacity.md, "History on disk"), and the disk never grows past it by more than a partition.
+    docs/capacity.md, "History on disk"). Room is left for what the next hour writes (hourly_growth),
+    so the disk stays within the budget between runs too.
     """
     parts = []
+    sized = []
     total = 0
     for name, _, size in partitions.sizes(TABLE):
         total += size
         m = _PARTITION.match(name)
         if m:
             resolution = int(m[1])
+            sized.append((resolution, size))
             start = dt.datetime.strptime(m[2], "%Y%m%d%H").replace(tzinfo=dt.UTC).timestamp()
             # Only whole periods older than the floor; the newest points are never dropped for size.
             if start + PERIOD[resolution] <= now - FLOOR.get(resolution, 0):
                 parts.append((RESOLUTION_ORDER.index(resolution), start, name, size))
+    result.headroom_bytes = hourly_growth(sized)
+    max_bytes -= result.headroom_bytes
     result.bytes_before = total
     for _, _, name, size in sorted(parts):
         if total <= max_bytes:
@@ -212,7 +230,9 @@ def _keep_within(result: HistoryMaintenance, max_bytes: float, now: float) -> No
     result.bytes_after = total
     if total > max_bytes:
         log.warning(
-            "history: %.2f GB on disk, over HISTORY_MAX_GB (%.2f GB), with every resolution at its floor",
+            "history: %.2f GB on disk and %.2f GB to come this hour, over HISTORY_MAX_GB (%.2f GB), with "
+            "every resolution at its floor",
             total / 1e9,
-            max_bytes / 1e9,
+            result.headroom_bytes / 1e9,
+            (max_bytes + result.headroom_bytes) / 1e9,
         )

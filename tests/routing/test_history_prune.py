@@ -123,13 +123,21 @@ def test_over_the_disk_budget_the_oldest_finest_partitions_go_first(settings: ob
     put(10, "10s-now", now - 60)
     put(60, "1min-now", now - 3600)
 
-    sizes = {name: size for name, _, size in pg_partitions.sizes(partitions.TABLE)}
+    listed = pg_partitions.sizes(partitions.TABLE)
+    sizes = {name: size for name, _, size in listed}
     total = sum(sizes.values())
+    # Room is kept for the next hour's points: the biggest hour of 10 s points, a sixth of the biggest
+    # 6 hours of 1 min points (and a tenth of a day of 1 h points).
+    headroom = partitions.hourly_growth(
+        [(int(name.split("_r")[1].split("_")[0]), size) for name, _, size in listed if "_r" in name]
+    )
+    assert headroom >= max(size for name, size in sizes.items() if "_r10_" in name)
     # A budget that one partition's drop meets: the oldest 10 s one goes, and nothing else.
-    settings.HISTORY_MAX_GB = (total - sizes[old_10s[0]]) / 1e9  # type: ignore[attr-defined]
+    settings.HISTORY_MAX_GB = (total - sizes[old_10s[0]] + headroom) / 1e9  # type: ignore[attr-defined]
     result = services.prune(now)
-    assert result.dropped_for_size == [old_10s[0]]
-    assert result.bytes_before == total and result.bytes_after <= settings.HISTORY_MAX_GB * 1e9  # type: ignore[attr-defined]
+    assert result.dropped_for_size == [old_10s[0]] and result.headroom_bytes == headroom
+    assert result.bytes_before == total
+    assert result.bytes_after + headroom <= settings.HISTORY_MAX_GB * 1e9  # type: ignore[attr-defined]
     assert not MetricRollup.objects.filter(subject="10s-5h").exists()
     assert MetricRollup.objects.filter(subject="10s-4h").exists()
 
