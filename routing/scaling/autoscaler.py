@@ -1,6 +1,7 @@
 """The pool autoscaler: read a pool's live state, decide, place or drain engines, keep the history.
 
-One evaluation per policy and interval (`evaluate`, called by the beat task in routing/scaling/tasks.py):
+One evaluation per policy and interval (`evaluate`; the beat task in routing/scaling/tasks.py runs
+`evaluate_due`, which evaluates every due policy the same way with its reads done in bulk):
 
 - the pool's engines are the deployments a RoutePool routes to (served name = the pool's alias, the
   pool's version or the alias's active one, the pool's role if it has one) that are wanted running;
@@ -24,11 +25,13 @@ import logging
 import math
 import secrets
 import socket
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Count, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from core.audit import record_audit
@@ -78,25 +81,68 @@ MAX_GPU_SETS_PER_HOST = 64
 # --- the pool and its live state ----------------------------------------------------------------
 
 
-def pool_version_id(pool: Any) -> int | None:
-    """The version the pool serves: its own when pinned, else its alias's active one (as the proxy)."""
+def pool_version_id(
+    pool: Any, alias_version_id: int | None = None, *, alias_read: bool = False
+) -> int | None:
+    """The version the pool serves: its own when pinned, else its alias's active one (as the proxy).
+
+    `alias_read`: the alias's active version is `alias_version_id`, read already (ALIAS_VERSION)."""
     if pool.model_version_id:
         return int(pool.model_version_id)
-    alias = ModelAlias.objects.filter(name=pool.alias).values_list("active_version_id", flat=True).first()
-    return int(alias) if alias is not None else None
+    if not alias_read:
+        alias_version_id = (
+            ModelAlias.objects.filter(name=pool.alias).values_list("active_version_id", flat=True).first()
+        )
+    return int(alias_version_id) if alias_version_id is not None else None
 
 
-def pool_deployments(pool: Any) -> Any:
-    """The deployments wanted running that the proxy counts (or will count, once ready) in the pool."""
+# The active version of a pool's alias, as a policy's annotation (`alias_version_id`): read with the policy.
+ALIAS_VERSION = Subquery(
+    ModelAlias.objects.filter(name=OuterRef("pool__alias")).values("active_version_id")[:1]
+)
+
+
+def pool_deployments(pool: Any, alias_version_id: int | None = None, *, alias_read: bool = False) -> Any:
+    """The deployments wanted running that the proxy counts (or will count, once ready) in the pool.
+
+    `alias_version_id`, `alias_read`: as for pool_version_id."""
     rows = Deployment.objects.select_related("host").filter(
         served_model_name=pool.alias, desired_state=DesiredState.RUNNING
     )
-    version = pool_version_id(pool)
+    version = pool_version_id(pool, alias_version_id, alias_read=alias_read)
     if version is not None:
         rows = rows.filter(model_version_id=version)
     if pool.role:
         rows = rows.filter(role=pool.role)
     return rows
+
+
+# What an evaluation reads of each engine of the pool (a pool may have a hundred engines, evaluated every
+# few seconds): the rest of a row (engine arguments, logs, launch record) is read only for the engine the
+# scaler acts on (`_full`).
+POOL_ROW_FIELDS = (
+    "name",
+    "state",
+    "ready_at",
+    "port",
+    "host",
+    "host__name",
+    "host__state",
+    "host__last_heartbeat",
+)
+
+
+def pool_engine_rows(
+    pool: Any, alias_version_id: int | None = None, *, alias_read: bool = False
+) -> list[Deployment]:
+    """`pool_deployments` with only the fields an evaluation decides on (POOL_ROW_FIELDS)."""
+    rows = pool_deployments(pool, alias_version_id, alias_read=alias_read)
+    return list(rows.only(*POOL_ROW_FIELDS))
+
+
+def _full(deployment: Deployment) -> Deployment:
+    """The whole row of an engine read with POOL_ROW_FIELDS, for acting on it (stop, drain)."""
+    return Deployment.objects.select_related("host").get(pk=deployment.pk)
 
 
 def candidate_hosts(pool: Any) -> Any:
@@ -146,21 +192,41 @@ class PoolState:
         }
 
 
-def read_pool_state(policy: ScalingPolicy, rows: list[Deployment] | None = None) -> PoolState:
-    """The pool's engines (serving and starting) and their live records from Redis (one MGET)."""
-    rows = list(pool_deployments(policy.pool)) if rows is None else rows
+UNREAD: Any = object()
+
+
+def read_pool_state(
+    policy: ScalingPolicy,
+    rows: list[Deployment] | None = None,
+    live_records: dict[str, dict[str, Any]] | None = None,
+    baseline: Any = UNREAD,
+) -> PoolState:
+    """The pool's engines (serving and starting) and their live records from Redis (one MGET).
+
+    `live_records`: the live records by key, read already (one MGET for all the pools of a tick); `baseline`:
+    the template's newest performance baseline (or None), read already."""
+    rows = pool_engine_rows(policy.pool) if rows is None else rows
     state = PoolState(
         serving=[d for d in rows if d.state == DeploymentState.READY],
         starting=[d for d in rows if d.state in STARTING_STATES and host_is_reachable(d.host)],
     )
-    by_key = read_live_many([live_deployment_key(d.pk) for d in state.serving])
+    by_key = (
+        read_live_many([live_deployment_key(d.pk) for d in state.serving])
+        if live_records is None
+        else live_records
+    )
     state.live = {
         d.pk: by_key[live_deployment_key(d.pk)] for d in state.serving if live_deployment_key(d.pk) in by_key
     }
     if not state.live:
         return state
     kv: list[float] = []
-    baseline = PerformanceBaseline.objects.filter(deployment_id=policy.template_id).first()
+    if baseline is UNREAD:
+        baseline = (
+            PerformanceBaseline.objects.filter(deployment_id=policy.template_id).first()
+            if policy.target_ttft_ratio is not None
+            else None  # TTFT is not a target of this policy: its baseline is not read
+        )
     for live in state.live.values():
         state.waiting_total += float(live.get("num_requests_waiting") or 0)
         state.running_total += float(live.get("num_requests_running") or 0)
@@ -318,24 +384,61 @@ def decide(
 
 def _reserved_by_gpu(host: Host) -> dict[int, float]:
     """The share of each GPU's memory that the host's active deployments reserve."""
-    held: dict[int, float] = {}
-    for dep in Deployment.objects.filter(host=host, state__in=ACTIVE_STATES).exclude(
-        desired_state=DesiredState.STOPPED, state=DeploymentState.STOPPED
-    ):
-        util = dep.gpu_memory_utilization
-        for index in dep.gpu_indices or []:
-            held[index] = held.get(index, 0.0) + (
+    return _reservations([host.pk]).get(host.pk, {})
+
+
+def _reservations(host_ids: list[int]) -> dict[int, dict[int, float]]:
+    """`_reserved_by_gpu` of several hosts in one query: host id -> GPU index -> share reserved."""
+    held: dict[int, dict[int, float]] = {}
+    rows = (
+        Deployment.objects.filter(host_id__in=host_ids, state__in=ACTIVE_STATES)
+        .exclude(desired_state=DesiredState.STOPPED, state=DeploymentState.STOPPED)
+        .values_list("host_id", "gpu_memory_utilization", "gpu_indices")  # summed in the models' order
+    )
+    for host_id, util, indices in rows:
+        by_gpu = held.setdefault(host_id, {})
+        for index in indices or []:
+            by_gpu[index] = by_gpu.get(index, 0.0) + (
                 VLLM_DEFAULT_GPU_MEMORY_UTILIZATION if util is None else util
             )
     return held
 
 
+@dataclass
+class HostLoad:
+    """What placement ranks a host by, and the GPUs it picks from: read for all candidates at once."""
+
+    gpus: list[int]
+    held: dict[int, float]
+    engines: int
+
+    def key(self, host: Host) -> tuple[float, int, str]:
+        """Least-loaded first: the mean share of GPU memory reserved, then the engine count, then the name."""
+        share = sum(self.held.get(i, 0.0) for i in self.gpus) / len(self.gpus) if self.gpus else 0.0
+        return (share, self.engines, host.name)
+
+
+def host_loads(hosts: list[Host]) -> dict[int, HostLoad]:
+    """Each host's GPUs, reservations and active engines, in three queries whatever the number of hosts."""
+    ids = [h.pk for h in hosts]
+    gpus: dict[int, list[int]] = {pk: [] for pk in ids}
+    for host_id, index in (
+        Gpu.objects.filter(host_id__in=ids).order_by("index").values_list("host_id", "index")
+    ):
+        gpus[host_id].append(index)
+    held = _reservations(ids)
+    engines = dict(
+        Deployment.objects.filter(host_id__in=ids, state__in=ACTIVE_STATES)
+        .order_by()
+        .values("host_id")
+        .annotate(n=Count("pk"))
+        .values_list("host_id", "n")
+    )
+    return {pk: HostLoad(gpus[pk], held.get(pk, {}), engines.get(pk, 0)) for pk in ids}
+
+
 def _host_load(host: Host) -> tuple[float, int, str]:
-    gpus = list(host.gpus.values_list("index", flat=True))
-    held = _reserved_by_gpu(host)
-    share = sum(held.get(i, 0.0) for i in gpus) / len(gpus) if gpus else 0.0
-    engines = Deployment.objects.filter(host=host, state__in=ACTIVE_STATES).count()
-    return (share, engines, host.name)
+    return host_loads([host])[host.pk].key(host)
 
 
 def _port_is_free(host: Host, port: int) -> bool:
@@ -358,10 +461,11 @@ def free_port(host: Host, start: int) -> int | None:
     return None
 
 
-def _gpu_sets(host: Host, size: int) -> list[tuple[int, ...]]:
-    """GPU index sets of `size`, least-reserved GPUs first."""
-    held = _reserved_by_gpu(host)
-    indices = sorted(host.gpus.values_list("index", flat=True), key=lambda i: (held.get(i, 0.0), i))
+def _gpu_sets(host: Host, size: int, load: HostLoad | None = None) -> list[tuple[int, ...]]:
+    """GPU index sets of `size`, least-reserved GPUs first (`load`: the host's, when already read)."""
+    load = load or host_loads([host])[host.pk]
+    held = load.held
+    indices = sorted(load.gpus, key=lambda i: (held.get(i, 0.0), i))
     return list(itertools.islice(itertools.combinations(indices, size), MAX_GPU_SETS_PER_HOST))
 
 
@@ -381,14 +485,17 @@ def find_placement(
     """
     template = policy.template
     refusals: list[str] = []
-    hosts = [h for h in candidate_hosts(policy.pool).prefetch_related("gpus") if h.pk not in exclude_hosts]
-    for host in sorted(hosts, key=_host_load):
+    hosts = [h for h in candidate_hosts(policy.pool) if h.pk not in exclude_hosts]
+    loads = host_loads(hosts)
+    for host in sorted(hosts, key=lambda h: loads[h.pk].key(h)):
         port = free_port(host, template.port + 1)
         if port is None:
             refusals.append(f"{host.name}: no free port")
             continue
         world = template.tensor_parallel_size * template.pipeline_parallel_size
-        sets: list[tuple[int, ...]] = [()] if template.engine == Engine.LLAMACPP else _gpu_sets(host, world)
+        sets: list[tuple[int, ...]] = (
+            [()] if template.engine == Engine.LLAMACPP else _gpu_sets(host, world, loads[host.pk])
+        )
         last = f"{host.name}: no {world} GPU(s)"
         for gpu_indices in sets:
             values = {
@@ -446,9 +553,13 @@ def pick_for_removal(policy: ScalingPolicy, state: PoolState) -> Deployment:
     return min(state.serving, key=key)
 
 
-def _lost_engines(policy: ScalingPolicy, rows: list[Deployment]) -> list[Deployment]:
-    """Engines the scaler added that never served and cannot now: host gone, or refused at launch."""
-    mine = _scaled_by(policy)
+def _lost_engines(
+    policy: ScalingPolicy, rows: list[Deployment], mine: set[int] | None = None
+) -> list[Deployment]:
+    """Engines the scaler added that never served and cannot now: host gone, or refused at launch.
+
+    `mine`: the policy's `_scaled_by`, when already read."""
+    mine = _scaled_by(policy) if mine is None else mine
     return [
         d
         for d in rows
@@ -458,10 +569,15 @@ def _lost_engines(policy: ScalingPolicy, rows: list[Deployment]) -> list[Deploym
     ]
 
 
-def _forget_removed(policy: ScalingPolicy) -> None:
-    """Delete the scaler's own engines once they are stopped (their history stays in the decisions)."""
+def _forget_removed(policy: ScalingPolicy, mine: set[int] | None = None) -> None:
+    """Delete the scaler's own engines once they are stopped (their history stays in the decisions).
+
+    `mine`: the policy's `_scaled_by`, when already read."""
+    mine = _scaled_by(policy) if mine is None else mine
+    if not mine:
+        return
     stopped = Deployment.objects.filter(
-        pk__in=_scaled_by(policy), desired_state=DesiredState.STOPPED, state=DeploymentState.STOPPED
+        pk__in=mine, desired_state=DesiredState.STOPPED, state=DeploymentState.STOPPED
     ).exclude(pk=policy.template_id)
     for dep in stopped:
         if not dep.scaling_templates.exists():
@@ -472,22 +588,51 @@ def _forget_removed(policy: ScalingPolicy) -> None:
 # --- one evaluation -----------------------------------------------------------------------------
 
 
-def _last_change_at(policy: ScalingPolicy, state: PoolState) -> datetime | None:
+CHANGES = (ScalingDecision.Action.SCALE_UP, ScalingDecision.Action.SCALE_DOWN, ScalingDecision.Action.REPLACE)
+ADDING = (ScalingDecision.Action.SCALE_UP, ScalingDecision.Action.REPLACE)
+
+
+@dataclass
+class History:
+    """What an evaluation needs of the policy's decisions, read in one query (`read_history`)."""
+
+    decided_this_interval: bool
+    # The ids of the engines the scaler added (`_scaled_by`).
+    mine: set[int]
+    # When the latest decision that changed the pool was taken (scale up, down or replace).
+    last_change_at: datetime | None
+
+
+def read_history(policy: ScalingPolicy, interval: int) -> History:
+    """The decision of this interval if any, the scaler's engines and the last change, in one query."""
+    rows = policy.decisions.filter(Q(interval=interval) | Q(action__in=CHANGES)).values_list(
+        "interval", "action", "at", "metrics"
+    )  # newest first (the model's ordering)
+    return _history(rows, interval)
+
+
+def _history(rows: Iterable[tuple[int, str, datetime, Any]], interval: int) -> History:
+    """History of a policy's (interval, action, at, metrics) decisions, newest first."""
+    history = History(decided_this_interval=False, mine=set(), last_change_at=None)
+    for decided_in, action, at, metrics in rows:
+        history.decided_this_interval |= decided_in == interval
+        if action in CHANGES and history.last_change_at is None:
+            history.last_change_at = at
+        if action in ADDING:
+            history.mine.update(int(i) for i in (metrics or {}).get("added_ids", []))
+    return history
+
+
+def _last_change_at(
+    policy: ScalingPolicy, state: PoolState, decided: datetime | None = None, *, decided_read: bool = False
+) -> datetime | None:
     """The last change of the pool: its latest scaling decision, or an engine becoming ready since.
 
     Counting readiness keeps the cooldowns from judging new capacity before it has taken load.
+    `decided_read`: the latest decision's time is `decided`, read already (read_history).
     """
-    decided = (
-        policy.decisions.filter(
-            action__in=[
-                ScalingDecision.Action.SCALE_UP,
-                ScalingDecision.Action.SCALE_DOWN,
-                ScalingDecision.Action.REPLACE,
-            ]
-        )
-        .values_list("at", flat=True)
-        .first()
-    )
+    if not decided_read:
+        decided = policy.decisions.filter(action__in=CHANGES).values_list("at", flat=True).first()
     times = [t for t in (decided, *(d.ready_at for d in state.serving)) if t is not None]
     return max(times) if times else None
 
@@ -534,61 +679,107 @@ def _record(
     return decision
 
 
+POLICY_FIELDS = ("last_evaluated_at", "last_target_engines", "last_reason", "last_metrics", "quiet_since")
+
+
+def _locked_policies(ids: list[int]) -> list[ScalingPolicy]:
+    """These enabled policies, locked (in the model's order, the pools' names), with their pools, templates
+    and their aliases' active versions (`alias_version_id`)."""
+    return list(
+        ScalingPolicy.objects.select_for_update()
+        .select_related("pool", "template")
+        .annotate(alias_version_id=ALIAS_VERSION)
+        .filter(pk__in=ids, enabled=True)
+    )
+
+
 def evaluate(policy_id: int, *, now: datetime | None = None) -> ScalingDecision | None:
     """One evaluation of a policy: the decision recorded (None when it held or already ran this interval)."""
     now = now or timezone.now()
     with transaction.atomic():
-        policy = (
-            ScalingPolicy.objects.select_for_update()
-            .select_related("pool", "template")
-            .filter(pk=policy_id, enabled=True)
-            .first()
-        )
-        if policy is None:
+        locked = _locked_policies([policy_id])
+        if not locked:
             return None
-        interval = int(now.timestamp() // max(1, policy.evaluation_interval_s))
-        if policy.decisions.filter(interval=interval).exists():
+        policy = locked[0]
+        # Read once: deleting stopped engines leaves the decisions as they are, and no decision is
+        # recorded before the last change is used.
+        history = read_history(policy, _interval(policy, now))
+        if history.decided_this_interval:
             return None  # decided already in this interval (a task run twice)
-        _forget_removed(policy)
-        rows = list(pool_deployments(policy.pool))
-        lost = _lost_engines(policy, rows)
-        state = read_pool_state(policy, [d for d in rows if d not in lost])
-        metrics = state.metrics()
-        decision: ScalingDecision | None = None
-        if lost:
-            decision = _replace(policy, lost, state, now=now, interval=interval, metrics=metrics)
-            target, reason = state.engines + len(lost), decision.reason
-        else:
-            if is_quiet(policy, state):
-                policy.quiet_since = policy.quiet_since or now
-            else:
-                policy.quiet_since = None
-            choice = decide(
-                policy,
-                state,
-                last_change_at=_last_change_at(policy, state),
-                quiet_since=policy.quiet_since,
-                now=now,
-            )
-            target, reason = choice.target, choice.reason
-            decision = _apply(policy, choice, state, now=now, interval=interval, metrics=metrics)
-            if decision is not None:
-                reason = decision.reason
-        policy.last_evaluated_at = now
-        policy.last_target_engines = target
-        policy.last_reason = reason
-        policy.last_metrics = metrics
-        if decision is not None and decision.action != ScalingDecision.Action.BLOCKED:
-            policy.quiet_since = None  # a changed pool is quiet anew only from now
-        policy.save(
-            update_fields=[
-                "last_evaluated_at",
-                "last_target_engines",
-                "last_reason",
-                "last_metrics",
-                "quiet_since",
-            ]
-        )
+        _forget_removed(policy, history.mine)
+        rows = pool_engine_rows(policy.pool, policy.alias_version_id, alias_read=True)  # type: ignore[attr-defined]
+        plan = _plan(policy, now, history, rows)
+        decision = _carry_out(policy, plan, now)
+        policy.save(update_fields=POLICY_FIELDS)
+    return decision
+
+
+def _interval(policy: ScalingPolicy, now: datetime) -> int:
+    return int(now.timestamp() // max(1, policy.evaluation_interval_s))
+
+
+@dataclass
+class Plan:
+    """One evaluation before it acts: the pool's state, the engines lost, and what `decide` chose."""
+
+    interval: int
+    lost: list[Deployment]
+    state: PoolState
+    metrics: dict[str, Any]
+    choice: Decision | None  # None when engines were lost (they are replaced)
+
+    @property
+    def holds(self) -> bool:
+        return not self.lost and self.choice is not None and self.choice.action == HOLD
+
+
+def _plan(
+    policy: ScalingPolicy,
+    now: datetime,
+    history: History,
+    rows: list[Deployment],
+    live: dict[str, dict[str, Any]] | None = None,
+    baseline: Any = UNREAD,
+) -> Plan:
+    """Read the pool's state and decide, writing nothing (the policy's quiet_since is set on the object)."""
+    lost = _lost_engines(policy, rows, history.mine)
+    state = read_pool_state(policy, [d for d in rows if d not in lost], live, baseline)
+    plan = Plan(_interval(policy, now), lost, state, state.metrics(), None)
+    if lost:
+        return plan
+    if is_quiet(policy, state):
+        policy.quiet_since = policy.quiet_since or now
+    else:
+        policy.quiet_since = None
+    plan.choice = decide(
+        policy,
+        state,
+        last_change_at=_last_change_at(policy, state, history.last_change_at, decided_read=True),
+        quiet_since=policy.quiet_since,
+        now=now,
+    )
+    return plan
+
+
+def _carry_out(policy: ScalingPolicy, plan: Plan, now: datetime) -> ScalingDecision | None:
+    """Act on the plan (replace the lost engines, or apply the choice) and set the policy's `last_*`
+    fields (the caller saves them)."""
+    state, metrics, interval = plan.state, plan.metrics, plan.interval
+    decision: ScalingDecision | None = None
+    if plan.choice is None:
+        decision = _replace(policy, plan.lost, state, now=now, interval=interval, metrics=metrics)
+        target, reason = state.engines + len(plan.lost), decision.reason
+    else:
+        target, reason = plan.choice.target, plan.choice.reason
+        decision = _apply(policy, plan.choice, state, now=now, interval=interval, metrics=metrics)
+        if decision is not None:
+            reason = decision.reason
+    policy.last_evaluated_at = now
+    policy.last_target_engines = target
+    policy.last_reason = reason
+    policy.last_metrics = metrics
+    if decision is not None and decision.action != ScalingDecision.Action.BLOCKED:
+        policy.quiet_since = None  # a changed pool is quiet anew only from now
     return decision
 
 
@@ -628,7 +819,7 @@ def _apply(
             **record,  # type: ignore[arg-type]
         )
     if choice.action == ScalingDecision.Action.SCALE_DOWN:
-        victim = pick_for_removal(policy, state) if state.serving else state.starting[-1]
+        victim = _full(pick_for_removal(policy, state) if state.serving else state.starting[-1])
         services.request_stop(victim, drain=True)
         return _record(
             policy,
@@ -674,6 +865,7 @@ def _replace(
     metrics: dict[str, Any],
 ) -> ScalingDecision:
     """Remove the scaler's engines that were lost before serving and place each again on another host."""
+    lost = [_full(d) for d in lost]
     gone_hosts = frozenset(d.host_id for d in lost)
     added: list[Deployment] = []
     why_not = ""
@@ -714,15 +906,115 @@ def due_policy_ids(now: datetime | None = None) -> list[int]:
 
 
 def evaluate_due(now: datetime | None = None) -> list[int]:
-    """Evaluate every due policy; the ids of those that decided. One pool's error spares the others."""
-    decided = []
-    for pk in due_policy_ids(now):
-        try:
-            if evaluate(pk, now=now) is not None:
-                decided.append(pk)
-        except Exception:
-            log.exception("scaling evaluation of policy %s failed", pk)
+    """Evaluate every due policy; the ids of those that decided. One pool's error spares the others.
+
+    Beat runs it every 2 s, so a tick reads in bulk what the evaluations of its due policies need, in
+    one transaction: the policies locked at once, then their decisions, their pools' engines, the
+    engines' live records (one MGET) and the templates' baselines, a query each. A policy that holds
+    (most of them, most of the time) writes only its `last_*` fields, saved together at the end; one that
+    acts does so in a savepoint of its own (its error rolls back only its changes), and the policies
+    after it read their engines afresh, as `evaluate` would.
+    """
+    now = now or timezone.now()
+    due = due_policy_ids(now)
+    if not due:
+        return []
+    decided: list[int] = []
+    with transaction.atomic():
+        policies = _locked_policies(due)
+        bulk = _read_tick(policies, now)
+        fresh_reads = False  # once a pool changed, the next ones read their engines themselves
+        held: list[ScalingPolicy] = []
+        for policy in policies:
+            try:
+                history = bulk.history[policy.pk]
+                if history.decided_this_interval:
+                    continue  # decided already in this interval (a task run twice)
+                if fresh_reads:
+                    with transaction.atomic():  # as `evaluate`, in a savepoint
+                        _forget_removed(policy, history.mine)
+                        rows = pool_engine_rows(policy.pool, policy.alias_version_id, alias_read=True)  # type: ignore[attr-defined]
+                        decision = _carry_out(policy, _plan(policy, now, history, rows), now)
+                        policy.save(update_fields=POLICY_FIELDS)
+                    if decision is not None:
+                        decided.append(policy.pk)
+                    continue
+                plan = _plan(policy, now, history, bulk.rows[policy.pk], bulk.live, bulk.baselines[policy.pk])
+                if plan.holds and policy.pk not in bulk.to_forget:
+                    _carry_out(policy, plan, now)  # no change to make: the last_* fields only
+                    held.append(policy)
+                    continue
+                with transaction.atomic():
+                    _forget_removed(policy, history.mine)
+                    decision = _carry_out(policy, plan, now)
+                    policy.save(update_fields=POLICY_FIELDS)
+                fresh_reads = True
+                if decision is not None:
+                    decided.append(policy.pk)
+            except Exception:
+                log.exception("scaling evaluation of policy %s failed", policy.pk)
+        ScalingPolicy.objects.bulk_update(held, POLICY_FIELDS)
     return decided
+
+
+@dataclass
+class TickReads:
+    """What the evaluations of one tick read in bulk, by policy id (live records by key)."""
+
+    history: dict[int, History]
+    rows: dict[int, list[Deployment]]
+    live: dict[str, dict[str, Any]]
+    baselines: dict[int, Any]
+    # Policies with stopped engines of their own to delete (`_forget_removed`).
+    to_forget: set[int]
+
+
+def _read_tick(policies: list[ScalingPolicy], now: datetime) -> TickReads:
+    """`read_history`, `pool_engine_rows`, the live records and the baselines of these policies, in a
+    query each (and one MGET)."""
+    intervals = {p.pk: _interval(p, now) for p in policies}
+    by_policy: dict[int, list[tuple[int, str, datetime, Any]]] = {p.pk: [] for p in policies}
+    decisions = ScalingDecision.objects.filter(
+        Q(action__in=CHANGES) | Q(interval__in=set(intervals.values())), policy_id__in=intervals
+    ).values_list("policy_id", "interval", "action", "at", "metrics")  # newest first
+    for policy_id, *row in decisions:
+        by_policy[policy_id].append(tuple(row))
+    history = {p.pk: _history(by_policy[p.pk], intervals[p.pk]) for p in policies}
+
+    versions = {p.pk: pool_version_id(p.pool, p.alias_version_id, alias_read=True) for p in policies}  # type: ignore[attr-defined]
+    engines = list(
+        Deployment.objects.select_related("host")
+        .filter(served_model_name__in={p.pool.alias for p in policies}, desired_state=DesiredState.RUNNING)
+        .only(*POOL_ROW_FIELDS, "served_model_name", "model_version", "role")
+    )  # in the model's order, as pool_deployments
+    rows = {
+        p.pk: [
+            d
+            for d in engines
+            if d.served_model_name == p.pool.alias
+            and (versions[p.pk] is None or d.model_version_id == versions[p.pk])
+            and (not p.pool.role or d.role == p.pool.role)
+        ]
+        for p in policies
+    }
+    serving = {d.pk for pool_rows in rows.values() for d in pool_rows if d.state == DeploymentState.READY}
+    live = read_live_many([live_deployment_key(pk) for pk in sorted(serving)])
+
+    baselines: dict[int, Any] = {p.pk: None for p in policies}
+    with_ttft = {p.template_id: p.pk for p in policies if p.target_ttft_ratio is not None}
+    for baseline in PerformanceBaseline.objects.filter(deployment_id__in=with_ttft):  # newest first
+        for p in policies:
+            if p.template_id == baseline.deployment_id and p.target_ttft_ratio is not None:
+                baselines[p.pk] = baselines[p.pk] or baseline
+
+    mine = {pk for h in history.values() for pk in h.mine}
+    stopped = set(
+        Deployment.objects.filter(
+            pk__in=mine, desired_state=DesiredState.STOPPED, state=DeploymentState.STOPPED
+        ).values_list("pk", flat=True)
+    )
+    to_forget = {p.pk for p in policies if (history[p.pk].mine - {p.template_id}) & stopped}
+    return TickReads(history, rows, live, baselines, to_forget)
 
 
 # --- validation ---------------------------------------------------------------------------------
