@@ -143,6 +143,9 @@ class RequestLog(models.Model):
             models.Index(fields=["tenant_id", "created_at"], name="reqlog_tenant_created"),
             models.Index(fields=["alias", "created_at"], name="reqlog_alias_created"),
             models.Index(fields=["status", "created_at"], name="reqlog_status_created"),
+            # The request log's lookups by request id and by key (migration 0015).
+            models.Index(fields=["request_id"], name="reqlog_request_id"),
+            models.Index(fields=["key_prefix", "created_at"], name="reqlog_key_created"),
         ]
 
     def __str__(self) -> str:

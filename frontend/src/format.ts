@@ -84,3 +84,50 @@ export function ageSeconds(iso: string | null): number | null {
   if (!iso) return null;
   return Math.max(0, (Date.now() - new Date(iso).getTime()) / 1000);
 }
+
+/** Where a page shows times: the browser's zone or UTC. */
+export type TimeZoneChoice = "local" | "utc";
+
+const pad2 = (n: number) => String(n).padStart(2, "0");
+
+/** "2025-03-04 05:06:07.891": a log timestamp to the millisecond, in the browser's zone or in UTC. */
+export function formatTimestamp(value: string | null | undefined, zone: TimeZoneChoice = "local"): string {
+  if (!value) return "—";
+  const date = new Date(value);
+  if (Number.isNaN(date.getTime())) return value;
+  const utc = zone === "utc";
+  const y = utc ? date.getUTCFullYear() : date.getFullYear();
+  const mo = (utc ? date.getUTCMonth() : date.getMonth()) + 1;
+  const d = utc ? date.getUTCDate() : date.getDate();
+  const h = utc ? date.getUTCHours() : date.getHours();
+  const mi = utc ? date.getUTCMinutes() : date.getMinutes();
+  const s = utc ? date.getUTCSeconds() : date.getSeconds();
+  const ms = String(utc ? date.getUTCMilliseconds() : date.getMilliseconds()).padStart(3, "0");
+  return `${y}-${pad2(mo)}-${pad2(d)} ${pad2(h)}:${pad2(mi)}:${pad2(s)}.${ms}`;
+}
+
+/** The zone times are shown in: "UTC", or the browser's as "UTC+02:00 Europe/Berlin" (its offset at `at`;
+ * `short`: the offset alone). */
+export function zoneLabel(zone: TimeZoneChoice, at: Date = new Date(), short = false): string {
+  if (zone === "utc") return "UTC";
+  const offset = -at.getTimezoneOffset();
+  const sign = offset < 0 ? "-" : "+";
+  const abs = Math.abs(offset);
+  const name = Intl.DateTimeFormat().resolvedOptions().timeZone;
+  const utcOffset = `UTC${sign}${pad2(Math.floor(abs / 60))}:${pad2(abs % 60)}`;
+  return !short && name && name !== "UTC" && name !== "Etc/UTC" ? `${utcOffset} ${name}` : utcOffset;
+}
+
+/** `<input type="datetime-local" step="1">` value, read in `zone`, -> ISO string in UTC. */
+export function zonedInputToIso(value: string, zone: TimeZoneChoice): string {
+  if (!value) return "";
+  const date = new Date(zone === "utc" ? `${value}Z` : value);
+  return Number.isNaN(date.getTime()) ? "" : date.toISOString();
+}
+
+/** ISO string -> `<input type="datetime-local" step="1">` value in `zone`, to the second. */
+export function isoToZonedInput(value: string | null | undefined, zone: TimeZoneChoice): string {
+  if (!value) return "";
+  const text = formatTimestamp(value, zone);
+  return text === value || text === "—" ? "" : text.slice(0, 19).replace(" ", "T");
+}

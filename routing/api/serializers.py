@@ -10,6 +10,7 @@ from rest_framework import serializers
 from core.api.base import StrictModelSerializer
 from models_registry.models import ModelAlias
 from nodes.choices import SLEEP_LEVELS
+from routing.api.request_log import LogNames
 from routing.models import RequestLog, RoutePolicy, RoutePool
 from routing.proxy.config import parse_rule
 from routing.proxy.requestlog import COLUMNS as REQUEST_LOG_COLUMNS
@@ -222,19 +223,77 @@ class RequestLogStageSerializer(serializers.Serializer):
     ms = serializers.FloatField(help_text="Milliseconds in the stage's hooks for this request.")
 
 
+class RequestLogListSerializer(serializers.ListSerializer):
+    """A page of the log: the names its rows mention are looked up once for the page (LogNames.of)."""
+
+    def to_representation(self, data: Any) -> list[dict[str, Any]]:
+        rows = list(data.all() if hasattr(data, "all") else data)
+        self.child.names = LogNames.of(rows)  # type: ignore[union-attr]
+        return [self.child.to_representation(row) for row in rows]  # type: ignore[union-attr]
+
+
 class RequestLogSerializer(serializers.ModelSerializer):
+    """One request as the log keeps it, with the names of the deployment, model version and key it
+    mentions by id (null when that row is gone: the log outlives what it names)."""
+
     stages = RequestLogStageSerializer(
         many=True,
         read_only=True,
         allow_null=True,
         help_text="Per stage of the request's chain; null without one.",
     )
+    deployment_name = serializers.SerializerMethodField(
+        help_text="The deployment's name; null when deleted or when no engine saw the request."
+    )
+    model_version_name = serializers.SerializerMethodField(
+        help_text="The answering version as model@revision; null when deleted or none answered."
+    )
+    key_id = serializers.SerializerMethodField(
+        help_text="The API key's id (tenant and prefix match); null when the key is gone or unknown."
+    )
+    key_name = serializers.SerializerMethodField(help_text="The API key's name; null like key_id.")
 
     class Meta:
         model = RequestLog
+        list_serializer_class = RequestLogListSerializer
         # The columns the proxy writes, in its order: one list, so a new column cannot be missed here.
-        fields = ["id", *REQUEST_LOG_COLUMNS]
+        fields = [
+            "id",
+            *REQUEST_LOG_COLUMNS,
+            "deployment_name",
+            "model_version_name",
+            "key_id",
+            "key_name",
+        ]
         read_only_fields = fields
+
+    names: LogNames | None = None
+
+    def to_representation(self, instance: RequestLog) -> dict[str, Any]:
+        if self.names is None:  # one row (retrieve); a page sets them in RequestLogListSerializer
+            self.names = LogNames.of([instance])
+        return super().to_representation(instance)
+
+    def _names(self) -> LogNames:
+        assert self.names is not None
+        return self.names
+
+    def get_deployment_name(self, row: RequestLog) -> str | None:
+        return None if row.deployment_id is None else self._names().deployments.get(row.deployment_id)
+
+    def get_model_version_name(self, row: RequestLog) -> str | None:
+        return None if row.model_version_id is None else self._names().versions.get(row.model_version_id)
+
+    def _key(self, row: RequestLog) -> tuple[int, str] | None:
+        return self._names().keys.get((row.tenant_id, row.key_prefix)) if row.key_prefix else None
+
+    def get_key_id(self, row: RequestLog) -> int | None:
+        key = self._key(row)
+        return None if key is None else key[0]
+
+    def get_key_name(self, row: RequestLog) -> str | None:
+        key = self._key(row)
+        return None if key is None else key[1]
 
 
 class UsageBucketSerializer(serializers.Serializer):

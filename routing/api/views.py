@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-import django_filters
 from django.db.models import Count, Q, Sum
 from django.db.models.functions import TruncHour
 from django.utils import timezone
@@ -18,8 +17,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.api.base import AuditedModelViewSet
-from core.api.filters import UtcIsoDateTimeFilter
 from core.redis_client import publish_config_change
+from routing.api.request_log import RequestLogFilter
 from routing.api.serializers import (
     RequestLogSerializer,
     RoutePolicySerializer,
@@ -73,17 +72,6 @@ class RoutePolicyViewSet(NotifyProxiesMixin, AuditedModelViewSet):
     search_fields = ["name", "alias"]
 
 
-class RequestLogFilter(django_filters.FilterSet):
-    since = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    until = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
-    status_min = django_filters.NumberFilter(field_name="status", lookup_expr="gte")
-    status_max = django_filters.NumberFilter(field_name="status", lookup_expr="lte")
-
-    class Meta:
-        model = RequestLog
-        fields = ["tenant_id", "alias", "status", "deployment_id", "error_type", "key_prefix", "stream"]
-
-
 class RequestLogPagination(CursorPagination):
     # Keyset pagination on the (created_at) index: page 10,000 costs what page 1 costs.
     ordering = ("-created_at", "-id")
@@ -93,7 +81,8 @@ class RequestLogPagination(CursorPagination):
 
 
 class RequestLogViewSet(viewsets.ReadOnlyModelViewSet):
-    """The request log, newest first; filter by tenant, alias, status, deployment and time."""
+    """The request log, newest first; find one request by its id, filter by tenant, key, alias, status,
+    deployment, model version and time (routing/api/request_log.py)."""
 
     queryset = RequestLog.objects.all()
     serializer_class = RequestLogSerializer

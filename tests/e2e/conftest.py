@@ -42,11 +42,15 @@ def live_console(transactional_db: None, tmp_path: Path) -> Iterator[LiveConsole
 
 
 @pytest.fixture
-def browser_page(live_console: LiveConsole, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+def browser_page(
+    live_console: LiveConsole, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> Iterator[Any]:
     """A Playwright page in Debian's headless Chromium with a fresh profile; never downloads a browser.
 
-    Its base URL is the live console, so `page.goto("/tenants")` works.
+    Its base URL is the live console, so `page.goto("/tenants")` works. Its time zone is UTC, or the one
+    a test names with `@pytest.mark.browser_timezone("Europe/Berlin")`.
     """
+    zone = request.node.get_closest_marker("browser_timezone")
     require_chromium()
     # Playwright's sync API keeps an event loop running in this thread; the ORM calls a test makes between
     # browser steps are still plain synchronous calls in one thread, so Django's async guard does not apply.
@@ -63,7 +67,7 @@ def browser_page(live_console: LiveConsole, tmp_path: Path, monkeypatch: pytest.
             base_url=live_console.url,
             viewport={"width": 1280, "height": 860},
             # Fixed zone and locale: tests type and read dates, which the console shows in the browser's zone.
-            timezone_id="UTC",
+            timezone_id=zone.args[0] if zone else "UTC",
             locale="en-US",
         )
         context.set_default_timeout(15_000)

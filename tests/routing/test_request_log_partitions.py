@@ -60,6 +60,8 @@ def test_table_is_partitioned_with_composite_primary_key_and_indexes_per_partiti
         "(alias, created_at)",
         "(created_at)",
         "(id, created_at)",
+        "(key_prefix, created_at)",
+        "(request_id)",
         "(status, created_at)",
         "(tenant_id, created_at)",
     ]

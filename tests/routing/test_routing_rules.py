@@ -72,7 +72,7 @@ def test_rules_pick_pools_in_order(
     fast_id = fast_and_long["fast"].deployment.pk
     long_id = fast_and_long["long"].deployment.pk
     assert [r.deployment_id for r in rows] == [fast_id, long_id, long_id, long_id]
-    assert "rule 2" in rows[0].route_reason and "rule 0" in rows[1].route_reason
+    assert "rule 3" in rows[0].route_reason and "rule 1" in rows[1].route_reason
     assert "default" in rows[3].route_reason
 
 

@@ -154,14 +154,14 @@ def _set_inflight(proxy: Proxy, **inflight: int) -> None:
 
 def test_short_requests_stay_on_the_fast_pool_while_it_has_an_idle_engine(chain: Proxy) -> None:
     _set_inflight(chain, f0=3, f1=0)
-    assert _route(chain, 300) == ("fast", "policy p rule 1", ["f0", "f1"])
+    assert _route(chain, 300) == ("fast", "policy p rule 2", ["f0", "f1"])
 
 
 def test_short_requests_spill_onto_the_long_pool_when_the_fast_pool_is_busier(chain: Proxy) -> None:
     _set_inflight(chain, f0=2, f1=2, l0=1)
     pool, reason, candidates = _route(chain, 300)
     assert (pool, candidates) == ("long", ["l0"])
-    assert reason == "policy p rule 1; spill long home_inflight=2"
+    assert reason == "policy p rule 2; spill long home_inflight=2"
 
 
 def test_spill_stops_at_the_cap_and_long_requests_keep_their_place(chain: Proxy) -> None:

@@ -86,6 +86,6 @@ def test_classify_sends_each_request_to_the_pool_its_content_asks_for(
     rows = list(RequestLog.objects.order_by("created_at"))
     assert [r.deployment_id for r in rows] == [pools[want].deployment.pk for want in asks]
     assert [r.route_pool for r in rows] == list(asks)
-    assert rows[0].route_reason.startswith("chain branches v1 (branch rule 0 -> code); chain branch")
-    assert rows[2].route_reason.startswith("chain branches v1 (branch rule 2 -> deep)")
+    assert rows[0].route_reason.startswith("chain branches v1 (branch rule 1 -> code); chain branch")
+    assert rows[2].route_reason.startswith("chain branches v1 (branch rule 3 -> deep)")
     assert rows[4].route_reason.startswith("chain branches v1; chain generate step")

@@ -102,6 +102,6 @@ def test_the_models_label_picks_the_pool(
     reasons = [r.route_reason for r in rows]
     assert reasons[0].startswith("chain smart v1 (branch label code -> code); chain branch")
     assert reasons[1].startswith("chain smart v1 (branch label chat -> general); chain branch")
-    assert reasons[2].startswith("chain smart v1 (branch rule 0 -> support)")
+    assert reasons[2].startswith("chain smart v1 (branch rule 1 -> support)")
     assert reasons[3].startswith("chain smart v1 (branch no label); chain generate step")
     assert reasons[4].startswith("chain smart v1 (branch timeout, failed open); chain generate step")

@@ -87,7 +87,7 @@ def pick_pool(
         if chain.pool is not None and chain.pool in pools:
             return pools[chain.pool], "chain generate step"
     if policy is not None:
-        for n, rule in enumerate(policy.rules):
+        for n, rule in enumerate(policy.rules, 1):  # numbered from 1, as the Routing page lists them
             if rule.pool in pools and rule_matches(
                 rule, alias, ctx.prompt_tokens, task, ctx.key.tenant_name, ctx.priority
             ):

@@ -219,7 +219,7 @@ class Classify(Stage):
         code: bool | None = None
         images: bool | None = None
         run = run_of(ctx)
-        for n, (match, pattern, pool) in enumerate(self.rules):
+        for n, (match, pattern, pool) in enumerate(self.rules, 1):  # from 1, as the console numbers them
             tokens = ctx.prompt_tokens
             if "min_prompt_tokens" in match and tokens < match["min_prompt_tokens"]:
                 continue

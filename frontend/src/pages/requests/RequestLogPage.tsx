@@ -1,19 +1,23 @@
-import { useState } from "react";
+import { useEffect, useState, type FormEvent, type MouseEvent } from "react";
+import { Link } from "react-router-dom";
 import { Dialog } from "../../components/Dialog";
 import { DebouncedInputField, InputField, SelectField } from "../../components/Field";
 import { Card, ErrorState, Page } from "../../components/Page";
 import { StatusBadge } from "../../components/StatusBadge";
 import { Table } from "../../components/Table";
-import { formatDateTime, formatNumber, isoToLocalInput, localInputToIso } from "../../format";
+import { formatDateTime, formatNumber, formatTimestamp, isoToZonedInput, zonedInputToIso, zoneLabel, type TimeZoneChoice } from "../../format";
 import { useApi, type ApiResource } from "../../hooks/useApi";
 import { useQueryParams } from "../../hooks/useQueryParams";
 import "../routing/routing.css";
-import type { Page as ApiPage, RequestLogPage, RequestLogRow, RequestLogStage, Tenant, UsageBucket } from "../../api/types";
+import type { ApiKey, Page as ApiPage, RequestLogPage, RequestLogRow, RequestLogStage, Tenant, UsageBucket } from "../../api/types";
+import { routeSteps } from "./routeReason";
 
 const PAGE_SIZE = 50;
-// Tenants offered by the picker (by name); a tenant beyond these still filters when its id is in the URL.
+// Tenants and keys offered by the pickers (by name); one beyond these still filters when its id is in the URL.
 const TENANT_OPTIONS = 500;
-const FILTERS = ["tenant_id", "alias", "status", "status_min", "since", "until", "cursor"] as const;
+const KEY_OPTIONS = 500;
+// The API's filters, kept in the URL. `tz` (how times are shown) is the page's own, not sent.
+const FILTERS = ["request_id", "tenant_id", "key_id", "key_prefix", "alias", "status", "status_min", "since", "until", "cursor"] as const;
 const OUTCOMES = [
   { value: "", label: "Any status" },
   { value: "200", label: "200 OK" },
@@ -30,25 +34,35 @@ function ms(value: number | null): string {
   return value === null ? "—" : value < 10 ? `${value.toFixed(1)} ms` : `${Math.round(value)} ms`;
 }
 
+/** A click on a link or button inside a clickable row does its own thing, not open the row. */
+function own(event: MouseEvent) {
+  event.stopPropagation();
+}
+
 /** The cache stage that answered the request from its store, if one did. */
 function cacheHit(r: RequestLogRow): string | null {
   const stage = (r.stages ?? []).find((s) => s.kind === "cache" && s.outcome === "hit");
   return stage ? stage.name : null;
 }
 
-/** "llama-fast → #7 · 1 retry": the pool, the deployment that answered, and the retries it took;
+/** The deployment by name ("#7" once it is deleted). */
+function deploymentLabel(r: RequestLogRow): string {
+  return r.deployment_name ?? `#${r.deployment_id}`;
+}
+
+/** "llama-fast → llama-awq-0 · 1 retry": the pool, the deployment that answered, and the retries it took;
  * "cache hit · answers" for an answer replayed by a chain's cache stage (no pool, no engine). */
 function routeText(r: RequestLogRow): string {
   const hit = cacheHit(r);
   if (hit !== null && !r.route_pool) return `cache hit · ${hit}`;
-  const target = r.deployment_id !== null ? ` → #${r.deployment_id}` : "";
+  const target = r.deployment_id !== null ? ` → ${deploymentLabel(r)}` : "";
   const retries = r.retries ? ` · ${r.retries} ${r.retries === 1 ? "retry" : "retries"}` : "";
   return `${r.route_pool || "—"}${target}${retries}`;
 }
 
 /** The route cell's tooltip: the whole route, the upstream, why this pool was chosen, the chain's stages. */
 function routeTitle(r: RequestLogRow): string {
-  return [routeText(r), r.upstream, r.route_reason, ...(r.stages ?? []).map(stageText)].filter(Boolean).join("\n");
+  return [routeText(r), r.upstream, r.route_reason, ...routeSteps(r.route_reason).map((s) => `· ${s.text}`), ...(r.stages ?? []).map(stageText)].filter(Boolean).join("\n");
 }
 
 /** "answers (cache): hit, 0.4 ms": one stage of the request's chain. */
@@ -63,6 +77,26 @@ function Clip({ text, title, code, muted }: { text: string; title?: string; code
     <span className={className} title={title ?? text}>
       {text}
     </span>
+  );
+}
+
+/** A button that copies `text` (an id, a link); says "Copied" for a moment. */
+function CopyButton({ text, label, testId }: { text: string; label: string; testId?: string }) {
+  const [copied, setCopied] = useState(false);
+  async function copy(event: MouseEvent) {
+    event.stopPropagation();
+    try {
+      await navigator.clipboard.writeText(text);
+      setCopied(true);
+      window.setTimeout(() => setCopied(false), 1500);
+    } catch {
+      // No clipboard permission (plain http on another host): the text is on the page to select.
+    }
+  }
+  return (
+    <button type="button" className="btn btn-small copy-button" onClick={copy} title={`Copy ${text}`} data-testid={testId}>
+      {copied ? "Copied" : label}
+    </button>
   );
 }
 
@@ -93,18 +127,89 @@ function TenantPicker({ value, tenants, onChange }: { value: string; tenants: Ap
   );
 }
 
+/** The key filter: the keys (of the chosen tenant) by name and visible prefix; the value is the key's id,
+ * never the key. A prefix from the URL (a key deleted since) stays selectable. */
+function KeyPicker({ keyId, prefix, keys, onChange }: { keyId: string; prefix: string; keys: ApiResource<ApiPage<ApiKey>>; onChange: (changes: Record<string, string>) => void }) {
+  const list = keys.data?.results ?? [];
+  const options = [
+    { value: "", label: keys.loading && !keys.data ? "Loading keys…" : "All keys" },
+    ...list.map((k) => ({ value: String(k.id), label: `${k.name} (${k.prefix}…) · ${k.tenant_name}${k.is_active ? "" : ", revoked"}` })),
+  ];
+  if (keyId && !list.some((k) => String(k.id) === keyId)) options.push({ value: keyId, label: `Key #${keyId}` });
+  if (prefix) options.push({ value: `prefix:${prefix}`, label: `Keys ${prefix}…` });
+  const value = keyId || (prefix ? `prefix:${prefix}` : "");
+  return (
+    <SelectField
+      label="API key"
+      name="key_id"
+      options={options}
+      value={value}
+      onChange={(e) => {
+        const v = e.target.value;
+        if (v.startsWith("prefix:")) onChange({ key_id: "", key_prefix: v.slice(7) });
+        else onChange({ key_id: v, key_prefix: "" });
+      }}
+      hint={keys.error ? "Could not load keys." : undefined}
+    />
+  );
+}
+
+/** Find one request by the id a client has (the x-request-id header of its answer); other filters are
+ * dropped so that they cannot hide it. */
+function RequestIdSearch({ value, onFind, errors }: { value: string; onFind: (id: string) => void; errors?: Record<string, string[]> }) {
+  const [text, setText] = useState(value);
+  useEffect(() => setText(value), [value]);
+  function submit(event: FormEvent) {
+    event.preventDefault();
+    onFind(text.trim());
+  }
+  return (
+    <form className="request-id-search" onSubmit={submit} role="search" data-testid="request-id-search">
+      <InputField
+        label="Request id"
+        name="request_id"
+        value={text}
+        placeholder="x-request-id of an answer"
+        onChange={(e) => setText(e.target.value)}
+        errors={errors}
+        spellCheck={false}
+        autoComplete="off"
+      />
+      <button type="submit" className="btn btn-primary">
+        Find
+      </button>
+    </form>
+  );
+}
+
 export function RequestLogPage() {
   // Any change but paging starts again from the newest page (the cursor dropped).
   const { get, update, clear } = useQueryParams("cursor");
+  const zone: TimeZoneChoice = get("tz") === "utc" ? "utc" : "local";
   const query: Record<string, string | number> = { page_size: PAGE_SIZE };
   for (const name of FILTERS) query[name] = get(name);
   const rows = useApi<RequestLogPage>("/api/request-log/", query);
   const tenants = useApi<ApiPage<Tenant>>("/api/tenants/", { limit: TENANT_OPTIONS, ordering: "name" });
+  const keys = useApi<ApiPage<ApiKey>>("/api/keys/", { limit: KEY_OPTIONS, ordering: "name", tenant: get("tenant_id") });
   const tenantName = tenantLabel(get("tenant_id"), tenants.data?.results);
   const [open, setOpen] = useState<RequestLogRow | null>(null);
   const [generation, setGeneration] = useState(0);
   const outcome = get("status_min") ? `${get("status_min")}+` : get("status");
   const anyFilter = FILTERS.some((name) => name !== "cursor" && get(name));
+  const requestId = get("request_id");
+  const fieldErrors = rows.error && typeof rows.error === "object" && "fieldErrors" in rows.error ? (rows.error as { fieldErrors: Record<string, string[]> }).fieldErrors : undefined;
+
+  // A search by request id goes straight to the request's details (once per search).
+  const [openedFor, setOpenedFor] = useState("");
+  const found = rows.data?.results;
+  useEffect(() => {
+    if (!requestId || requestId === openedFor || !found) return;
+    // The rows on screen may still be the previous query's until the search's answer arrives.
+    const match = found.find((r) => r.request_id === requestId || requestId.endsWith(`-${r.request_id}`));
+    if (match === undefined) return;
+    setOpenedFor(requestId);
+    setOpen(match);
+  }, [requestId, openedFor, found]);
 
   function setOutcome(value: string) {
     if (value.endsWith("+")) update({ status: "", status_min: value.slice(0, -1) });
@@ -115,11 +220,28 @@ export function RequestLogPage() {
     update({ [name]: value });
   }
 
+  function findRequest(id: string) {
+    const changes: Record<string, string> = {};
+    for (const name of FILTERS) changes[name] = "";
+    setOpenedFor("");
+    update({ ...changes, request_id: id });
+    setGeneration((n) => n + 1);
+  }
+
+  function filterByKey(row: RequestLogRow) {
+    setOpen(null);
+    if (row.key_id !== null) update({ key_id: String(row.key_id), key_prefix: "", request_id: "" });
+    else update({ key_prefix: row.key_prefix, key_id: "", request_id: "" });
+  }
+
+  const zoneText = zoneLabel(zone);
   return (
     <Page title="Request log" subtitle="Every /v1/ request: who, which model and endpoint, outcome, tokens and timings.">
       <UsageCard tenantId={get("tenant_id")} tenantName={tenantName} />
+      <RequestIdSearch value={requestId} onFind={findRequest} errors={fieldErrors} />
       <div className="filters" data-testid="request-filters">
-        <TenantPicker value={get("tenant_id")} tenants={tenants} onChange={(value) => filter("tenant_id", value)} />
+        <TenantPicker value={get("tenant_id")} tenants={tenants} onChange={(value) => update({ tenant_id: value, key_id: "" })} />
+        <KeyPicker keyId={get("key_id")} prefix={get("key_prefix")} keys={keys} onChange={update} />
         <DebouncedInputField
           key={`alias-${generation}`}
           label="Model alias"
@@ -128,8 +250,18 @@ export function RequestLogPage() {
           onCommit={(value) => filter("alias", value)}
         />
         <SelectField label="Status" name="outcome" options={OUTCOMES} value={outcome} onChange={(e) => setOutcome(e.target.value)} />
-        <InputField label="From" name="since" type="datetime-local" value={isoToLocalInput(get("since"))} onChange={(e) => filter("since", localInputToIso(e.target.value))} />
-        <InputField label="Until" name="until" type="datetime-local" value={isoToLocalInput(get("until"))} onChange={(e) => filter("until", localInputToIso(e.target.value))} />
+        <InputField label={`From (${zone === "utc" ? "UTC" : "local"})`} name="since" type="datetime-local" step={1} errors={fieldErrors} value={isoToZonedInput(get("since"), zone)} onChange={(e) => filter("since", zonedInputToIso(e.target.value, zone))} />
+        <InputField label={`Until (${zone === "utc" ? "UTC" : "local"})`} name="until" type="datetime-local" step={1} errors={fieldErrors} value={isoToZonedInput(get("until"), zone)} onChange={(e) => filter("until", zonedInputToIso(e.target.value, zone))} />
+        <SelectField
+          label="Times in"
+          name="tz"
+          options={[
+            { value: "local", label: `Local (${zoneLabel("local")})` },
+            { value: "utc", label: "UTC" },
+          ]}
+          value={zone}
+          onChange={(e) => update({ tz: e.target.value === "utc" ? "utc" : "", cursor: get("cursor") })}
+        />
         {anyFilter && (
           <button
             type="button"
@@ -143,20 +275,45 @@ export function RequestLogPage() {
           </button>
         )}
       </div>
-      <ErrorState error={rows.error} onRetry={rows.reload} />
+      <ErrorState error={fieldErrors ? null : rows.error} onRetry={rows.reload} />
       <div className="request-log">
         <Table
           testId="request-log-table"
-          rows={rows.data?.results}
+          rows={fieldErrors ? [] : rows.data?.results}
           loading={rows.loading}
           rowKey={(r) => r.id}
           onRowClick={setOpen}
-          empty={anyFilter ? "No requests match these filters." : "No requests yet. Call /v1/ with an API key (see the README tour)."}
+          empty={
+            fieldErrors
+              ? "Correct the highlighted filter."
+              : requestId
+                ? `No request with id ${requestId} in the log. The id is the x-request-id header of an answer; rows older than the log's retention are gone.`
+                : anyFilter
+                  ? "No requests match these filters."
+                  : "No requests yet. Call /v1/ with an API key (see the README tour)."
+          }
           columns={[
-            { header: "When", cell: (r) => <span title={r.created_at}>{formatDateTime(r.created_at)}</span> },
+            {
+              header: <span title={`Times to the millisecond, ${zoneText}`}>When ({zoneLabel(zone, new Date(), true)})</span>,
+              cell: (r) => (
+                <span className="mono" title={r.created_at}>
+                  {formatTimestamp(r.created_at, zone)}
+                </span>
+              ),
+            },
             { header: "Tenant", cell: (r) => (r.tenant_name ? <Clip text={r.tenant_name} /> : <span className="muted">#{r.tenant_id}</span>) },
-            { header: "Key", cell: (r) => <code>{r.key_prefix}…</code> },
-            { header: "Model", cell: (r) => <Clip text={r.alias} code /> },
+            {
+              header: "Key",
+              cell: (r) =>
+                r.key_prefix ? (
+                  <button type="button" className="link-button" title={`${r.key_name ? `${r.key_name}: ` : ""}show only this key's requests`} onClick={(e) => { own(e); filterByKey(r); }}>
+                    <code>{r.key_prefix}…</code>
+                  </button>
+                ) : (
+                  <span className="muted">—</span>
+                ),
+            },
+            { header: "Model", cell: (r) => <Clip text={r.alias} title={r.model_version_name ? `${r.alias}: ${r.model_version_name}` : r.alias} code /> },
             {
               header: "Status",
               cell: (r) => (
@@ -185,7 +342,7 @@ export function RequestLogPage() {
           }
         />
       </div>
-      <RequestDialog row={open} onClose={() => setOpen(null)} />
+      <RequestDialog row={open} zone={zone} onClose={() => setOpen(null)} onFilterKey={filterByKey} />
     </Page>
   );
 }
@@ -225,7 +382,9 @@ function UsageCard({ tenantId, tenantName }: { tenantId: string; tenantName: str
   );
 }
 
-function RequestDialog({ row, onClose }: { row: RequestLogRow | null; onClose: () => void }) {
+function RequestDialog({ row, zone, onClose, onFilterKey }: { row: RequestLogRow | null; zone: TimeZoneChoice; onClose: () => void; onFilterKey: (row: RequestLogRow) => void }) {
+  const link = row ? `${window.location.origin}/requests?request_id=${encodeURIComponent(row.request_id)}` : "";
+  const steps = row ? routeSteps(row.route_reason) : [];
   return (
     <Dialog
       title={row ? `${row.endpoint_kind} ${row.alias} · ${row.status}` : ""}
@@ -243,25 +402,78 @@ function RequestDialog({ row, onClose }: { row: RequestLogRow | null; onClose: (
         <>
           <dl className="kv">
             <dt>Request id</dt>
-            <dd><code>{row.request_id}</code></dd>
+            <dd className="copyable">
+              <code data-testid="request-id">{row.request_id || "—"}</code>
+              {row.request_id && <CopyButton text={row.request_id} label="Copy id" testId="copy-request-id" />}
+              {row.request_id && <CopyButton text={link} label="Copy link" />}
+            </dd>
             <dt>When</dt>
-            <dd>{formatDateTime(row.created_at)}</dd>
-            <dt>Tenant / key</dt>
-            <dd>{row.tenant_name} / <code>{row.key_prefix}…</code></dd>
-            <dt>Upstream</dt>
-            <dd>{row.deployment_id !== null ? `deployment #${row.deployment_id} ` : ""}{row.upstream || "—"}</dd>
+            <dd data-testid="request-when">
+              {formatTimestamp(row.created_at, zone)} <span className="muted">{zoneLabel(zone, new Date(row.created_at))}</span>
+              {zone !== "utc" && <div className="muted mono">{formatTimestamp(row.created_at, "utc")} UTC</div>}
+            </dd>
+            <dt>Tenant</dt>
+            <dd>{row.tenant_id !== null ? <Link to={`/tenants/${row.tenant_id}`}>{row.tenant_name || `#${row.tenant_id}`}</Link> : "—"}</dd>
+            <dt>API key</dt>
+            <dd data-testid="request-key">
+              {row.key_prefix ? (
+                <>
+                  {row.key_name ? `${row.key_name} ` : ""}
+                  <code>{row.key_prefix}…</code>
+                  {row.key_id === null && <span className="muted"> (no such key now)</span>}{" "}
+                  <button type="button" className="btn btn-small" onClick={() => onFilterKey(row)}>
+                    This key's requests
+                  </button>
+                </>
+              ) : (
+                "—"
+              )}
+            </dd>
+            <dt>Deployment</dt>
+            <dd data-testid="request-deployment">
+              {row.deployment_id === null ? (
+                "— (no engine saw it)"
+              ) : row.deployment_name ? (
+                <Link to={`/nodes/deployments/${row.deployment_id}`}>{row.deployment_name}</Link>
+              ) : (
+                <span>#{row.deployment_id} <span className="muted">(deleted)</span></span>
+              )}
+              {row.upstream && <div className="muted mono">{row.upstream}</div>}
+            </dd>
             <dt>Model version</dt>
-            <dd>{row.model_version_id !== null ? `#${row.model_version_id}` : "—"}</dd>
+            <dd data-testid="request-version">
+              {row.model_version_id === null ? (
+                "—"
+              ) : row.model_version_name ? (
+                <Link to={`/models/versions/${row.model_version_id}`}>{row.model_version_name}</Link>
+              ) : (
+                <span>#{row.model_version_id} <span className="muted">(deleted)</span></span>
+              )}
+            </dd>
             <dt>Route</dt>
-            <dd>{row.route_pool} — {row.route_reason || "—"}</dd>
+            <dd data-testid="request-route">
+              {row.route_pool ? <Link to="/routing">{row.route_pool}</Link> : <span className="muted">no pool</span>}
+              {steps.length > 0 && (
+                <ol className="route-steps">
+                  {steps.map((step, i) => (
+                    <li key={i} title={step.raw}>
+                      {step.link ? <Link to={step.link}>{step.text}</Link> : step.text}
+                    </li>
+                  ))}
+                </ol>
+              )}
+              {row.route_reason && <div className="muted mono" title="As the proxy wrote it">{row.route_reason}</div>}
+            </dd>
             <dt>Stages</dt>
             <dd data-testid="request-stages">
               {row.stages?.length ? (
-                <ul className="stage-list">
+                <ol className="stage-list">
                   {row.stages.map((s) => (
-                    <li key={s.name}>{stageText(s)}</li>
+                    <li key={s.name} className={`stage-${s.outcome === "blocked" ? "bad" : "ok"}`}>
+                      {stageText(s)}
+                    </li>
                   ))}
-                </ul>
+                </ol>
               ) : (
                 "— (no chain)"
               )}
@@ -269,7 +481,7 @@ function RequestDialog({ row, onClose }: { row: RequestLogRow | null; onClose: (
             <dt>Retries</dt>
             <dd>{row.retries}</dd>
             <dt>Priority / stream</dt>
-            <dd>{row.priority} / {row.stream ? "yes" : "no"}</dd>
+            <dd>{row.priority || "—"} / {row.stream ? "yes" : "no"}</dd>
             <dt>Tokens</dt>
             <dd>
               {formatNumber(row.prompt_tokens, "—")} prompt{row.prompt_tokens_estimated ? " (estimated)" : ""}, {formatNumber(row.completion_tokens, "—")} completion
