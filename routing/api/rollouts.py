@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 import django_filters
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Q, QuerySet
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status, viewsets
-from rest_framework.decorators import action, api_view
+from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -20,8 +20,6 @@ from rest_framework.response import Response
 from core.api.base import AuditedModelViewSet, StrictModelSerializer, StrictSerializerMixin
 from core.redis_client import publish_config_change
 from models_registry.models import ModelAlias, ModelVersion
-from nodes.choices import DeploymentState
-from nodes.models import Deployment
 from routing.models import (
     ACTIVE_ROLLOUT_STATES,
     Rollout,
@@ -32,6 +30,7 @@ from routing.models import (
 )
 from routing.rollouts import services
 from routing.rollouts.plans import GATES, PlanError, validate_gates, validate_percent, validate_steps
+from routing.serving import ready_deployments
 
 GATES_SCHEMA = {
     "type": "object",
@@ -82,28 +81,20 @@ class RolloutDecisionSerializer(serializers.ModelSerializer):
 
 
 class VersionShareSerializer(serializers.Serializer):
-    """One version's part of an alias's traffic now."""
+    """One version's part of a rollout's plan."""
 
     version_id = serializers.IntegerField()
     version_label = serializers.CharField()
     role = serializers.ChoiceField(choices=["active", "candidate", "shadow"])
-    share = serializers.FloatField(help_text="Percent of the alias's requests it answers (shadow: mirrored).")
+    share = serializers.FloatField(help_text="Percent of the alias's requests the rollout gives it.")
     ready_deployments = serializers.IntegerField()
 
 
-def _ready_counts(alias_names: list[str]) -> dict[tuple[str, int], int]:
-    rows = (
-        Deployment.objects.filter(served_model_name__in=alias_names, state=DeploymentState.READY)
-        .values("served_model_name", "model_version_id")
-        .annotate(n=Count("id"))
-    )
-    return {(r["served_model_name"], r["model_version_id"]): r["n"] for r in rows}
-
-
-def rollout_split(rollout: Rollout, ready: dict[tuple[str, int], int] | None = None) -> list[dict[str, Any]]:
-    """Baseline and candidate with their share of the alias now (0 after a rollback, 100 once promoted)."""
+def rollout_split(rollout: Rollout) -> list[dict[str, Any]]:
+    """The rollout's plan: baseline and candidate with the share it gives each (0 after a rollback, 100
+    once promoted). What serves the alias now, live, is routing.serving's answer (`/api/routing/serving/`)."""
     name = rollout.alias.name
-    ready = ready if ready is not None else _ready_counts([name])
+    ready = ready_deployments([name])
     cand = rollout.share if rollout.state != RolloutState.ROLLED_BACK else 0.0
     if rollout.state == RolloutState.PROMOTED:
         cand = 100.0
@@ -440,67 +431,3 @@ class ShadowConfigViewSet(AuditedModelViewSet):
         name = instance.alias.name
         super().perform_destroy(instance)
         publish_config_change("shadow_config", alias=name)
-
-
-class AliasServingSerializer(serializers.Serializer):
-    alias = serializers.IntegerField()
-    alias_name = serializers.CharField()
-    rollout = serializers.IntegerField(allow_null=True, help_text="The active rollout, if any.")
-    rollout_state = serializers.CharField(allow_blank=True)
-    versions = VersionShareSerializer(many=True)
-
-
-@extend_schema(responses={200: AliasServingSerializer(many=True)})
-@api_view(["GET"])
-def serving(request: Request) -> Response:
-    """Per alias, which versions serve and at what share now: the active version, a canary's candidate,
-    a shadow's candidate (its mirrored percentage), each with its ready deployments."""
-    aliases = list(ModelAlias.objects.select_related("active_version__model").order_by("name"))
-    names = [a.name for a in aliases]
-    ready = _ready_counts(names)
-    rollouts = {
-        r.alias_id: r
-        for r in Rollout.objects.filter(state__in=ACTIVE_ROLLOUT_STATES).select_related(
-            "alias", "baseline_version__model", "candidate_version__model"
-        )
-    }
-    shadows = {
-        s.alias_id: s
-        for s in ShadowConfig.objects.filter(enabled=True).select_related("candidate_version__model")
-    }
-    out = []
-    for alias in aliases:
-        rollout = rollouts.get(alias.pk)
-        if rollout is not None:
-            versions = rollout_split(rollout, ready)
-        else:
-            versions = [
-                {
-                    "version_id": alias.active_version_id,
-                    "version_label": str(alias.active_version),
-                    "role": "active",
-                    "share": 100.0,
-                    "ready_deployments": ready.get((alias.name, alias.active_version_id), 0),
-                }
-            ]
-        shadow = shadows.get(alias.pk)
-        if shadow is not None:
-            versions.append(
-                {
-                    "version_id": shadow.candidate_version_id,
-                    "version_label": str(shadow.candidate_version),
-                    "role": "shadow",
-                    "share": shadow.percent,
-                    "ready_deployments": ready.get((alias.name, shadow.candidate_version_id), 0),
-                }
-            )
-        out.append(
-            {
-                "alias": alias.pk,
-                "alias_name": alias.name,
-                "rollout": rollout.pk if rollout else None,
-                "rollout_state": rollout.state if rollout else "",
-                "versions": versions,
-            }
-        )
-    return Response(AliasServingSerializer(out, many=True).data)

@@ -79,15 +79,18 @@ def test_start_watch_advance_and_roll_back_a_canary(
     expect(page.get_by_test_id("gate-judgement-ttft_tolerance")).to_contain_text("Successful: shift +5.0%")
     chart = page.get_by_test_id("gate-chart-max_p95_latency_ratio")
     expect(chart).to_have_attribute("data-points", re.compile(r"[1-9]"))
+    # Configured 50 % beside the request log's 25 of 85 (29.4 %).
     legend = page.get_by_test_id("split-card").locator("li[data-role=candidate]")
-    expect(legend).to_have_attribute("data-share", "50")
+    expect(legend).to_have_attribute("data-configured", "50")
+    expect(legend).to_contain_text("configured 50% / live 29.4%")
     screenshot(page, "rollouts-advanced")
 
-    # The aliases page shows both versions serving and their shares.
+    # The aliases page shows both versions serving and their shares, configured and live.
     page.goto("/models/aliases")
     row = page.get_by_test_id("aliases-table").locator("tbody tr", has_text="llama-e2e")
-    expect(row.locator("li[data-role=active]")).to_contain_text("50%")
-    expect(row.locator("li[data-role=candidate]")).to_contain_text(f"{c.v2} 50%")
+    expect(row.locator("li[data-role=active]")).to_contain_text("configured 50% / live 70.6%")
+    expect(row.locator("li[data-role=candidate]")).to_contain_text(f"{c.v2}")
+    expect(row.locator("li[data-role=candidate]")).to_contain_text("configured 50% / live 29.4%")
     expect(row).to_contain_text(f"rollout #{rollout.pk} (running)")
 
     page.goto(f"/rollouts?id={rollout.pk}")

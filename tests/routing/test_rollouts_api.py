@@ -83,10 +83,10 @@ def test_every_role_reads(c: Canary, who: str, request: pytest.FixtureRequest) -
     serving = client.get("/api/routing/serving/")
     assert serving.status_code == 200
     [row] = [r for r in serving.json() if r["alias_name"] == c.alias.name]
-    assert [(v["role"], v["share"]) for v in row["versions"]] == [
-        ("active", 95),
-        ("candidate", 5),
-        ("shadow", 10),
+    # The candidate is both the canary and the shadow's target: one row, with both shares.
+    assert [(v["role"], v["configured_share"], v["mirrored_percent"]) for v in row["versions"]] == [
+        ("active", 95, None),
+        ("candidate", 5, 10),
     ]
 
 

@@ -1466,7 +1466,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description The request log, newest first; filter by tenant, alias, status, deployment and time. */
+        /**
+         * @description The request log, newest first; find one request by its id, filter by tenant, key, alias, status,
+         *     deployment, model version and time (routing/api/request_log.py).
+         */
         get: operations["request_log_list"];
         put?: never;
         post?: never;
@@ -1483,7 +1486,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description The request log, newest first; filter by tenant, alias, status, deployment and time. */
+        /**
+         * @description The request log, newest first; find one request by its id, filter by tenant, key, alias, status,
+         *     deployment, model version and time (routing/api/request_log.py).
+         */
         get: operations["request_log_retrieve"];
         put?: never;
         post?: never;
@@ -1748,10 +1754,27 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * @description Per alias, which versions serve and at what share now: the active version, a canary's candidate,
-         *     a shadow's candidate (its mirrored percentage), each with its ready deployments.
+         * @description Per alias, which versions serve it: configured share, engines ready of total, and the live share
+         *     of its requests over the last `minutes` (default 15) from the request log.
          */
         get: operations["routing_serving_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/routing/serving/{name}/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Which versions serve one alias (by name): configured share, engines ready of total, live share. */
+        get: operations["routing_serving_retrieve"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2327,13 +2350,40 @@ export interface components {
          * @enum {string}
          */
         AlertTransitionEnum: "firing" | "resolved";
+        /** @description Which versions serve an alias, configured and live (from the request log), with the totals. */
         AliasServing: {
             alias: number;
             alias_name: string;
+            active_version: number;
+            active_version_label: string;
+            /**
+             * @description fixed: every route ends at one version (a canary aside), shares are numbers; rules: policy rules send requests to pools of different versions; none: no pool routes the alias.
+             *
+             *     * `fixed` - fixed
+             *     * `rules` - rules
+             *     * `none` - none
+             */
+            configured_mode: components["schemas"]["ConfiguredModeEnum"];
             /** @description The active rollout, if any. */
             rollout: number | null;
             rollout_state: string;
-            versions: components["schemas"]["VersionShare"][];
+            /**
+             * Format: double
+             * @description The active rollout's canary share.
+             */
+            rollout_share: number | null;
+            /** @description The live share's window. */
+            window_minutes: number;
+            /** Format: date-time */
+            since: string;
+            /** Format: date-time */
+            until: string;
+            versions: components["schemas"]["VersionServing"][];
+            engines_ready: number;
+            engines_sleeping: number;
+            engines_total: number;
+            /** @description The alias's requests sent to an engine in the window. */
+            requests: number;
         };
         /** @description A key as listed and edited: never the secret, never the hash. */
         ApiKey: {
@@ -2502,6 +2552,13 @@ export interface components {
             /** Format: double */
             tokens_per_s: number;
         };
+        /**
+         * @description * `fixed` - fixed
+         *     * `rules` - rules
+         *     * `none` - none
+         * @enum {string}
+         */
+        ConfiguredModeEnum: "fixed" | "rules" | "none";
         /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         CopyRequest: {
             /** @default  */
@@ -4536,6 +4593,10 @@ export interface components {
              */
             manifest_file?: string;
         };
+        /**
+         * @description One request as the log keeps it, with the names of the deployment, model version and key it
+         *     mentions by id (null when that row is gone: the log outlives what it names).
+         */
         RequestLog: {
             readonly id: number;
             /** Format: date-time */
@@ -4567,6 +4628,14 @@ export interface components {
             readonly response_text: string | null;
             /** @description Per stage of the request's chain; null without one. */
             readonly stages: components["schemas"]["RequestLogStage"][] | null;
+            /** @description The deployment's name; null when deleted or when no engine saw the request. */
+            readonly deployment_name: string | null;
+            /** @description The answering version as model@revision; null when deleted or none answered. */
+            readonly model_version_name: string | null;
+            /** @description The API key's id (tenant and prefix match); null when the key is gone or unknown. */
+            readonly key_id: number | null;
+            /** @description The API key's name; null like key_id. */
+            readonly key_name: string | null;
         };
         /** @description One stage of the request's chain in the request log (routing/proxy/pipeline/stages.py:columns). */
         RequestLogStage: {
@@ -5539,14 +5608,65 @@ export interface components {
         VerifyRequestRequest: {
             host_name: string;
         };
-        /** @description One version's part of an alias's traffic now. */
+        /** @description One version's part in serving an alias: configured, engines, live. */
+        VersionServing: {
+            version_id: number;
+            /** @description "model@revision". */
+            version_label: string;
+            /**
+             * @description active: the alias's active version; candidate: the active rollout's; pinned: a pool names it; shadow: only mirrored to; idle: engines but no route; retired: answered in the window, serves no longer.
+             *
+             *     * `active` - active
+             *     * `candidate` - candidate
+             *     * `pinned` - pinned
+             *     * `shadow` - shadow
+             *     * `idle` - idle
+             *     * `retired` - retired
+             */
+            role: components["schemas"]["VersionServingRoleEnum"];
+            /**
+             * Format: double
+             * @description Percent of the alias's requests the routing sends it (pools, policy, canary share); null when policy rules decide per request (see routes). Overflow (fallback, spill) is not counted.
+             */
+            configured_share: number | null;
+            /** @description How requests reach it, e.g. 'pool llama-fast: rule 2 (...)'. */
+            routes: string[];
+            /** @description Ready deployments under the alias's name: routed now. */
+            engines_ready: number;
+            engines_sleeping: number;
+            /** @description Deployments that should run (desired running). */
+            engines_total: number;
+            /** @description Requests sent to its engines in the window (request log). */
+            requests: number;
+            /**
+             * Format: double
+             * @description Percent of the alias's requests in the window; null when there were none.
+             */
+            live_share: number | null;
+            /**
+             * Format: double
+             * @description Percent of requests mirrored to it by shadow traffic; null when none.
+             */
+            mirrored_percent: number | null;
+        };
+        /**
+         * @description * `active` - active
+         *     * `candidate` - candidate
+         *     * `pinned` - pinned
+         *     * `shadow` - shadow
+         *     * `idle` - idle
+         *     * `retired` - retired
+         * @enum {string}
+         */
+        VersionServingRoleEnum: "active" | "candidate" | "pinned" | "shadow" | "idle" | "retired";
+        /** @description One version's part of a rollout's plan. */
         VersionShare: {
             version_id: number;
             version_label: string;
             role: components["schemas"]["VersionShareRoleEnum"];
             /**
              * Format: double
-             * @description Percent of the alias's requests it answers (shadow: mirrored).
+             * @description Percent of the alias's requests the rollout gives it.
              */
             share: number;
             ready_deployments: number;
@@ -8927,11 +9047,17 @@ export interface operations {
                 cursor?: string;
                 deployment_id?: number;
                 error_type?: string;
+                /** @description Requests made with this API key (its id in /api/keys/); never the key itself. */
+                key_id?: string;
+                /** @description Requests made with keys of this visible prefix (a key deleted since still matches). */
                 key_prefix?: string;
+                model_version_id?: number;
                 /** @description Which field to use when ordering the results. */
                 ordering?: string;
                 /** @description Number of results to return per page. */
                 page_size?: number;
+                /** @description One request by its id (the x-request-id header of its answer); exact match, indexed. */
+                request_id?: string;
                 /** @description A search term. */
                 search?: string;
                 since?: string;
@@ -9601,7 +9727,10 @@ export interface operations {
     };
     routing_serving_list: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The live share's window, 1 to 1440 minutes (default 15). */
+                minutes?: number;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -9614,6 +9743,30 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["AliasServing"][];
+                };
+            };
+        };
+    };
+    routing_serving_retrieve: {
+        parameters: {
+            query?: {
+                /** @description The live share's window, 1 to 1440 minutes (default 15). */
+                minutes?: number;
+            };
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AliasServing"];
                 };
             };
         };

@@ -126,6 +126,7 @@ export type GateInfo = Schemas["GateInfo"];
 export type GatePoint = Schemas["GatePoint"];
 export type VersionShare = Schemas["VersionShare"];
 export type AliasServing = Schemas["AliasServing"];
+export type VersionServing = Schemas["VersionServing"];
 export type ShadowConfig = Schemas["ShadowConfig"];
 export type ShadowConfigRequest = Schemas["ShadowConfigRequest"];
 export type ShadowPair = Schemas["ShadowPair"];

@@ -12,7 +12,7 @@ import { formatDateTime } from "../../format";
 import { useApi } from "../../hooks/useApi";
 import { useFormState } from "../../hooks/useFormState";
 import { ModelsNav } from "./ModelsNav";
-import { SplitBar } from "../rollouts/RolloutsPage";
+import { ServingSplit } from "../../components/Serving";
 import type { AliasServing, ModelAlias, ModelVersion } from "../../api/types";
 
 /** Aliases: the model names tenants send. Switching one to another version is audited. */
@@ -20,7 +20,8 @@ export function AliasesPage() {
   const { isAdmin } = useAuth();
   const aliases = useApi<ApiPage<ModelAlias>>("/api/model-aliases/", { limit: 200 });
   const versions = useApi<ApiPage<ModelVersion>>("/api/model-versions/", { limit: 200 });
-  // Which versions serve each alias now, and at what share (a canary's candidate, a shadow's mirror).
+  // Which versions serve each alias: configured share, engines and the request log's live share (the API's
+  // one answer; nothing is worked out here).
   const serving = useApi<AliasServing[]>("/api/routing/serving/");
   const servingBy = new Map((serving.data ?? []).map((s) => [s.alias, s]));
   const [creating, setCreating] = useState(false);
@@ -52,13 +53,14 @@ export function AliasesPage() {
           { header: "Active version", cell: (a) => <Link to={`/models/versions/${a.active_version}`}>{a.active_version_label}</Link> },
           { header: "State", cell: (a) => <StatusBadge status={a.active_version_state} tone={a.active_version_state === "verified" ? "ok" : undefined} /> },
           {
-            header: "Serving now",
+            header: "Serving: configured / live",
+            className: "wrap",
             cell: (a) => {
               const row = servingBy.get(a.id);
-              if (!row) return <span className="muted">—</span>;
+              if (!row) return <span className="muted">{serving.loading ? "…" : "—"}</span>;
               return (
                 <>
-                  <SplitBar versions={row.versions} />
+                  <ServingSplit serving={row} />
                   {row.rollout && (
                     <Link to={`/rollouts?id=${row.rollout}`} className="muted">
                       rollout #{row.rollout} ({row.rollout_state})

@@ -1,11 +1,12 @@
 import { useState, type FormEvent } from "react";
 import { useNavigate } from "react-router-dom";
 import { api, ApiError } from "../../api/client";
-import type { Page as ApiPage, ModelFamily, ModelVersion, Problem, QuantizationConfig } from "../../api/types";
+import type { AliasServing, Page as ApiPage, ModelFamily, ModelVersion, Problem, QuantizationConfig } from "../../api/types";
 import { useAuth } from "../../auth";
 import { Dialog } from "../../components/Dialog";
 import { DebouncedInputField, FormErrors, InputField, SelectField, TextareaField } from "../../components/Field";
 import { Card, ErrorState, Page } from "../../components/Page";
+import { VersionServes } from "../../components/Serving";
 import { StatusBadge } from "../../components/StatusBadge";
 import { Pagination, Table } from "../../components/Table";
 import { formatBytes, formatDateTime, formatNumber, formatParams, formatShortDateTime } from "../../format";
@@ -35,6 +36,8 @@ export function ModelsPage() {
   const [creatingModel, setCreatingModel] = useState(false);
   const versions = useApi<ApiPage<ModelVersion>>("/api/model-versions/", { limit: LIMIT, offset, search, state });
   const families = useApi<ApiPage<ModelFamily>>("/api/models/", { limit: 200 });
+  // Which aliases each version serves, with its engines and live share: the API's one answer.
+  const serving = useApi<AliasServing[]>("/api/routing/serving/");
 
   return (
     <Page
@@ -87,9 +90,9 @@ export function ModelsPage() {
           { header: "Files", className: "num", cell: (v) => `${v.file_count} · ${formatBytes(v.total_bytes)}` },
           { header: "Quantization", className: "wrap", cell: (v) => v.quantization_name ?? <span className="muted">—</span> },
           {
-            header: "Aliases",
+            header: "Serves",
             className: "wrap cell-aliases",
-            cell: (v) => (v.aliases.length ? v.aliases.join(", ") : <span className="muted">—</span>),
+            cell: (v) => <VersionServes serving={serving.data} versionId={v.id} compact />,
           },
           {
             header: "Registered",

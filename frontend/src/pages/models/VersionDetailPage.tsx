@@ -1,11 +1,12 @@
 import { useEffect, useState, type FormEvent } from "react";
 import { Link, useNavigate, useParams } from "react-router-dom";
 import { api, ApiError, errorMessage } from "../../api/client";
-import type { Page as ApiPage, EvalVerdictPage, ManifestFile, ModelVersion, VerificationRun } from "../../api/types";
+import type { AliasServing, Page as ApiPage, EvalVerdictPage, ManifestFile, ModelVersion, VerificationRun } from "../../api/types";
 import { useAuth } from "../../auth";
 import { ConfirmDialog } from "../../components/Dialog";
 import { FormErrors, InputField } from "../../components/Field";
 import { Card, ErrorState, Page } from "../../components/Page";
+import { VersionServes } from "../../components/Serving";
 import { StatusBadge } from "../../components/StatusBadge";
 import { Pagination, Table } from "../../components/Table";
 import { formatBytes, formatDateTime, formatNumber, formatParams } from "../../format";
@@ -22,6 +23,7 @@ export function VersionDetailPage() {
   const { isAdmin } = useAuth();
   const navigate = useNavigate();
   const version = useApi<ModelVersion>(`/api/model-versions/${id}/`);
+  const serving = useApi<AliasServing[]>("/api/routing/serving/");
   const [deleting, setDeleting] = useState(false);
   const [deleteError, setDeleteError] = useState<string | null>(null);
   // A verification finishing on any host (the agent's task) refreshes the state, hosts and history.
@@ -105,8 +107,10 @@ export function VersionDetailPage() {
             <dd>{v.quantization_name ?? <span className="muted">none</span>}</dd>
             <dt>Quantized from</dt>
             <dd>{v.parent ? <Link to={`/models/versions/${v.parent}`}>{v.parent_label}</Link> : <span className="muted">— (full precision)</span>}</dd>
-            <dt>Aliases</dt>
-            <dd>{v.aliases.length ? v.aliases.join(", ") : <span className="muted">—</span>}</dd>
+            <dt>Serves</dt>
+            <dd>
+              <VersionServes serving={serving.data} versionId={v.id} />
+            </dd>
             <dt>Registered</dt>
             <dd>{formatDateTime(v.created_at)}</dd>
           </dl>

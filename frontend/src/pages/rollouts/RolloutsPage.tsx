@@ -10,13 +10,13 @@ import type {
   Rollout,
   RolloutDetail,
   ShadowConfig,
-  VersionShare,
 } from "../../api/types";
 import { useAuth } from "../../auth";
 import { ConfirmDialog, Dialog } from "../../components/Dialog";
 import { CheckboxField, FormErrors, InputField, SelectField } from "../../components/Field";
 import { Card, ErrorState, Page } from "../../components/Page";
 import { StatusBadge } from "../../components/StatusBadge";
+import { ServingSplit } from "../../components/Serving";
 import { Table } from "../../components/Table";
 import { TimeChart } from "../../components/TimeChart";
 import { formatDateTime } from "../../format";
@@ -63,7 +63,7 @@ export function RolloutsPage() {
         )
       }
     >
-      <Card title="Traffic split now" testId="split-card">
+      <Card title="Traffic split: configured and live" testId="split-card">
         <ErrorState error={serving.error} onRetry={serving.reload} />
         <Table
           testId="split-table"
@@ -73,7 +73,7 @@ export function RolloutsPage() {
           empty="No aliases yet."
           columns={[
             { header: "Alias", cell: (a) => <code>{a.alias_name}</code> },
-            { header: "Versions serving", cell: (a) => <SplitBar versions={a.versions} /> },
+            { header: "Versions serving", className: "wrap", cell: (a) => <ServingSplit serving={a} routes /> },
             {
               header: "Rollout",
               cell: (a) =>
@@ -107,7 +107,9 @@ export function RolloutsPage() {
           ]}
         />
       </Card>
-      {selectedId && <RolloutDetailCard id={selectedId} tick={tick} onChanged={rollouts.reload} />}
+      {selectedId && (
+        <RolloutDetailCard id={selectedId} tick={tick} serving={serving.data} onChanged={rollouts.reload} />
+      )}
       <ShadowCard />
       {starting && (
         <StartRolloutDialog
@@ -123,35 +125,17 @@ export function RolloutsPage() {
   );
 }
 
-/** Who serves an alias and at what share: one coloured segment per version (a shadow is mirrored, shown apart). */
-export function SplitBar({ versions }: { versions: VersionShare[] }) {
-  const serving = versions.filter((v) => v.role !== "shadow");
-  const shadow = versions.filter((v) => v.role === "shadow");
-  return (
-    <div className="split" data-testid="split">
-      <div className="split-bar">
-        {serving
-          .filter((v) => v.share > 0)
-          .map((v) => (
-            <span key={v.version_id} className={`split-${v.role}`} style={{ width: `${v.share}%` }} title={`${v.version_label}: ${formatShare(v.share)}`} />
-          ))}
-      </div>
-      <ul className="split-legend">
-        {[...serving, ...shadow].map((v) => (
-          <li key={`${v.role}-${v.version_id}`} data-role={v.role} data-share={v.share}>
-            <span className={`split-swatch split-${v.role}`} /> {v.version_label} <strong>{formatShare(v.share)}</strong>
-            <span className="muted">
-              {" "}
-              {v.role === "shadow" ? "mirrored" : v.role}, {v.ready_deployments} ready
-            </span>
-          </li>
-        ))}
-      </ul>
-    </div>
-  );
-}
-
-function RolloutDetailCard({ id, tick, onChanged }: { id: string; tick: number; onChanged: () => void }) {
+function RolloutDetailCard({
+  id,
+  tick,
+  serving,
+  onChanged,
+}: {
+  id: string;
+  tick: number;
+  serving: AliasServing[] | undefined;
+  onChanged: () => void;
+}) {
   const { isAdmin } = useAuth();
   const detail = useApi<RolloutDetail>(`/api/rollouts/${id}/`, { tick });
   const gates = useApi<GateSeries>(`/api/rollouts/${id}/gates/`, { tick });
@@ -170,6 +154,7 @@ function RolloutDetailCard({ id, tick, onChanged }: { id: string; tick: number; 
       onChanged();
     });
   const active = ACTIVE_STATES.includes(r.state);
+  const aliasServing = serving?.find((s) => s.alias === r.alias);
   const windowSeconds = Math.max(600, Math.ceil((Date.now() - Date.parse(r.created_at)) / 1000) + 30);
 
   return (
@@ -221,12 +206,17 @@ function RolloutDetailCard({ id, tick, onChanged }: { id: string; tick: number; 
         ))}
       </ol>
       <dl className="kv rollout-facts">
-        <dt>Share now</dt>
+        <dt>Canary share (configured)</dt>
         <dd data-testid="rollout-share">{formatShare(r.share)}</dd>
-        <dt>Split</dt>
-        <dd>
-          <SplitBar versions={r.split} />
-        </dd>
+        {active && (
+          <>
+            <dt>Serving now</dt>
+            <dd>
+              {/* The alias's serving answer: the share the rollout sets beside what the request log shows. */}
+              {aliasServing ? <ServingSplit serving={aliasServing} routes /> : <span className="muted">…</span>}
+            </dd>
+          </>
+        )}
         <dt>Per step at least</dt>
         <dd>
           {r.min_step_seconds} s and {r.min_step_requests} candidate requests
