@@ -23,7 +23,8 @@ which adds at most its 0.25 s poll), and the console's fleet pages timed during 
 admin: the Nodes page (a page of 12 hosts and one of 50 deployments, its two calls in parallel;
 `fleet_page_*` in the JSON) and the dashboard (the fleet summary and a small page of each; `dashboard_*`).
 With `--metrics-reps N`, the fleet exposition too: the web process gets a METRICS_TOKEN, and `/metrics`
-is scraped as Prometheus scrapes it (`Authorization: Bearer <token>`, `Accept-Encoding: gzip`) once at
+is scraped as Prometheus scrapes it (`Authorization: Bearer <token>`, `Accept-Encoding: gzip`), with a
+process rendering it ahead as the Celery worker's beat task does (`metrics_renderer` CPU), once at
 the start of the warm-up (Prometheus scrapes all the time; not counted) and N times evenly over the
 measured window, each timed to its last byte (`metrics_p50_ms`, `metrics_p95_ms`, `metrics_max_ms`;
 `metrics_failures` counts answers other than a 200 gzip body).
@@ -55,6 +56,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 PYTHON = sys.executable
+RENDERER = (
+    "import time, django; django.setup(); from routing.fleet_metrics import refresh_if_due\n"
+    "while True:\n    refresh_if_due(); time.sleep(1.0)\n"
+)
 ADMIN_PASSWORD = secrets.token_urlsafe(12)
 
 
@@ -519,6 +524,9 @@ async def run_step(
         "redis_cores": round((cpu1["redis"] - cpu0["redis"]) / wall, 2),
         "postgres_cores": round((cpu1["postgres"] - cpu0["postgres"]) / wall, 2),
         "load_generator_cores": round((me1 - me0) / wall, 2),
+        "metrics_renderer_cores": round(
+            (cpu1.get("metrics_renderer", 0.0) - cpu0.get("metrics_renderer", 0.0)) / wall, 2
+        ),
         "db_rows_written_per_s": round((rows1 - rows0) / wall, 1),
         "db_commits_per_s": round((commits1 - commits0) / wall, 1),
         "redis_commands_per_s": round((redis1 - redis0) / wall, 1),
@@ -640,6 +648,11 @@ def main() -> None:
             proxies.append(proxy.pid)
         redis_pid = next(p.pid for name, p, _ in stack.procs if name == "redis")
         pids = {"web": [web.pid], "proxies": proxies, "redis": [redis_pid]}
+        if args.metrics_reps:
+            # The Celery worker's beat task that renders /metrics ahead (routing.refresh_fleet_metrics,
+            # every second), standing in for the worker this benchmark does not run; its CPU is printed.
+            renderer = stack.start("metrics-renderer", [PYTHON, "-c", RENDERER])
+            pids["metrics_renderer"] = [renderer.pid]
         results = []
         for count in steps:
             row = asyncio.run(run_step(agents[:count], stack, args, base, pids))

@@ -18,6 +18,7 @@ ROUTINE_TASKS = (
     "alerts-evaluate",
     "alerts.deliver_notifications",
     "routing.rollup_history",
+    "routing.refresh_fleet_metrics",
     "routing-history-rollup",
     "routing.aggregate_history",
     "routing-history-aggregate",

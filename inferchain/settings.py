@@ -180,6 +180,9 @@ CELERY_BEAT_SCHEDULE = {
     },
     "routing-history-aggregate": {"task": "routing.aggregate_history", "schedule": 60.0},
     "routing-history-prune": {"task": "routing.prune_history", "schedule": 3600.0},
+    # The fleet exposition rendered ahead of FLEET_METRICS_MAX_AGE_SECONDS while someone scrapes /metrics,
+    # in the worker so that the web processes keep their CPU for the agents' syncs (routing/fleet_metrics.py).
+    "routing-fleet-metrics-refresh": {"task": "routing.refresh_fleet_metrics", "schedule": 1.0},
 }
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -235,9 +238,6 @@ METRICS_TOKEN = env_secret("METRICS_TOKEN", "")
 # control plane and served from Redis: a scrape never gets numbers read longer ago than this (plus the
 # agent's tick). 0: rendered on every scrape (18.7 MB of text at 1,000 hosts x 8 GPUs, 5,000 engines).
 FLEET_METRICS_MAX_AGE_SECONDS = env_float("FLEET_METRICS_MAX_AGE_SECONDS", 5.0)
-# While someone scrapes, each web process keeps a thread that renders ahead of the bound, so no scrape
-# waits for a render; off in the test suite (a test renders or refreshes explicitly).
-FLEET_METRICS_REFRESH_AHEAD = env_bool("FLEET_METRICS_REFRESH_AHEAD", "pytest" not in sys.modules)
 # The console's Content-Security-Policy (core/security.py): scripts only from this origin, no inline ones.
 CONTENT_SECURITY_POLICY = env_str(
     "CONTENT_SECURITY_POLICY",

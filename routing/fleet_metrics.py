@@ -11,11 +11,13 @@ So the text is rendered at most once per FLEET_METRICS_MAX_AGE_SECONDS (5 s) for
 and served from there, the way kube-state-metrics serves from its stores: one gzip'd body (1 MB) in
 Redis, stamped with the moment its inventory and live records were read. A scrape serves that body
 only while it is younger than FLEET_METRICS_MAX_AGE_SECONDS; otherwise it renders (or waits for the
-render another process has in flight) before it answers. While scrapes keep coming, a thread in each
-web process renders ahead of the bound (one process at a time, a Redis lease), so a scrape only copies
-the stored body. The contract: a number is never older than FLEET_METRICS_MAX_AGE_SECONDS plus the
-agent's tick when it is served; an expired record (a dead agent, a stopped engine) is absent, not
-stale, from the first render after it expired, and the `*_up` gauges say so; and
+render another process has in flight) before it answers. While scrapes keep coming, the Celery worker
+renders ahead of the bound (beat's `routing.refresh_fleet_metrics`, every second; one render at a time
+for the whole control plane, a Redis lease), so a scrape only copies the stored body and the web
+processes keep their CPU for the agents' syncs. The contract: a number is never older than
+FLEET_METRICS_MAX_AGE_SECONDS plus the agent's tick when it is served; an expired record (a dead
+agent, a stopped engine) is absent, not stale, from the first render after it expired, and the `*_up`
+gauges say so; and
 `inferchain_exposition_read_timestamp_seconds` is the read's time, so `time() - it` is the exact age.
 FLEET_METRICS_MAX_AGE_SECONDS=0 renders on every scrape, as before.
 
@@ -31,7 +33,6 @@ import datetime as dt
 import gzip
 import logging
 import struct
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,7 +41,6 @@ from uuid import uuid4
 
 import orjson
 from django.conf import settings
-from django.db import close_old_connections, connection
 from django.http import HttpRequest, HttpResponse
 
 from console.models import Quota
@@ -641,7 +641,6 @@ def current_exposition() -> Exposition:
     try:
         redis = get_redis()
         redis.set(_scraped_key(), b"1", ex=SCRAPED_WINDOW_SECONDS)
-        _ensure_refresher()
         deadline = time.monotonic() + WAIT_SECONDS
         while True:
             found = _load(redis, time.time(), max_age)
@@ -663,10 +662,8 @@ def current_exposition() -> Exposition:
     return render_exposition()
 
 
-# --- refresh-ahead ----------------------------------------------------------------------------------
+# --- refresh-ahead ---------------------------------------------------------------------------------
 
-_refresher: threading.Thread | None = None
-_refresher_lock = threading.Lock()
 # The render's last duration in this process: refresh-ahead starts early enough to land before the bound.
 _last_render_seconds = 0.0
 
@@ -680,45 +677,31 @@ def _next_due(read_at: float | None, max_age: float) -> float:
     return read_at + max(max_age / 2, max_age - lead)
 
 
-def _ensure_refresher() -> None:
-    global _refresher
-    if not settings.FLEET_METRICS_REFRESH_AHEAD:
-        return
-    with _refresher_lock:
-        if _refresher is None or not _refresher.is_alive():
-            _refresher = threading.Thread(target=_refresh_loop, name="fleet-metrics-refresh", daemon=True)
-            _refresher.start()
+def refresh_if_due(now: float | None = None) -> bool:
+    """One refresh-ahead step (the beat task `routing.refresh_fleet_metrics`, every second, in the
+    Celery worker): render and store when someone scraped within SCRAPED_WINDOW_SECONDS and the stored
+    render is due for renewal, unless another process holds the lease. True when it rendered.
 
-
-def _refresh_loop() -> None:
-    global _refresher, _last_render_seconds
-    try:
-        while True:
-            max_age = settings.FLEET_METRICS_MAX_AGE_SECONDS
-            try:
-                redis = get_redis()
-                with _refresher_lock:
-                    # Under the lock: a scrape that marked itself before taking it finds this thread
-                    # alive, or finds it gone and starts another; never a thread that is just leaving.
-                    if max_age <= 0 or not redis.exists(_scraped_key()):
-                        _refresher = None
-                        return
-                now = time.time()
-                due = _next_due(_stored_read_at(redis), max_age)
-                if now < due:
-                    time.sleep(min(due - now, 1.0))
-                    continue
-                close_old_connections()
-                began = time.perf_counter()
-                if _render_under_lease(redis, max_age) is not None:
-                    _last_render_seconds = time.perf_counter() - began
-                else:
-                    time.sleep(0.1)  # another process is rendering
-            except Exception as exc:  # keep refreshing; a scrape renders if this fails
-                log.warning("fleet exposition refresh failed: %s", exc)
-                time.sleep(1.0)
-    finally:
-        connection.close()  # this thread's own connection
+    In the worker, not in the web processes: a render holds a Python process for a quarter of a second
+    at 1,000 hosts, and in a web process that stalls the agents' syncs it serves (1,000 hosts at 2 s:
+    268 instead of 340 syncs a second answered, docs/benchmarks.md). Without a worker a scrape that
+    finds the stored render past its bound renders itself, as before.
+    """
+    global _last_render_seconds
+    max_age = settings.FLEET_METRICS_MAX_AGE_SECONDS
+    if max_age <= 0:
+        return False
+    redis = get_redis()
+    if not redis.exists(_scraped_key()):
+        return False  # nobody scrapes: an idle control plane renders nothing
+    now = time.time() if now is None else now
+    if now < _next_due(_stored_read_at(redis), max_age):
+        return False
+    began = time.perf_counter()
+    if _render_under_lease(redis, max_age) is None:
+        return False  # another process is rendering
+    _last_render_seconds = time.perf_counter() - began
+    return True
 
 
 def accepts_gzip(accept_encoding: str) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.celery import app
+from routing import fleet_metrics
 from routing.rollouts.services import evaluate_all
 from routing.rollups import services as rollups
 from routing.scaling import tasks as scaling_tasks  # noqa: F401 - registers the pools' scaling and sleep tasks
@@ -45,3 +46,10 @@ def prune_history_task() -> dict[str, Any]:
     """Hourly: the history's coming partitions created, each resolution's partitions past its retention
     (HISTORY_KEEP_*) dropped (routing/rollups/partitions.py)."""
     return rollups.prune().as_dict()
+
+
+@app.task(name="routing.refresh_fleet_metrics")
+def refresh_fleet_metrics_task() -> bool:
+    """Every second: the fleet exposition rendered ahead of FLEET_METRICS_MAX_AGE_SECONDS while someone
+    scrapes /metrics (nothing otherwise); True when this run rendered."""
+    return fleet_metrics.refresh_if_due()

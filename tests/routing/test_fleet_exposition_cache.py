@@ -13,6 +13,7 @@ import pytest
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
+from core.celery import app
 from core.redis_client import get_redis
 from nodes.lifecycle import live_gpu_key
 from nodes.models import Host
@@ -27,7 +28,6 @@ TOKEN = "metrics-token-for-tests-0123456789"
 @pytest.fixture
 def gpu_host(redis_clean: None, settings: Any) -> Host:
     settings.FLEET_METRICS_MAX_AGE_SECONDS = 0.6
-    settings.FLEET_METRICS_REFRESH_AHEAD = False  # the tests step refresh-ahead themselves
     host = make_host("expo-node")
     publish(host, temperature_c=60.0)
     return host
@@ -139,3 +139,20 @@ def test_refresh_ahead_starts_early_enough_and_not_too_often(monkeypatch: Any) -
     assert fleet_metrics._next_due(100.0, 5.0) == pytest.approx(104.4)  # 2 x 0.3 s before the bound
     monkeypatch.setattr(fleet_metrics, "_last_render_seconds", 4.0)
     assert fleet_metrics._next_due(100.0, 5.0) == pytest.approx(102.5)  # at most every max_age / 2
+
+
+def test_the_worker_renders_ahead_only_while_someone_scrapes_and_only_when_due(gpu_host: Host) -> None:
+    app.loader.import_default_modules()  # as the worker does: registers every app's tasks
+    # Nobody scraped: the beat task renders nothing (an idle control plane does no work for /metrics).
+    assert fleet_metrics.refresh_if_due() is False
+    assert not get_redis().exists(fleet_metrics._body_key())
+    client = Client()
+    first = client.get("/metrics").content  # a scrape: marks the window, renders (nothing stored yet)
+    # Just rendered: not due before half the bound (0.3 s of 0.6).
+    assert fleet_metrics.refresh_if_due() is False
+    publish(gpu_host, temperature_c=80.0)
+    time.sleep(0.35)
+    # Through the task, as beat runs it in the worker: a newer render, stored before the old one expired.
+    assert app.tasks["routing.refresh_fleet_metrics"].apply().get() is True
+    body = client.get("/metrics").content
+    assert temperature(body) == 80.0 and read_at(body) > read_at(first)
