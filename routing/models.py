@@ -159,12 +159,19 @@ class RolloutState(models.TextChoices):
     RUNNING = "running"  # the gate task advances the share step by step
     PAUSED = "paused"  # a person paused it; the share stays where it is
     HOLDING = "holding"  # the gate task could not decide (too little data, or sign-off missing)
+    # The step's analysis passed at a step the plan marks for approval: an admin approves to go on.
+    AWAITING_APPROVAL = "awaiting_approval"
     PROMOTED = "promoted"  # the candidate became the alias's active version
     ROLLED_BACK = "rolled_back"  # share set to 0 by a failed gate, a dead candidate or a person
     CANCELLED = "cancelled"
 
 
-ACTIVE_ROLLOUT_STATES = (RolloutState.RUNNING, RolloutState.PAUSED, RolloutState.HOLDING)
+ACTIVE_ROLLOUT_STATES = (
+    RolloutState.RUNNING,
+    RolloutState.PAUSED,
+    RolloutState.HOLDING,
+    RolloutState.AWAITING_APPROVAL,
+)
 
 
 class StickyBy(models.TextChoices):
@@ -184,6 +191,12 @@ class Rollout(models.Model):
     `max_kl` (from shadow pairs or the signed-off offline run). Reaching 100% switches the alias's
     active version; with `require_signoff` only when an accepted offline evaluation of the candidate
     exists. At most one active rollout per alias (database constraint).
+
+    The analysis of each step (routing.rollouts.analysis, docs/rollouts.md "Analysis"): `analysis` holds
+    the limits (failure, inconclusive, consecutive errors), each gate's dry-run flag and minimum sample,
+    as defaults and per gate; `analysis_state` the current step's measurement counts per gate, reset
+    when the step changes or a person resumes. `approval_steps` are the percentages after whose passed
+    analysis the rollout waits (`awaiting_approval`) until an admin approves.
     """
 
     alias = models.ForeignKey("models_registry.ModelAlias", on_delete=models.CASCADE, related_name="rollouts")
@@ -197,12 +210,15 @@ class Rollout(models.Model):
     steps = models.JSONField(default=list)
     step_index = models.PositiveSmallIntegerField(default=0)
     share = models.FloatField(default=0.0, validators=[MinValueValidator(0.0), MaxValueValidator(100.0)])
-    state = models.CharField(max_length=16, choices=RolloutState.choices, default=RolloutState.RUNNING)
+    state = models.CharField(max_length=20, choices=RolloutState.choices, default=RolloutState.RUNNING)
     sticky_by = models.CharField(max_length=16, choices=StickyBy.choices, default=StickyBy.SESSION)
     min_step_seconds = models.PositiveIntegerField(default=300)
     min_step_requests = models.PositiveIntegerField(default=100)
     gates = models.JSONField(default=dict, blank=True)
     require_signoff = models.BooleanField(default=False)
+    analysis = models.JSONField(default=dict, blank=True)
+    approval_steps = models.JSONField(default=list, blank=True)
+    analysis_state = models.JSONField(default=dict, blank=True)
     step_started_at = models.DateTimeField(default=timezone.now)
     # The latest decision's reason, shown on the page without reading the history.
     reason = models.TextField(blank=True, default="")
@@ -243,6 +259,8 @@ class RolloutDecision(models.Model):
         PAUSE = "pause"
         RESUME = "resume"
         CANCEL = "cancel"
+        AWAIT_APPROVAL = "await_approval"  # the step passed; an admin's approval is needed to go on
+        APPROVE = "approve"
 
     rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="decisions")
     created_at = models.DateTimeField(default=timezone.now)

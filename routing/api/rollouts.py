@@ -29,6 +29,7 @@ from routing.models import (
     StickyBy,
 )
 from routing.rollouts import services
+from routing.rollouts.analysis import step_analyses
 from routing.rollouts.plans import GATES, PlanError, validate_gates, validate_percent, validate_steps
 from routing.serving import ready_deployments
 
@@ -41,6 +42,52 @@ GATES_SCHEMA = {
 
 @extend_schema_field(GATES_SCHEMA)
 class GatesField(serializers.JSONField):
+    pass
+
+
+LIMITS_SCHEMA = {
+    "failure_limit": {
+        "type": "integer",
+        "minimum": 0,
+        "description": "Failed measurements allowed in a step; one more rolls back (default 0).",
+    },
+    "inconclusive_limit": {
+        "type": "integer",
+        "minimum": 0,
+        "nullable": True,
+        "description": "Inconclusive measurements allowed; one more pauses for a person (default none).",
+    },
+    "consecutive_error_limit": {
+        "type": "integer",
+        "minimum": 0,
+        "description": "Measurements in a row that could not be made; one more rolls back (default 4).",
+    },
+    "min_samples": {
+        "type": "integer",
+        "minimum": 1,
+        "description": "Statistical and shadow gates: Inconclusive below this many values (default 20).",
+    },
+}
+ANALYSIS_SCHEMA = {
+    "type": "object",
+    "properties": {
+        **LIMITS_SCHEMA,
+        "metrics": {
+            "type": "object",
+            "description": "Per gate key: its own limits, and dry_run (measured and shown, never deciding).",
+            "additionalProperties": {
+                "type": "object",
+                "properties": {**LIMITS_SCHEMA, "dry_run": {"type": "boolean"}},
+                "additionalProperties": False,
+            },
+        },
+    },
+    "additionalProperties": False,
+}
+
+
+@extend_schema_field(ANALYSIS_SCHEMA)
+class AnalysisField(serializers.JSONField):
     pass
 
 
@@ -90,6 +137,53 @@ class VersionShareSerializer(serializers.Serializer):
     ready_deployments = serializers.IntegerField()
 
 
+class MetricCountsSerializer(serializers.Serializer):
+    measurements = serializers.IntegerField()
+    successful = serializers.IntegerField()
+    failed = serializers.IntegerField()
+    inconclusive = serializers.IntegerField()
+    # DRF's metaclass moves declared fields out of the class, so Serializer.errors is untouched.
+    errors = serializers.IntegerField()  # type: ignore[assignment]
+    consecutive_errors = serializers.IntegerField()
+
+
+class StepMetricSerializer(serializers.Serializer):
+    """One gate's measurement in a step's decision: outcome, value against threshold, counts and limits."""
+
+    key = serializers.CharField()
+    title = serializers.CharField()
+    bound = serializers.ChoiceField(choices=["max", "min"])
+    outcome = serializers.CharField(allow_blank=True, help_text="Successful, Failed, Inconclusive or Error.")
+    value = serializers.FloatField(allow_null=True)
+    threshold = serializers.FloatField(allow_null=True)
+    detail = serializers.CharField(allow_blank=True)
+    dry_run = serializers.BooleanField()
+    counts = MetricCountsSerializer()
+    failure_limit = serializers.IntegerField()
+    inconclusive_limit = serializers.IntegerField(allow_null=True)
+    consecutive_error_limit = serializers.IntegerField()
+
+
+class StepDecisionSerializer(serializers.Serializer):
+    action = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    reason = serializers.CharField(allow_blank=True)
+    actor_name = serializers.CharField()
+
+
+class RolloutStepSerializer(serializers.Serializer):
+    """One step of the plan with its latest decision and the numbers that decision was made on."""
+
+    index = serializers.IntegerField()
+    share = serializers.FloatField()
+    approval = serializers.BooleanField(help_text="The step waits for an admin's approval once it passes.")
+    status = serializers.CharField(help_text="done, current, stopped (rolled back at it) or pending.")
+    decision = StepDecisionSerializer(allow_null=True)
+    candidate_requests = serializers.IntegerField(allow_null=True)
+    baseline_requests = serializers.IntegerField(allow_null=True)
+    metrics = StepMetricSerializer(many=True)
+
+
 def rollout_split(rollout: Rollout) -> list[dict[str, Any]]:
     """The rollout's plan: baseline and candidate with the share it gives each (0 after a rollback, 100
     once promoted). What serves the alias now, live, is routing.serving's answer (`/api/routing/serving/`)."""
@@ -122,6 +216,8 @@ class RolloutSerializer(serializers.ModelSerializer):
     candidate_label = serializers.CharField(source="candidate_version.__str__", read_only=True)
     steps = StepsField(read_only=True)
     gates = GatesField(read_only=True)
+    analysis = AnalysisField(read_only=True)
+    approval_steps = StepsField(read_only=True)
     active = serializers.BooleanField(read_only=True)
     created_by_name = serializers.SerializerMethodField()
     split = serializers.SerializerMethodField()
@@ -145,6 +241,8 @@ class RolloutSerializer(serializers.ModelSerializer):
             "min_step_seconds",
             "min_step_requests",
             "gates",
+            "analysis",
+            "approval_steps",
             "require_signoff",
             "step_started_at",
             "reason",
@@ -167,10 +265,15 @@ class RolloutSerializer(serializers.ModelSerializer):
 
 class RolloutDetailSerializer(RolloutSerializer):
     decisions = RolloutDecisionSerializer(many=True, read_only=True)
+    steps_analysis = serializers.SerializerMethodField()
 
     class Meta(RolloutSerializer.Meta):
-        fields = [*RolloutSerializer.Meta.fields, "decisions"]
+        fields = [*RolloutSerializer.Meta.fields, "decisions", "steps_analysis"]
         read_only_fields = fields
+
+    @extend_schema_field(RolloutStepSerializer(many=True))
+    def get_steps_analysis(self, obj: Rollout) -> list[dict[str, Any]]:
+        return step_analyses(obj, list(obj.decisions.all()))
 
 
 class RolloutCreateSerializer(StrictSerializerMixin, serializers.Serializer):
@@ -184,6 +287,17 @@ class RolloutCreateSerializer(StrictSerializerMixin, serializers.Serializer):
     min_step_requests = serializers.IntegerField(min_value=1, max_value=10_000_000, default=100)
     require_signoff = serializers.BooleanField(default=False)
     sticky_by = serializers.ChoiceField(choices=StickyBy.choices, default=StickyBy.SESSION)
+    analysis = AnalysisField(
+        required=False,
+        default=dict,
+        help_text="Limits (failure, inconclusive, consecutive errors, minimum sample) for every gate and per "
+        "gate, and dry-run gates; docs/rollouts.md, Analysis.",
+    )
+    approval_steps = StepsField(
+        required=False,
+        default=list,  # type: ignore[arg-type]  # a JSON list; the stubs type JSONField's default as a mapping
+        help_text="Steps (percentages below 100) after whose passed analysis an admin approves, e.g. [25].",
+    )
 
     def validate_steps(self, value: Any) -> list[float]:
         try:
@@ -308,6 +422,12 @@ class RolloutViewSet(viewsets.ReadOnlyModelViewSet):
     def resume(self, request: Request, pk: str | None = None) -> Response:
         """Hand a paused (or holding) rollout back to the gate task."""
         return self._act(request, services.resume)
+
+    @extend_schema(request=RolloutActionSerializer, responses={200: RolloutDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def approve(self, request: Request, pk: str | None = None) -> Response:
+        """Approve a step awaiting approval: on to the next step, or from the last one below 100 promote."""
+        return self._act(request, services.approve)
 
     @extend_schema(request=RolloutActionSerializer, responses={200: RolloutDetailSerializer})
     @action(detail=True, methods=["post"])

@@ -38,6 +38,12 @@ def format_history(rollout: Rollout) -> str:
         f"{rollout.min_step_requests} candidate requests per step; sign-off "
         f"{'required' if rollout.require_signoff else 'not required'}",
         "  gates " + (", ".join(f"{k} {v:g}" for k, v in rollout.gates.items()) or "none"),
+        *(
+            ["  approval after " + ", ".join(f"{s:g}%" for s in rollout.approval_steps)]
+            if rollout.approval_steps
+            else []
+        ),
+        *([f"  analysis {rollout.analysis}"] if rollout.analysis else []),
         f"  now {rollout.state} at {rollout.share:g}%",
         "",
     ]
@@ -57,5 +63,8 @@ def format_history(rollout: Rollout) -> str:
             verdict = {True: "pass", False: "FAIL", None: "no data"}[gate.get("passed")]
             value = gate.get("value")
             shown = "-" if value is None else f"{value:.4g}"
-            lines.append(f"    gate {key}: {shown} vs {gate.get('threshold'):g} -> {verdict}")
+            extra = ""
+            if gate.get("outcome") in ("Error", "Inconclusive") or gate.get("dry_run"):
+                extra = f" ({gate.get('outcome')}{', dry run' if gate.get('dry_run') else ''})"
+            lines.append(f"    gate {key}: {shown} vs {gate.get('threshold'):g} -> {verdict}{extra}")
     return "\n".join(lines) + "\n"

@@ -1,5 +1,5 @@
-"""Rollouts' control plane: start, pause, resume, promote and roll back a canary; the gate task's step;
-shadow configs.
+"""Rollouts' control plane: start, pause, resume, approve, promote and roll back a canary; the gate task's
+step; shadow configs.
 
 Every change of a rollout goes through `transition()`: it locks the row, checks the move is allowed from
 the state it finds, writes one RolloutDecision with its numbers and one audit event, and tells every
@@ -35,15 +35,23 @@ from routing.models import (
     StickyBy,
 )
 from routing.rollouts.gates import Decision, Verdict, decide, measure
-from routing.rollouts.plans import PlanError, validate_gates, validate_percent, validate_steps
+from routing.rollouts.plans import (
+    PlanError,
+    validate_analysis,
+    validate_approval_steps,
+    validate_gates,
+    validate_percent,
+    validate_steps,
+)
 from routing.rollouts.signoff import has_accepted_evaluation
 
 log = logging.getLogger(__name__)
 
 Action = RolloutDecision.Action
 RUNNING, PAUSED, HOLDING = RolloutState.RUNNING, RolloutState.PAUSED, RolloutState.HOLDING
-# The states the gate task evaluates: a paused rollout waits for a person (only a dead candidate is
-# still rolled back, since nothing could serve its share).
+AWAITING = RolloutState.AWAITING_APPROVAL
+# The states the gate task evaluates: a paused rollout, or one awaiting approval, waits for a person
+# (only a dead candidate is still rolled back, since nothing could serve its share).
 EVALUATED_STATES = (RUNNING, HOLDING)
 
 
@@ -83,6 +91,8 @@ def snapshot(rollout: Rollout) -> dict[str, Any]:
         "require_signoff": rollout.require_signoff,
         "min_step_seconds": rollout.min_step_seconds,
         "min_step_requests": rollout.min_step_requests,
+        "analysis": rollout.analysis,
+        "approval_steps": rollout.approval_steps,
     }
 
 
@@ -149,6 +159,12 @@ def transition(
             raise RolloutStateError(f"The rollout moved to step {locked.step_index + 1} meanwhile.")
         before = snapshot(locked)
         from_share = locked.share
+        # Every decision names the step it was taken at, so the console shows each step's decisions.
+        numbers = {
+            **(numbers or {}),
+            "step": (numbers or {}).get("step")
+            or {"index": locked.step_index, "share": from_share, "steps": locked.steps},
+        }
         locked.state = to_state
         locked.reason = reason
         for name, value in fields.items():
@@ -174,10 +190,14 @@ def start_rollout(
     min_step_requests: int = 100,
     require_signoff: bool = False,
     sticky_by: str = StickyBy.SESSION,
+    analysis: Any = None,
+    approval_steps: Any = None,
 ) -> Rollout:
     """Start a canary of `candidate` on `alias` at its first step. Raises PlanError naming the bad field."""
     plan = validate_steps(steps)
     thresholds = validate_gates(gates)
+    limits = validate_analysis(analysis, thresholds)
+    approvals = validate_approval_steps(approval_steps, plan)
     with transaction.atomic():
         locked = ModelAlias.objects.select_for_update().select_related("active_version").get(pk=alias.pk)
         if Rollout.objects.filter(alias=locked, state__in=ACTIVE_ROLLOUT_STATES).exists():
@@ -199,6 +219,8 @@ def start_rollout(
                     min_step_seconds=min_step_seconds,
                     min_step_requests=min_step_requests,
                     gates=thresholds,
+                    analysis=limits,
+                    approval_steps=approvals,
                     require_signoff=require_signoff,
                     step_started_at=timezone.now(),
                     reason=f"Started at {plan[0]:g}%.",
@@ -220,6 +242,8 @@ def start_rollout(
                     "min_step_seconds": min_step_seconds,
                     "min_step_requests": min_step_requests,
                     "require_signoff": require_signoff,
+                    "analysis": limits,
+                    "approval_steps": approvals,
                 }
             },
             audit_action=AuditAction.CREATE,
@@ -239,6 +263,8 @@ def pause(rollout: Rollout, *, actor: Any, reason: str = "") -> Rollout:
 
 
 def resume(rollout: Rollout, *, actor: Any, reason: str = "") -> Rollout:
+    """Back to the gate task in the same step (same window); the step's analysis counts start afresh, so
+    a rollout the gate task paused for Inconclusive gates is measured again, not paused at once."""
     return transition(
         rollout,
         Action.RESUME,
@@ -246,7 +272,47 @@ def resume(rollout: Rollout, *, actor: Any, reason: str = "") -> Rollout:
         to_state=RUNNING,
         actor=actor,
         reason=reason or f"Resumed at {rollout.share:g}%.",
+        analysis_state={},
     )
+
+
+def approve(rollout: Rollout, *, actor: Any, reason: str = "") -> Rollout:
+    """An admin's approval of a step awaiting it: on to the next step, or from the last step below 100 the
+    promotion (refused as promote is, e.g. a missing sign-off, and then nothing changes)."""
+    step = rollout.step_index
+    nxt = step + 1
+    last = nxt >= len(rollout.steps) - 1
+    then = "promoting" if last else f"on to {float(rollout.steps[nxt]):g}%"
+    text = reason or f"Approved at {rollout.share:g}%: {then}."
+    with transaction.atomic():
+        if last:
+            approved = transition(
+                rollout,
+                Action.APPROVE,
+                allowed_from=(AWAITING,),
+                to_state=RUNNING,
+                actor=actor,
+                reason=text,
+                expect_step=step,
+            )
+            return promote(
+                approved,
+                actor=actor,
+                reason=f"Promoted after approval: {approved.candidate_version} is the active version.",
+            )
+        return transition(
+            rollout,
+            Action.APPROVE,
+            allowed_from=(AWAITING,),
+            to_state=RUNNING,
+            actor=actor,
+            reason=text,
+            expect_step=step,
+            step_index=nxt,
+            share=float(rollout.steps[nxt]),
+            step_started_at=timezone.now(),
+            analysis_state={},
+        )
 
 
 def rollback(
@@ -358,13 +424,18 @@ def evaluate(rollout: Rollout, now: dt.datetime | None = None) -> tuple[str, Rol
     """One gate-task step for one rollout: measure, decide, apply. Returns (verdict, rollout)."""
     now = now or timezone.now()
     ready = ready_deployments(rollout.alias.name, rollout.candidate_version_id)
-    if rollout.state == PAUSED and ready:
-        return Verdict.KEEP, rollout  # a paused rollout waits for its person unless its candidate died
+    if rollout.state in (PAUSED, AWAITING) and ready:
+        return Verdict.KEEP, rollout  # waits for its person unless its candidate died
     figures = measure(rollout, now, ready)
     decision = decide(rollout, figures)
     push_gate_sample(rollout, decision)
     numbers = decision.numbers(rollout)
     step = rollout.step_index
+    # The step's counts after this measurement, kept whatever the verdict (most ticks record nothing).
+    Rollout.objects.filter(pk=rollout.pk, step_index=step, state__in=EVALUATED_STATES).update(
+        analysis_state=decision.analysis_state
+    )
+    rollout.analysis_state = decision.analysis_state
     try:
         if decision.verdict == Verdict.ROLLBACK:
             return decision.verdict, rollback(
@@ -383,6 +454,27 @@ def evaluate(rollout: Rollout, now: dt.datetime | None = None) -> tuple[str, Rol
                 step_index=nxt,
                 share=float(rollout.steps[nxt]),
                 step_started_at=now,
+                analysis_state={},
+            )
+        if decision.verdict == Verdict.AWAIT_APPROVAL:
+            return decision.verdict, transition(
+                rollout,
+                Action.AWAIT_APPROVAL,
+                allowed_from=EVALUATED_STATES,
+                to_state=AWAITING,
+                reason=decision.reason,
+                numbers=numbers,
+                expect_step=step,
+            )
+        if decision.verdict == Verdict.PAUSE:
+            return decision.verdict, transition(
+                rollout,
+                Action.PAUSE,
+                allowed_from=EVALUATED_STATES,
+                to_state=PAUSED,
+                reason=decision.reason,
+                numbers=numbers,
+                expect_step=step,
             )
         if decision.verdict == Verdict.PROMOTE:
             try:
@@ -417,7 +509,8 @@ def _hold(rollout: Rollout, reason: str, numbers: dict[str, Any], step: int) -> 
 
 
 def evaluate_all(now: dt.datetime | None = None) -> dict[int, str]:
-    """The beat task's body: every running, holding or paused rollout once; returns verdicts by id."""
+    """The beat task's body: every active rollout once (running, holding, paused, awaiting approval);
+    returns verdicts by id."""
     out: dict[int, str] = {}
     rollouts = Rollout.objects.filter(state__in=ACTIVE_ROLLOUT_STATES).select_related(
         "alias", "candidate_version__model", "baseline_version__model"

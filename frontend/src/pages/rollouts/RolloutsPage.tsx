@@ -9,6 +9,7 @@ import type {
   ModelVersion,
   Rollout,
   RolloutDetail,
+  RolloutStep,
   ShadowConfig,
 } from "../../api/types";
 import { useAuth } from "../../auth";
@@ -23,7 +24,19 @@ import { formatDateTime } from "../../format";
 import { useApi } from "../../hooks/useApi";
 import { useFormState } from "../../hooks/useFormState";
 import { useQueryParams } from "../../hooks/useQueryParams";
-import { ACTIVE_STATES, GATE_FIELDS, STATE_TONES, formatShare, gateChart, latestDetail, latestValue, parseSteps } from "./rollouts";
+import {
+  ACTIVE_STATES,
+  GATE_FIELDS,
+  LIMIT_FIELDS,
+  OUTCOME_TONES,
+  STATE_TONES,
+  formatShare,
+  gateChart,
+  latestDetail,
+  latestValue,
+  metricSummary,
+  parseSteps,
+} from "./rollouts";
 import "./rollouts.css";
 
 /** How often the page re-reads the split, the selected rollout and its gate values (the gate task's pace). */
@@ -38,8 +51,9 @@ function useTick(ms: number): number {
   return tick;
 }
 
-/** Canaries per alias: the traffic split now, each rollout's steps, gate values against thresholds and its
- *  decision history; admins start, pause, resume, promote and roll back. Shadow traffic is configured here too. */
+/** Canaries per alias: the traffic split now, each rollout's steps with each step's decision and its numbers,
+ *  gate values against thresholds and its decision history; admins start, pause, resume, approve, promote
+ *  and roll back. Shadow traffic is configured here too. */
 export function RolloutsPage() {
   const { isAdmin } = useAuth();
   const tick = useTick(REFRESH_MS);
@@ -139,7 +153,7 @@ function RolloutDetailCard({
   const { isAdmin } = useAuth();
   const detail = useApi<RolloutDetail>(`/api/rollouts/${id}/`, { tick });
   const gates = useApi<GateSeries>(`/api/rollouts/${id}/gates/`, { tick });
-  const [confirm, setConfirm] = useState<"promote" | "rollback" | null>(null);
+  const [confirm, setConfirm] = useState<"promote" | "rollback" | "approve" | null>(null);
   const [reason, setReason] = useState("");
   const { error, busy, run } = useFormState();
   const r = detail.data;
@@ -170,12 +184,17 @@ function RolloutDetailCard({
         isAdmin &&
         active && (
           <div className="rollout-actions">
-            {r.state !== "paused" && (
+            {r.state === "awaiting_approval" && (
+              <button type="button" className="btn btn-primary" disabled={busy} onClick={() => setConfirm("approve")}>
+                Approve
+              </button>
+            )}
+            {(r.state === "running" || r.state === "holding") && (
               <button type="button" className="btn" disabled={busy} onClick={() => act("pause")}>
                 Pause
               </button>
             )}
-            {r.state !== "running" && (
+            {(r.state === "paused" || r.state === "holding") && (
               <button type="button" className="btn" disabled={busy} onClick={() => act("resume")}>
                 Resume
               </button>
@@ -225,7 +244,13 @@ function RolloutDetailCard({
         <dd>{formatDateTime(r.step_started_at)}</dd>
         <dt>Sign-off</dt>
         <dd>{r.require_signoff ? "required before promotion" : "not required"}</dd>
+        <dt>Approval</dt>
+        <dd data-testid="rollout-approval-steps">
+          {r.approval_steps.length ? `an admin approves after ${r.approval_steps.map(formatShare).join(", ")}` : "none: the gates decide every step"}
+        </dd>
       </dl>
+      <h3 className="rollout-h">Steps: each step's decision and its numbers</h3>
+      <StepAnalysisTable steps={r.steps_analysis} />
       <h3 className="rollout-h">Gates</h3>
       {gates.data && gates.data.gates.length === 0 && <p className="muted">No gates configured: each step advances once its minimums are met.</p>}
       {gates.data && gates.data.gates.length > 0 && (
@@ -291,18 +316,28 @@ function RolloutDetailCard({
       />
       <ConfirmDialog
         open={confirm !== null}
-        title={confirm === "promote" ? `Promote ${r.candidate_label}?` : `Roll back to ${r.baseline_label}?`}
+        title={
+          confirm === "promote"
+            ? `Promote ${r.candidate_label}?`
+            : confirm === "approve"
+              ? `Approve the ${formatShare(r.share)} step?`
+              : `Roll back to ${r.baseline_label}?`
+        }
         message={
           <>
             <p>
               {confirm === "promote"
                 ? `${r.candidate_label} becomes the active version of ${r.alias_name} for every request.`
-                : `The candidate's share goes to 0% at once; ${r.baseline_label} serves everything.`}
+                : confirm === "approve"
+                  ? r.step_index + 1 >= r.steps.length - 1
+                    ? `${r.candidate_label} is promoted: it becomes the active version of ${r.alias_name}.`
+                    : `The canary goes on to ${formatShare(r.steps[r.step_index + 1] ?? 100)} and the gates judge that step.`
+                  : `The candidate's share goes to 0% at once; ${r.baseline_label} serves everything.`}
             </p>
             <InputField label="Reason (optional)" name="reason" value={reason} onChange={(e) => setReason(e.target.value)} />
           </>
         }
-        confirmLabel={confirm === "promote" ? "Promote" : "Roll back"}
+        confirmLabel={confirm === "promote" ? "Promote" : confirm === "approve" ? "Approve" : "Roll back"}
         danger={confirm === "rollback"}
         busy={busy}
         error={error ? errorMessage(error) : undefined}
@@ -310,6 +345,65 @@ function RolloutDetailCard({
         onClose={() => setConfirm(null)}
       />
     </Card>
+  );
+}
+
+/** One row per step of the plan: where the rollout is with it, its latest decision, and each gate's outcome
+ *  with its value, threshold, counts and limits (dry-run gates marked: shown, never deciding). */
+function StepAnalysisTable({ steps }: { steps: RolloutStep[] }) {
+  return (
+    <Table
+      testId="steps-table"
+      rows={steps}
+      rowKey={(s) => s.index}
+      columns={[
+        {
+          header: "Step",
+          cell: (s) => (
+            <span data-testid={`step-${s.index}`} data-status={s.status}>
+              {formatShare(s.share)}
+              {s.approval && <span className="muted"> (approval)</span>}
+            </span>
+          ),
+        },
+        { header: "Status", cell: (s) => s.status },
+        {
+          header: "Decision",
+          className: "wrap",
+          cell: (s) =>
+            s.decision ? (
+              <div data-testid={`step-decision-${s.index}`}>
+                <strong data-action={s.decision.action}>{s.decision.action}</strong> by {s.decision.actor_name}, {formatDateTime(s.decision.created_at)}
+                <div className="decision-reason">{s.decision.reason}</div>
+                {s.candidate_requests !== null && (
+                  <div className="muted">
+                    {s.candidate_requests} candidate and {s.baseline_requests ?? 0} baseline requests in the step
+                  </div>
+                )}
+              </div>
+            ) : (
+              <span className="muted">—</span>
+            ),
+        },
+        {
+          header: "Analysis",
+          className: "wrap",
+          cell: (s) =>
+            s.metrics.length ? (
+              <ul className="step-metrics" data-testid={`step-metrics-${s.index}`}>
+                {s.metrics.map((m) => (
+                  <li key={m.key} data-metric={m.key} data-outcome={m.outcome} title={m.detail}>
+                    {m.outcome ? <StatusBadge status={m.outcome} tone={OUTCOME_TONES[m.outcome] ?? "off"} /> : null} <code>{m.key}</code>
+                    {m.dry_run && <span className="dry-run"> dry run</span>}: {metricSummary(m)}
+                  </li>
+                ))}
+              </ul>
+            ) : (
+              <span className="muted">not measured yet</span>
+            ),
+        },
+      ]}
+    />
   );
 }
 
@@ -323,6 +417,9 @@ function StartRolloutDialog({ onClose, onDone }: { onClose: () => void; onDone: 
   const [minRequests, setMinRequests] = useState("100");
   const [signoff, setSignoff] = useState(false);
   const [gates, setGates] = useState<Record<string, string>>({ max_error_rate_delta: "0.02", max_p95_latency_ratio: "1.5" });
+  const [approvals, setApprovals] = useState("");
+  const [limits, setLimits] = useState<Record<string, string>>({});
+  const [dryRun, setDryRun] = useState<Record<string, boolean>>({});
   const [localError, setLocalError] = useState<Record<string, string[]>>({});
   const { error, busy, run, errors } = useFormState();
   const aliasList = aliases.data?.results ?? [];
@@ -340,9 +437,19 @@ function StartRolloutDialog({ onClose, onDone }: { onClose: () => void; onDone: 
       setLocalError({ steps: [`"${parsed.bad}" is not a number.`] });
       return;
     }
+    const approvalSteps = parseSteps(approvals);
+    if ("bad" in approvalSteps) {
+      setLocalError({ approval_steps: [`"${approvalSteps.bad}" is not a number.`] });
+      return;
+    }
     setLocalError({});
     const gateValues: Record<string, number> = {};
     for (const [key, raw] of Object.entries(gates)) if (raw.trim() !== "") gateValues[key] = Number(raw);
+    const analysis: Record<string, unknown> = {};
+    for (const f of LIMIT_FIELDS) if ((limits[f.key] ?? "").trim() !== "") analysis[f.key] = Number(limits[f.key]);
+    const metrics: Record<string, { dry_run: boolean }> = {};
+    for (const [key, on] of Object.entries(dryRun)) if (on && key in gateValues) metrics[key] = { dry_run: true };
+    if (Object.keys(metrics).length) analysis.metrics = metrics;
     void run(async () => {
       const created = await api.post<RolloutDetail>("/api/rollouts/", {
         alias: chosenAlias ? chosenAlias.id : null,
@@ -352,6 +459,8 @@ function StartRolloutDialog({ onClose, onDone }: { onClose: () => void; onDone: 
         min_step_seconds: Number(minSeconds),
         min_step_requests: Number(minRequests),
         require_signoff: signoff,
+        analysis,
+        approval_steps: approvalSteps.steps,
       });
       onDone(created);
     });
@@ -381,6 +490,7 @@ function StartRolloutDialog({ onClose, onDone }: { onClose: () => void; onDone: 
           <InputField label="Steps (%)" name="steps" value={steps} onChange={(e) => setSteps(e.target.value)} errors={fieldErrors} hint="Rising, ending at 100." />
           <InputField label="Min seconds per step" name="min_step_seconds" type="number" min={0} value={minSeconds} onChange={(e) => setMinSeconds(e.target.value)} errors={fieldErrors} />
           <InputField label="Min candidate requests per step" name="min_step_requests" type="number" min={1} value={minRequests} onChange={(e) => setMinRequests(e.target.value)} errors={fieldErrors} />
+          <InputField label="Wait for approval at (%)" name="approval_steps" value={approvals} onChange={(e) => setApprovals(e.target.value)} errors={fieldErrors} hint="e.g. 25: an admin approves before the rollout goes on." />
         </div>
         <fieldset className="gate-fields">
           <legend>Gates (leave empty for none)</legend>
@@ -399,13 +509,50 @@ function StartRolloutDialog({ onClose, onDone }: { onClose: () => void; onDone: 
             ))}
           </div>
         </fieldset>
+        <fieldset className="gate-fields">
+          <legend>Analysis limits (leave empty for the defaults)</legend>
+          <div className="form-grid">
+            {LIMIT_FIELDS.map((f) => (
+              <InputField
+                key={f.key}
+                label={f.label}
+                name={`analysis.${f.key}`}
+                type="number"
+                min={0}
+                value={limits[f.key] ?? ""}
+                onChange={(e) => setLimits({ ...limits, [f.key]: e.target.value })}
+                hint={f.hint}
+              />
+            ))}
+          </div>
+          <div className="dry-run-fields">
+            <span className="muted">Dry run (measured and shown, never deciding):</span>
+            {GATE_FIELDS.filter((g) => (gates[g.key] ?? "").trim() !== "").map((g) => (
+              <CheckboxField
+                key={g.key}
+                label={g.key}
+                name={`dry_run.${g.key}`}
+                checked={dryRun[g.key] ?? false}
+                onChange={(e) => setDryRun({ ...dryRun, [g.key]: e.target.checked })}
+              />
+            ))}
+          </div>
+        </fieldset>
+        {fieldErrors.analysis && (
+          <div className="field-error" role="alert">
+            {fieldErrors.analysis.join(" ")}
+          </div>
+        )}
         <CheckboxField label="Require a signed-off offline evaluation before promotion" name="require_signoff" checked={signoff} onChange={(e) => setSignoff(e.target.checked)} errors={fieldErrors} />
         {fieldErrors.gates && (
           <div className="field-error" role="alert">
             {fieldErrors.gates.join(" ")}
           </div>
         )}
-        <FormErrors error={error} fields={["alias", "candidate_version", "steps", "gates", "min_step_seconds", "min_step_requests", "require_signoff"]} />
+        <FormErrors
+          error={error}
+          fields={["alias", "candidate_version", "steps", "gates", "min_step_seconds", "min_step_requests", "require_signoff", "analysis", "approval_steps"]}
+        />
         <div className="form-actions">
           <button type="button" className="btn" onClick={onClose} disabled={busy}>
             Cancel
