@@ -132,8 +132,12 @@ class Observation:
     fingerprint: str = field(init=False)
 
     def __post_init__(self) -> None:
-        labels = ",".join(f"{k}={v}" for k, v in sorted(self.labels.items()))
-        self.fingerprint = f"{self.metric}:{labels}"[:300]
+        self.fingerprint = fingerprint(self.metric, self.labels)
+
+
+def fingerprint(metric: str, labels: dict[str, str]) -> str:
+    """What names one condition on one subject: `host_down:host=gpu-7`."""
+    return f"{metric}:{','.join(f'{k}={v}' for k, v in sorted(labels.items()))}"[:300]
 
 
 def _num(value: Any) -> float | None:

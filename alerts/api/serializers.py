@@ -6,11 +6,13 @@ from typing import Any
 
 from rest_framework import serializers
 
-from alerts.choices import Metric
+from alerts import health
+from alerts.choices import AlertState, Metric, Severity
 from alerts.models import Alert, AlertEvent, AlertNotification, AlertRule
 from alerts.rules import BY_METRIC, MAX_FOR_SECONDS
 from alerts.services import RuleError, validate_rule
-from core.api.base import StrictModelSerializer
+from core.api.base import StrictModelSerializer, StrictSerializerMixin
+from routing.rollups import health as request_health
 
 
 class RuleInfoSerializer(serializers.Serializer):
@@ -206,3 +208,93 @@ class AlertSummarySerializer(serializers.Serializer):
     unacknowledged = serializers.IntegerField(help_text="Firing alerts nobody acknowledged yet.")
     pending = serializers.IntegerField(help_text="Conditions that hold but not yet for their for-duration.")
     webhook_configured = serializers.BooleanField()
+
+
+class FleetHealthQuerySerializer(StrictSerializerMixin, serializers.Serializer):
+    window = serializers.ChoiceField(
+        choices=list(request_health.WINDOWS),
+        default=request_health.DEFAULT_WINDOW,
+        help_text="The window ending now: 5m, 15m, 1h (default), 6h or 24h.",
+    )
+    hosts = serializers.IntegerField(
+        min_value=1,
+        max_value=health.HOSTS_MAX,
+        default=health.HOSTS_DEFAULT,
+        help_text="How many hosts down to name (the first by name); `count` has them all.",
+    )
+
+
+class HealthFiguresSerializer(serializers.Serializer):
+    """Request figures over the window (its part already rolled up): shares of all requests, percentiles
+    from the rollups' histograms (within 19%); null where there were no requests (or no streamed ones, for
+    TTFT)."""
+
+    requests = serializers.IntegerField()
+    errors_4xx = serializers.IntegerField()
+    errors_5xx = serializers.IntegerField()
+    requests_per_s = serializers.FloatField()
+    error_rate = serializers.FloatField(allow_null=True, help_text="Share of requests not answered 2xx.")
+    error_rate_4xx = serializers.FloatField(allow_null=True)
+    error_rate_5xx = serializers.FloatField(allow_null=True)
+    latency_p50_ms = serializers.FloatField(allow_null=True)
+    latency_p99_ms = serializers.FloatField(allow_null=True)
+    ttft_p50_ms = serializers.FloatField(allow_null=True)
+    ttft_p99_ms = serializers.FloatField(allow_null=True)
+
+
+class PoolHealthSerializer(HealthFiguresSerializer):
+    name = serializers.CharField(
+        help_text="The route pool (an alias without a policy is a pool of its name)."
+    )
+
+
+class HealthAlertSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    state = serializers.ChoiceField(choices=AlertState.choices)
+    severity = serializers.ChoiceField(choices=Severity.choices)
+    started_at = serializers.DateTimeField()
+    fired_at = serializers.DateTimeField(allow_null=True)
+
+
+class HealthDownHostSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    last_heartbeat = serializers.DateTimeField(allow_null=True)
+    alert = HealthAlertSerializer(
+        allow_null=True,
+        help_text="Its InferchainHostDown alert: the open one, else the latest; null before the evaluator "
+        "saw it down.",
+    )
+
+
+class HealthHostsDownSerializer(serializers.Serializer):
+    count = serializers.IntegerField()
+    hosts = HealthDownHostSerializer(many=True)
+
+
+class HealthThresholdsSerializer(serializers.Serializer):
+    error_rate_warn = serializers.FloatField()
+    error_rate_critical = serializers.FloatField(
+        help_text="The fleet-wide InferchainHigh5xxRatio threshold: where the alert would fire."
+    )
+
+
+class FleetHealthSerializer(serializers.Serializer):
+    window = serializers.CharField()
+    resolution_s = serializers.IntegerField(help_text="Seconds per point of `series`: 10 or 60.")
+    start = serializers.FloatField(help_text="Start of the window, unix seconds.")
+    end = serializers.FloatField(help_text="End of the window, unix seconds.")
+    known_until = serializers.FloatField(
+        help_text="End of the last bucket rolled up (the rollup lags the proxy by about 20 s); the "
+        "figures cover the window up to here."
+    )
+    t = serializers.ListField(child=serializers.FloatField(), help_text="Bucket starts, unix seconds.")
+    fleet = HealthFiguresSerializer(help_text="All pools together.")
+    series = serializers.DictField(
+        child=serializers.ListField(child=serializers.FloatField(allow_null=True)),
+        help_text="The fleet's figures per bucket of `t` (null: not rolled up yet, or no requests): "
+        + ", ".join(request_health.FIELDS)
+        + ".",
+    )
+    pools = PoolHealthSerializer(many=True, help_text="Busiest first; configured pools without traffic too.")
+    hosts_down = HealthHostsDownSerializer()
+    thresholds = HealthThresholdsSerializer()

@@ -12,5 +12,6 @@ router.register("alert-rules", views.AlertRuleViewSet, basename="alertrule")
 
 urlpatterns = [
     path("alert-catalogue/", views.rule_catalogue, name="alert-catalogue"),
+    path("fleet/health/", views.fleet_health, name="fleet-health"),
     *router.urls,
 ]

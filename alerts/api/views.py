@@ -10,6 +10,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db.models import QuerySet
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action, api_view
@@ -17,13 +18,15 @@ from rest_framework.exceptions import APIException
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from alerts import services
+from alerts import health, services
 from alerts.api.serializers import (
     AlertDetailSerializer,
     AlertEventSerializer,
     AlertRuleSerializer,
     AlertSerializer,
     AlertSummarySerializer,
+    FleetHealthQuerySerializer,
+    FleetHealthSerializer,
     RuleInfoSerializer,
 )
 from alerts.choices import AlertState
@@ -117,3 +120,16 @@ class AlertRuleViewSet(AuditedModelViewSet):
 def rule_catalogue(request: Request) -> Response:
     """The rules there are: the Prometheus alert each mirrors, its defaults, units and scopes."""
     return Response(RuleInfoSerializer([r.as_dict() for r in RULES], many=True).data)
+
+
+@extend_schema(parameters=[FleetHealthQuerySerializer], responses={200: FleetHealthSerializer})
+@api_view(["GET"])
+def fleet_health(request: Request) -> Response:
+    """The fleet's health first: request rate, error rate (4xx and 5xx apart), p50/p99 latency and TTFT
+    of the fleet and each pool over `window`, from the rollups beat keeps, and the hosts down with their
+    alerts (docs/monitoring.md "Health on the dashboard")."""
+    query = FleetHealthQuerySerializer(data=request.query_params)
+    query.is_valid(raise_exception=True)
+    params: dict[str, Any] = query.validated_data
+    # Plain numbers already: up to 1,440 points per series are not passed through DRF's fields one by one.
+    return Response(health.fleet_health(params["window"], timezone.now(), params["hosts"]))

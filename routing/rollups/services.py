@@ -148,18 +148,20 @@ def collect_requests(now: float) -> list[Point]:
     tenants: dict[str, dict[str, Any]] = {}
     rows = RequestLog.objects.filter(
         created_at__gte=at, created_at__lt=_at(start + TICK_SECONDS)
-    ).values_list("route_pool", "tenant_id", "status", "prompt_tokens", "completion_tokens", "latency_ms")
-    for pool, tenant_id, status, prompt, completion, latency in rows.iterator(chunk_size=5000):
+    ).values_list(
+        "route_pool", "tenant_id", "status", "prompt_tokens", "completion_tokens", "latency_ms", "ttft_ms"
+    )
+    for pool, tenant_id, status, prompt, completion, latency, ttft in rows.iterator(chunk_size=5000):
         if pool:
             parts = pools.setdefault(pool, {"all": stats.empty_requests()})
             length = "long" if (prompt or 0) >= long_from else "short"
             for part in ("all", length):
                 stats.add_request(
-                    parts.setdefault(part, stats.empty_requests()), status, prompt, completion, latency
+                    parts.setdefault(part, stats.empty_requests()), status, prompt, completion, latency, ttft
                 )
         if tenant_id is not None:
             parts = tenants.setdefault(str(tenant_id), {"all": stats.empty_requests()})
-            stats.add_request(parts["all"], status, prompt, completion, latency)
+            stats.add_request(parts["all"], status, prompt, completion, latency, ttft)
     return [_row(10, RollupKind.POOL, name, at, values) for name, values in pools.items()] + [
         _row(10, RollupKind.TENANT, tid, at, values) for tid, values in tenants.items()
     ]

@@ -8,10 +8,13 @@ Two shapes of `MetricRollup.values`:
   history holds millions of points (docs/benchmarks.md "History rollup writes"). A field added later
   goes at the end; older, shorter points read as null there. Combined as means weighted by `n`.
 - requests (a pool, a tenant): `{part: stats}` with part `all` (and, for a pool, `short` and `long`,
-  by prompt length against PROXY_LONG_PROMPT_TOKENS). `stats` is `{"requests", "ok", "prompt_tokens",
-  "completion_tokens", "latency"}` where `latency` is a histogram of request latencies (bucket index ->
-  count, only buckets with requests). Counts and histograms add up, so a coarser bucket's percentiles
-  are those of all its requests, not a mean of finer percentiles.
+  by prompt length against PROXY_LONG_PROMPT_TOKENS). `stats` is `{"requests", "ok", "4xx", "5xx",
+  "prompt_tokens", "completion_tokens", "latency", "ttft"}` where `4xx` and `5xx` count the answers of
+  each status class, `latency` is a histogram of request latencies and `ttft` one of times to the first
+  token (bucket index -> count, only buckets with requests; streamed answers are the ones with a TTFT).
+  Counts and histograms add up, so a coarser bucket's percentiles are those of all its requests, not a
+  mean of finer percentiles. Points written before `4xx`, `5xx` and `ttft` were kept read as zero and
+  empty there: their errors (`requests - ok`) are known, their split and TTFTs are not.
 
 Latency buckets are log-spaced, four per doubling from 1 ms (bucket i holds (2^((i-1)/4), 2^(i/4)] ms),
 so a percentile read from a histogram is within 19% of the true one; 80 buckets reach 17 minutes.
@@ -25,7 +28,8 @@ from typing import Any
 
 STEPS_PER_DOUBLING = 4
 LAST_LATENCY_BUCKET = 80
-REQUEST_COUNTS = ("requests", "ok", "prompt_tokens", "completion_tokens")
+REQUEST_COUNTS = ("requests", "ok", "4xx", "5xx", "prompt_tokens", "completion_tokens")
+REQUEST_HISTOGRAMS = ("latency", "ttft")
 
 
 def latency_bucket(ms: float) -> int:
@@ -58,7 +62,16 @@ def percentile(histogram: Mapping[str, int], q: float) -> float | None:
 
 
 def empty_requests() -> dict[str, Any]:
-    return {"requests": 0, "ok": 0, "prompt_tokens": 0, "completion_tokens": 0, "latency": {}}
+    return {
+        "requests": 0,
+        "ok": 0,
+        "4xx": 0,
+        "5xx": 0,
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+        "latency": {},
+        "ttft": {},
+    }
 
 
 def add_request(
@@ -67,16 +80,22 @@ def add_request(
     prompt_tokens: int | None,
     completion_tokens: int | None,
     latency_ms: float | None,
+    ttft_ms: float | None = None,
 ) -> None:
     """Counts one request-log row into `stats` (a success is a 2xx answer)."""
     stats["requests"] += 1
     if 200 <= status < 300:
         stats["ok"] += 1
+    elif 400 <= status < 500:
+        stats["4xx"] += 1
+    elif status >= 500:
+        stats["5xx"] += 1
     stats["prompt_tokens"] += prompt_tokens or 0
     stats["completion_tokens"] += completion_tokens or 0
-    if latency_ms is not None:
-        key = str(latency_bucket(latency_ms))
-        stats["latency"][key] = stats["latency"].get(key, 0) + 1
+    for name, ms in (("latency", latency_ms), ("ttft", ttft_ms)):
+        if ms is not None:
+            key = str(latency_bucket(ms))
+            stats[name][key] = stats[name].get(key, 0) + 1
 
 
 def combine_requests(buckets: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
@@ -87,8 +106,10 @@ def combine_requests(buckets: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             merged = out.setdefault(part, empty_requests())
             for name in REQUEST_COUNTS:
                 merged[name] += int(stats.get(name, 0))
-            for key, count in stats.get("latency", {}).items():
-                merged["latency"][key] = merged["latency"].get(key, 0) + int(count)
+            for name in REQUEST_HISTOGRAMS:
+                histogram = merged[name]
+                for key, count in stats.get(name, {}).items():
+                    histogram[key] = histogram.get(key, 0) + int(count)
     return out
 
 

@@ -144,8 +144,9 @@ def test_history_charts_follow_the_range_picker(
     expect(util).to_have_attribute("data-points", "360")
     assert span(util) == 3600
     expect(page.get_by_test_id("history-gpu-util-box")).to_have_attribute("data-resolution", "10")
-    # The legend names each line (uPlot draws the axes and their unit label on the canvas).
-    expect(util.locator(".u-legend")).to_contain_text("hist-a GPU 0")
+    # The legend names each line, with its last, mean and max (uPlot draws the axes and their unit label
+    # on the canvas).
+    expect(page.get_by_test_id("history-gpu-util-legend")).to_contain_text("hist-a GPU 0")
     mem = page.get_by_test_id("history-gpu-mem")
     mem.locator(".u-over").hover()
     expect(page.get_by_test_id("history-gpu-mem-tooltip")).to_contain_text("60 GiB")

@@ -1,7 +1,8 @@
 // One chart of GET /api/history/'s answer: chosen fields of chosen subjects as lines on the range's time axis.
 import { useMemo } from "react";
 import type { History } from "../api/types";
-import { PALETTE, TimeChart } from "./TimeChart";
+import { acrossLines, movingAverage } from "./seriesMath";
+import { PALETTE, TimeChart, type ChartSeries } from "./TimeChart";
 
 export interface HistoryLine {
   /** The subject's name in the answer, e.g. "gpu:demo-a:0", "pool:fast". */
@@ -12,7 +13,11 @@ export interface HistoryLine {
   /** Multiplies each value, e.g. 100 for a ratio drawn in %, 1e3 for seconds drawn in ms. */
   scale?: number;
   color?: string;
+  dash?: number[];
 }
+
+/** Past this many lines a chart draws their min, mean and max instead: the palette has this many colours. */
+export const MAX_LINES = PALETTE.length;
 
 const NO_TIMES: number[] = [];
 
@@ -25,6 +30,8 @@ export function HistoryChart({
   range,
   height = 150,
   testId,
+  smoothSeconds,
+  what = "lines",
 }: {
   history: History | undefined;
   lines: HistoryLine[];
@@ -34,23 +41,43 @@ export function HistoryChart({
   range?: [number, number];
   height?: number;
   testId?: string;
+  /** Draw a trailing moving average over this many seconds (at least one point), and say so. */
+  smoothSeconds?: number;
+  /** What the lines are, for the summary's labels past MAX_LINES: "GPUs", "engines". */
+  what?: string;
 }) {
-  const series = useMemo(() => {
+  const resolution = history?.resolution_s ?? 10;
+  const window = smoothSeconds ? Math.max(smoothSeconds, resolution) : 0;
+  const t = history?.t ?? NO_TIMES;
+  const series = useMemo((): ChartSeries[] => {
     const bySubject = new Map((history?.series ?? []).map((s) => [s.subject, s]));
-    return lines.map((line, i) => {
+    const drawn = lines.map((line) => {
       const s = bySubject.get(line.subject);
-      const values = s?.values[line.field] ?? [];
+      const raw = s?.values[line.field] ?? [];
       const scale = line.scale ?? 1;
+      const values = scale === 1 ? raw : raw.map((v) => (v === null ? null : v * scale));
       return {
         label: line.label ?? s?.name ?? line.subject,
-        values: scale === 1 ? values : values.map((v) => (v === null ? null : v * scale)),
-        color: line.color ?? PALETTE[i % PALETTE.length],
+        values: window > resolution ? movingAverage(t, values, window) : values,
+        color: line.color,
+        dash: line.dash,
       };
     });
-  }, [history, lines]);
-  const t = history?.t ?? NO_TIMES;
+    if (drawn.length <= MAX_LINES) return drawn;
+    // One line per GPU past a handful is a tangle nobody reads: the spread across them instead.
+    const summary = acrossLines(
+      drawn.map((d) => d.values),
+      t.length,
+    );
+    return [
+      { label: `max of ${drawn.length} ${what}`, values: summary.max, color: PALETTE[3] },
+      { label: `mean of ${drawn.length} ${what}`, values: summary.mean, color: PALETTE[0] },
+      { label: `min of ${drawn.length} ${what}`, values: summary.min, color: PALETTE[2] },
+    ];
+  }, [history, lines, t, window, resolution, what]);
   // Points are bucket starts; the axis spans the whole range up to the end of the last bucket.
   const windowSeconds = history ? history.end - history.start : 3600;
+  const note = window > resolution ? `${formatSpan(window)} moving average` : undefined;
   return (
     <div data-testid={testId ? `${testId}-box` : undefined} data-resolution={history?.resolution_s} data-range={history?.range}>
       <TimeChart
@@ -64,9 +91,17 @@ export function HistoryChart({
         height={height}
         testId={testId}
         end={history?.end}
+        note={note}
       />
     </div>
   );
+}
+
+/** 60 -> "1 min", 30 -> "30 s", 3600 -> "1 h". */
+export function formatSpan(seconds: number): string {
+  if (seconds >= 3600 && seconds % 3600 === 0) return `${seconds / 3600} h`;
+  if (seconds >= 60 && seconds % 60 === 0) return `${seconds / 60} min`;
+  return `${seconds} s`;
 }
 
 const GIB = 1024 ** 3;

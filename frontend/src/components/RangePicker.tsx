@@ -1,8 +1,9 @@
-// The time range of a history card's charts: 15 min, 1 h or 24 h (the API picks the resolution).
+// The time range of a history card's charts: 15 min, 1 h, 6 h or 24 h (the API picks the resolution).
 
 export const RANGES = [
   { key: "15m", label: "15 min", seconds: 900 },
   { key: "1h", label: "1 h", seconds: 3600 },
+  { key: "6h", label: "6 h", seconds: 6 * 3600 },
   { key: "24h", label: "24 h", seconds: 86400 },
 ] as const;
 

@@ -3,7 +3,7 @@
 // alerts.evaluate fills these (docs/monitoring.md "Alerts in the console"); admins acknowledge and edit.
 import { useEffect, useState, type ReactNode } from "react";
 import { ApiError, api } from "../../api/client";
-import type { Alert, AlertEvent, AlertMetric, AlertRule, AlertRuleInfo, AlertSummary, Deployment, Page as ApiPage, RoutePool } from "../../api/types";
+import type { Alert, AlertDetail, AlertEvent, AlertMetric, AlertRule, AlertRuleInfo, AlertSummary, Deployment, Page as ApiPage, RoutePool } from "../../api/types";
 import { useAuth } from "../../auth";
 import { Dialog } from "../../components/Dialog";
 import { CheckboxField, InputField, SelectField } from "../../components/Field";
@@ -91,11 +91,59 @@ export function AlertsPage() {
           No webhook configured (ALERT_WEBHOOK_URL): alerts show here only.
         </p>
       )}
+      {query.get("alert") && <AlertFocus id={query.get("alert") ?? ""} tick={tick} onClose={() => query.set("alert", "")} />}
       {tab === "firing" && <FiringTab tick={tick} />}
       {tab === "resolved" && <ResolvedTab tick={tick} />}
       {tab === "history" && <HistoryTab tick={tick} />}
       {tab === "rules" && <RulesTab />}
     </Page>
+  );
+}
+
+/** One alert, opened from a link (`?alert=<id>`: the dashboard's hosts down link here): what, since when,
+ * its state and its history. */
+function AlertFocus({ id, tick, onClose }: { id: string; tick: number; onClose: () => void }) {
+  const alert = useApi<AlertDetail>(/^\d+$/.test(id) ? `/api/alerts/${id}/` : null, { tick });
+  const a = alert.data;
+  return (
+    <Card
+      title={a ? <code>{a.alert}</code> : `Alert ${id}`}
+      testId="alert-focus"
+      actions={
+        <button type="button" className="btn btn-small" onClick={onClose}>
+          Close
+        </button>
+      }
+    >
+      <ErrorState error={alert.error} onRetry={alert.reload} />
+      {a && (
+        <>
+          <p>
+            <StatusBadge status={a.severity} tone={SEVERITY_TONE[a.severity]} /> <StatusBadge status={a.state} tone={STATE_TONE[a.state]} />{" "}
+            <strong data-testid="alert-focus-summary">{a.summary}</strong>
+          </p>
+          <p className="muted">
+            Started {formatDateTime(a.started_at)}
+            {a.fired_at && <> · firing since {formatDateTime(a.fired_at)}</>}
+            {a.resolved_at && <> · resolved {formatDateTime(a.resolved_at)}</>}
+            {a.acknowledged_at && (
+              <>
+                {" "}
+                · acknowledged by {a.acknowledged_by_name}, {formatDateTime(a.acknowledged_at)}
+              </>
+            )}
+          </p>
+          <ul className="timeline" data-testid="alert-focus-events">
+            {a.events.map((e) => (
+              <li key={e.id}>
+                <time>{formatDateTime(e.at)}</time>
+                <StatusBadge status={e.kind} tone={STATE_TONE[e.kind]} /> {e.actor_name}
+              </li>
+            ))}
+          </ul>
+        </>
+      )}
+    </Card>
   );
 }
 

@@ -1,7 +1,9 @@
-import { useEffect } from "react";
+import { useEffect, useState } from "react";
 import { Link } from "react-router-dom";
 import type { FleetSummary } from "../../api/types";
+import { ChartSync, ZoomBar } from "../../components/chartSync";
 import { Card, ErrorState, Page } from "../../components/Page";
+import type { RangeKey } from "../../components/RangePicker";
 import { StatusBadge } from "../../components/StatusBadge";
 import { Table } from "../../components/Table";
 import { formatBytes, formatPct, formatSeconds } from "../../format";
@@ -11,15 +13,22 @@ import { useFleet } from "../nodes/useFleet";
 import { gpuKey, median } from "../nodes/useFleetLive";
 import { useApi } from "../../hooks/useApi";
 import { FleetHistory } from "./FleetHistory";
+import { HealthPanel } from "./HealthPanel";
+import { LiveLinesChart } from "./LiveLinesChart";
 
-// Up to this many GPUs and engines each, every one gets its tile and chart; past it the dashboard
-// summarises (per pool, the busiest and hottest) and the Nodes page pages through the rest.
+// Up to this many GPUs and engines each, every one gets its tile; past it the dashboard summarises (per
+// pool, the busiest and hottest) and the Nodes page pages through the rest.
 const DRAW_ALL_UP_TO = 24;
+// Up to this many, each GPU and engine also gets charts of its own; past it one chart draws them all
+// (one line each, or their max, mean and min past the palette's eight colours).
+const CHART_EACH_UP_TO = 4;
 const SUMMARY_REFRESH_MS = 5000;
 
-/** The fleet at a glance: totals, hosts down, pools; every GPU and engine live when the fleet is small, the
- * busiest and hottest when it is not (a fleet of thousands cannot be drawn chart by chart). */
+/** The fleet at a glance: its health first (requests, errors, latency, hosts down), then totals and pools;
+ * every GPU and engine live when the fleet is small, the busiest and hottest when it is not (a fleet of
+ * thousands cannot be drawn chart by chart). Every chart shares one time range: zoom one, zoom all. */
 export function DashboardPage() {
+  const [range, setRange] = useState<RangeKey>("1h");
   const summary = useApi<FleetSummary>("/api/fleet/summary/", { top: 10 });
   const { reload: reloadSummary } = summary;
   useEffect(() => {
@@ -36,11 +45,13 @@ export function DashboardPage() {
   const down = summary.data?.hosts.down;
   const tokensPerS = Object.values(live.engines).reduce((sum, e) => sum + (e.tokens_per_s || 0), 0);
   const running = Object.values(live.engines).reduce((sum, e) => sum + (e.num_requests_running || 0), 0);
+  const chartEach = gpus.length <= CHART_EACH_UP_TO;
+  const engineList = deployments.data?.results ?? [];
 
   return (
     <Page
       title="Dashboard"
-      subtitle="GPUs and engines across the fleet, live from the node agents."
+      subtitle="Is the fleet serving? Requests, errors and latency first; then GPUs and engines, live from the node agents."
       actions={
         <span className={live.connected ? "live live-on" : "live"} data-testid="live-status">
           {live.connected ? "live" : "connecting…"}
@@ -53,6 +64,10 @@ export function DashboardPage() {
         </span>
       }
     >
+      <ChartSync syncKey="dashboard">
+      <ZoomBar />
+      <HealthPanel range={range} onRange={setRange} />
+      <div style={{ height: 16 }} />
       <ErrorState error={summary.error || hosts.error || deployments.error} onRetry={() => (summary.reload(), hosts.reload(), deployments.reload())} />
       {anySimulated && (
         <div className="notice notice-info" data-testid="simulated-notice">
@@ -66,20 +81,8 @@ export function DashboardPage() {
             {summary.data ? summary.data.hosts.total - summary.data.hosts.down.count : "—"} / {summary.data?.hosts.total ?? "—"} online
           </div>
           {down && down.count > 0 && (
-            <div className="hosts-down" data-testid="hosts-down">
-              Down:{" "}
-              {down.names.map((name, i) => (
-                <span key={name}>
-                  {i > 0 && ", "}
-                  <Link to={`/nodes?hq=${encodeURIComponent(name)}`}>{name}</Link>
-                </span>
-              ))}
-              {down.count > down.names.length && (
-                <>
-                  {" "}
-                  and <Link to="/nodes?hstate=down">{down.count - down.names.length} more</Link>
-                </>
-              )}
+            <div className="text-bad" data-testid="stat-hosts-down">
+              {down.count} down: named in red under Health, each linked to its alert
             </div>
           )}
         </Card>
@@ -166,12 +169,45 @@ export function DashboardPage() {
                     ? `${sample.utilization_pct.toFixed(0)}% util · ${formatBytes(sample.memory_used_bytes)} / ${formatBytes(gpu.memory_total_bytes)} · ${sample.temperature_c.toFixed(0)} °C · ${sample.power_watts === null ? "—" : `${sample.power_watts.toFixed(0)} W`}`
                     : `${formatBytes(gpu.memory_total_bytes)} · no live sample`}
                 </div>
-                <GpuUtilizationChart series={live.series.gpus[key]} testId={`gpu-util-${key}`} />
-                <GpuMemoryChart series={live.series.gpus[key]} totalBytes={gpu.memory_total_bytes} testId={`gpu-mem-${key}`} />
+                {chartEach && (
+                  <>
+                    <GpuUtilizationChart series={live.series.gpus[key]} testId={`gpu-util-${key}`} />
+                    <GpuMemoryChart series={live.series.gpus[key]} totalBytes={gpu.memory_total_bytes} testId={`gpu-mem-${key}`} />
+                  </>
+                )}
               </div>
             );
           })}
         </div>
+        {!chartEach && (
+          <div className="chart-grid">
+            <LiveLinesChart
+              title="GPU utilization"
+              unit="%"
+              format={(v) => `${Number(v.toFixed(1))}%`}
+              range={[0, 100]}
+              smoothSeconds={15}
+              what="GPUs"
+              testId="gpus-util"
+              lines={gpus.map(({ host, gpu }) => {
+                const g = live.series.gpus[gpuKey(host, gpu)];
+                return { label: `${host} GPU ${gpu.index}`, t: g?.t, values: g?.utilization_pct };
+              })}
+            />
+            <LiveLinesChart
+              title="GPU memory used"
+              unit="GiB"
+              format={(v) => `${Number(v.toFixed(v >= 10 ? 0 : 1))} GiB`}
+              scale={1 / 1024 ** 3}
+              what="GPUs"
+              testId="gpus-mem"
+              lines={gpus.map(({ host, gpu }) => {
+                const g = live.series.gpus[gpuKey(host, gpu)];
+                return { label: `${host} GPU ${gpu.index}`, t: g?.t, values: g?.memory_used_bytes };
+              })}
+            />
+          </div>
+        )}
       </Card>
       <div style={{ height: 16 }} />
       <Card title="Engines" testId="engines-card">
@@ -205,17 +241,30 @@ export function DashboardPage() {
         />
       </Card>
       <Card title="Engine throughput" testId="engine-charts">
-        {deployments.data?.results.length === 0 && <p className="muted">No deployments yet.</p>}
-        <div className="chart-grid">
-          {deployments.data?.results.map((d) => (
-            <EngineThroughputChart key={d.id} title={`${d.name} on ${d.host_name}`} series={live.series.engines[d.id]} testId={`engine-tps-${d.id}`} />
-          ))}
-        </div>
+        {engineList.length === 0 && <p className="muted">No deployments yet.</p>}
+        {engineList.length > 0 && engineList.length <= CHART_EACH_UP_TO && (
+          <div className="chart-grid">
+            {engineList.map((d) => (
+              <EngineThroughputChart key={d.id} title={`${d.name} on ${d.host_name}`} series={live.series.engines[d.id]} testId={`engine-tps-${d.id}`} />
+            ))}
+          </div>
+        )}
+        {engineList.length > CHART_EACH_UP_TO && (
+          <LiveLinesChart
+            title="Generated tokens/s"
+            unit="tokens/s"
+            format={(v) => `${Number(v.toFixed(v >= 10 ? 0 : 1))} tok/s`}
+            what="engines"
+            testId="engines-tps"
+            lines={engineList.map((d) => ({ label: `${d.name} on ${d.host_name}`, t: live.series.engines[d.id]?.t, values: live.series.engines[d.id]?.tokens_per_s }))}
+          />
+        )}
       </Card>
       </>
       )}
       <div style={{ height: 16 }} />
-      <FleetHistory hosts={hosts.data?.results ?? []} deployments={deployments.data?.results ?? []} />
+      <FleetHistory hosts={hosts.data?.results ?? []} deployments={deployments.data?.results ?? []} range={range} onRange={setRange} />
+      </ChartSync>
     </Page>
   );
 }

@@ -1,6 +1,7 @@
 // The fleet's history on the dashboard: every GPU's utilization, memory, temperature and power and every
-// engine's throughput and queue over 15 min, 1 h or 24 h, from the rollups beat keeps (GET /api/history/).
-import { useMemo, useState } from "react";
+// engine's throughput and queue over the dashboard's window, from the rollups beat keeps (GET
+// /api/history/). Past MAX_LINES GPUs or engines a chart draws their max, mean and min instead of a tangle.
+import { useMemo } from "react";
 import type { Deployment, Host } from "../../api/types";
 import { fmt, GIB_SCALE, HistoryChart, type HistoryLine } from "../../components/HistoryChart";
 import { Card, ErrorState } from "../../components/Page";
@@ -10,8 +11,10 @@ import { useHistory } from "../../hooks/useHistory";
 // One request asks for at most 64 subjects (the API's limit): the first 32 GPUs and 32 engines.
 const MAX_EACH = 32;
 
-export function FleetHistory({ hosts, deployments }: { hosts: Host[]; deployments: Deployment[] }) {
-  const [range, setRange] = useState<RangeKey>("1h");
+// GPU utilization is drawn as a moving average over this long (10 s points are still jumpy).
+const UTIL_SMOOTH_SECONDS = 60;
+
+export function FleetHistory({ hosts, deployments, range, onRange }: { hosts: Host[]; deployments: Deployment[]; range: RangeKey; onRange: (key: RangeKey) => void }) {
   const gpus = useMemo(
     () => hosts.flatMap((h) => h.gpus.map((g) => `gpu:${h.name}:${g.index}`)).slice(0, MAX_EACH),
     [hosts],
@@ -32,7 +35,7 @@ export function FleetHistory({ hosts, deployments }: { hosts: Host[]; deployment
   }, [gpus, engines]);
   const h = history.data;
   return (
-    <Card title="History" testId="fleet-history" actions={<RangePicker value={range} onChange={setRange} />}>
+    <Card title="History" testId="fleet-history" actions={<RangePicker value={range} onChange={onRange} />}>
       <ErrorState error={history.error} onRetry={history.reload} />
       {subjects.length === 0 && <p className="muted">No GPUs or deployments yet.</p>}
       {h && (
@@ -43,12 +46,22 @@ export function FleetHistory({ hosts, deployments }: { hosts: Host[]; deployment
       )}
       {subjects.length > 0 && (
         <div className="chart-grid">
-          <HistoryChart history={h} lines={lines.util} title="GPU utilization" unit="%" format={fmt.percent} range={[0, 100]} testId="history-gpu-util" />
-          <HistoryChart history={h} lines={lines.memory} title="GPU memory used" unit="GiB" format={fmt.gib} testId="history-gpu-mem" />
-          <HistoryChart history={h} lines={lines.temperature} title="GPU temperature" unit="°C" format={fmt.celsius} testId="history-gpu-temp" />
-          <HistoryChart history={h} lines={lines.power} title="GPU power" unit="W" format={fmt.watts} testId="history-gpu-power" />
-          <HistoryChart history={h} lines={lines.tps} title="Engine throughput" unit="tokens/s" format={fmt.tokensPerS} testId="history-engine-tps" />
-          <HistoryChart history={h} lines={lines.waiting} title="Requests waiting in engines" unit="requests" format={fmt.count} testId="history-engine-waiting" />
+          <HistoryChart
+            history={h}
+            lines={lines.util}
+            title="GPU utilization"
+            unit="%"
+            format={fmt.percent}
+            range={[0, 100]}
+            testId="history-gpu-util"
+            smoothSeconds={UTIL_SMOOTH_SECONDS}
+            what="GPUs"
+          />
+          <HistoryChart history={h} lines={lines.memory} title="GPU memory used" unit="GiB" format={fmt.gib} testId="history-gpu-mem" what="GPUs" />
+          <HistoryChart history={h} lines={lines.temperature} title="GPU temperature" unit="°C" format={fmt.celsius} testId="history-gpu-temp" what="GPUs" />
+          <HistoryChart history={h} lines={lines.power} title="GPU power" unit="W" format={fmt.watts} testId="history-gpu-power" what="GPUs" />
+          <HistoryChart history={h} lines={lines.tps} title="Engine throughput" unit="tokens/s" format={fmt.tokensPerS} testId="history-engine-tps" what="engines" />
+          <HistoryChart history={h} lines={lines.waiting} title="Requests waiting in engines" unit="requests" format={fmt.count} testId="history-engine-waiting" what="engines" />
         </div>
       )}
     </Card>

@@ -1,7 +1,8 @@
 // The fleet's charts: each one hour of a GPU's or an engine's samples, with units on the value axis.
 import { useMemo } from "react";
 import type { EngineHistory, GpuHistory } from "../../api/types";
-import { TimeChart } from "../../components/TimeChart";
+import { movingAverage } from "../../components/seriesMath";
+import { PALETTE, TimeChart } from "../../components/TimeChart";
 
 const GIB = 1024 ** 3;
 const NO_TIMES: number[] = [];
@@ -16,13 +17,32 @@ const perSecond = (v: number) => `${Number(v.toFixed(v >= 10 ? 0 : 1))} tok/s`;
 const count = (v: number) => `${Number(v.toFixed(1))}`;
 const millis = (v: number) => `${Number(v.toFixed(v >= 10 ? 0 : 1))} ms`;
 
+// Utilization sampled at 1 Hz swings between 0 and 100% from one kernel to the next: drawn raw it is a solid
+// block. A trailing mean over this long keeps the trend and still shows a stall within a minute.
+export const UTILIZATION_SMOOTH_SECONDS = 15;
+
 export function GpuUtilizationChart({ series, testId }: { series: GpuHistory | undefined; testId?: string }) {
-  const lines = useMemo(() => [{ label: "utilization", values: series?.utilization_pct ?? [] }], [series]);
-  return <TimeChart title="GPU utilization" unit="%" format={percent} range={[0, 100]} t={series?.t ?? NO_TIMES} series={lines} height={140} testId={testId} />;
+  const lines = useMemo(
+    () => [{ label: "utilization", values: movingAverage(series?.t ?? NO_TIMES, series?.utilization_pct ?? [], UTILIZATION_SMOOTH_SECONDS) }],
+    [series],
+  );
+  return (
+    <TimeChart
+      title="GPU utilization"
+      unit="%"
+      format={percent}
+      range={[0, 100]}
+      t={series?.t ?? NO_TIMES}
+      series={lines}
+      height={140}
+      testId={testId}
+      note={`${UTILIZATION_SMOOTH_SECONDS} s moving average`}
+    />
+  );
 }
 
 export function GpuMemoryChart({ series, totalBytes, testId }: { series: GpuHistory | undefined; totalBytes: number; testId?: string }) {
-  const lines = useMemo(() => [{ label: "used", values: scaled(series?.memory_used_bytes, 1 / GIB), color: "#7a3fc2" }], [series]);
+  const lines = useMemo(() => [{ label: "used", values: scaled(series?.memory_used_bytes, 1 / GIB), color: PALETTE[4] }], [series]);
   return (
     <TimeChart
       title="GPU memory used"
@@ -46,7 +66,7 @@ export function EngineRequestsChart({ series, testId }: { series: EngineHistory 
   const lines = useMemo(
     () => [
       { label: "running", values: series?.num_requests_running ?? [] },
-      { label: "waiting", values: series?.num_requests_waiting ?? [], color: "#a86a00" },
+      { label: "waiting", values: series?.num_requests_waiting ?? [], color: PALETTE[1] },
     ],
     [series],
   );
@@ -54,7 +74,7 @@ export function EngineRequestsChart({ series, testId }: { series: EngineHistory 
 }
 
 export function EngineKvCacheChart({ series, testId }: { series: EngineHistory | undefined; testId?: string }) {
-  const lines = useMemo(() => [{ label: "KV cache used", values: scaled(series?.kv_cache_usage_perc, 100), color: "#1e8a4c" }], [series]);
+  const lines = useMemo(() => [{ label: "KV cache used", values: scaled(series?.kv_cache_usage_perc, 100), color: PALETTE[2] }], [series]);
   return <TimeChart title="KV cache usage" unit="%" format={percent} range={[0, 100]} t={series?.t ?? NO_TIMES} series={lines} height={140} testId={testId} />;
 }
 
@@ -62,7 +82,7 @@ export function EngineLatencyChart({ series, testId }: { series: EngineHistory |
   const lines = useMemo(
     () => [
       { label: "TTFT p50", values: scaled(series?.ttft_p50_s, 1000) },
-      { label: "ITL p50", values: scaled(series?.itl_p50_s, 1000), color: "#c2372f" },
+      { label: "ITL p50", values: scaled(series?.itl_p50_s, 1000), color: PALETTE[3] },
     ],
     [series],
   );
