@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from console.models import ApiKey, Tenant, User
+from console.models import ApiKey, Quota, Tenant, User
 from core.audit import record_audit
 from core.choices import AuditAction
 from core.redis_client import publish_config_change
@@ -22,6 +22,12 @@ KEY_SECRET_BYTES = 32
 # token_urlsafe(32): 32 bytes in unpadded URL-safe base64 (A-Z a-z 0-9 - _) are 43 characters.
 KEY_LENGTH = len(KEY_PREFIX) + 43
 VISIBLE_PREFIX_LEN = 12
+
+
+def default_tenant_quota() -> dict[str, int | None]:
+    """The limits a tenant created through the API or console starts with (`DEFAULT_TENANT_QUOTA`);
+    None is no limit. Tenants made otherwise (the ORM, the demo seed, Django's admin) start with none."""
+    return {name: settings.DEFAULT_TENANT_QUOTA.get(name) for name in Quota.LIMIT_FIELDS}
 
 
 def hash_api_key(raw_key: str) -> str:

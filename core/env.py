@@ -40,6 +40,22 @@ def env_int(name: str, default: int) -> int:
         raise EnvError(f"{name}={raw!r}: expected an integer") from None
 
 
+def env_limit(name: str, default: int | None) -> int | None:
+    """A limit: a whole number of at least 0, or `none` (also `unlimited`) for no limit."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    if raw.strip().lower() in ("none", "unlimited"):
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise EnvError(f"{name}={raw!r}: expected a whole number or 'none'") from None
+    if value < 0:
+        raise EnvError(f"{name}={raw!r}: expected a whole number of at least 0, or 'none'")
+    return value
+
+
 def env_float(name: str, default: float) -> float:
     raw = os.environ.get(name)
     if raw is None or raw == "":

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from core.env import env_bool, env_float, env_int, env_list, env_secret, env_str
+from core.env import env_bool, env_float, env_int, env_limit, env_list, env_secret, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -364,6 +364,20 @@ LOGGING = {
         for name in ("celery.beat", "celery.worker.strategy", "celery.app.trace")
     },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+}
+
+# The quota a tenant starts with when it is created through the API or the console (whose dialog shows
+# these, prefilled); docs/tenants.md. One variable per limit, DEFAULT_TENANT_QUOTA_<LIMIT>: a whole number,
+# or "none" for no limit. Changing them changes no existing tenant. The defaults bound one new tenant to
+# about a request a second, a few concurrent requests and a day's trial budget, so that a forgotten
+# quota cannot let one tenant take a shared fleet; per-request caps are left to the models' context.
+DEFAULT_TENANT_QUOTA = {
+    "requests_per_minute": env_limit("DEFAULT_TENANT_QUOTA_REQUESTS_PER_MINUTE", 60),
+    "tokens_per_minute": env_limit("DEFAULT_TENANT_QUOTA_TOKENS_PER_MINUTE", 100_000),
+    "max_concurrent_requests": env_limit("DEFAULT_TENANT_QUOTA_MAX_CONCURRENT_REQUESTS", 8),
+    "daily_token_budget": env_limit("DEFAULT_TENANT_QUOTA_DAILY_TOKEN_BUDGET", 2_000_000),
+    "max_input_tokens": env_limit("DEFAULT_TENANT_QUOTA_MAX_INPUT_TOKENS", None),
+    "max_output_tokens": env_limit("DEFAULT_TENANT_QUOTA_MAX_OUTPUT_TOKENS", None),
 }
 
 # The /v1/ proxy (routing/); docs/proxy.md explains each.

@@ -1,5 +1,7 @@
 from django.apps import AppConfig
 
+from console.scopes import provide_alias_names
+
 
 class RoutingConfig(AppConfig):
     name = "routing"
@@ -7,6 +9,9 @@ class RoutingConfig(AppConfig):
 
     def ready(self) -> None:
         # Rollout and shadow saves publish a config change to the proxies.
-        from routing.signals import connect  # imports routing.models: only once apps are ready
+        from routing.key_scopes import scopable_aliases  # imports models: only once apps are ready
+        from routing.signals import connect
 
         connect()
+        # Console checks a key's scopes against the aliases, which it may not import: hand it the list.
+        provide_alias_names(scopable_aliases)

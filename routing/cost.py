@@ -14,6 +14,10 @@ over the tokens those deployments generated, per deployment, per pool and per te
   output tokens are the completion tokens of the rows routed through it (`route_pool`).
 - A tenant's spend is, for each pool, its output tokens through that pool times the pool's cost per
   output token; tokens of requests that no pool routed (static routes) are counted as unpriced.
+- A tenant's usage counts admitted work only (`ADMITTED`: what the proxy's limiter charges). Requests
+  refused before any answer (scope, quota, rate limit, context checks: a 4xx) and those
+  that failed before any answer (a 5xx) carry prompt tokens the proxy counted at the door, but nothing
+  was generated for them and the limiter refunds them: they are counted apart, never in its tokens.
 
 Plain functions over the database and the request log; the API views in routing/api/cost.py only parse
 the window and serialize what these return.
@@ -37,6 +41,13 @@ from routing.models import RequestLog, RoutePool
 from routing.proxy.limits import budget_key, tenant_scope
 
 PER_MILLION = 1_000_000
+
+# A request-log row of work done: answered below 400, or an answer under way when it failed (the engine
+# reported tokens). The same test the limiter uses to keep or refund a reservation
+# (routing/proxy/pipeline/account.py). A cache hit is admitted with 0 tokens.
+ADMITTED = Q(status__lt=400) | Q(completion_tokens__isnull=False)
+REFUSED = ~ADMITTED & Q(status__lt=500)  # 4xx with no answer: scope, quota, limits, context, bad input
+FAILED = ~ADMITTED & Q(status__gte=500)  # 5xx with no answer: no engine, engine errors, timeouts
 
 
 @dataclass(frozen=True)
@@ -85,9 +96,12 @@ class PoolSpend:
 class TenantUsage:
     tenant_id: int
     tenant: str
-    requests: int
+    requests: int  # admitted ones; refused and failed ones below
     prompt_tokens: int
     output_tokens: int
+    refused_requests: int
+    refused_prompt_tokens: int  # counted at the door, never billed
+    failed_requests: int
     spend: float
     unpriced_output_tokens: int  # routed by no pool (static routes): no cost to charge them
     by_pool: list[PoolSpend]
@@ -282,14 +296,21 @@ def tenant_usage(window: Window, tenant_ids: Iterable[int] | None = None) -> lis
         tenant_id__in=ids, created_at__gte=window.start, created_at__lt=window.end
     )
     totals = {
-        t: (n, int(prompt or 0))
-        for t, n, prompt in rows.values("tenant_id")
-        .annotate(n=Count("id"), prompt=Sum("prompt_tokens"))
-        .values_list("tenant_id", "n", "prompt")
+        t: (n, int(prompt or 0), refused, int(refused_prompt or 0), failed)
+        for t, n, prompt, refused, refused_prompt, failed in rows.values("tenant_id")
+        .annotate(
+            n=Count("id", filter=ADMITTED),
+            prompt=Sum("prompt_tokens", filter=ADMITTED),
+            refused=Count("id", filter=REFUSED),
+            refused_prompt=Sum("prompt_tokens", filter=REFUSED),
+            failed=Count("id", filter=FAILED),
+        )
+        .values_list("tenant_id", "n", "prompt", "refused", "refused_prompt", "failed")
     }
     by_pool: dict[int, dict[str, int]] = defaultdict(dict)
     for tenant_id, pool_name, out in (
-        rows.values("tenant_id", "route_pool")
+        rows.filter(ADMITTED)
+        .values("tenant_id", "route_pool")
         .annotate(out=Sum("completion_tokens"))
         .values_list("tenant_id", "route_pool", "out")
     ):
@@ -310,7 +331,7 @@ def tenant_usage(window: Window, tenant_ids: Iterable[int] | None = None) -> lis
             if name in per_token
         ]
         budget = budgets.get(tenant.pk)
-        requests, prompt = totals.get(tenant.pk, (0, 0))
+        requests, prompt, refused, refused_prompt, failed = totals.get(tenant.pk, (0, 0, 0, 0, 0))
         out.append(
             TenantUsage(
                 tenant_id=tenant.pk,
@@ -318,6 +339,9 @@ def tenant_usage(window: Window, tenant_ids: Iterable[int] | None = None) -> lis
                 requests=requests,
                 prompt_tokens=prompt,
                 output_tokens=sum(pools.values()),
+                refused_requests=refused,
+                refused_prompt_tokens=refused_prompt,
+                failed_requests=failed,
                 spend=sum(s.spend for s in spends),
                 unpriced_output_tokens=sum(t for name, t in pools.items() if name not in per_token),
                 by_pool=spends,

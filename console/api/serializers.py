@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.contrib.auth import password_validation
@@ -11,6 +12,8 @@ from rest_framework import serializers
 from console.choices import Role
 from console.models import ApiKey, Quota, Tenant, User
 from console.permissions import user_role
+from console.scopes import alias_names
+from console.services import default_tenant_quota
 from core.api.base import StrictModelSerializer, StrictSerializerMixin
 
 
@@ -31,7 +34,12 @@ def save_quota(owner_field: str, owner: Any, data: dict[str, Any] | None) -> Non
 
 
 class TenantSerializer(StrictModelSerializer):
-    quota = QuotaSerializer(required=False, allow_null=True)
+    quota = QuotaSerializer(
+        required=False,
+        allow_null=True,
+        help_text="Its limits; null: none. A tenant created without one gets the default quota "
+        "(GET /api/tenants/defaults/), and the limits a new tenant's quota names replace the defaults'.",
+    )
     key_count = serializers.SerializerMethodField()
 
     class Meta:
@@ -54,10 +62,15 @@ class TenantSerializer(StrictModelSerializer):
         return sum(1 for key in obj.api_keys.all() if key.revoked_at is None)
 
     def create(self, validated_data: dict[str, Any]) -> Tenant:
-        quota = validated_data.pop("quota", None)
+        # A new tenant starts with the default quota; the limits the request names replace those, and
+        # `"quota": null` asks for none at all (an explicit choice, never an omission).
+        quota: dict[str, Any] | None = default_tenant_quota()
+        if "quota" in validated_data:
+            given = validated_data.pop("quota")
+            quota = None if given is None else {**(quota or {}), **given}
         with transaction.atomic():
             tenant = Tenant.objects.create(**validated_data)
-            if quota is not None:
+            if quota is not None and any(value is not None for value in quota.values()):
                 save_quota("tenant", tenant, quota)
         return tenant
 
@@ -71,20 +84,52 @@ class TenantSerializer(StrictModelSerializer):
         return Tenant.objects.prefetch_related("api_keys").select_related("quota").get(pk=instance.pk)
 
 
-def _validate_scopes(value: list[str]) -> list[str]:
+class TenantDefaultsSerializer(serializers.Serializer):
+    quota = QuotaSerializer(help_text="The limits a new tenant starts with; null is no limit.")
+
+
+MAX_NAMED_ALIASES = 20  # in an error: enough to spot a typo, short enough to read
+
+
+def _validate_scopes(value: list[str], kept: Iterable[str] = ()) -> list[str]:
+    """Alias names, each once, each one the proxy can route (`kept`: names the key already had, which
+    stay allowed after their alias is gone, so that saving a key does not fail for an old scope)."""
     cleaned = [s.strip() for s in value]
     if any(not s for s in cleaned):
         raise serializers.ValidationError("Scopes must be non-empty model alias names.")
     if len(set(cleaned)) != len(cleaned):
         raise serializers.ValidationError("Scopes must not repeat an alias.")
+    known = alias_names()
+    if known is not None:
+        allowed = {*known, *kept}
+        unknown = [s for s in cleaned if s not in allowed]
+        if unknown:
+            names = ", ".join(f"'{s}'" for s in unknown)
+            more = ", ..." if len(known) > MAX_NAMED_ALIASES else ""
+            listed = ", ".join(known[:MAX_NAMED_ALIASES]) + more
+            raise serializers.ValidationError(
+                f"No model alias named {names}. A key may be scoped to: {listed or 'no alias yet'} "
+                "(GET /api/keys/scope-aliases/ lists them)."
+            )
     return cleaned
+
+
+class ScopeAliasesSerializer(serializers.Serializer):
+    aliases = serializers.ListField(
+        child=serializers.CharField(), help_text="Every model alias a key's scopes may name, sorted."
+    )
 
 
 class ApiKeySerializer(StrictModelSerializer):
     """A key as listed and edited: never the secret, never the hash."""
 
     quota_override = QuotaSerializer(required=False, allow_null=True)
-    scopes = serializers.ListField(child=serializers.CharField(max_length=100), required=False)
+    scopes = serializers.ListField(
+        child=serializers.CharField(max_length=100),
+        required=False,
+        help_text="The model aliases this key may call; empty: every alias, including ones added later. "
+        "Each must be an alias the proxy can route (GET /api/keys/scope-aliases/).",
+    )
     tenant_name = serializers.CharField(source="tenant.name", read_only=True)
     is_active = serializers.BooleanField(read_only=True)
 
@@ -121,7 +166,8 @@ class ApiKeySerializer(StrictModelSerializer):
         return fields
 
     def validate_scopes(self, value: list[str]) -> list[str]:
-        return _validate_scopes(value)
+        kept = self.instance.scopes if isinstance(self.instance, ApiKey) else []
+        return _validate_scopes(value, kept or [])
 
     def validate_expires_at(self, value: Any) -> Any:
         if value is not None and value <= timezone.now():

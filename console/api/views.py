@@ -22,12 +22,15 @@ from console.api.serializers import (
     CsrfSerializer,
     LoginSerializer,
     MeSerializer,
+    ScopeAliasesSerializer,
+    TenantDefaultsSerializer,
     TenantSerializer,
     UserSerializer,
     save_quota,
 )
 from console.models import ApiKey, Tenant, User
-from console.services import issue_api_key, revoke_api_key
+from console.scopes import alias_names
+from console.services import default_tenant_quota, issue_api_key, revoke_api_key
 from core.api.base import AuditedModelViewSet
 from core.audit import record_audit
 from core.choices import AuditAction
@@ -44,6 +47,12 @@ class TenantViewSet(AuditedModelViewSet):
         return Tenant.objects.select_related("quota").prefetch_related(
             Prefetch("api_keys", queryset=ApiKey.objects.only("id", "tenant_id", "revoked_at"))
         )
+
+    @extend_schema(request=None, responses={200: TenantDefaultsSerializer})
+    @action(detail=False, methods=["get"], filter_backends=[], pagination_class=None)
+    def defaults(self, request: Request) -> Response:
+        """What a new tenant starts with: the default quota (settings `DEFAULT_TENANT_QUOTA_*`)."""
+        return Response(TenantDefaultsSerializer({"quota": default_tenant_quota()}).data)
 
     def perform_update(self, serializer: Any) -> None:
         super().perform_update(serializer)
@@ -104,8 +113,17 @@ class ApiKeyViewSet(AuditedModelViewSet):
         return Response(body, status=status.HTTP_201_CREATED)
 
     def perform_update(self, serializer: Any) -> None:
+        # The proxies drop their copy of the key, so a new scope or quota applies at the next request.
         super().perform_update(serializer)
         publish_config_change("api_key", id=serializer.instance.pk, hashed_key=serializer.instance.hashed_key)
+
+    @extend_schema(request=None, responses={200: ScopeAliasesSerializer})
+    @action(
+        detail=False, methods=["get"], url_path="scope-aliases", filter_backends=[], pagination_class=None
+    )
+    def scope_aliases(self, request: Request) -> Response:
+        """Every model alias a key's scopes may name: what the key dialogs offer."""
+        return Response(ScopeAliasesSerializer({"aliases": alias_names() or []}).data)
 
     @extend_schema(request=None, responses={200: ApiKeySerializer})
     @action(detail=True, methods=["post"])

@@ -96,9 +96,21 @@ class PoolSpendSerializer(serializers.Serializer):
 class TenantUsageSerializer(serializers.Serializer):
     tenant_id = serializers.IntegerField()
     tenant = serializers.CharField()
-    requests = serializers.IntegerField()
-    prompt_tokens = serializers.IntegerField()
-    output_tokens = serializers.IntegerField()
+    requests = serializers.IntegerField(
+        help_text="Admitted requests: answered (below 400), or failed after the engine began answering."
+    )
+    prompt_tokens = serializers.IntegerField(help_text="Prompt tokens of admitted requests.")
+    output_tokens = serializers.IntegerField(help_text="Output tokens of admitted requests.")
+    refused_requests = serializers.IntegerField(
+        help_text="Requests refused before any answer (4xx: scope, quota, rate limit, "
+        "context checks, bad input): not in the usage or spend."
+    )
+    refused_prompt_tokens = serializers.IntegerField(
+        help_text="Prompt tokens the refused requests carried: counted at the door, not billed."
+    )
+    failed_requests = serializers.IntegerField(
+        help_text="Requests that failed before any answer (5xx): not in the usage or spend."
+    )
     spend = serializers.FloatField(
         help_text="Its output tokens in each pool times that pool's cost per token."
     )

@@ -301,8 +301,11 @@ class UsageBucketSerializer(serializers.Serializer):
     requests = serializers.IntegerField()
     # DRF's metaclass takes declared fields off the class, so `errors` does not shadow Serializer.errors.
     errors = serializers.IntegerField(help_text="Answers with status 400 or above.")  # type: ignore[assignment]
-    prompt_tokens = serializers.IntegerField()
-    completion_tokens = serializers.IntegerField()
+    refused = serializers.IntegerField(
+        help_text="Requests refused or failed before any answer (no tokens generated, none billed)."
+    )
+    prompt_tokens = serializers.IntegerField(help_text="Prompt tokens of admitted requests only.")
+    completion_tokens = serializers.IntegerField(help_text="Completion tokens of admitted requests only.")
 
 
 class RoutedTrafficSerializer(serializers.Serializer):

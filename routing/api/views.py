@@ -26,6 +26,7 @@ from routing.api.serializers import (
     TrafficSerializer,
     UsageBucketSerializer,
 )
+from routing.cost import ADMITTED
 from routing.models import RequestLog, RoutePolicy, RoutePool
 from routing.scaling.sleep import enable_sleep_for_pool
 
@@ -112,7 +113,8 @@ def _window(request: Request, default_hours: int) -> dt.datetime:
 )
 @api_view(["GET"])
 def usage(request: Request) -> Response:
-    """Hourly requests, errors and tokens for one tenant (or all), over the last `hours` (default 24)."""
+    """Hourly requests, errors and tokens for one tenant (or all), over the last `hours` (default 24).
+    Tokens are those of admitted requests; `refused` counts those that got no answer (routing/cost.py)."""
     since = _window(request, 24)
     rows = RequestLog.objects.filter(created_at__gte=since)
     tenant = request.query_params.get("tenant_id")
@@ -127,8 +129,10 @@ def usage(request: Request) -> Response:
         .annotate(
             requests=Count("id"),
             errors=Count("id", filter=Q(status__gte=400)),
-            prompt_tokens=Sum("prompt_tokens"),
-            completion_tokens=Sum("completion_tokens"),
+            refused=Count("id", filter=~ADMITTED),
+            # Tokens of admitted work only: a refused request's prompt was counted, never served.
+            prompt_tokens=Sum("prompt_tokens", filter=ADMITTED),
+            completion_tokens=Sum("completion_tokens", filter=ADMITTED),
         )
         .order_by("hour")
     )
@@ -137,6 +141,7 @@ def usage(request: Request) -> Response:
             "hour": b["hour"],
             "requests": b["requests"],
             "errors": b["errors"],
+            "refused": b["refused"],
             "prompt_tokens": b["prompt_tokens"] or 0,
             "completion_tokens": b["completion_tokens"] or 0,
         }

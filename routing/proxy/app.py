@@ -486,7 +486,11 @@ class Proxy:
             card = next((c for c in cards if c["id"] == wanted), None)
             if card is None:
                 await self._send_error(
-                    send, not_found(f"The model '{wanted}' does not exist or is not available to this key.")
+                    send,
+                    not_found(
+                        f"The model '{wanted}' does not exist or is not available to this key."
+                        f"{info.scope_note()}"
+                    ),
                 )
                 return
             await self._send_raw(send, 200, orjson.dumps(card), JSON_HEADERS)

@@ -75,6 +75,13 @@ class KeyInfo:
     def may_use(self, alias: str) -> bool:
         return not self.scopes or alias in self.scopes
 
+    def scope_note(self) -> str:
+        """What a refusal says about the key's scope: the aliases it may use (its own, nobody else's)."""
+        if not self.scopes:
+            return ""
+        names = ", ".join(f"'{a}'" for a in sorted(self.scopes))
+        return f" This key may use only: {names}."
+
     def max_input_tokens(self) -> int | None:
         return _min_set(self.tenant_limits.max_input_tokens, self.key_limits.max_input_tokens)
 
@@ -412,6 +419,11 @@ def _static_endpoints() -> list[Endpoint]:
             )
         )
     return out
+
+
+def static_aliases() -> set[str]:
+    """The aliases `PROXY_STATIC_ENDPOINTS` serves."""
+    return {ep.served_model_name for ep in _static_endpoints()}
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from console.models import Quota, Tenant
 from console.services import IssuedKey, issue_api_key
+from models_registry.models import Model, ModelAlias, ModelVersion
 
 
 def make_tenant(name: str = "acme", **quota: int) -> Tenant:
@@ -15,3 +16,14 @@ def make_tenant(name: str = "acme", **quota: int) -> Tenant:
 
 def make_key(tenant: Tenant, name: str = "ci key", scopes: list[str] | None = None) -> IssuedKey:
     return issue_api_key(tenant=tenant, name=name, scopes=scopes)
+
+
+def make_alias(name: str) -> ModelAlias:
+    """A model alias (with the family and version it needs), as a key's scope may name."""
+    version = ModelVersion.objects.create(
+        model=Model.objects.create(name=f"model-{name}"),
+        revision="fp16",
+        source_kind="directory",
+        source_path=f"/srv/models/{name}",
+    )
+    return ModelAlias.objects.create(name=name, active_version=version)

@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 from console.models import ApiKey
 from console.services import find_api_key, hash_api_key
 from core.models import AuditEvent
-from tests.console.factories import make_key, make_tenant
+from tests.console.factories import make_alias, make_key, make_tenant
 
 pytestmark = pytest.mark.django_db
 
@@ -25,6 +25,7 @@ def test_create_shows_key_once_and_stores_only_hmac(
     admin_client: APIClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     tenant = make_tenant()
+    make_alias("llama-3-8b")
     caplog.set_level(logging.DEBUG)
     resp = admin_client.post(
         "/api/keys/", {"tenant": tenant.pk, "name": "prod", "scopes": ["llama-3-8b"]}, format="json"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from core.env import EnvError, env_bool, env_int, env_list, env_secret
+from core.env import EnvError, env_bool, env_int, env_limit, env_list, env_secret
 
 
 def test_bool_accepts_only_true_or_false(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -27,6 +27,18 @@ def test_int_and_list(monkeypatch: pytest.MonkeyPatch) -> None:
         env_int("X_N", 1)
     monkeypatch.setenv("X_L", "a, b,,c")
     assert env_list("X_L", []) == ["a", "b", "c"]
+
+
+def test_limit_is_a_whole_number_or_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert env_limit("X_LIMIT", 60) == 60
+    monkeypatch.setenv("X_LIMIT", "120")
+    assert env_limit("X_LIMIT", 60) == 120
+    monkeypatch.setenv("X_LIMIT", "None")
+    assert env_limit("X_LIMIT", 60) is None
+    for bad in ("-1", "1.5", "lots"):
+        monkeypatch.setenv("X_LIMIT", bad)
+        with pytest.raises(EnvError, match="'none'"):
+            env_limit("X_LIMIT", 60)
 
 
 def test_secret_reads_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

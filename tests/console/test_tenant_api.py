@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.conf import settings
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
@@ -27,7 +28,8 @@ def test_admin_creates_tenant_with_quota(admin_client: APIClient) -> None:
     assert resp.status_code == 201, resp.content
     tenant = Tenant.objects.get(name="acme")
     assert tenant.quota.requests_per_minute == 60
-    assert tenant.quota.max_concurrent_requests is None
+    # A limit the request leaves out is the default's (tests/console/test_tenant_default_quota.py).
+    assert tenant.quota.max_concurrent_requests == settings.DEFAULT_TENANT_QUOTA["max_concurrent_requests"]
     assert resp.json()["quota"]["tokens_per_minute"] == 1000
 
 

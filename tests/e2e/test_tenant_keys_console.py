@@ -1,4 +1,5 @@
-"""In the browser, an admin creates a tenant, sets its quota, creates a key shown exactly once, revokes it."""
+"""In the browser, an admin creates a tenant (its limits prefilled with the defaults), sets its quota, creates
+a key shown exactly once and one scoped to an alias, and revokes a key."""
 
 from __future__ import annotations
 
@@ -8,12 +9,23 @@ import pytest
 from playwright.sync_api import expect
 
 from console.models import ApiKey, Quota, Tenant, User
-from console.services import hash_api_key
+from console.services import default_tenant_quota, hash_api_key
 from core.models import AuditEvent
 from tests.conftest import PASSWORD
+from tests.console.factories import make_alias
 from tests.e2e.harness import LiveConsole, login, screenshot
 
 pytestmark = pytest.mark.e2e
+
+# The quota boxes' labels (frontend/src/api/types.ts QUOTA_FIELDS).
+LIMIT_LABELS = {
+    "requests_per_minute": "Requests / minute",
+    "tokens_per_minute": "Tokens / minute",
+    "max_concurrent_requests": "Concurrent requests",
+    "daily_token_budget": "Daily token budget",
+    "max_input_tokens": "Max input tokens",
+    "max_output_tokens": "Max output tokens",
+}
 
 
 def page_text_and_values(page: Any) -> str:
@@ -31,7 +43,7 @@ def test_admin_creates_tenant_sets_quota_creates_key_once_and_revokes(
     login(page, admin_user.username, PASSWORD)
     screenshot(page, "01-signed-in-dashboard")
 
-    # Create the tenant from the list page; the console opens its detail page.
+    # Create the tenant from the list page (its limits left at the defaults); the console opens its page.
     page.get_by_role("link", name="Tenants").click()
     page.get_by_role("button", name="New tenant").click()
     dialog = page.get_by_test_id("create-tenant-dialog")
@@ -42,6 +54,8 @@ def test_admin_creates_tenant_sets_quota_creates_key_once_and_revokes(
     tenant = Tenant.objects.get(name="acme-e2e")
     assert tenant.description == "Created by the end-to-end test"
     assert page.url.endswith(f"/tenants/{tenant.pk}")
+    defaults = Quota.objects.get(tenant=tenant).limits()
+    assert defaults == default_tenant_quota()
 
     # A bad quota value is refused by the API and the error shows next to its field.
     quota = page.get_by_test_id("tenant-quota")
@@ -52,9 +66,10 @@ def test_admin_creates_tenant_sets_quota_creates_key_once_and_revokes(
     concurrent_field = quota.locator(".field", has=page.get_by_label("Concurrent requests"))
     expect(concurrent_field.locator(".field-error")).to_be_visible()
     screenshot(page, "02-quota-field-error")
-    assert Quota.objects.filter(tenant=tenant).first() is None  # nothing half-saved
+    assert Quota.objects.get(tenant=tenant).limits() == defaults  # nothing half-saved
 
     quota.get_by_label("Concurrent requests").fill("4")
+    quota.get_by_label("Daily token budget").fill("")
     quota.get_by_role("button", name="Save quota").click()
     expect(quota.get_by_text("Quota saved.")).to_be_visible()
     saved = Quota.objects.get(tenant=tenant)
@@ -115,3 +130,72 @@ def test_admin_creates_tenant_sets_quota_creates_key_once_and_revokes(
     expect(table).to_contain_text(admin_user.username)
     assert AuditEvent.objects.filter(action="revoke", object_id=str(api_key.pk)).count() == 1
     screenshot(page, "07-audit-filtered-revoke")
+
+
+def test_new_tenant_dialog_prefills_the_default_limits_and_a_key_is_scoped_to_one_alias(
+    live_console: LiveConsole, browser_page: Any, admin_user: User
+) -> None:
+    make_alias("chat-small")
+    make_alias("chat-large")
+    defaults = default_tenant_quota()
+    page = browser_page
+    login(page, admin_user.username, PASSWORD)
+
+    # The dialog asks for the limits, each box prefilled with the default (empty: no limit).
+    page.goto("/tenants")
+    page.get_by_role("button", name="New tenant").click()
+    dialog = page.get_by_test_id("create-tenant-dialog")
+    limits = dialog.get_by_test_id("create-tenant-quota")
+    for name, label in LIMIT_LABELS.items():
+        value = defaults[name]
+        expect(limits.get_by_label(label)).to_have_value("" if value is None else str(value))
+    screenshot(page, "tenant-dialog-default-limits", full_page=False)
+    dialog.get_by_label("Name").fill("scoped-e2e")
+    limits.get_by_label("Requests / minute").fill("abc")
+    dialog.get_by_role("button", name="Create tenant").click()
+    bad = limits.locator(".field", has=page.get_by_label("Requests / minute"))
+    expect(bad.locator(".field-error")).to_contain_text("integer")
+    assert not Tenant.objects.filter(name="scoped-e2e").exists()
+    limits.get_by_label("Requests / minute").fill("30")
+    limits.get_by_label("Daily token budget").fill("")
+    dialog.get_by_role("button", name="Create tenant").click()
+    expect(page.get_by_role("heading", name="scoped-e2e")).to_be_visible()
+    tenant = Tenant.objects.get(name="scoped-e2e")
+    assert Quota.objects.get(tenant=tenant).limits() == {
+        **defaults,
+        "requests_per_minute": 30,
+        "daily_token_budget": None,
+    }
+    expect(page.get_by_test_id("tenant-quota").get_by_label("Requests / minute")).to_have_value("30")
+
+    # A key scoped to one alias, picked from the aliases the proxy can route.
+    page.get_by_test_id("tenant-keys").get_by_role("button", name="Create key").click()
+    create = page.get_by_test_id("create-key-dialog")
+    create.get_by_label("Name").fill("small only")
+    picker = create.get_by_test_id("scope-picker")
+    expect(picker.get_by_label("Every model, including ones added later")).to_be_checked()
+    picker.get_by_label("Only the models ticked").check()
+    create.get_by_role("button", name="Create key").click()  # none ticked: refused before it is sent
+    expect(create.locator(".form-error")).to_contain_text("Tick at least one model")
+    picker.get_by_label("chat-small").check()
+    screenshot(page, "key-dialog-scoped-to-one-alias", full_page=False)
+    create.get_by_role("button", name="Create key").click()
+    page.get_by_test_id("new-key-dialog").get_by_role("button", name="I have stored the key").click()
+    api_key = ApiKey.objects.get(tenant=tenant, name="small only")
+    assert api_key.scopes == ["chat-small"]
+    row = page.get_by_test_id("keys-table").locator("tr", has_text="small only")
+    expect(row).to_contain_text("chat-small")
+    expect(row).not_to_contain_text("chat-large")
+
+    # The edit dialog shows the scope as saved; widening it is saved as a list.
+    row.get_by_role("button", name="Edit").click()
+    edit = page.get_by_test_id("edit-key-dialog")
+    expect(edit.get_by_label("Only the models ticked")).to_be_checked()
+    expect(edit.get_by_label("chat-small")).to_be_checked()
+    expect(edit.get_by_label("chat-large")).not_to_be_checked()
+    edit.get_by_label("chat-large").check()
+    edit.get_by_role("button", name="Save key").click()
+    expect(edit).to_be_hidden()
+    expect(row).to_contain_text("chat-large, chat-small")
+    api_key.refresh_from_db()
+    assert api_key.scopes == ["chat-large", "chat-small"]

@@ -931,6 +931,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/fleet/health/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * @description The fleet's health first: request rate, error rate (4xx and 5xx apart), p50/p99 latency and TTFT
+         *     of the fleet and each pool over `window`, from the rollups beat keeps, and the hosts down with their
+         *     alerts (docs/monitoring.md "Health on the dashboard").
+         */
+        get: operations["fleet_health_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/fleet/summary/": {
         parameters: {
             query?: never;
@@ -1126,6 +1147,23 @@ export interface paths {
         put?: never;
         /** @description Revoke the key. Revoking a revoked key is a no-op that returns the same state. */
         post: operations["keys_revoke_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/keys/scope-aliases/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Every model alias a key's scopes may name: what the key dialogs offer. */
+        get: operations["keys_scope_aliases_retrieve"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -1534,6 +1572,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/rollouts/{id}/approve/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Approve a step awaiting approval: on to the next step, or from the last one below 100 promote. */
+        post: operations["rollouts_approve_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/rollouts/{id}/gates/": {
         parameters: {
             query?: never;
@@ -1810,7 +1865,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description Hourly requests, errors and tokens for one tenant (or all), over the last `hours` (default 24). */
+        /**
+         * @description Hourly requests, errors and tokens for one tenant (or all), over the last `hours` (default 24).
+         *     Tokens are those of admitted requests; `refused` counts those that got no answer (routing/cost.py).
+         */
         get: operations["routing_usage_list"];
         put?: never;
         post?: never;
@@ -2090,6 +2148,23 @@ export interface paths {
         head?: never;
         /** @description A ModelViewSet whose writes each leave an AuditEvent with before/after snapshots. */
         patch: operations["tenants_partial_update"];
+        trace?: never;
+    };
+    "/api/tenants/defaults/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description What a new tenant starts with: the default quota (settings `DEFAULT_TENANT_QUOTA_*`). */
+        get: operations["tenants_defaults_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
         trace?: never;
     };
     "/api/users/": {
@@ -2392,6 +2467,7 @@ export interface components {
             readonly tenant_name: string;
             name: string;
             readonly prefix: string;
+            /** @description The model aliases this key may call; empty: every alias, including ones added later. Each must be an alias the proxy can route (GET /api/keys/scope-aliases/). */
             scopes: string[];
             /** Format: date-time */
             expires_at: string | null;
@@ -2411,6 +2487,7 @@ export interface components {
             readonly tenant_name: string;
             name: string;
             readonly prefix: string;
+            /** @description The model aliases this key may call; empty: every alias, including ones added later. Each must be an alias the proxy can route (GET /api/keys/scope-aliases/). */
             scopes: string[];
             /** Format: date-time */
             expires_at: string | null;
@@ -2429,6 +2506,7 @@ export interface components {
         ApiKeyRequest: {
             tenant: number;
             name: string;
+            /** @description The model aliases this key may call; empty: every alias, including ones added later. Each must be an alias the proxy can route (GET /api/keys/scope-aliases/). */
             scopes?: string[];
             /** Format: date-time */
             expires_at?: string | null;
@@ -3167,6 +3245,38 @@ export interface components {
             /** @description Values vLLM picks itself (flag omitted), and by which rule. */
             vllm_defaults: string[];
         };
+        FleetHealth: {
+            window: string;
+            /** @description Seconds per point of `series`: 10 or 60. */
+            resolution_s: number;
+            /**
+             * Format: double
+             * @description Start of the window, unix seconds.
+             */
+            start: number;
+            /**
+             * Format: double
+             * @description End of the window, unix seconds.
+             */
+            end: number;
+            /**
+             * Format: double
+             * @description End of the last bucket rolled up (the rollup lags the proxy by about 20 s); the figures cover the window up to here.
+             */
+            known_until: number;
+            /** @description Bucket starts, unix seconds. */
+            t: number[];
+            /** @description All pools together. */
+            fleet: components["schemas"]["HealthFigures"];
+            /** @description The fleet's figures per bucket of `t` (null: not rolled up yet, or no requests): requests_per_s, error_rate, error_rate_4xx, error_rate_5xx, latency_p50_ms, latency_p99_ms, ttft_p50_ms, ttft_p99_ms. */
+            series: {
+                [key: string]: (number | null)[];
+            };
+            /** @description Busiest first; configured pools without traffic too. */
+            pools: components["schemas"]["PoolHealth"][];
+            hosts_down: components["schemas"]["HealthHostsDown"];
+            thresholds: components["schemas"]["HealthThresholds"];
+        };
         FleetSummary: {
             hosts: components["schemas"]["HostCounts"];
             deployments: components["schemas"]["Counts"];
@@ -3305,6 +3415,64 @@ export interface components {
             candidate: {
                 [key: string]: unknown;
             };
+        };
+        HealthAlert: {
+            id: number;
+            state: components["schemas"]["AlertStateEnum"];
+            severity: components["schemas"]["AlertSeverityEnum"];
+            /** Format: date-time */
+            started_at: string;
+            /** Format: date-time */
+            fired_at: string | null;
+        };
+        HealthDownHost: {
+            name: string;
+            /** Format: date-time */
+            last_heartbeat: string | null;
+            /** @description Its InferchainHostDown alert: the open one, else the latest; null before the evaluator saw it down. */
+            alert: components["schemas"]["HealthAlert"] | null;
+        };
+        /**
+         * @description Request figures over the window (its part already rolled up): shares of all requests, percentiles
+         *     from the rollups' histograms (within 19%); null where there were no requests (or no streamed ones, for
+         *     TTFT).
+         */
+        HealthFigures: {
+            requests: number;
+            errors_4xx: number;
+            errors_5xx: number;
+            /** Format: double */
+            requests_per_s: number;
+            /**
+             * Format: double
+             * @description Share of requests not answered 2xx.
+             */
+            error_rate: number | null;
+            /** Format: double */
+            error_rate_4xx: number | null;
+            /** Format: double */
+            error_rate_5xx: number | null;
+            /** Format: double */
+            latency_p50_ms: number | null;
+            /** Format: double */
+            latency_p99_ms: number | null;
+            /** Format: double */
+            ttft_p50_ms: number | null;
+            /** Format: double */
+            ttft_p99_ms: number | null;
+        };
+        HealthHostsDown: {
+            count: number;
+            hosts: components["schemas"]["HealthDownHost"][];
+        };
+        HealthThresholds: {
+            /** Format: double */
+            error_rate_warn: number;
+            /**
+             * Format: double
+             * @description The fleet-wide InferchainHigh5xxRatio threshold: where the alert would fire.
+             */
+            error_rate_critical: number;
         };
         History: {
             range: string;
@@ -3546,6 +3714,14 @@ export interface components {
          * @enum {string}
          */
         MethodEnum: "none" | "fp16" | "bf16" | "fp8" | "int8" | "awq" | "gptq" | "gguf-q2_k" | "gguf-q3_k" | "gguf-q4_0" | "gguf-q4_1" | "gguf-q4_k" | "gguf-q5_0" | "gguf-q5_1" | "gguf-q5_k" | "gguf-q6_k" | "gguf-q8_0";
+        MetricCounts: {
+            measurements: number;
+            successful: number;
+            failed: number;
+            inconclusive: number;
+            errors: number;
+            consecutive_errors: number;
+        };
         /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         Model: {
             readonly id: number;
@@ -4129,6 +4305,7 @@ export interface components {
         PatchedApiKeyRequest: {
             tenant?: number;
             name?: string;
+            /** @description The model aliases this key may call; empty: every alias, including ones added later. Each must be an alias the proxy can route (GET /api/keys/scope-aliases/). */
             scopes?: string[];
             /** Format: date-time */
             expires_at?: string | null;
@@ -4345,6 +4522,7 @@ export interface components {
             is_active?: boolean;
             log_prompts?: boolean;
             shadow_consent?: boolean;
+            /** @description Its limits; null: none. A tenant created without one gets the default quota (GET /api/tenants/defaults/), and the limits a new tenant's quota names replace the defaults'. */
             quota?: components["schemas"]["QuotaRequest"] | null;
         };
         /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
@@ -4407,6 +4585,37 @@ export interface components {
             serving: number;
             starting: number;
             draining: number;
+        };
+        /**
+         * @description Request figures over the window (its part already rolled up): shares of all requests, percentiles
+         *     from the rollups' histograms (within 19%); null where there were no requests (or no streamed ones, for
+         *     TTFT).
+         */
+        PoolHealth: {
+            requests: number;
+            errors_4xx: number;
+            errors_5xx: number;
+            /** Format: double */
+            requests_per_s: number;
+            /**
+             * Format: double
+             * @description Share of requests not answered 2xx.
+             */
+            error_rate: number | null;
+            /** Format: double */
+            error_rate_4xx: number | null;
+            /** Format: double */
+            error_rate_5xx: number | null;
+            /** Format: double */
+            latency_p50_ms: number | null;
+            /** Format: double */
+            latency_p99_ms: number | null;
+            /** Format: double */
+            ttft_p50_ms: number | null;
+            /** Format: double */
+            ttft_p99_ms: number | null;
+            /** @description The route pool (an alias without a policy is a pool of its name). */
+            name: string;
         };
         PoolSpend: {
             pool: string;
@@ -4709,7 +4918,40 @@ export interface components {
                 latency_tolerance?: number | null;
                 /** @description Error rate above baseline, 95% CI */
                 error_rate_tolerance?: number | null;
+                /** @description Shadow pairs: exact-match rate */
+                shadow_min_exact_match_rate?: number | null;
+                /** @description Shadow pairs: mean chrF */
+                shadow_min_chrf?: number | null;
+                /** @description Shadow pairs: flip rate (graded cases) */
+                shadow_max_flip_rate?: number | null;
+                /** @description Shadow pairs: mean KL */
+                shadow_max_kl?: number | null;
             };
+            readonly analysis: {
+                /** @description Failed measurements allowed in a step; one more rolls back (default 0). */
+                failure_limit?: number;
+                /** @description Inconclusive measurements allowed; one more pauses for a person (default none). */
+                inconclusive_limit?: number | null;
+                /** @description Measurements in a row that could not be made; one more rolls back (default 4). */
+                consecutive_error_limit?: number;
+                /** @description Statistical and shadow gates: Inconclusive below this many values (default 20). */
+                min_samples?: number;
+                /** @description Per gate key: its own limits, and dry_run (measured and shown, never deciding). */
+                metrics?: {
+                    [key: string]: {
+                        /** @description Failed measurements allowed in a step; one more rolls back (default 0). */
+                        failure_limit?: number;
+                        /** @description Inconclusive measurements allowed; one more pauses for a person (default none). */
+                        inconclusive_limit?: number | null;
+                        /** @description Measurements in a row that could not be made; one more rolls back (default 4). */
+                        consecutive_error_limit?: number;
+                        /** @description Statistical and shadow gates: Inconclusive below this many values (default 20). */
+                        min_samples?: number;
+                        dry_run?: boolean;
+                    };
+                };
+            };
+            readonly approval_steps: number[];
             readonly require_signoff: boolean;
             /** Format: date-time */
             readonly step_started_at: string;
@@ -4756,6 +4998,14 @@ export interface components {
                 latency_tolerance?: number | null;
                 /** @description Error rate above baseline, 95% CI */
                 error_rate_tolerance?: number | null;
+                /** @description Shadow pairs: exact-match rate */
+                shadow_min_exact_match_rate?: number | null;
+                /** @description Shadow pairs: mean chrF */
+                shadow_min_chrf?: number | null;
+                /** @description Shadow pairs: flip rate (graded cases) */
+                shadow_max_flip_rate?: number | null;
+                /** @description Shadow pairs: mean KL */
+                shadow_max_kl?: number | null;
             };
             /** @default 300 */
             min_step_seconds: number;
@@ -4765,6 +5015,33 @@ export interface components {
             require_signoff: boolean;
             /** @default session */
             sticky_by: components["schemas"]["StickyByEnum"];
+            /** @description Limits (failure, inconclusive, consecutive errors, minimum sample) for every gate and per gate, and dry-run gates; docs/rollouts.md, Analysis. */
+            analysis?: {
+                /** @description Failed measurements allowed in a step; one more rolls back (default 0). */
+                failure_limit?: number;
+                /** @description Inconclusive measurements allowed; one more pauses for a person (default none). */
+                inconclusive_limit?: number | null;
+                /** @description Measurements in a row that could not be made; one more rolls back (default 4). */
+                consecutive_error_limit?: number;
+                /** @description Statistical and shadow gates: Inconclusive below this many values (default 20). */
+                min_samples?: number;
+                /** @description Per gate key: its own limits, and dry_run (measured and shown, never deciding). */
+                metrics?: {
+                    [key: string]: {
+                        /** @description Failed measurements allowed in a step; one more rolls back (default 0). */
+                        failure_limit?: number;
+                        /** @description Inconclusive measurements allowed; one more pauses for a person (default none). */
+                        inconclusive_limit?: number | null;
+                        /** @description Measurements in a row that could not be made; one more rolls back (default 4). */
+                        consecutive_error_limit?: number;
+                        /** @description Statistical and shadow gates: Inconclusive below this many values (default 20). */
+                        min_samples?: number;
+                        dry_run?: boolean;
+                    };
+                };
+            };
+            /** @description Steps (percentages below 100) after whose passed analysis an admin approves, e.g. [25]. */
+            approval_steps?: number[];
         };
         RolloutDecision: {
             readonly id: number;
@@ -4789,9 +5066,11 @@ export interface components {
          *     * `pause` - Pause
          *     * `resume` - Resume
          *     * `cancel` - Cancel
+         *     * `await_approval` - Await Approval
+         *     * `approve` - Approve
          * @enum {string}
          */
-        RolloutDecisionActionEnum: "start" | "advance" | "hold" | "rollback" | "promote" | "pause" | "resume" | "cancel";
+        RolloutDecisionActionEnum: "start" | "advance" | "hold" | "rollback" | "promote" | "pause" | "resume" | "cancel" | "await_approval" | "approve";
         RolloutDetail: {
             readonly id: number;
             readonly alias: number;
@@ -4831,7 +5110,40 @@ export interface components {
                 latency_tolerance?: number | null;
                 /** @description Error rate above baseline, 95% CI */
                 error_rate_tolerance?: number | null;
+                /** @description Shadow pairs: exact-match rate */
+                shadow_min_exact_match_rate?: number | null;
+                /** @description Shadow pairs: mean chrF */
+                shadow_min_chrf?: number | null;
+                /** @description Shadow pairs: flip rate (graded cases) */
+                shadow_max_flip_rate?: number | null;
+                /** @description Shadow pairs: mean KL */
+                shadow_max_kl?: number | null;
             };
+            readonly analysis: {
+                /** @description Failed measurements allowed in a step; one more rolls back (default 0). */
+                failure_limit?: number;
+                /** @description Inconclusive measurements allowed; one more pauses for a person (default none). */
+                inconclusive_limit?: number | null;
+                /** @description Measurements in a row that could not be made; one more rolls back (default 4). */
+                consecutive_error_limit?: number;
+                /** @description Statistical and shadow gates: Inconclusive below this many values (default 20). */
+                min_samples?: number;
+                /** @description Per gate key: its own limits, and dry_run (measured and shown, never deciding). */
+                metrics?: {
+                    [key: string]: {
+                        /** @description Failed measurements allowed in a step; one more rolls back (default 0). */
+                        failure_limit?: number;
+                        /** @description Inconclusive measurements allowed; one more pauses for a person (default none). */
+                        inconclusive_limit?: number | null;
+                        /** @description Measurements in a row that could not be made; one more rolls back (default 4). */
+                        consecutive_error_limit?: number;
+                        /** @description Statistical and shadow gates: Inconclusive below this many values (default 20). */
+                        min_samples?: number;
+                        dry_run?: boolean;
+                    };
+                };
+            };
+            readonly approval_steps: number[];
             readonly require_signoff: boolean;
             /** Format: date-time */
             readonly step_started_at: string;
@@ -4846,17 +5158,33 @@ export interface components {
             readonly finished_at: string | null;
             readonly split: components["schemas"]["VersionShare"][];
             readonly decisions: components["schemas"]["RolloutDecision"][];
+            readonly steps_analysis: components["schemas"]["RolloutStep"][];
         };
         /**
          * @description * `running` - Running
          *     * `paused` - Paused
          *     * `holding` - Holding
+         *     * `awaiting_approval` - Awaiting Approval
          *     * `promoted` - Promoted
          *     * `rolled_back` - Rolled Back
          *     * `cancelled` - Cancelled
          * @enum {string}
          */
-        RolloutStateEnum: "running" | "paused" | "holding" | "promoted" | "rolled_back" | "cancelled";
+        RolloutStateEnum: "running" | "paused" | "holding" | "awaiting_approval" | "promoted" | "rolled_back" | "cancelled";
+        /** @description One step of the plan with its latest decision and the numbers that decision was made on. */
+        RolloutStep: {
+            index: number;
+            /** Format: double */
+            share: number;
+            /** @description The step waits for an admin's approval once it passes. */
+            approval: boolean;
+            /** @description done, current, stopped (rolled back at it) or pending. */
+            status: string;
+            decision: components["schemas"]["StepDecision"] | null;
+            candidate_requests: number | null;
+            baseline_requests: number | null;
+            metrics: components["schemas"]["StepMetric"][];
+        };
         /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         RoutePolicy: {
             readonly id: number;
@@ -5176,6 +5504,10 @@ export interface components {
             scale_down_cooldown_s?: number;
             evaluation_interval_s?: number;
         };
+        ScopeAliases: {
+            /** @description Every model alias a key's scopes may name, sorted. */
+            aliases: string[];
+        };
         /**
          * @description * `round_robin` - Round robin
          *     * `random` - Random
@@ -5379,6 +5711,31 @@ export interface components {
             /** Format: double */
             value: number;
         };
+        StepDecision: {
+            action: string;
+            /** Format: date-time */
+            created_at: string;
+            reason: string;
+            actor_name: string;
+        };
+        /** @description One gate's measurement in a step's decision: outcome, value against threshold, counts and limits. */
+        StepMetric: {
+            key: string;
+            title: string;
+            bound: components["schemas"]["BoundEnum"];
+            /** @description Successful, Failed, Inconclusive or Error. */
+            outcome: string;
+            /** Format: double */
+            value: number | null;
+            /** Format: double */
+            threshold: number | null;
+            detail: string;
+            dry_run: boolean;
+            counts: components["schemas"]["MetricCounts"];
+            failure_limit: number;
+            inconclusive_limit: number | null;
+            consecutive_error_limit: number;
+        };
         /**
          * @description * `session` - Session
          *     * `tenant` - Tenant
@@ -5457,12 +5814,17 @@ export interface components {
             is_active: boolean;
             log_prompts: boolean;
             shadow_consent: boolean;
+            /** @description Its limits; null: none. A tenant created without one gets the default quota (GET /api/tenants/defaults/), and the limits a new tenant's quota names replace the defaults'. */
             quota: components["schemas"]["Quota"] | null;
             readonly key_count: number;
             /** Format: date-time */
             readonly created_at: string;
             /** Format: date-time */
             readonly updated_at: string;
+        };
+        TenantDefaults: {
+            /** @description The limits a new tenant starts with; null is no limit. */
+            quota: components["schemas"]["Quota"];
         };
         /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         TenantRequest: {
@@ -5471,14 +5833,24 @@ export interface components {
             is_active?: boolean;
             log_prompts?: boolean;
             shadow_consent?: boolean;
+            /** @description Its limits; null: none. A tenant created without one gets the default quota (GET /api/tenants/defaults/), and the limits a new tenant's quota names replace the defaults'. */
             quota?: components["schemas"]["QuotaRequest"] | null;
         };
         TenantUsage: {
             tenant_id: number;
             tenant: string;
+            /** @description Admitted requests: answered (below 400), or failed after the engine began answering. */
             requests: number;
+            /** @description Prompt tokens of admitted requests. */
             prompt_tokens: number;
+            /** @description Output tokens of admitted requests. */
             output_tokens: number;
+            /** @description Requests refused before any answer (4xx: scope, quota, rate limit, context checks, bad input): not in the usage or spend. */
+            refused_requests: number;
+            /** @description Prompt tokens the refused requests carried: counted at the door, not billed. */
+            refused_prompt_tokens: number;
+            /** @description Requests that failed before any answer (5xx): not in the usage or spend. */
+            failed_requests: number;
             /**
              * Format: double
              * @description Its output tokens in each pool times that pool's cost per token.
@@ -5547,7 +5919,11 @@ export interface components {
             requests: number;
             /** @description Answers with status 400 or above. */
             errors: number;
+            /** @description Requests refused or failed before any answer (no tokens generated, none billed). */
+            refused: number;
+            /** @description Prompt tokens of admitted requests only. */
             prompt_tokens: number;
+            /** @description Completion tokens of admitted requests only. */
             completion_tokens: number;
         };
         /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
@@ -7601,6 +7977,38 @@ export interface operations {
             };
         };
     };
+    fleet_health_retrieve: {
+        parameters: {
+            query?: {
+                /** @description How many hosts down to name (the first by name); `count` has them all. */
+                hosts?: number;
+                /**
+                 * @description The window ending now: 5m, 15m, 1h (default), 6h or 24h.
+                 *
+                 *     * `5m` - 5m
+                 *     * `15m` - 15m
+                 *     * `1h` - 1h
+                 *     * `6h` - 6h
+                 *     * `24h` - 24h
+                 */
+                window?: "5m" | "15m" | "1h" | "6h" | "24h";
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FleetHealth"];
+                };
+            };
+        };
+    };
     fleet_summary_retrieve: {
         parameters: {
             query?: {
@@ -8060,6 +8468,25 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ApiKey"];
+                };
+            };
+        };
+    };
+    keys_scope_aliases_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScopeAliases"];
                 };
             };
         };
@@ -9124,11 +9551,12 @@ export interface operations {
                  * @description * `running` - Running
                  *     * `paused` - Paused
                  *     * `holding` - Holding
+                 *     * `awaiting_approval` - Awaiting Approval
                  *     * `promoted` - Promoted
                  *     * `rolled_back` - Rolled Back
                  *     * `cancelled` - Cancelled
                  */
-                state?: "cancelled" | "holding" | "paused" | "promoted" | "rolled_back" | "running";
+                state?: "awaiting_approval" | "cancelled" | "holding" | "paused" | "promoted" | "rolled_back" | "running";
             };
             header?: never;
             path?: never;
@@ -9182,6 +9610,34 @@ export interface operations {
             cookie?: never;
         };
         requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RolloutDetail"];
+                };
+            };
+        };
+    };
+    rollouts_approve_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A unique integer value identifying this rollout. */
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["RolloutActionRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["RolloutActionRequest"];
+                "multipart/form-data": components["schemas"]["RolloutActionRequest"];
+            };
+        };
         responses: {
             200: {
                 headers: {
@@ -10625,6 +11081,25 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Tenant"];
+                };
+            };
+        };
+    };
+    tenants_defaults_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenantDefaults"];
                 };
             };
         };

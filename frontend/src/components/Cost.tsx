@@ -91,10 +91,15 @@ export function TenantUsageCard({ tenantId }: { tenantId: number }) {
       <ErrorState error={usage.error} onRetry={usage.reload} />
       {row && (
         <>
-          <div>
+          <div data-testid="tenant-admitted">
             spend <strong data-testid="tenant-spend">{formatMoney(row.spend)}</strong> · {formatNumber(row.requests)} requests ·{" "}
             {formatNumber(row.prompt_tokens)} prompt and {formatNumber(row.output_tokens)} output tokens
             {row.unpriced_output_tokens > 0 && <span className="muted"> ({formatNumber(row.unpriced_output_tokens)} unpriced: no pool)</span>}
+          </div>
+          {/* Refused and failed requests got no answer: counted apart, never in the usage or the spend above. */}
+          <div className="muted" data-testid="tenant-refused">
+            not counted: {formatNumber(row.refused_requests)} refused (scope, quota, rate limit, context checks; {formatNumber(row.refused_prompt_tokens)}{" "}
+            prompt tokens) · {formatNumber(row.failed_requests)} failed before an answer
           </div>
           <div data-testid="tenant-budget-used">
             today:{" "}

@@ -150,11 +150,11 @@ async def step(ctx: RequestContext, svc: Services) -> None:
     ctx.alias = alias
     ctx.stream = bool(body.get("stream"))
     if alias not in svc.snapshot.aliases:
-        raise not_found(f"The model '{alias}' does not exist.", param="model")
+        raise not_found(f"The model '{alias}' does not exist.{info.scope_note()}", param="model")
     if not info.may_use(alias):
         raise ProxyError(
             403,
-            f"This API key may not use the model '{alias}'.",
+            f"This API key may not use the model '{alias}'.{info.scope_note()}",
             type="permission_error",
             param="model",
             code="model_not_allowed",

@@ -354,6 +354,7 @@ function UsageCard({ tenantId, tenantName }: { tenantId: string; tenantName: str
   const peak = Math.max(1, ...buckets.map((b) => b.requests));
   const tokens = buckets.reduce((sum, b) => sum + b.prompt_tokens + b.completion_tokens, 0);
   const requests = buckets.reduce((sum, b) => sum + b.requests, 0);
+  const refused = buckets.reduce((sum, b) => sum + b.refused, 0);
   const width = 24 * 20;
   return (
     <Card title={tenantId ? `Usage of tenant ${tenantName}, last 24 hours` : "Usage, last 24 hours (all tenants)"} testId="usage-card">
@@ -361,6 +362,7 @@ function UsageCard({ tenantId, tenantName }: { tenantId: string; tenantName: str
       <div className="usage-legend">
         <span>{formatNumber(requests)} requests</span>
         <span>{formatNumber(tokens)} tokens</span>
+        <span title="Refused or failed before any answer: their tokens are not counted">{formatNumber(refused)} refused</span>
         <span className="muted">bars: requests per hour, red: errors</span>
       </div>
       <svg className="usage-chart" viewBox={`0 0 ${width} 100`} preserveAspectRatio="none" role="img" aria-label="requests per hour">
@@ -371,7 +373,7 @@ function UsageCard({ tenantId, tenantName }: { tenantId: string; tenantName: str
           const e = (b.errors / peak) * 96;
           return (
             <g key={b.hour}>
-              <title>{`${formatDateTime(b.hour)}: ${b.requests} requests, ${b.errors} errors, ${b.prompt_tokens + b.completion_tokens} tokens`}</title>
+              <title>{`${formatDateTime(b.hour)}: ${b.requests} requests, ${b.errors} errors (${b.refused} refused), ${b.prompt_tokens + b.completion_tokens} tokens`}</title>
               <rect className="req" x={x} y={100 - h} width={w} height={h} />
               <rect className="err" x={x} y={100 - e} width={w} height={e} />
             </g>

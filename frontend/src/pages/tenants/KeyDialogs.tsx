@@ -1,10 +1,70 @@
 import { useRef, useState, type FormEvent } from "react";
-import { api } from "../../api/client";
-import { QUOTA_FIELDS, type ApiKey, type ApiKeyCreated, type Quota } from "../../api/types";
+import { api, type FieldErrors } from "../../api/client";
+import type { ApiKey, ApiKeyCreated, ScopeAliases } from "../../api/types";
 import { Dialog } from "../../components/Dialog";
 import { CheckboxField, FormErrors, InputField } from "../../components/Field";
 import { isoToLocalInput, localInputToIso } from "../../format";
+import { useApi } from "../../hooks/useApi";
 import { useFormState } from "../../hooks/useFormState";
+import { QuotaInputs, quotaBody, quotaDraft, quotaFieldNames } from "./quota";
+import "./tenants.css";
+
+/** What a key may call: every alias (also ones added later), or only the aliases picked. */
+export interface ScopeDraft {
+  only: boolean;
+  aliases: string[];
+}
+
+function scopeDraft(scopes: string[] | undefined): ScopeDraft {
+  return { only: Boolean(scopes?.length), aliases: [...(scopes ?? [])] };
+}
+
+/** Draft -> the API's `scopes`: empty means every alias. Picking "only" with none ticked is refused here,
+ * since the API would read the empty list as "every alias". */
+function scopesBody(draft: ScopeDraft): string[] {
+  if (!draft.only) return [];
+  if (draft.aliases.length === 0) throw new Error("Tick at least one model, or choose every model.");
+  return draft.aliases;
+}
+
+/** Every model, or a ticked list of the aliases the proxy can route (GET /api/keys/scope-aliases/). */
+function ScopePicker({ draft, onChange, errors }: { draft: ScopeDraft; onChange: (draft: ScopeDraft) => void; errors: FieldErrors | undefined }) {
+  const known = useApi<ScopeAliases>("/api/keys/scope-aliases/");
+  // A key may keep a scope whose alias is gone since: it stays listed (and ticked) until unticked.
+  const names = [...new Set([...(known.data?.aliases ?? []), ...draft.aliases])].sort();
+  const messages = errors?.["scopes"] ?? [];
+  const toggle = (name: string, on: boolean) =>
+    onChange({ ...draft, aliases: on ? [...draft.aliases, name].sort() : draft.aliases.filter((a) => a !== name) });
+  return (
+    <fieldset className={messages.length ? "scope-picker field-invalid" : "scope-picker"} data-testid="scope-picker">
+      <legend>Models this key may call</legend>
+      <label>
+        <input type="radio" name="scope-mode" checked={!draft.only} onChange={() => onChange({ ...draft, only: false })} /> Every model, including
+        ones added later
+      </label>
+      <label>
+        <input type="radio" name="scope-mode" checked={draft.only} onChange={() => onChange({ ...draft, only: true })} /> Only the models ticked
+      </label>
+      {draft.only && (
+        <div className="scope-aliases" role="group" aria-label="Models">
+          {known.loading && !known.data && <span className="muted">Loading models…</span>}
+          {!known.loading && names.length === 0 && <span className="muted">No models yet: add an alias first.</span>}
+          {names.map((name) => (
+            <label key={name}>
+              <input type="checkbox" checked={draft.aliases.includes(name)} onChange={(e) => toggle(name, e.target.checked)} /> {name}
+              {known.data && !known.data.aliases.includes(name) && <span className="muted"> (no longer exists)</span>}
+            </label>
+          ))}
+        </div>
+      )}
+      {messages.length > 0 && (
+        <div className="field-error" role="alert">
+          {messages.join(" ")}
+        </div>
+      )}
+    </fieldset>
+  );
+}
 
 /** Name, scopes and expiry of a new key; the API answers with the secret, passed up once. */
 export function CreateKeyDialog({
@@ -19,13 +79,13 @@ export function CreateKeyDialog({
   onCreated: (created: ApiKeyCreated) => void;
 }) {
   const [name, setName] = useState("");
-  const [scopes, setScopes] = useState("");
+  const [scope, setScope] = useState<ScopeDraft>(() => scopeDraft([]));
   const [expires, setExpires] = useState("");
   const { error, busy, run, clearError, errors } = useFormState();
 
   const reset = () => {
     setName("");
-    setScopes("");
+    setScope(scopeDraft([]));
     setExpires("");
     clearError();
   };
@@ -33,14 +93,7 @@ export function CreateKeyDialog({
   const submit = (event: FormEvent) => {
     event.preventDefault();
     void run(async () => {
-      const body: Record<string, unknown> = {
-        tenant: tenantId,
-        name,
-        scopes: scopes
-          .split(",")
-          .map((s) => s.trim())
-          .filter(Boolean),
-      };
+      const body: Record<string, unknown> = { tenant: tenantId, name, scopes: scopesBody(scope) };
       if (expires) body["expires_at"] = localInputToIso(expires);
       const created = await api.post<ApiKeyCreated>("/api/keys/", body);
       reset();
@@ -60,15 +113,7 @@ export function CreateKeyDialog({
     >
       <form onSubmit={submit} noValidate>
         <InputField label="Name" name="name" value={name} onChange={(e) => setName(e.target.value)} errors={errors} autoFocus placeholder="e.g. production backend" />
-        <InputField
-          label="Scopes"
-          name="scopes"
-          value={scopes}
-          onChange={(e) => setScopes(e.target.value)}
-          errors={errors}
-          placeholder="all models"
-          hint="Model aliases this key may call, comma-separated; empty for all."
-        />
+        <ScopePicker draft={scope} onChange={setScope} errors={errors} />
         <InputField label="Expires" name="expires_at" type="datetime-local" value={expires} onChange={(e) => setExpires(e.target.value)} errors={errors} hint="Empty: never." />
         <FormErrors error={error} fields={["name", "scopes", "expires_at", "tenant"]} />
         <div className="form-actions">
@@ -148,29 +193,6 @@ export function NewKeySecretDialog({ secret, onClose }: { secret: { name: string
   );
 }
 
-type QuotaDraft = Record<keyof Quota, string>;
-
-/** Empty boxes for unset limits; the tenant's quota applies where a key has no override. */
-export function quotaDraft(quota: Quota | null | undefined): QuotaDraft {
-  const draft = {} as QuotaDraft;
-  for (const { name } of QUOTA_FIELDS) {
-    const value = quota?.[name];
-    draft[name] = value === null || value === undefined ? "" : String(value);
-  }
-  return draft;
-}
-
-/** Draft -> API body: empty is null (no limit); digits are numbers; anything else is sent as typed so the
- * API can say what is wrong next to the field. */
-export function quotaBody(draft: QuotaDraft): Record<string, number | string | null> {
-  const body: Record<string, number | string | null> = {};
-  for (const { name } of QUOTA_FIELDS) {
-    const raw = draft[name].trim();
-    body[name] = raw === "" ? null : /^\d+$/.test(raw) ? Number(raw) : raw;
-  }
-  return body;
-}
-
 /** Rename a key, change its scopes or expiry, or give it its own quota instead of the tenant's. */
 export function EditKeyDialog({ apiKey, onClose, onSaved }: { apiKey: ApiKey | null; onClose: () => void; onSaved: () => void }) {
   return apiKey ? <EditKeyForm key={apiKey.id} apiKey={apiKey} onClose={onClose} onSaved={onSaved} /> : null;
@@ -178,7 +200,7 @@ export function EditKeyDialog({ apiKey, onClose, onSaved }: { apiKey: ApiKey | n
 
 function EditKeyForm({ apiKey, onClose, onSaved }: { apiKey: ApiKey; onClose: () => void; onSaved: () => void }) {
   const [name, setName] = useState(apiKey.name);
-  const [scopes, setScopes] = useState((apiKey.scopes ?? []).join(", "));
+  const [scope, setScope] = useState<ScopeDraft>(() => scopeDraft(apiKey.scopes));
   const [expires, setExpires] = useState(isoToLocalInput(apiKey.expires_at));
   const [override, setOverride] = useState(Boolean(apiKey.quota_override));
   const [quota, setQuota] = useState(() => quotaDraft(apiKey.quota_override));
@@ -189,10 +211,7 @@ function EditKeyForm({ apiKey, onClose, onSaved }: { apiKey: ApiKey; onClose: ()
     void run(async () => {
       const body: Record<string, unknown> = {
         name,
-        scopes: scopes
-          .split(",")
-          .map((s) => s.trim())
-          .filter(Boolean),
+        scopes: scopesBody(scope),
         quota_override: override ? quotaBody(quota) : null,
       };
       // Only a changed expiry is sent: the API refuses past dates, and an old one may be past by now.
@@ -205,11 +224,11 @@ function EditKeyForm({ apiKey, onClose, onSaved }: { apiKey: ApiKey; onClose: ()
   return (
     <Dialog title={`Edit key ${apiKey.name}`} open onClose={onClose} testId="edit-key-dialog" wide>
       <form onSubmit={submit} noValidate>
-        <div className="grid-3">
+        <div className="grid-2">
           <InputField label="Name" name="name" value={name} onChange={(e) => setName(e.target.value)} errors={errors} />
-          <InputField label="Scopes" name="scopes" value={scopes} onChange={(e) => setScopes(e.target.value)} errors={errors} placeholder="all models" />
           <InputField label="Expires" name="expires_at" type="datetime-local" value={expires} onChange={(e) => setExpires(e.target.value)} errors={errors} />
         </div>
+        <ScopePicker draft={scope} onChange={setScope} errors={errors} />
         <CheckboxField
           label="Own quota for this key (instead of the tenant's)"
           name="quota_override"
@@ -217,27 +236,8 @@ function EditKeyForm({ apiKey, onClose, onSaved }: { apiKey: ApiKey; onClose: ()
           onChange={(e) => setOverride(e.target.checked)}
           errors={errors}
         />
-        {override && (
-          <div className="grid-3">
-            {QUOTA_FIELDS.map(({ name: field, label, hint }) => (
-              <InputField
-                key={field}
-                label={label}
-                name={`quota_override.${field}`}
-                inputMode="numeric"
-                placeholder="unlimited"
-                hint={hint}
-                value={quota[field]}
-                onChange={(e) => setQuota({ ...quota, [field]: e.target.value })}
-                errors={errors}
-              />
-            ))}
-          </div>
-        )}
-        <FormErrors
-          error={error}
-          fields={["name", "scopes", "expires_at", "quota_override", ...QUOTA_FIELDS.map(({ name: f }) => `quota_override.${f}`)]}
-        />
+        {override && <QuotaInputs draft={quota} onChange={setQuota} prefix="quota_override" errors={errors} />}
+        <FormErrors error={error} fields={["name", "scopes", "expires_at", "quota_override", ...quotaFieldNames("quota_override")]} />
         <div className="form-actions">
           <button type="button" className="btn" onClick={onClose} disabled={busy}>
             Cancel

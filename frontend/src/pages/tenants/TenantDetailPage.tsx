@@ -13,7 +13,8 @@ import { formatDateTime, formatNumber, formatShortDateTime } from "../../format"
 import { useApi } from "../../hooks/useApi";
 import { useFormState } from "../../hooks/useFormState";
 import { TenantHistory } from "./TenantHistory";
-import { CreateKeyDialog, EditKeyDialog, NewKeySecretDialog, quotaBody, quotaDraft } from "./KeyDialogs";
+import { CreateKeyDialog, EditKeyDialog, NewKeySecretDialog } from "./KeyDialogs";
+import { QuotaInputs, quotaBody, quotaDraft, quotaFieldNames } from "./quota";
 
 /** One tenant: its settings, its quota and its API keys (create with a copy-once secret, revoke). */
 export function TenantDetailPage() {
@@ -190,22 +191,8 @@ function QuotaCard({ tenant, editable, onSaved }: { tenant: Tenant; editable: bo
         <p className="muted" style={{ marginTop: 0 }}>
           Leave a box empty for no limit. Keys may override these.
         </p>
-        <div className="grid-2" style={{ gap: "0 16px" }}>
-          {QUOTA_FIELDS.map(({ name, label, hint }) => (
-            <InputField
-              key={name}
-              label={label}
-              name={`quota.${name}`}
-              inputMode="numeric"
-              placeholder="unlimited"
-              hint={hint}
-              value={draft[name]}
-              onChange={(e) => setDraft({ ...draft, [name]: e.target.value })}
-              errors={form.errors}
-            />
-          ))}
-        </div>
-        <FormErrors error={form.error} fields={QUOTA_FIELDS.map(({ name }) => `quota.${name}`)} />
+        <QuotaInputs draft={draft} onChange={setDraft} prefix="quota" errors={form.errors} className="grid-2" style={{ gap: "0 16px" }} />
+        <FormErrors error={form.error} fields={quotaFieldNames("quota")} />
         <div className="form-actions">
           {form.saved && <span className="saved">Quota saved.</span>}
           <button type="submit" className="btn btn-primary" disabled={form.busy}>

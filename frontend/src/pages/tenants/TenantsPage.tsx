@@ -1,7 +1,7 @@
 import { useState, type FormEvent } from "react";
 import { useNavigate } from "react-router-dom";
 import { api } from "../../api/client";
-import type { Page as ApiPage, Tenant } from "../../api/types";
+import type { Page as ApiPage, Tenant, TenantDefaults } from "../../api/types";
 import { useAuth } from "../../auth";
 import { Dialog } from "../../components/Dialog";
 import { CheckboxField, DebouncedInputField, FormErrors, InputField, TextareaField } from "../../components/Field";
@@ -12,6 +12,8 @@ import { formatDateTime, formatNumber } from "../../format";
 import { useApi } from "../../hooks/useApi";
 import { useQueryParams } from "../../hooks/useQueryParams";
 import { useFormState } from "../../hooks/useFormState";
+import { QuotaInputs, quotaBody, quotaDraft, quotaFieldNames, type QuotaDraft } from "./quota";
+import "./tenants.css";
 
 const LIMIT = 25;
 
@@ -73,50 +75,63 @@ export function TenantsPage() {
 }
 
 function CreateTenantDialog({ open, onClose, onCreated }: { open: boolean; onClose: () => void; onCreated: (t: Tenant) => void }) {
+  // Only while open, so that the list page does not ask for defaults nobody looks at.
+  const defaults = useApi<TenantDefaults>(open ? "/api/tenants/defaults/" : null);
+  return (
+    <Dialog title="New tenant" open={open} onClose={onClose} testId="create-tenant-dialog" wide>
+      {/* Mounted once the defaults are in, so the limit boxes start prefilled with them. */}
+      <ErrorState error={defaults.error} onRetry={defaults.reload} />
+      {open && defaults.data ? (
+        <CreateTenantForm defaultQuota={quotaDraft(defaults.data.quota)} onClose={onClose} onCreated={onCreated} />
+      ) : (
+        !defaults.error && <p className="muted">Loading…</p>
+      )}
+    </Dialog>
+  );
+}
+
+function CreateTenantForm({ defaultQuota, onClose, onCreated }: { defaultQuota: QuotaDraft; onClose: () => void; onCreated: (t: Tenant) => void }) {
   const [name, setName] = useState("");
   const [description, setDescription] = useState("");
   const [logPrompts, setLogPrompts] = useState(false);
-  const { error, busy, run, clearError, errors } = useFormState();
-
-  const close = () => {
-    setName("");
-    setDescription("");
-    setLogPrompts(false);
-    clearError();
-    onClose();
-  };
+  const [quota, setQuota] = useState(defaultQuota);
+  const { error, busy, run, errors } = useFormState();
 
   const submit = (event: FormEvent) => {
     event.preventDefault();
     void run(async () => {
-      const tenant = await api.post<Tenant>("/api/tenants/", { name, description, log_prompts: logPrompts });
-      close();
+      // Every limit is sent as shown: what the admin saw in the boxes is what the tenant gets.
+      const tenant = await api.post<Tenant>("/api/tenants/", { name, description, log_prompts: logPrompts, quota: quotaBody(quota) });
+      onClose();
       onCreated(tenant);
     });
   };
 
   return (
-    <Dialog title="New tenant" open={open} onClose={close} testId="create-tenant-dialog">
-      <form onSubmit={submit} noValidate>
-        <InputField label="Name" name="name" value={name} onChange={(e) => setName(e.target.value)} errors={errors} autoFocus required />
-        <TextareaField label="Description" name="description" value={description} onChange={(e) => setDescription(e.target.value)} errors={errors} />
-        <CheckboxField
-          label="Keep prompts and outputs in the request log"
-          name="log_prompts"
-          checked={logPrompts}
-          onChange={(e) => setLogPrompts(e.target.checked)}
-          errors={errors}
-        />
-        <FormErrors error={error} fields={["name", "description", "log_prompts"]} />
-        <div className="form-actions">
-          <button type="button" className="btn" onClick={close} disabled={busy}>
-            Cancel
-          </button>
-          <button type="submit" className="btn btn-primary" disabled={busy}>
-            Create tenant
-          </button>
-        </div>
-      </form>
-    </Dialog>
+    <form onSubmit={submit} noValidate>
+      <InputField label="Name" name="name" value={name} onChange={(e) => setName(e.target.value)} errors={errors} autoFocus required />
+      <TextareaField label="Description" name="description" value={description} onChange={(e) => setDescription(e.target.value)} errors={errors} />
+      <CheckboxField
+        label="Keep prompts and outputs in the request log"
+        name="log_prompts"
+        checked={logPrompts}
+        onChange={(e) => setLogPrompts(e.target.checked)}
+        errors={errors}
+      />
+      <fieldset className="quota-fieldset" data-testid="create-tenant-quota">
+        <legend>Limits</legend>
+        <p className="muted">The defaults for a new tenant; change any, or empty a box for no limit. Keys may override them later.</p>
+        <QuotaInputs draft={quota} onChange={setQuota} prefix="quota" errors={errors} />
+      </fieldset>
+      <FormErrors error={error} fields={["name", "description", "log_prompts", "quota", ...quotaFieldNames("quota")]} />
+      <div className="form-actions">
+        <button type="button" className="btn" onClick={onClose} disabled={busy}>
+          Cancel
+        </button>
+        <button type="submit" className="btn btn-primary" disabled={busy}>
+          Create tenant
+        </button>
+      </div>
+    </form>
   );
 }
