@@ -200,7 +200,8 @@ def summary_line(run: EvalRun) -> str:
     if forced:
         parts.append(
             f"teacher-forced KL {forced['mean_kl']:.4f} nats over {forced['positions']} positions "
-            f"({forced['samples']} samples), top-1 agreement {forced['top1_agreement']:.3f}"
+            f"({forced['samples']} samples; {forced.get('method')}, keyed by "
+            f"{str(forced.get('keys')).replace('_', ' ')}), top-1 agreement {forced['top1_agreement']:.3f}"
         )
     if free:
         parts.append(

@@ -323,6 +323,17 @@ class KLMethod(StrEnum):
     TOP_K = "top_k"
 
 
+class KLKeys(StrEnum):
+    """What the two sides' listings were keyed by (docs/evaluations.md, "Exact or top-k")."""
+
+    # Token ids (vLLM's prompt_logprobs, the llama.cpp engine's /inferchain/v1/token_logprobs): every
+    # token of the vocabulary keeps its own entry.
+    TOKEN_IDS = "token_ids"
+    # Token text (chat logprobs, llama-cpp-python's echo listings): tokens that decode alike share one
+    # entry and the others' mass is lost, so even a whole-vocabulary listing is not the whole distribution.
+    TOKEN_TEXT = "token_text"
+
+
 class KLMode(StrEnum):
     """Where the two sides' distributions come from (docs/evaluations.md, "Distributions")."""
 
@@ -448,6 +459,7 @@ def score_sample(
     reference's generation listings stand in. `kl_k` is the k the listings were asked for (-1: all).
     `forced_tokens`: the reference's tokens keyed as the teacher-forced listings are (token ids when
     they are keyed by id), for the reference token's probability on each side; default its token texts.
+    Given, the teacher-forced listings count as keyed by token id (`kl_keys`), else by token text.
     `keep_positions`: also return the per-position KL list under "position_kl" (the runner stores it on
     the sample row, not in the scores), so it is not computed twice.
     """
@@ -471,6 +483,7 @@ def score_sample(
         "top1_matches": 0,
         "kl_sum": 0.0,
         "kl_method": None,
+        "kl_keys": None,
         "kl_k": None,
         "tail_mass_max": None,
         "dp_positions": 0,
@@ -503,6 +516,9 @@ def score_sample(
             reference.top_logprobs, candidate.top_logprobs, KLMode.FREE_RUNNING_TOPK, divergence=divergence
         )
     if comparison is not None:
+        # What the listings were keyed by: token ids when the teacher-forced tokens are ids, else text.
+        by_id = forced_tokens is not None and comparison.mode == KLMode.TEACHER_FORCED
+        keys = KLKeys.TOKEN_IDS if by_id else KLKeys.TOKEN_TEXT
         score.update(
             kl_mode=comparison.mode,
             kl_positions=comparison.positions,
@@ -512,6 +528,7 @@ def score_sample(
             top1_matches=comparison.top1_agreements,
             kl_sum=sum(comparison.kl),
             kl_method=comparison.method,
+            kl_keys=keys.value,
             kl_k=kl_k,
             tail_mass_max=max(comparison.tails, default=0.0),
             dp_positions=len(comparison.dp),
@@ -540,6 +557,7 @@ def _distribution_summary(
     methods = {r.get("kl_method") for r in rows}
     tails = [r["tail_mass_max"] for r in rows if r.get("tail_mass_max") is not None]
     ks = {int(r["kl_k"]) for r in rows if r.get("kl_k") is not None}
+    keys = {str(r["kl_keys"]) for r in rows if r.get("kl_keys")}
     return {
         "samples": len(rows),
         "positions": positions,
@@ -555,6 +573,8 @@ def _distribution_summary(
         "method": KLMethod.FULL_VOCABULARY.value
         if methods == {KLMethod.FULL_VOCABULARY.value}
         else KLMethod.TOP_K.value,
+        # token_ids or token_text when every sample's listings were keyed so, else mixed (None: older runs).
+        "keys": (next(iter(keys)) if len(keys) == 1 else "mixed") if keys else None,
         "k": -1 if -1 in ks else max(ks, default=None),
         "tail_mass_max": max(tails) if tails else None,
         "dp_positions": dp_positions,

@@ -18,8 +18,11 @@ calling thread keeps every database write and the live progress pushes. Per case
 2. teacher forcing: the candidate scores the reference's own tokens on `/v1/completions` with
    `prompt = prompt_token_ids + token_ids`, `max_tokens: 1`, `prompt_logprobs: k` (vLLM, the
    simulator). An engine that returns no token ids and takes only text prompts (llama.cpp's server) is
-   sent the prompt text rebuilt with the model's chat template plus the reference's output, with
-   `echo: true, logprobs: k`, and the listings of the output's tokens are read back. If neither works,
+   sent the prompt text rebuilt with the model's chat template plus the reference's output: on our
+   route `/inferchain/v1/token_logprobs` where the engine process serves it (the fleet's llama.cpp
+   engines: nodes/engines/llamacpp_server.py), whose listings are keyed by token id, else with
+   `echo: true, logprobs: k` (listings keyed by token text), and the output's listings are read back. If
+   neither works,
    the run notes why once and the KL falls back to the free-running top-k comparison, labelled so in
    every sample (docs/evaluations.md, "Distributions"). The reference scores its own output the same
    way, so both sides' distributions come with the same k: `EVAL_KL_TOP_K` (20; -1, the whole
@@ -56,6 +59,7 @@ from models_registry.choices import SourceKind
 from models_registry.evaluation.endpoints import Endpoint, EndpointUnavailable, deployment_endpoint
 from models_registry.evaluation.metrics import (
     SideOutput,
+    TopK,
     listing_from_chat,
     listing_from_completion,
     listing_from_prompt_logprobs,
@@ -273,11 +277,16 @@ class Forced:
     """One side's distributions at every position of the reference's output, and the k they were asked
     for (-1: the whole vocabulary)."""
 
-    listings: list[dict[str, float]]
+    listings: list[dict[Any, float]]  # keyed by token text (or by id when ids_only)
     k: int
-    # The same listings keyed by token id, where the engine gives ids (prompt_logprobs): two tokens that
-    # decode to the same text stay two tokens, so whole-vocabulary listings give the exact KL.
+    # The same listings keyed by token id, where the engine gives ids (prompt_logprobs, our llama.cpp
+    # route): two tokens that decode to the same text stay two tokens, so whole-vocabulary listings give
+    # the exact KL.
     by_id: list[dict[int, float]] | None = None
+    # The ids of the scored tokens, where the engine names them (None: the reference's own token_ids).
+    token_ids: list[int] | None = None
+    # The engine gave listings by id only (`listings` is `by_id`): they compare only with listings by id.
+    ids_only: bool = False
 
 
 async def _post_listing(
@@ -335,7 +344,69 @@ async def score_reference_text(
         [listing_from_prompt_logprobs(e) for e in forced],
         k,
         by_id=[{int(tok): float(v["logprob"]) for tok, v in e.items()} for e in forced],
+        token_ids=list(reference.token_ids),
     )
+
+
+# Our route on the llama.cpp engine process (nodes/engines/llamacpp_server.py): next-token logprobs keyed
+# by token id. An engine without it (a plain llama_cpp.server) answers 404.
+TOKEN_LOGPROBS_PATH = "/inferchain/v1/token_logprobs"
+
+
+class _NoTokenLogprobsRoute(Exception):
+    """The engine does not serve TOKEN_LOGPROBS_PATH."""
+
+
+async def score_reference_text_by_token_ids(
+    session: aiohttp.ClientSession,
+    ep: Endpoint,
+    run: RunParams,
+    reference: Generation,
+    messages: list[dict[str, str]],
+) -> Forced:
+    """Teacher forcing on a llama.cpp engine launched by the fleet (our route, keyed by token id).
+
+    The engine gets the same text as the echo path (the prompt its chat template builds, then the
+    reference's output) and answers, for each of the output's m tokens, the distribution predicting it
+    from the model's logits (temperature 1), keyed by token id: the top k, or the whole vocabulary with
+    k = -1, plus the tail mass. The tokens it read must be the reference's tokens again (by text, as the
+    reference's chat response names them), else this sample is not scored so.
+    """
+    template = ep.chat_template
+    if template is None:
+        raise TeacherForcingUnavailable("the candidate's chat template is unknown")
+    m = len(reference.tokens)
+    k = run.kl_top_k
+    if m == 0:
+        return Forced([], k, by_id=[], token_ids=[], ids_only=True)
+    try:
+        prompt = template.render(messages)
+    except Exception as exc:  # model-supplied template code
+        raise TeacherForcingUnavailable(f"the candidate's chat template does not render: {exc}") from exc
+    body = {"model": ep.model, "prompt": prompt + reference.text, "last": m, "top_k": k}
+    status, data = await _post(session, ep, TOKEN_LOGPROBS_PATH, body, run.timeout)
+    if status in (404, 405):
+        raise _NoTokenLogprobsRoute
+    if 400 <= status < 500:
+        raise TeacherForcingUnavailable(
+            f"the candidate engine refused {TOKEN_LOGPROBS_PATH} (HTTP {status}: {_error_message(data)})"
+        )
+    if status != 200:
+        raise SideError(f"teacher forcing: HTTP {status}: {_error_message(data)}")
+    try:
+        positions = list(data["positions"])
+        listed = [str(p["token"]) for p in positions]
+        ids = [int(p["token_id"]) for p in positions]
+        by_id = [{int(t): float(lp) for t, lp in p["top_logprobs"].items()} for p in positions]
+        whole = bool(data.get("whole_vocabulary"))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise SideError(f"unreadable token logprobs: {type(exc).__name__}: {exc}") from exc
+    if listed != reference.tokens:
+        raise TeacherForcingMismatch(
+            "the reference's output came back as other tokens when the candidate read it as text "
+            f"({len(listed)} of {m} listed; first {listed[:3]!r} vs {reference.tokens[:3]!r})"
+        )
+    return Forced(by_id, -1 if whole else k, by_id=by_id, token_ids=ids, ids_only=True)
 
 
 def echo_rows_aligned(template: ChatTemplate, prompt: str) -> bool:
@@ -427,10 +498,16 @@ async def teacher_force(
     messages: list[dict[str, str]],
 ) -> Forced:
     """An engine's distributions over the reference's output: by token ids where the reference gave
-    them (prompt_logprobs), else by text with that engine's chat template (echo)."""
+    them (prompt_logprobs), else by text with that engine's chat template: through our route keyed by
+    token id where the engine serves it (a llama.cpp engine the fleet launched), else by echo."""
     if reference.prompt_token_ids is not None and reference.token_ids is not None:
         return await score_reference_text(session, ep, run, reference)
     if ep.chat_template is not None:
+        if ep.base_url not in run.no_token_logprobs:
+            try:
+                return await score_reference_text_by_token_ids(session, ep, run, reference, messages)
+            except _NoTokenLogprobsRoute:
+                run.no_token_logprobs.add(ep.base_url)  # a plain llama_cpp.server: echo from now on
         return await score_reference_text_by_echo(session, ep, run, reference, messages)
     raise TeacherForcingUnavailable(
         "the reference engine returns no token ids (return_token_ids), and the candidate's chat template "
@@ -451,6 +528,8 @@ class RunParams:
     kl_top_k: int = 20  # the k teacher forcing asks for (-1: the whole vocabulary), EVAL_KL_TOP_K
     # base URL -> the k that engine said it allows (learnt from its first refusal, shared by the cases).
     allowed_k: dict[str, int] = field(default_factory=dict, compare=False, hash=False)
+    # base URLs that do not serve TOKEN_LOGPROBS_PATH (learnt from their first 404).
+    no_token_logprobs: set[str] = field(default_factory=set, compare=False, hash=False)
 
 
 @dataclass(frozen=True)
@@ -568,28 +647,42 @@ def sample_from_result(run: EvalRun, result: CaseResult) -> EvalSample:
     if result.error or ref is None or cand is None:
         sample.error = result.error or "no output"
         return sample
-    forced = result.forced.listings if result.forced is not None else None
+    cand_forced = result.forced
+    forced: Sequence[TopK] | None = cand_forced.listings if cand_forced is not None else None
+    forced_ref_listings: Sequence[TopK] | None = None
     forced_ref = result.forced_reference
     if forced is not None and forced_ref is not None and len(forced_ref.listings) != len(forced):
         forced_ref = None  # the two sides read the text as different tokens: generation listings instead
-    kl_k = None
-    if result.forced is not None:
-        # The smaller k of the two sides' listings (-1, the whole vocabulary, only when both are whole).
-        ks = [result.forced.k, forced_ref.k if forced_ref is not None else run.top_logprobs]
-        kl_k = -1 if all(k < 0 for k in ks) else min(k for k in ks if k >= 0)
-    forced_ref_listings = forced_ref.listings if forced_ref is not None else None
     forced_tokens: list[Any] | None = None
-    if (
-        result.forced is not None
-        and result.forced.by_id is not None
-        and forced_ref is not None
-        and forced_ref.by_id is not None
-        and ref.token_ids is not None
-        and len(ref.token_ids) == len(forced_ref.by_id)
-    ):
-        # Both sides scored the text by token ids: compare by id (the token texts may repeat).
-        forced, forced_ref_listings = result.forced.by_id, forced_ref.by_id  # type: ignore[assignment]
-        forced_tokens = list(ref.token_ids)
+    if cand_forced is not None and cand_forced.by_id is not None and forced_ref is not None:
+        ids = forced_ref.token_ids if forced_ref.token_ids is not None else ref.token_ids
+        if (
+            forced_ref.by_id is not None
+            and ids is not None
+            and len(ids) == len(forced_ref.by_id)
+            and (cand_forced.token_ids is None or cand_forced.token_ids == ids)
+        ):
+            # Both sides scored the same token ids by id: compare by id (the token texts may repeat).
+            forced, forced_ref_listings = cand_forced.by_id, forced_ref.by_id
+            forced_tokens = list(ids)
+    if forced_tokens is None:
+        # Listings keyed by id only do not compare with listings by text (the other side's, or the
+        # reference's generation listings): the reference's then stand in, the candidate's go unused.
+        if forced_ref is not None and forced_ref.ids_only:
+            forced_ref = None
+        if cand_forced is not None and cand_forced.ids_only:
+            forced = None
+            if not result.forcing_note:
+                result.forcing_note = (
+                    "the candidate listed its distributions by token id and the reference by token text "
+                    "(or not the same token ids): this sample compares the free-running top-k"
+                )
+        forced_ref_listings = forced_ref.listings if forced_ref is not None else None
+    kl_k = None
+    if forced is not None and cand_forced is not None:
+        # The smaller k of the two sides' listings (-1, the whole vocabulary, only when both are whole).
+        ks = [cand_forced.k, forced_ref.k if forced_ref is not None else run.top_logprobs]
+        kl_k = -1 if all(k < 0 for k in ks) else min(k for k in ks if k >= 0)
     score = score_sample(
         ref.output(),
         cand.output(),

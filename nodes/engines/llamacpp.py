@@ -1,4 +1,7 @@
-"""llama.cpp for CPU nodes, through llama-cpp-python's OpenAI server (`python -m llama_cpp.server`).
+"""llama.cpp for CPU nodes, through llama-cpp-python's OpenAI server: `python -m
+nodes.engines.llamacpp_server` runs `llama_cpp.server` itself (same flags, same OpenAI routes) plus one
+route of ours, POST /inferchain/v1/token_logprobs (distributions keyed by token id, for the evaluation
+runner's exact KL: see that module).
 
 Its settings are pydantic fields turned into `--snake_case` flags (llama_cpp/server/settings.py).
 It has no /health and no /metrics. /v1/models waits on the model lock while a completion runs, so
@@ -26,7 +29,7 @@ def build_argv(spec: EngineSpec) -> list[str]:
     argv = [
         spec.python,
         "-m",
-        "llama_cpp.server",
+        "nodes.engines.llamacpp_server",
         "--model",
         spec.model_path,
         "--model_alias",

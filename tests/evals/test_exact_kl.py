@@ -57,6 +57,7 @@ def test_whole_vocabulary_listings_give_the_exact_kl(
     assert run.state == RunState.COMPLETED and run.error_count == 0
     forced = run.summary["distributions"]["teacher_forced"]
     assert forced["method"] == "full_vocabulary" and forced["k"] == 1000
+    assert forced["keys"] == "token_ids"  # prompt_logprobs on both sides, compared by token id
     assert forced["tail_mass_max"] < 1e-3
     kl_sum, positions = model_kl(whole_reference, run)
     assert positions == forced["positions"]

@@ -81,7 +81,7 @@ def test_llamacpp_engine_end_to_end(host: Any, node_settings: Any, monkeypatch: 
     supervisor.start()
     assert runtime.launch(deployment.pk) == "started"
     deployment = tick_until(supervisor, deployment, READY, timeout=90)
-    assert "llama_cpp.server" in deployment.launch_argv
+    assert "nodes.engines.llamacpp_server" in deployment.launch_argv  # llama_cpp.server plus our route
     assert engine_api_key(deployment) not in " ".join(deployment.launch_argv)
 
     status, answer = chat(deployment.port, engine_api_key(deployment))
