@@ -72,12 +72,15 @@ def fleet_summary(top: int = TOP_DEFAULT) -> dict[str, Any]:
     live = read_live_many(engine_keys)
     busiest: list[dict[str, Any]] = []
     kv_sums: dict[str, float] = {}
+    kv_counts: dict[str, int] = {}
     for (pk, name, served, host_name, state), engine_key in zip(engines, engine_keys, strict=True):
         record = live.get(engine_key)
         if record is None:
             continue
         pool = pools[served]
-        kv = _number(record.get("kv_cache_usage_perc"))
+        # An engine without metrics (llama.cpp) reports no KV cache: it is left out of the means, not a 0.
+        has_metrics = bool(record.get("has_metrics", True))
+        kv = _number(record.get("kv_cache_usage_perc")) if has_metrics else None
         running = int(_number(record.get("num_requests_running")) or 0)
         waiting = int(_number(record.get("num_requests_waiting")) or 0)
         tokens_per_s = _number(record.get("tokens_per_s")) or 0.0
@@ -87,6 +90,7 @@ def fleet_summary(top: int = TOP_DEFAULT) -> dict[str, Any]:
         pool["tokens_per_s"] += tokens_per_s
         if kv is not None:
             kv_sums[served] = kv_sums.get(served, 0.0) + kv
+            kv_counts[served] = kv_counts.get(served, 0) + 1
             pool["kv_cache_usage_max"] = max(kv, pool["kv_cache_usage_max"] or 0.0)
         busiest.append(
             {
@@ -99,10 +103,11 @@ def fleet_summary(top: int = TOP_DEFAULT) -> dict[str, Any]:
                 "num_requests_running": running,
                 "num_requests_waiting": waiting,
                 "tokens_per_s": tokens_per_s,
+                "has_metrics": has_metrics,
             }
         )
     for served, total in kv_sums.items():
-        pools[served]["kv_cache_usage_mean"] = total / pools[served]["reporting"]
+        pools[served]["kv_cache_usage_mean"] = total / kv_counts[served]
     for pool in pools.values():
         pool["tokens_per_s"] = round(pool["tokens_per_s"], 2)
     busiest.sort(key=lambda e: (-(e["kv_cache_usage_perc"] or 0.0), -e["num_requests_waiting"], e["name"]))

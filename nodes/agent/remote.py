@@ -83,6 +83,14 @@ class LocalEngine(EngineTrack):
     phase: str = "starting"
 
 
+def _installed_version(package: str) -> str | None:
+    """The version of `package` in the agent's interpreter (the one engines run with), or None."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def own_argv(argv: list[Any]) -> list[str]:
     """A command line from the control plane with this agent's interpreter in place of AGENT_PYTHON."""
     return [sys.executable if part == AGENT_PYTHON else str(part) for part in argv]
@@ -319,10 +327,6 @@ class Agent:
         return list(reports.values())
 
     def info(self) -> dict[str, Any]:
-        try:
-            vllm_version: str | None = importlib.metadata.version("vllm")
-        except importlib.metadata.PackageNotFoundError:
-            vllm_version = None
         return {
             "pid": os.getpid(),
             "nvml": self.gpus.nvml_available,
@@ -330,7 +334,8 @@ class Agent:
             "simulated_gpus": self.gpus.simulated,
             "heartbeat_seconds": self.settings["heartbeat_seconds"],
             **self.gpus.versions(),
-            "vllm_version": vllm_version,
+            "vllm_version": _installed_version("vllm"),
+            "llama_cpp_version": _installed_version("llama_cpp_python"),
             "queued_changes": len(self.outbox),
             "python": sys.executable,
             "model_root": str(self.model_root),

@@ -94,6 +94,9 @@ def installed_version(package: str) -> str | None:
 _SECRET_ENV = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
 # The simulator's version string (vllm_sim/server.py VERSION), recorded for simulated engines.
 SIMULATED_VLLM_VERSION = "0.28.0.dev0+sim"
+# The package each engine kind runs as, whose version the agent reports at each heartbeat: the key of
+# agent_info that holds it. llama.cpp runs as llama-cpp-python's server, so its version is that package's.
+ENGINE_VERSION_KEYS = {"vllm": "vllm_version", "llamacpp": "llama_cpp_version"}
 
 
 def launch_record(
@@ -102,14 +105,19 @@ def launch_record(
     """What one launch ran and on what, kept on its DeploymentEvent so any launch can be reproduced.
 
     The argv has the engine key replaced; env values whose names look secret are replaced too. The
-    vLLM, driver and CUDA versions are those the host's agent reported at its last heartbeat (NVML);
-    `simulated` marks a simulated engine or simulated GPUs, whose versions are not a real stack's.
+    engine's own version (vLLM, or llama-cpp-python for llama.cpp), the vLLM, driver and CUDA versions are
+    those the host's agent reported at its last heartbeat (NVML); `simulated` marks a simulated engine or
+    simulated GPUs, whose versions are not a real stack's.
     """
     info = deployment.host.agent_info or {}
     simulated_engine = deployment.engine == "sim"
     simulated_gpus = bool(info.get("simulated_gpus", not info.get("nvml", False)))
+    version_key = ENGINE_VERSION_KEYS.get(deployment.engine)
     return {
         "engine": deployment.engine,
+        "engine_version": (
+            SIMULATED_VLLM_VERSION if simulated_engine else info.get(version_key) if version_key else None
+        ),
         "vllm_version": SIMULATED_VLLM_VERSION if simulated_engine else info.get("vllm_version"),
         "driver_version": info.get("driver_version"),
         "cuda_driver_version": info.get("cuda_driver_version"),

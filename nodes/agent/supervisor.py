@@ -197,6 +197,7 @@ class Supervisor:
             "heartbeat_seconds": settings.NODE_HEARTBEAT_SECONDS,
             **self.gpus.versions(),
             "vllm_version": installed_version("vllm"),
+            "llama_cpp_version": installed_version("llama_cpp_python"),
         }
         record_heartbeat(self.host_name, info)
 

@@ -190,7 +190,15 @@ class LaunchRecordSerializer(serializers.Serializer):
     """What one launch ran, on what (kept on that launch's event; see docs/deploying.md)."""
 
     engine = serializers.CharField()
-    vllm_version = serializers.CharField(allow_null=True, help_text="As the host reported it.")
+    engine_version = serializers.CharField(
+        allow_null=True,
+        default=None,
+        help_text="The engine's own version as the host reported it: vLLM's, llama-cpp-python's for "
+        "llama.cpp, the simulator's; null when not reported (and on records from before it was kept).",
+    )
+    vllm_version = serializers.CharField(
+        allow_null=True, help_text="The host's vLLM, as it reported it (whatever the engine kind)."
+    )
     driver_version = serializers.CharField(allow_null=True, help_text="NVIDIA driver (NVML); null if none.")
     cuda_driver_version = serializers.CharField(allow_null=True, help_text="CUDA the driver supports (NVML).")
     simulated = serializers.BooleanField(help_text="The engine or its GPUs are simulated: not a real stack.")
@@ -701,7 +709,9 @@ class PoolSummarySerializer(serializers.Serializer):
     running = serializers.IntegerField()
     waiting = serializers.IntegerField()
     tokens_per_s = serializers.FloatField()
-    kv_cache_usage_mean = serializers.FloatField(allow_null=True)
+    kv_cache_usage_mean = serializers.FloatField(
+        allow_null=True, help_text="Over the engines that report a KV cache; null when none does."
+    )
     kv_cache_usage_max = serializers.FloatField(allow_null=True)
 
 
@@ -711,10 +721,13 @@ class BusyEngineSerializer(serializers.Serializer):
     served_model_name = serializers.CharField()
     host_name = serializers.CharField()
     state = serializers.CharField()
-    kv_cache_usage_perc = serializers.FloatField(allow_null=True)
+    kv_cache_usage_perc = serializers.FloatField(allow_null=True, help_text="Null: the engine reports none.")
     num_requests_running = serializers.IntegerField()
     num_requests_waiting = serializers.IntegerField()
     tokens_per_s = serializers.FloatField()
+    has_metrics = serializers.BooleanField(
+        help_text="The engine serves metrics (llama.cpp does not): without them its figures are not reported."
+    )
 
 
 class HotGpuSerializer(serializers.Serializer):

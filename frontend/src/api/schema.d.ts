@@ -2623,12 +2623,17 @@ export interface components {
             served_model_name: string;
             host_name: string;
             state: string;
-            /** Format: double */
+            /**
+             * Format: double
+             * @description Null: the engine reports none.
+             */
             kv_cache_usage_perc: number | null;
             num_requests_running: number;
             num_requests_waiting: number;
             /** Format: double */
             tokens_per_s: number;
+            /** @description The engine serves metrics (llama.cpp does not): without them its figures are not reported. */
+            has_metrics: boolean;
         };
         /**
          * @description * `fixed` - fixed
@@ -3617,7 +3622,9 @@ export interface components {
         /** @description What one launch ran, on what (kept on that launch's event; see docs/deploying.md). */
         LaunchRecord: {
             engine: string;
-            /** @description As the host reported it. */
+            /** @description The engine's own version as the host reported it: vLLM's, llama-cpp-python's for llama.cpp, the simulator's; null when not reported (and on records from before it was kept). */
+            engine_version?: string | null;
+            /** @description The host's vLLM, as it reported it (whatever the engine kind). */
             vllm_version: string | null;
             /** @description NVIDIA driver (NVML); null if none. */
             driver_version: string | null;
@@ -4634,7 +4641,10 @@ export interface components {
             waiting: number;
             /** Format: double */
             tokens_per_s: number;
-            /** Format: double */
+            /**
+             * Format: double
+             * @description Over the engines that report a KV cache; null when none does.
+             */
             kv_cache_usage_mean: number | null;
             /** Format: double */
             kv_cache_usage_max: number | null;

@@ -9,6 +9,7 @@ import { Table } from "../../components/Table";
 import { formatBytes, formatPct, formatSeconds } from "../../format";
 import { EngineThroughputChart, GpuMemoryChart, GpuUtilizationChart } from "../nodes/charts";
 import "../nodes/nodes.css";
+import { liveFigure, NOT_REPORTED } from "../nodes/engineKind";
 import { useFleet } from "../nodes/useFleet";
 import { gpuKey, median } from "../nodes/useFleetLive";
 import { useApi } from "../../hooks/useApi";
@@ -111,7 +112,17 @@ export function DashboardPage() {
             { header: "Running", className: "num", cell: (p) => p.running },
             { header: "Waiting", className: "num", cell: (p) => p.waiting },
             { header: "Tokens/s", className: "num", cell: (p) => p.tokens_per_s.toFixed(0) },
-            { header: "KV cache mean (max)", className: "num", cell: (p) => (p.kv_cache_usage_mean === null ? "—" : `${formatPct(p.kv_cache_usage_mean)} (${formatPct(p.kv_cache_usage_max)})`) },
+            {
+              header: "KV cache mean (max)",
+              className: "num",
+              // Engines that report (a live record) yet none with a KV cache: llama.cpp serves no metrics.
+              cell: (p) =>
+                p.kv_cache_usage_mean === null
+                  ? p.reporting > 0
+                    ? NOT_REPORTED
+                    : "—"
+                  : `${formatPct(p.kv_cache_usage_mean)} (${formatPct(p.kv_cache_usage_max)})`,
+            },
           ]}
         />
       </Card>
@@ -127,9 +138,9 @@ export function DashboardPage() {
               columns={[
                 { header: "Deployment", cell: (e) => <Link to={`/nodes/deployments/${e.id}`}>{e.name}</Link> },
                 { header: "Host", cell: (e) => e.host_name },
-                { header: "KV cache", className: "num", cell: (e) => formatPct(e.kv_cache_usage_perc) },
-                { header: "Waiting", className: "num", cell: (e) => e.num_requests_waiting },
-                { header: "Tokens/s", className: "num", cell: (e) => e.tokens_per_s.toFixed(0) },
+                { header: "KV cache", className: "num", cell: (e) => (e.has_metrics ? formatPct(e.kv_cache_usage_perc) : NOT_REPORTED) },
+                { header: "Waiting", className: "num", cell: (e) => (e.has_metrics ? e.num_requests_waiting : NOT_REPORTED) },
+                { header: "Tokens/s", className: "num", cell: (e) => (e.has_metrics ? e.tokens_per_s.toFixed(0) : NOT_REPORTED) },
               ]}
             />
           </Card>
@@ -227,16 +238,20 @@ export function DashboardPage() {
             { header: "Role", cell: (d) => d.role || <span className="muted">—</span> },
             // The live state (from the agent's last tick) wins over the state the page loaded with.
             { header: "State", cell: (d) => <StatusBadge status={live.engines[d.id]?.state ?? d.state} /> },
-            { header: "Running", className: "num", cell: (d) => live.engines[d.id]?.num_requests_running ?? "—" },
-            { header: "Waiting", className: "num", cell: (d) => live.engines[d.id]?.num_requests_waiting ?? "—" },
-            { header: "KV cache", className: "num", cell: (d) => formatPct(live.engines[d.id]?.kv_cache_usage_perc) },
+            { header: "Running", className: "num", cell: (d) => liveFigure(live.engines[d.id] ?? d.live, (e) => e.num_requests_running, (v) => String(v ?? "—")) },
+            { header: "Waiting", className: "num", cell: (d) => liveFigure(live.engines[d.id] ?? d.live, (e) => e.num_requests_waiting, (v) => String(v ?? "—")) },
+            {
+              header: "KV cache",
+              className: "num",
+              cell: (d) => <span data-testid={`dash-kv-${d.id}`}>{liveFigure(live.engines[d.id] ?? d.live, (e) => e.kv_cache_usage_perc, formatPct)}</span>,
+            },
             {
               header: "Tokens/s",
               className: "num",
-              cell: (d) => <span data-testid={`tps-${d.id}`}>{live.engines[d.id]?.tokens_per_s.toFixed(0) ?? "—"}</span>,
+              cell: (d) => <span data-testid={`tps-${d.id}`}>{liveFigure(live.engines[d.id] ?? d.live, (e) => e.tokens_per_s, (v) => (v ?? 0).toFixed(0))}</span>,
             },
-            { header: "TTFT p50", className: "num", cell: (d) => formatSeconds(live.engines[d.id]?.ttft_p50_s) },
-            { header: "ITL p50", className: "num", cell: (d) => formatSeconds(live.engines[d.id]?.itl_p50_s) },
+            { header: "TTFT p50", className: "num", cell: (d) => liveFigure(live.engines[d.id] ?? d.live, (e) => e.ttft_p50_s, formatSeconds) },
+            { header: "ITL p50", className: "num", cell: (d) => liveFigure(live.engines[d.id] ?? d.live, (e) => e.itl_p50_s, formatSeconds) },
           ]}
         />
       </Card>

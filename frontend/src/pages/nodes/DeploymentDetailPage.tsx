@@ -13,6 +13,8 @@ import type { LiveEvent } from "../../hooks/useLive";
 import { useLive } from "../../hooks/useLive";
 import { BaselinePanel } from "./BaselinePanel";
 import { DeploymentHistory } from "./DeploymentHistory";
+import { engineLabel, engineSettings, launchEngine, liveFigure, NOT_REPORTED, reportsMetrics } from "./engineKind";
+import { LogTail } from "./LogTail";
 import { EngineKvCacheChart, EngineLatencyChart, EngineRequestsChart, EngineThroughputChart, GpuUtilizationChart } from "./charts";
 import "./nodes.css";
 import { gpuKey, useTelemetrySeries } from "./telemetry";
@@ -87,10 +89,11 @@ export function DeploymentDetailPage() {
   // Sleep needs an engine started with sleep mode (the flag is in its launch command).
   const sleepMode = d ? d.launch_argv.includes("--enable-sleep-mode") : false;
   const sleepable = d ? d.state === "ready" && sleepMode : false;
+  const hasMetrics = reportsMetrics(d?.engine, metrics);
   return (
     <Page
       title={d ? d.name : "Deployment"}
-      subtitle={d && `${d.model_version_label} on ${d.host_name} as ${d.served_model_name} (${d.engine})`}
+      subtitle={d && `${d.model_version_label} on ${d.host_name} as ${d.served_model_name} (${engineLabel(d.engine)})`}
       actions={
         <>
           <span className={connected ? "live live-on" : "live"}>{connected ? "live" : "connecting…"}</span>
@@ -179,14 +182,20 @@ export function DeploymentDetailPage() {
             </Card>
             <Card title="Load">
               <div data-testid="deployment-load">
-                running {metrics?.num_requests_running ?? "—"} · waiting {metrics?.num_requests_waiting ?? "—"} · KV cache{" "}
-                {formatPct(metrics?.kv_cache_usage_perc)}
+                running {liveFigure(metrics, (m) => m.num_requests_running, (v) => String(v ?? "—"))} · waiting{" "}
+                {liveFigure(metrics, (m) => m.num_requests_waiting, (v) => String(v ?? "—"))} · KV cache{" "}
+                <span data-testid="deployment-kv">{liveFigure(metrics, (m) => m.kv_cache_usage_perc, formatPct)}</span>
               </div>
+              {!hasMetrics && (
+                <div className="muted" data-testid="no-metrics">
+                  {engineLabel(d.engine)} serves no metrics: its load and speed are not reported.
+                </div>
+              )}
             </Card>
             <Card title="Speed">
-              <div data-testid="deployment-tps">{metrics ? `${metrics.tokens_per_s.toFixed(0)} tokens/s` : "—"}</div>
+              <div data-testid="deployment-tps">{liveFigure(metrics, (m) => m.tokens_per_s, (v) => `${(v ?? 0).toFixed(0)} tokens/s`)}</div>
               <div>
-                TTFT p50 {formatSeconds(metrics?.ttft_p50_s)} · ITL p50 {formatSeconds(metrics?.itl_p50_s)}
+                TTFT p50 {liveFigure(metrics, (m) => m.ttft_p50_s, formatSeconds)} · ITL p50 {liveFigure(metrics, (m) => m.itl_p50_s, formatSeconds)}
               </div>
             </Card>
           </div>
@@ -194,10 +203,18 @@ export function DeploymentDetailPage() {
           <div style={{ height: 16 }} />
           <Card title="Metrics" testId="deployment-charts">
             <div className="chart-grid">
-              <EngineThroughputChart series={engineSeries} testId="deployment-tps-chart" />
-              <EngineRequestsChart series={engineSeries} testId="deployment-requests-chart" />
-              <EngineKvCacheChart series={engineSeries} testId="deployment-kv-chart" />
-              <EngineLatencyChart series={engineSeries} testId="deployment-latency-chart" />
+              {hasMetrics ? (
+                <>
+                  <EngineThroughputChart series={engineSeries} testId="deployment-tps-chart" />
+                  <EngineRequestsChart series={engineSeries} testId="deployment-requests-chart" />
+                  <EngineKvCacheChart series={engineSeries} testId="deployment-kv-chart" />
+                  <EngineLatencyChart series={engineSeries} testId="deployment-latency-chart" />
+                </>
+              ) : (
+                <p className="muted" data-testid="engine-charts-not-reported">
+                  Throughput, requests, KV cache and latency: {NOT_REPORTED} ({engineLabel(d.engine)} serves no metrics).
+                </p>
+              )}
               {d.gpu_indices.map((index) => (
                 <GpuUtilizationChart
                   key={index}
@@ -222,10 +239,13 @@ export function DeploymentDetailPage() {
               </div>
             )}
             <pre className="argv" data-testid="launch-argv">{d.launch_argv.length ? d.launch_argv.join(" ") : "Not launched yet."}</pre>
-            <div className="muted">
-              GPUs {d.gpu_indices.join(", ") || "none (CPU)"} · gpu_memory_utilization {d.gpu_memory_utilization ?? "vLLM's default"} ·
-              max_model_len {d.max_model_len} · block_size {d.block_size ?? "vLLM's default"} · max_num_seqs {d.max_num_seqs ?? "vLLM's default"} · tp{" "}
-              {d.tensor_parallel_size} · pp {d.pipeline_parallel_size} · prefix caching {d.enable_prefix_caching ? "on" : "off"} · {d.base_url}
+            <div className="muted engine-settings" data-testid="engine-settings" data-engine={d.engine}>
+              <strong>{engineLabel(d.engine)}</strong>
+              {engineSettings(d).map((s) => (
+                <span key={s.name} data-testid="engine-setting">
+                  {s.name} <code>{s.value}</code>
+                </span>
+              ))}
             </div>
             <div data-testid="quantization-kernel">
               Quantization kernel:{" "}
@@ -263,9 +283,17 @@ export function DeploymentDetailPage() {
                     {e.launch && (
                       <details className="launch-record" data-testid="launch-record">
                         <summary>
-                          Launch record{e.launch.simulated ? " (simulated)" : ""}: vLLM {e.launch.vllm_version ?? "unknown"} · driver{" "}
-                          {e.launch.driver_version ?? (e.launch.simulated_gpus ? "simulated GPUs" : "unknown")} · CUDA{" "}
-                          {e.launch.cuda_driver_version ?? (e.launch.simulated_gpus ? "simulated GPUs" : "unknown")}
+                          Launch record{e.launch.simulated && e.launch.engine !== "llamacpp" ? " (simulated)" : ""}:{" "}
+                          <span data-testid="launch-engine">{launchEngine(e.launch)}</span>
+                          {e.launch.engine === "llamacpp" ? (
+                            " · CPU (GPUs hidden from it)"
+                          ) : (
+                            <>
+                              {" "}
+                              · driver {e.launch.driver_version ?? (e.launch.simulated_gpus ? "simulated GPUs" : NOT_REPORTED)} · CUDA{" "}
+                              {e.launch.cuda_driver_version ?? (e.launch.simulated_gpus ? "simulated GPUs" : NOT_REPORTED)}
+                            </>
+                          )}
                         </summary>
                         <div>
                           manifest <code>{e.launch.manifest_digest || "none"}</code>
@@ -291,7 +319,7 @@ export function DeploymentDetailPage() {
                 </a>
               }
             >
-              <pre className="log-tail" data-testid="log-tail">{logs?.lines.join("\n") || "No log yet."}</pre>
+              <LogTail lines={logs?.lines ?? []} empty="No log yet." />
             </Card>
           </div>
         </>

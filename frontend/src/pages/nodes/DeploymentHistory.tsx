@@ -6,6 +6,7 @@ import { fmt, HistoryChart } from "../../components/HistoryChart";
 import { Card, ErrorState } from "../../components/Page";
 import { RangePicker, type RangeKey } from "../../components/RangePicker";
 import { useHistory } from "../../hooks/useHistory";
+import { engineLabel, NOT_REPORTED, reportsMetrics } from "./engineKind";
 
 export function DeploymentHistory({ deployment }: { deployment: Deployment }) {
   const [range, setRange] = useState<RangeKey>("1h");
@@ -30,14 +31,24 @@ export function DeploymentHistory({ deployment }: { deployment: Deployment }) {
     [engine, gpus],
   );
   const h = history.data;
+  // An engine without metrics (llama.cpp) would chart its zeros as if it idled: say so instead.
+  const hasMetrics = reportsMetrics(deployment.engine, deployment.live);
   return (
     <Card title="History" testId="deployment-history" actions={<RangePicker value={range} onChange={setRange} />}>
       <ErrorState error={history.error} onRetry={history.reload} />
       <div className="chart-grid">
-        <HistoryChart history={h} lines={lines.tps} title="Throughput" unit="tokens/s" format={fmt.tokensPerS} testId="dh-tps" />
-        <HistoryChart history={h} lines={lines.requests} title="Requests in the engine" unit="requests" format={fmt.count} testId="dh-requests" />
-        <HistoryChart history={h} lines={lines.kv} title="KV cache usage" unit="%" format={fmt.percent} range={[0, 100]} testId="dh-kv" />
-        <HistoryChart history={h} lines={lines.latency} title="Latency p95 at the engine" unit="ms" format={fmt.ms} testId="dh-latency" />
+        {hasMetrics ? (
+          <>
+            <HistoryChart history={h} lines={lines.tps} title="Throughput" unit="tokens/s" format={fmt.tokensPerS} testId="dh-tps" />
+            <HistoryChart history={h} lines={lines.requests} title="Requests in the engine" unit="requests" format={fmt.count} testId="dh-requests" />
+            <HistoryChart history={h} lines={lines.kv} title="KV cache usage" unit="%" format={fmt.percent} range={[0, 100]} testId="dh-kv" />
+            <HistoryChart history={h} lines={lines.latency} title="Latency p95 at the engine" unit="ms" format={fmt.ms} testId="dh-latency" />
+          </>
+        ) : (
+          <p className="muted" data-testid="dh-not-reported">
+            Engine throughput, requests, KV cache and latency: {NOT_REPORTED} ({engineLabel(deployment.engine)} serves no metrics).
+          </p>
+        )}
         {gpus.length > 0 && (
           <HistoryChart history={h} lines={lines.gpus} title="GPU utilization" unit="%" format={fmt.percent} range={[0, 100]} testId="dh-gpu" />
         )}

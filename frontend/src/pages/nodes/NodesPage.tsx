@@ -14,6 +14,7 @@ import { useApi } from "../../hooks/useApi";
 import "./nodes.css";
 import { GpuUtilizationChart } from "./charts";
 import { ageSeconds, formatBytes, formatPct } from "../../format";
+import { engineLabel, liveFigure } from "./engineKind";
 import { useFleet } from "./useFleet";
 import { gpuKey } from "./useFleetLive";
 
@@ -223,7 +224,7 @@ export function NodesPage() {
             { header: sort("Name", "name"), cell: (d) => <Link to={`/nodes/deployments/${d.id}`}>{d.name}</Link> },
             { header: "Model", cell: (d) => d.model_version_label },
             { header: sort("Serves as", "served_model_name"), cell: (d) => <code>{d.served_model_name}</code> },
-            { header: sort("Engine", "engine"), cell: (d) => d.engine },
+            { header: sort("Engine", "engine"), cell: (d) => engineLabel(d.engine) },
             { header: sort("Host", "host__name"), cell: (d) => `${d.host_name}${d.gpu_indices.length ? ` · GPU ${d.gpu_indices.join(",")}` : " · CPU"}` },
             { header: sort("Port", "port"), className: "num", cell: (d) => d.port },
             {
@@ -250,8 +251,12 @@ export function NodesPage() {
                 </span>
               ),
             },
-            { header: "KV cache", className: "num", cell: (d) => formatPct(live.engines[d.id]?.kv_cache_usage_perc) },
-            { header: "Tokens/s", className: "num", cell: (d) => live.engines[d.id]?.tokens_per_s.toFixed(0) ?? "—" },
+            {
+              header: "KV cache",
+              className: "num",
+              cell: (d) => <span data-testid={`kv-${d.id}`}>{liveFigure(live.engines[d.id] ?? d.live, (e) => e.kv_cache_usage_perc, formatPct)}</span>,
+            },
+            { header: "Tokens/s", className: "num", cell: (d) => liveFigure(live.engines[d.id] ?? d.live, (e) => e.tokens_per_s, (v) => (v ?? 0).toFixed(0)) },
           ]}
         />
       </Card>
