@@ -11,6 +11,8 @@ the waiting DDL.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from django.db import connection, transaction
@@ -50,6 +52,21 @@ def sizes(table: str) -> list[tuple[str, int | None, int]]:
             [table],
         )
         return [(name, None if rows < 0 else rows, size) for name, rows, size in cursor.fetchall()]
+
+
+@contextlib.contextmanager
+def maintenance_lock(key: int) -> Iterator[bool]:
+    """PostgreSQL's session advisory lock `key`, tried once: yields whether this process holds it (and
+    frees it at the end). A maintenance that finds it held returns: another process is doing its work."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
+        held = bool(cursor.fetchone()[0])
+    try:
+        yield held
+    finally:
+        if held:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
 
 
 def set_lock_timeout(cursor: Any) -> None:

@@ -179,21 +179,16 @@ def maintain_request_log(
     if not request_log_is_partitioned():
         return RequestLogMaintenance(partitioned=False, deleted_rows=prune_request_log(days))
     result = RequestLogMaintenance(partitioned=True)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [MAINTENANCE_LOCK])
-        if not cursor.fetchone()[0]:
+    with partitions.maintenance_lock(MAINTENANCE_LOCK) as held:
+        if not held:
             result.skipped = True
             return result
-    try:
         _maintain_partitions(
             result,
             _utc_today() if today is None else today,
             settings.REQUEST_LOG_PARTITIONS_AHEAD if ahead is None else ahead,
             days,
         )
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [MAINTENANCE_LOCK])
     return result
 
 

@@ -85,15 +85,20 @@ def create_partition(resolution: int, start: int) -> tuple[bool, int]:
     )
 
 
+def _parse(name: str) -> tuple[int, float] | None:
+    """(resolution, start) of a partition named by partition_name; None for the default or others."""
+    m = _PARTITION.match(name)
+    if m is None or int(m[1]) not in PERIOD:
+        return None
+    return int(m[1]), dt.datetime.strptime(m[2], "%Y%m%d%H").replace(tzinfo=dt.UTC).timestamp()
+
+
 def _expired(names: set[str], cutoffs: dict[int, float]) -> list[str]:
     out = []
     for name in names:
-        m = _PARTITION.match(name)
-        if m and int(m[1]) in cutoffs:
-            resolution = int(m[1])
-            start = dt.datetime.strptime(m[2], "%Y%m%d%H").replace(tzinfo=dt.UTC).timestamp()
-            if start + PERIOD[resolution] <= cutoffs[resolution]:
-                out.append(name)
+        parsed = _parse(name)
+        if parsed and parsed[0] in cutoffs and parsed[1] + PERIOD[parsed[0]] <= cutoffs[parsed[0]]:
+            out.append(name)
     return sorted(out)
 
 
@@ -125,16 +130,11 @@ def maintain(now: float, keep: dict[int, float], max_bytes: float = float("inf")
     if not partitions.is_partitioned(TABLE):
         return HistoryMaintenance(partitioned=False, deleted_rows=_delete_old_rows(TABLE, cutoffs))
     result = HistoryMaintenance(partitioned=True)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [MAINTENANCE_LOCK])
-        if not cursor.fetchone()[0]:
+    with partitions.maintenance_lock(MAINTENANCE_LOCK) as held:
+        if not held:
             result.skipped = True
             return result
-    try:
         _maintain(result, now, cutoffs, max_bytes)
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [MAINTENANCE_LOCK])
     return result
 
 
@@ -205,11 +205,10 @@ def _keep_within(result: HistoryMaintenance, max_bytes: float, now: float) -> No
     total = 0
     for name, _, size in partitions.sizes(TABLE):
         total += size
-        m = _PARTITION.match(name)
-        if m:
-            resolution = int(m[1])
+        parsed = _parse(name)
+        if parsed:
+            resolution, start = parsed
             sized.append((resolution, size))
-            start = dt.datetime.strptime(m[2], "%Y%m%d%H").replace(tzinfo=dt.UTC).timestamp()
             # Only whole periods older than the floor; the newest points are never dropped for size.
             if start + PERIOD[resolution] <= now - FLOOR.get(resolution, 0):
                 parts.append((RESOLUTION_ORDER.index(resolution), start, name, size))
