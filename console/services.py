@@ -25,8 +25,9 @@ VISIBLE_PREFIX_LEN = 12
 
 
 def default_tenant_quota() -> dict[str, int | None]:
-    """The limits a tenant created through the API or console starts with (`DEFAULT_TENANT_QUOTA`);
-    None is no limit. Tenants made otherwise (the ORM, the demo seed, Django's admin) start with none."""
+    """The limits a tenant created through the API, the console or Django's admin starts with
+    (`DEFAULT_TENANT_QUOTA`); None is no limit. Tenants made otherwise (the ORM, the demo seed) start
+    with none."""
     return {name: settings.DEFAULT_TENANT_QUOTA.get(name) for name in Quota.LIMIT_FIELDS}
 
 

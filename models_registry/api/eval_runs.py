@@ -197,6 +197,12 @@ class DistributionSummarySerializer(serializers.Serializer):
         required=False,
         help_text="full_vocabulary (both sides listed their whole distribution: the KL is exact) or top_k.",
     )
+    keys = serializers.CharField(
+        required=False,
+        allow_null=True,
+        help_text="How both sides' listings were matched: token_ids (by token id: exact even where two ids "
+        "share a text), token_text, or mixed; null for runs made before it was recorded.",
+    )
     k = serializers.IntegerField(
         required=False, allow_null=True, help_text="Tokens listed per position (-1: the whole vocabulary)."
     )

@@ -10,8 +10,10 @@ Two shapes of `MetricRollup.values`:
 - requests (a pool, a tenant): `{part: stats}` with part `all` (and, for a pool, `short` and `long`,
   by prompt length against PROXY_LONG_PROMPT_TOKENS). `stats` is `{"requests", "ok", "4xx", "5xx",
   "prompt_tokens", "completion_tokens", "latency", "ttft"}` where `4xx` and `5xx` count the answers of
-  each status class, `latency` is a histogram of request latencies and `ttft` one of times to the first
-  token (bucket index -> count, only buckets with requests; streamed answers are the ones with a TTFT).
+  each status class, the tokens are those of admitted requests (routing/cost.py's rule: answered, or
+  an answer under way when it failed), `latency` is a histogram of request latencies and `ttft` one of
+  times to the first token (bucket index -> count, only buckets with requests; streamed answers are the
+  ones with a TTFT).
   Counts and histograms add up, so a coarser bucket's percentiles are those of all its requests, not a
   mean of finer percentiles. Points written before `4xx`, `5xx` and `ttft` were kept read as zero and
   empty there: their errors (`requests - ok`) are known, their split and TTFTs are not.
@@ -90,8 +92,12 @@ def add_request(
         stats["4xx"] += 1
     elif status >= 500:
         stats["5xx"] += 1
-    stats["prompt_tokens"] += prompt_tokens or 0
-    stats["completion_tokens"] += completion_tokens or 0
+    # Tokens of admitted work only, by routing/cost.py's ADMITTED test: a request refused at the door
+    # (scope, quota, limits, context) carries the prompt tokens the proxy counted, but nothing was
+    # served for it, and the charts' token rates would otherwise read a flood of refusals as load.
+    if status < 400 or completion_tokens is not None:
+        stats["prompt_tokens"] += prompt_tokens or 0
+        stats["completion_tokens"] += completion_tokens or 0
     for name, ms in (("latency", latency_ms), ("ttft", ttft_ms)):
         if ms is not None:
             key = str(latency_bucket(ms))

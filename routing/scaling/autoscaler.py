@@ -231,7 +231,9 @@ def read_pool_state(
         state.waiting_total += float(live.get("num_requests_waiting") or 0)
         state.running_total += float(live.get("num_requests_running") or 0)
         state.max_running = max(state.max_running, float(live.get("num_requests_running") or 0))
-        if live.get("kv_cache_usage_perc") is not None:
+        # An engine that serves no metrics (llama.cpp: `has_metrics` false) publishes a placeholder 0.0:
+        # averaged in, it would read as free KV cache and hold a busy pool back from scaling up.
+        if live.get("has_metrics", True) and live.get("kv_cache_usage_perc") is not None:
             kv.append(float(live["kv_cache_usage_perc"]))
         if baseline is not None and policy.target_ttft_ratio is not None:
             ratio = baselines.compare(baseline, live).get("ratio")

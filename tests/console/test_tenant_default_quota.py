@@ -4,6 +4,8 @@ replace the defaults; tenants that already exist keep what they have."""
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
 from pytest_django.fixtures import Settings
 from rest_framework.test import APIClient
 
@@ -101,3 +103,48 @@ def test_defaults_all_unset_create_no_quota(admin_client: APIClient, settings: S
     settings.DEFAULT_TENANT_QUOTA = {name: None for name in DEFAULTS}
     admin_client.post("/api/tenants/", {"name": "unlimited"}, format="json")
     assert not Quota.objects.filter(tenant__name="unlimited").exists()
+
+
+def _admin_form(name: str, quota: dict[str, str] | None = None) -> dict[str, str]:
+    """The add-tenant form of Django's admin as the browser posts it, with its quota inline."""
+    form = {
+        "name": name,
+        "description": "",
+        "is_active": "on",
+        "quota-TOTAL_FORMS": "1" if quota is not None else "0",
+        "quota-INITIAL_FORMS": "0",
+        "quota-MIN_NUM_FORMS": "0",
+        "quota-MAX_NUM_FORMS": "1",
+    }
+    for field, value in (quota or {}).items():
+        form[f"quota-0-{field}"] = value
+    return form
+
+
+def test_a_tenant_added_in_django_admin_gets_the_default_quota() -> None:
+    superuser = get_user_model().objects.create_superuser("root-admin", "root@example.invalid", "pw-1234567")
+    client = Client()
+    client.force_login(superuser)
+    resp = client.post("/django-admin/console/tenant/add/", _admin_form("from-admin"))
+    assert resp.status_code == 302, resp.content.decode()[:2000]
+    assert Quota.objects.get(tenant__name="from-admin").limits() == DEFAULTS
+
+    # Limits typed into the inline are what it keeps (blank ones are no limit, as the admin shows them).
+    typed = {
+        "requests_per_minute": "7",
+        "tokens_per_minute": "",
+        "max_concurrent_requests": "",
+        "daily_token_budget": "",
+        "max_input_tokens": "",
+        "max_output_tokens": "",
+    }
+    resp = client.post("/django-admin/console/tenant/add/", _admin_form("typed-limits", typed))
+    assert resp.status_code == 302, resp.content.decode()[:2000]
+    assert Quota.objects.get(tenant__name="typed-limits").limits()["requests_per_minute"] == 7
+
+    # Saving an existing tenant without a quota does not give it one.
+    bare = Tenant.objects.create(name="bare")
+    form = _admin_form("bare")
+    resp = client.post(f"/django-admin/console/tenant/{bare.pk}/change/", form)
+    assert resp.status_code == 302, resp.content.decode()[:2000]
+    assert not Quota.objects.filter(tenant=bare).exists()

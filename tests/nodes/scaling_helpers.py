@@ -37,9 +37,17 @@ def make_policy(template: Deployment, **fields: Any) -> ScalingPolicy:
     return ScalingPolicy.objects.create(**values)
 
 
-def set_live(deployment: Deployment, *, waiting: float = 0, running: float = 0, kv: float = 0.0) -> None:
+def set_live(
+    deployment: Deployment,
+    *,
+    waiting: float = 0,
+    running: float = 0,
+    kv: float = 0.0,
+    has_metrics: bool = True,
+) -> None:
     """What the agent would publish for this engine (nodes/agent/supervisor.py engine_live)."""
     live = {
+        "has_metrics": has_metrics,
         "deployment_id": deployment.pk,
         "state": "ready",
         "num_requests_waiting": waiting,

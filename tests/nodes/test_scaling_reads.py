@@ -186,3 +186,22 @@ def test_a_tick_evaluates_every_due_policy_as_one_evaluation_each_would(
     assert fast.last_evaluated_at == at(20) and "Within the targets" in fast.last_reason
     assert fast.last_metrics["serving"] == 2 and fast.last_metrics["waiting_total"] == 0
     assert every.last_evaluated_at == at(0)
+
+
+def test_an_engine_that_reports_no_metrics_is_left_out_of_the_pools_kv_usage(
+    template: Deployment, make_deployment: Any
+) -> None:
+    """A llama.cpp engine serves no metrics and publishes a placeholder KV of 0.0 with `has_metrics`
+    false: the pool's KV usage is the reporting engines' alone, not pulled down by the placeholder."""
+    quiet = make_deployment(role=ROLE, state=DeploymentState.READY)
+    policy = make_policy(template)
+    set_live(template, running=2, kv=0.9)
+    set_live(quiet, running=1, kv=0.0, has_metrics=False)
+
+    state = autoscaler.read_pool_state(policy)
+    assert len(state.live) == 2 and state.running_total == 3.0
+    assert state.kv_usage == pytest.approx(0.9)
+
+    # Reporting, a 0.0 is a real figure and counts.
+    set_live(quiet, running=1, kv=0.0)
+    assert autoscaler.read_pool_state(policy).kv_usage == pytest.approx(0.45)

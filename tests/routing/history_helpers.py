@@ -75,7 +75,7 @@ def log_request(
     tenant_id: int | None,
     status: int = 200,
     prompt_tokens: int = 100,
-    completion_tokens: int = 20,
+    completion_tokens: int | None = 20,
     latency_ms: float = 100.0,
 ) -> RequestLog:
     return RequestLog.objects.create(

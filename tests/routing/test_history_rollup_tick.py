@@ -50,6 +50,8 @@ def test_one_insert_per_tick_from_live_records_and_request_log(redis_clean: None
     log_request(start + 2, pool, fleet.tenant.pk, status=502, latency_ms=400.0, prompt_tokens=100)
     log_request(start + 3, pool, fleet.tenant.pk, latency_ms=900.0, prompt_tokens=3000)  # long
     log_request(start + 4, "", fleet.tenant.pk, status=401, latency_ms=1.0)  # refused before a pool
+    # Refused by the pool's limits with no answer: counted, but its prompt tokens are not.
+    log_request(start + 5, pool, fleet.tenant.pk, status=429, prompt_tokens=2000, completion_tokens=None)
     log_request(start - 1, pool, fleet.tenant.pk)  # the bucket before: not this tick's
     log_request(start + 10, pool, fleet.tenant.pk)  # the bucket after: the next tick's
 
@@ -87,13 +89,14 @@ def test_one_insert_per_tick_from_live_records_and_request_log(redis_clean: None
     pool_row = rows[("pool", pool)]
     assert pool_row.bucket.timestamp() == start
     parts = pool_row.values
-    assert parts["all"]["requests"] == 3 and parts["all"]["ok"] == 2
+    assert parts["all"]["requests"] == 4 and parts["all"]["ok"] == 2 and parts["all"]["4xx"] == 1
+    # The 502 had its answer under way (20 tokens): admitted; the 429's 2,000 prompt tokens are not.
     assert parts["all"]["prompt_tokens"] == 3200 and parts["all"]["completion_tokens"] == 60
-    assert parts["short"]["requests"] == 2 and parts["short"]["ok"] == 1
+    assert parts["short"]["requests"] == 3 and parts["short"]["ok"] == 1
     assert parts["long"]["requests"] == 1 and parts["long"]["ok"] == 1
     assert parts["long"]["latency"] == {str(latency_bucket(900.0)): 1}
     tenant = rows[("tenant", str(fleet.tenant.pk))].values
-    assert set(tenant) == {"all"} and tenant["all"]["requests"] == 4 and tenant["all"]["ok"] == 2
+    assert set(tenant) == {"all"} and tenant["all"]["requests"] == 5 and tenant["all"]["ok"] == 2
 
     # Beat firing twice in one bucket: the same rows are offered and none is written twice.
     services.rollup_tick(now + 1)
