@@ -12,7 +12,10 @@ prompts) are inserted. Each tick runs what beat runs every 10 s (`rollup_tick`),
 aggregation every sixth tick (beat: every minute) and pruning at the end, over `--ticks` ticks of
 simulated time ending now. Every SQL statement the rollup code runs is counted (Django's debug cursor):
 writes (INSERT, UPDATE, DELETE, COPY) per tick and per host per 10 s, reads, rows written, and each tick's
-time. Budget (issue 21): under one database write per host per 10 s. JSON in var/bench/rollup_writes.json.
+time. Budget (issue 21): under one database write per host per 10 s. With --agent-points (default
+alternate) the agents also write their host's 10 s point as a real sync does (nodes/tick_points.py),
+on every other tick, so the ticks that read those points and the ticks that build them from the live
+records are timed interleaved in one run. JSON in var/bench/rollup_writes.json.
 """
 
 from __future__ import annotations
@@ -73,6 +76,15 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000, help="request-log rows per 10 s bucket")
     parser.add_argument("--ticks", type=int, default=60)
     parser.add_argument(
+        "--agent-points",
+        choices=("on", "off", "alternate"),
+        default="alternate",
+        help="on: each simulated agent also writes its host's 10 s point, as a sync's script does "
+        "(nodes/tick_points.py); off: live records only, so the tick builds every point from them "
+        "(the in-process supervisor's hosts, and the code before the agent wrote points); alternate: "
+        "every other tick each way, interleaved in one run, both reported",
+    )
+    parser.add_argument(
         "--profile", action="store_true", help="cProfile's top functions of the last ticks and aggregation"
     )
     options = parser.parse_args()
@@ -83,6 +95,7 @@ def main() -> None:
 
     from console.models import Tenant
     from core.redis_client import get_redis
+    from nodes import tick_points
     from nodes.lifecycle import live_deployment_key, live_gpu_key
     from routing.models import MetricRollup, RequestLog, RoutePool
     from routing.rollups import services
@@ -107,10 +120,17 @@ def main() -> None:
     rng = random.Random(7)
     first = services.bucket_start(time.time(), 10) - 10 * options.ticks
 
-    def simulate_agents(ts: float) -> None:
-        """Every agent's tick: one live record per GPU and per engine (what the rollup reads)."""
+    engines_of: dict[int, list[Any]] = {}
+    for dep in deployments:
+        engines_of.setdefault(dep.host_id, []).append(dep)
+
+    def simulate_agents(ts: float, points: bool) -> None:
+        """Every agent's tick: one live record per GPU and per engine (what the rollup reads), and with
+        --agent-points on the host's point in the 10 s bucket's hash (one field per host)."""
         pipe = r.pipeline(transaction=False)
+        points_key = tick_points.bucket_key(tick_points.bucket_of(ts))
         for host in hosts:
+            samples = []
             for i in range(options.gpus):
                 # What NVML gives the agent (nodes/agent/gpus.py): whole percent and degrees, memory
                 # in bytes (an integer), power in milliwatts.
@@ -122,15 +142,21 @@ def main() -> None:
                     "power_watts": rng.randint(150_000, 700_000) / 1000,
                 }  # fmt: skip
                 pipe.set(live_gpu_key(host.name, i), json.dumps(sample), ex=600)
-        for dep in deployments:
-            live = {
-                "ts": ts, "deployment_id": dep.pk, "state": "ready",
-                "num_requests_running": rng.randint(0, 64), "num_requests_waiting": rng.randint(0, 8),
-                "kv_cache_usage_perc": rng.random(),
-                "tokens_per_s": rng.uniform(0, 3000), "ttft_p95_s": rng.uniform(0.05, 2),
-                "itl_p95_s": rng.uniform(0.01, 0.1), "has_metrics": True,
-            }  # fmt: skip
-            pipe.set(live_deployment_key(dep.pk), json.dumps(live), ex=600)
+                samples.append(sample)
+            records = []
+            for dep in engines_of.get(host.pk, []):
+                live = {
+                    "ts": ts, "deployment_id": dep.pk, "state": "ready",
+                    "num_requests_running": rng.randint(0, 64), "num_requests_waiting": rng.randint(0, 8),
+                    "kv_cache_usage_perc": rng.random(),
+                    "tokens_per_s": rng.uniform(0, 3000), "ttft_p95_s": rng.uniform(0.05, 2),
+                    "itl_p95_s": rng.uniform(0.01, 0.1), "has_metrics": True,
+                }  # fmt: skip
+                pipe.set(live_deployment_key(dep.pk), json.dumps(live), ex=600)
+                records.append(live)
+            if points:
+                pipe.hset(points_key, host.name, tick_points.host_point(samples, records))
+        pipe.expire(points_key, tick_points.KEEP_SECONDS)
         pipe.execute()
 
     def proxy_writes(bucket: float) -> None:
@@ -156,7 +182,13 @@ def main() -> None:
     try:
         for k in range(options.ticks):
             now = first + 10 * k + 3.0
-            simulate_agents(now)
+            # The tick reads the points written in the bucket before its own (the agents' last round).
+            from_points = k > 0 and (
+                options.agent_points == "on" or (options.agent_points == "alternate" and k % 2 == 1)
+            )
+            alternate = options.agent_points == "alternate"
+            writes_points = options.agent_points == "on" or (alternate and k % 2 == 0)
+            simulate_agents(now, writes_points)
             proxy_writes(services.bucket_start(now, 10) - services.REQUEST_LAG_SECONDS)
             writes, reads = counter.writes, counter.reads
             began = time.perf_counter()
@@ -179,6 +211,7 @@ def main() -> None:
                     "writes": counter.writes - writes,
                     "reads": counter.reads - reads,
                     "rows": offered,
+                    "from_points": from_points,
                 }
             )
         prune_writes = counter.writes
@@ -223,6 +256,23 @@ def main() -> None:
         "tick_ms_median": round(statistics.median(times), 1),
         "tick_ms_p95": round(times[int(0.95 * (len(times) - 1))], 1),
         "tick_ms_max": round(times[-1], 1),
+        "agent_points": options.agent_points,
+        # The ticks that read the agents' host points, and those that built every point from the live
+        # records, apart (interleaved with --agent-points alternate).
+        **{
+            f"tick_ms_median_{name}": round(statistics.median(group), 1) if group else None
+            for name, group in (
+                ("from_points", [t["ms"] for t in per_tick if t["from_points"]]),
+                ("from_live_records", [t["ms"] for t in per_tick if not t["from_points"]]),
+            )
+        },
+        **{
+            f"tick_ms_p95_{name}": round(sorted(group)[int(0.95 * (len(group) - 1))], 1) if group else None
+            for name, group in (
+                ("from_points", [t["ms"] for t in per_tick if t["from_points"]]),
+                ("from_live_records", [t["ms"] for t in per_tick if not t["from_points"]]),
+            )
+        },
         "aggregate_runs": len(aggregate_runs),
         "aggregate_rows_median": statistics.median(a["rows"] for a in aggregate_runs or [{"rows": 0}]),
         "aggregate_ms_median": round(statistics.median(agg_times), 1) if agg_times else None,

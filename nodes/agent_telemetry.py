@@ -5,7 +5,8 @@ The live record of each engine that still serves and the sample of each GPU the 
 the console's live groups as events, where someone listens. All the Redis writes of a sync, and the
 question "is anyone in these groups?", are one script call (`WRITE_SCRIPT`): one command to pack and
 one round trip, where a pipeline of SET, XADD and EXPIRE per series cost the ingest about a third of
-its CPU in redis-py's command packing (a host of 8 GPUs and 5 engines: 39 commands).
+its CPU in redis-py's command packing (a host of 8 GPUs and 5 engines: 39 commands). The same call sets
+the host's 10 s history point (nodes/tick_points.py), so the rollup tick need not rebuild it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import orjson
 from django.conf import settings
 
 from core.live import FLEET_GROUP, deployment_group, group_key, host_group
-from nodes import history
+from nodes import history, tick_points
 from nodes.lifecycle import live_deployment_key, live_gpu_key
 
 # Deployment states whose engine's live record is published: a crashed or stopped one's key must
@@ -27,8 +28,10 @@ from nodes.lifecycle import live_deployment_key, live_gpu_key
 LIVE_STATES = frozenset({"starting", "ready", "degraded"})
 
 # KEYS: the live keys (ARGV[2..n+1] their records), then the history series (ARGV[n+2..] each's fields
-# as a JSON list), then the live groups' member sets. ARGV[1]: n, m, the live TTL, the trim point (stream
-# ID) and the history expiry ("" leaves it). Returns how many of the groups have members (EXISTS).
+# as a JSON list), then the hash of the 10 s bucket's host points (ARGV[n+m+2] the host, ARGV[n+m+3] its
+# point), then the live groups' member sets. ARGV[1]: n, m, the live TTL, the trim point (stream ID),
+# the history expiry ("" leaves it) and the points hash's expiry. Returns how many of the groups have
+# members (EXISTS).
 WRITE_SCRIPT = """
 local h = cjson.decode(ARGV[1])
 local n, m = tonumber(h.n), tonumber(h.m)
@@ -42,8 +45,11 @@ for j = 1, m do
     redis.call('EXPIRE', key, h.keep)
   end
 end
-if #KEYS > n + m then
-  return redis.call('EXISTS', unpack(KEYS, n + m + 1))
+local points = KEYS[n + m + 1]
+redis.call('HSET', points, ARGV[n + m + 2], ARGV[n + m + 3])
+redis.call('EXPIRE', points, h.pkeep)
+if #KEYS > n + m + 1 then
+  return redis.call('EXISTS', unpack(KEYS, n + m + 2))
 end
 return 0
 """
@@ -69,14 +75,19 @@ class Telemetry:
         fields = [_flat(history.encode(live, history.ENGINE_FIELDS)) for live in self.engines]
         fields += [_flat(history.encode(sample, history.GPU_FIELDS)) for sample in self.gpus]
         keep = history.history_seconds()
+        now = time.time()
         head = {
             "n": len(live_keys),
             "m": len(series),
             "ttl": str(max(1, round(settings.NODE_LIVE_TTL_SECONDS))),
-            "minid": str(int((time.time() - keep) * 1000)),
+            "minid": str(int((now - keep) * 1000)),
             "keep": str(max(1, math.ceil(keep))) if renew_history else "",
+            "pkeep": str(tick_points.KEEP_SECONDS),
         }
-        return [*live_keys, *series, *groups], [orjson.dumps(head), *records, *fields]
+        points = tick_points.bucket_key(tick_points.bucket_of(now))
+        point = tick_points.host_point(self.gpus, self.engines)
+        keys = [*live_keys, *series, points, *groups]
+        return keys, [orjson.dumps(head), *records, *fields, self.host, point]
 
     def sends(self) -> list[tuple[str, dict[str, Any]]]:
         """The console's live events: one per engine to its deployment's group, the host's to two."""

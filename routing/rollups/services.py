@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +18,8 @@ import orjson
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
+from core.redis_client import get_redis
+from nodes import tick_points
 from nodes.choices import DeploymentState, DesiredState
 from nodes.lifecycle import live_deployment_key, live_gpu_key, read_live_many
 from nodes.models import Deployment, Gpu
@@ -27,17 +28,10 @@ from routing.models import MetricRollup, RequestLog
 from routing.rollups import partitions, stats
 from routing.rollups.stats import SIGNIFICANT
 
-TICK_SECONDS = 10
+TICK_SECONDS = tick_points.BUCKET_SECONDS
 RESOLUTIONS = (10, 60, 3600)
-GPU_FIELDS = ("utilization_pct", "memory_used_bytes", "memory_total_bytes", "temperature_c", "power_watts")
-ENGINE_FIELDS = (
-    "num_requests_running",
-    "num_requests_waiting",
-    "kv_cache_usage_perc",
-    "tokens_per_s",
-    "ttft_p95_s",
-    "itl_p95_s",
-)
+GPU_FIELDS = tick_points.GPU_FIELDS
+ENGINE_FIELDS = tick_points.ENGINE_FIELDS
 GAUGE_FIELDS: dict[str, tuple[str, ...]] = {RollupKind.GPU: GPU_FIELDS, RollupKind.ENGINE: ENGINE_FIELDS}
 # Kinds kept one row per host: `values` maps each member (a GPU index, a deployment id) to its point.
 PACKED_KINDS = tuple(GAUGE_FIELDS)
@@ -86,15 +80,6 @@ def packed_row(kind: str, key: str, host: str = "") -> tuple[str, str]:
     return host, key
 
 
-_NUMBER = (int, float)
-
-
-def _gauges(live: dict[str, Any], fields: Iterable[str]) -> list[float | None]:
-    # type() and not isinstance(): a bool is an int, and never a gauge. 13,000 records a tick at 1,000
-    # hosts, so no per-field function call beyond the dict's.
-    return [1, *(float(v) if type(v) in _NUMBER else None for v in map(live.get, fields))]  # type: ignore[arg-type]
-
-
 def gauge_values(kind: str, n: int = 1, **fields: float) -> list[float | None]:
     """A gauge point of `kind` from named fields (absent ones null): `[n, value, ...]`."""
     return [n, *(fields.get(name) for name in GAUGE_FIELDS[kind])]
@@ -109,14 +94,45 @@ def named_gauges(kind: str, kept: list[Any] | str) -> dict[str, Any]:
 
 
 def collect_live(now: float) -> list[Point]:
-    """The 10 s points of every GPU and engine with a current live record (one MGET), one row per host
-    and kind: `{"<GPU index>": point}` and `{"<deployment id>": point}` (see PACKED_KINDS)."""
+    """The 10 s points of every GPU and engine, one row per host and kind: `{"<GPU index>": point}` and
+    `{"<deployment id>": point}` (see PACKED_KINDS).
+
+    A host whose agent syncs wrote its point into the bucket that just ended (nodes/tick_points.py) gets
+    that point, at that bucket, as written: one HGETALL for the fleet and no parse. The others (no
+    agent sync in that bucket: the in-process supervisor's hosts, an agent that went quiet) get their
+    live records as they are now, at the current bucket, read with one MGET."""
+    ended = tick_points.bucket_of(now) - TICK_SECONDS
+    written = _host_points(ended)
+    points: list[Point] = []
+    at_ended = _at(ended)
+    for host, raw in written.items():
+        gpu_text, _, engine_text = raw.partition(tick_points.SEPARATOR)
+        if gpu_text != b"{}":
+            points.append(_row(10, RollupKind.GPU, host, at_ended, orjson.Fragment(gpu_text)))
+        if engine_text and engine_text != b"{}":
+            points.append(_row(10, RollupKind.ENGINE, host, at_ended, orjson.Fragment(engine_text)))
+    return points + _collect_from_live_records(now, exclude_hosts=list(written))
+
+
+def _host_points(bucket: int) -> dict[str, bytes]:
+    """The host points written into `bucket`'s hash, by host; none with Redis down (a gap, as below)."""
+    try:
+        raw = get_redis().hgetall(tick_points.bucket_key(bucket))
+    except Exception:  # redis errors must never break the tick: the hosts fall back to live records
+        return {}
+    return {
+        (h.decode() if isinstance(h, bytes) else h): (v if isinstance(v, bytes) else v.encode())
+        for h, v in raw.items()
+    }
+
+
+def _collect_from_live_records(now: float, exclude_hosts: list[str]) -> list[Point]:
     at = _at(bucket_start(now, TICK_SECONDS))
-    gpus = list(Gpu.objects.values_list("host__name", "index"))
+    gpus = list(Gpu.objects.exclude(host__name__in=exclude_hosts).values_list("host__name", "index"))
     deployments = list(
-        Deployment.objects.exclude(
-            state=DeploymentState.STOPPED, desired_state=DesiredState.STOPPED
-        ).values_list("pk", "host__name")
+        Deployment.objects.exclude(state=DeploymentState.STOPPED, desired_state=DesiredState.STOPPED)
+        .exclude(host__name__in=exclude_hosts)
+        .values_list("pk", "host__name")
     )
     gpu_keys = [live_gpu_key(h, i) for h, i in gpus]
     engine_keys = [live_deployment_key(pk) for pk, _ in deployments]
@@ -126,11 +142,13 @@ def collect_live(now: float) -> list[Point]:
     for (host, index), key in zip(gpus, gpu_keys, strict=True):
         record = live.get(key)
         if record is not None:
-            by_host[RollupKind.GPU].setdefault(host, {})[str(index)] = _gauges(record, GPU_FIELDS)
+            by_host[RollupKind.GPU].setdefault(host, {})[str(index)] = tick_points.gauges(record, GPU_FIELDS)
     for (pk, host), key in zip(deployments, engine_keys, strict=True):
         record = live.get(key)
         if record is not None:
-            by_host[RollupKind.ENGINE].setdefault(host, {})[str(pk)] = _gauges(record, ENGINE_FIELDS)
+            by_host[RollupKind.ENGINE].setdefault(host, {})[str(pk)] = tick_points.gauges(
+                record, ENGINE_FIELDS
+            )
     return [
         _row(10, kind, host, at, members)
         for kind, hosts in by_host.items()
@@ -225,7 +243,14 @@ def _insert(points: list[Point]) -> int:
                 )
     MetricRollup.objects.bulk_create(
         [
-            MetricRollup(resolution_s=r, kind=k, subject=sub, bucket=at, values=v)
+            MetricRollup(
+                resolution_s=r,
+                kind=k,
+                subject=sub,
+                bucket=at,
+                # A host point kept as written (collect_live) is JSON text: the ORM wants the value.
+                values=orjson.loads(orjson.dumps(v)) if isinstance(v, orjson.Fragment) else v,
+            )
             for r, k, sub, at, v in points
         ],
         ignore_conflicts=True,

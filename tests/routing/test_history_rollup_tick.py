@@ -10,6 +10,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from core.redis_client import get_redis
+from nodes import agent_telemetry, tick_points
 from routing.models import MetricRollup
 from routing.rollups import services
 from routing.rollups.services import named_gauges
@@ -115,3 +117,86 @@ def test_points_with_copy_special_characters_are_written_as_they_are() -> None:
     # The same point again: skipped (the COPY fails on the unique bucket and the fallback skips it).
     assert services._insert([(10, "pool", subject, at, {"all": {}})]) == 1
     assert MetricRollup.objects.get(resolution_s=10, kind="pool", bucket=at).values == values
+
+
+def _agent_sync(host: str, deployment_id: int, deployment_name: str) -> int:
+    """What one agent sync writes (the ingest's and the full sync's script call); returns the 10 s
+    bucket it wrote its host point into."""
+    for _ in range(3):
+        began = tick_points.bucket_of(time.time())
+        out = agent_telemetry.telemetry(
+            host,
+            {deployment_id: (deployment_name, "ready")},
+            {0, 1},
+            engines=[
+                {
+                    "deployment_id": deployment_id,
+                    "ts": time.time(),
+                    "num_requests_running": 3,
+                    "kv_cache_usage_perc": 0.5,
+                    "tokens_per_s": 120.0,
+                    "ttft_p95_s": None,
+                }
+            ],
+            gpus=[
+                {
+                    "index": 0,
+                    "ts": time.time(),
+                    "utilization_pct": 40.0,
+                    "memory_used_bytes": 10.0 * GIB,
+                    "memory_total_bytes": 80.0 * GIB,
+                    "temperature_c": 50.0,
+                    "power_watts": True,
+                }
+            ],
+            info={},
+        )
+        keys, args = out.script_call([])
+        get_redis().register_script(agent_telemetry.WRITE_SCRIPT)(keys=keys, args=args)
+        if tick_points.bucket_of(time.time()) == began:  # not split by a bucket's end
+            return began
+    raise AssertionError("three syncs in a row straddled a bucket's end")
+
+
+def test_a_synced_hosts_point_is_the_one_its_agent_wrote_the_others_read_live(redis_clean: None) -> None:
+    synced = make_fleet("hist-a")
+    local = make_fleet("hist-b")
+    bucket = _agent_sync("hist-a", synced.deployment.pk, synced.deployment.name)
+    # A later live record of the synced host is not what its point of that bucket keeps: the tick read
+    # the point its agent wrote, not the live records (a bool is never a gauge: power is null).
+    publish_gpu("hist-a", 0, utilization_pct=99.0)
+    # The other host's records are written outside the agent sync (the in-process supervisor).
+    publish_gpu("hist-b", 1, utilization_pct=7.0)
+    publish_engine(local.deployment.pk, num_requests_running=1)
+
+    now = bucket + 10 + 3.0  # the next bucket's tick
+    assert services.rollup_tick(now) == 4
+    rows = {(r.kind, r.subject): r for r in MetricRollup.objects.all()}
+    assert set(rows) == {("gpu", "hist-a"), ("engine", "hist-a"), ("gpu", "hist-b"), ("engine", "hist-b")}
+
+    gpu = rows[("gpu", "hist-a")]
+    assert gpu.bucket.timestamp() == bucket  # the bucket its agent wrote it in
+    assert named_gauges("gpu", gpu.values["0"]) == {
+        "n": 1,
+        "utilization_pct": 40.0,
+        "memory_used_bytes": 10.0 * GIB,
+        "memory_total_bytes": 80.0 * GIB,
+        "temperature_c": 50.0,
+    }
+    engine = rows[("engine", "hist-a")]
+    assert engine.bucket.timestamp() == bucket
+    assert named_gauges("engine", engine.values[str(synced.deployment.pk)]) == {
+        "n": 1,
+        "num_requests_running": 3.0,
+        "kv_cache_usage_perc": 0.5,
+        "tokens_per_s": 120.0,
+    }
+    # The host with no agent point: its live records as they are at the tick, at the tick's bucket.
+    other = rows[("gpu", "hist-b")]
+    assert other.bucket.timestamp() == bucket + 10
+    assert named_gauges("gpu", other.values["1"])["utilization_pct"] == 7.0
+    assert rows[("engine", "hist-b")].bucket.timestamp() == bucket + 10
+
+    # Run again in the same bucket: the points already written are skipped, not doubled.
+    services.rollup_tick(now + 1)
+    assert MetricRollup.objects.count() == 4
