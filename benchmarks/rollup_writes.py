@@ -189,6 +189,16 @@ def main() -> None:
             alternate = options.agent_points == "alternate"
             writes_points = options.agent_points == "on" or (alternate and k % 2 == 0)
             simulate_agents(now, writes_points)
+            if alternate and from_points:
+                # The tick before built its points from the live records, at its own bucket: the bucket
+                # these points are of. A host's switch from one way to the other meets its own row
+                # once (then the COPY falls back to INSERT ... ON CONFLICT); here it would every time,
+                # so that tick's rows go first (not timed).
+                MetricRollup.objects.filter(
+                    resolution_s=10,
+                    kind__in=services.PACKED_KINDS,
+                    bucket=services._at(services.bucket_start(now, 10) - 10),
+                ).delete()
             proxy_writes(services.bucket_start(now, 10) - services.REQUEST_LAG_SECONDS)
             writes, reads = counter.writes, counter.reads
             began = time.perf_counter()
