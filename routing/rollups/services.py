@@ -22,7 +22,7 @@ from core.redis_client import get_redis
 from nodes import tick_points
 from nodes.choices import DeploymentState, DesiredState
 from nodes.lifecycle import live_deployment_key, live_gpu_key, read_live_many
-from nodes.models import Deployment, Gpu
+from nodes.models import Deployment, Gpu, Host
 from routing.choices import RollupKind
 from routing.models import MetricRollup, RequestLog
 from routing.rollups import partitions, stats
@@ -111,7 +111,10 @@ def collect_live(now: float) -> list[Point]:
             points.append(_row(10, RollupKind.GPU, host, at_ended, orjson.Fragment(gpu_text)))
         if engine_text and engine_text != b"{}":
             points.append(_row(10, RollupKind.ENGINE, host, at_ended, orjson.Fragment(engine_text)))
-    return points + _collect_from_live_records(now, exclude_hosts=list(written))
+    # The hosts left to read from live records, found by name: one query of 1,000 short rows, where
+    # excluding 1,000 names from the GPUs and deployments cost 30 ms even when nothing was left.
+    missing = [name for name in Host.objects.values_list("name", flat=True) if name not in written]
+    return points + (_collect_from_live_records(now, hosts=missing) if missing else [])
 
 
 def _host_points(bucket: int) -> dict[str, bytes]:
@@ -126,12 +129,12 @@ def _host_points(bucket: int) -> dict[str, bytes]:
     }
 
 
-def _collect_from_live_records(now: float, exclude_hosts: list[str]) -> list[Point]:
+def _collect_from_live_records(now: float, hosts: list[str]) -> list[Point]:
     at = _at(bucket_start(now, TICK_SECONDS))
-    gpus = list(Gpu.objects.exclude(host__name__in=exclude_hosts).values_list("host__name", "index"))
+    gpus = list(Gpu.objects.filter(host__name__in=hosts).values_list("host__name", "index"))
     deployments = list(
         Deployment.objects.exclude(state=DeploymentState.STOPPED, desired_state=DesiredState.STOPPED)
-        .exclude(host__name__in=exclude_hosts)
+        .filter(host__name__in=hosts)
         .values_list("pk", "host__name")
     )
     gpu_keys = [live_gpu_key(h, i) for h, i in gpus]
@@ -169,7 +172,9 @@ def collect_requests(now: float) -> list[Point]:
     ).values_list(
         "route_pool", "tenant_id", "status", "prompt_tokens", "completion_tokens", "latency_ms", "ttft_ms"
     )
-    for pool, tenant_id, status, prompt, completion, latency, ttft in rows.iterator(chunk_size=5000):
+    # Fetched whole, not through iterator(): on PostgreSQL that is a server-side cursor (DECLARE, FETCH),
+    # which cost more than the rows of one 10 s bucket take in memory (2,000 rows: a third of the tick).
+    for pool, tenant_id, status, prompt, completion, latency, ttft in rows:
         if pool:
             parts = pools.setdefault(pool, {"all": stats.empty_requests()})
             length = "long" if (prompt or 0) >= long_from else "short"
