@@ -39,8 +39,6 @@ ENGINE_FIELDS = (
 # newline, so the tick splits without parsing.
 SEPARATOR = b"\n"
 
-_NUMBER = (int, float)
-
 
 def bucket_of(ts: float) -> int:
     return int(ts // BUCKET_SECONDS) * BUCKET_SECONDS
@@ -52,9 +50,15 @@ def bucket_key(bucket: int) -> str:
 
 def gauges(record: dict[str, Any], fields: Iterable[str]) -> list[float | None]:
     """One sample as a point: `[1, value, ...]`, null where the record has no number."""
-    # type() and not isinstance(): a bool is an int, and never a gauge. 13,000 records a tick at 1,000
-    # hosts when the tick builds them, so no per-field function call beyond the dict's.
-    return [1, *(float(v) if type(v) in _NUMBER else None for v in map(record.get, fields))]  # type: ignore[arg-type]
+    # Written on every agent sync (and for 13,000 records a tick where the rollup builds them), so a
+    # plain loop: half the time of a generator over map(). type() and not isinstance(): a bool is an
+    # int, and never a gauge.
+    out: list[float | None] = [1]
+    for name in fields:
+        value = record.get(name)
+        kind = type(value)
+        out.append(float(value) if kind is float or kind is int else None)  # type: ignore[arg-type]
+    return out
 
 
 def host_point(gpus: Iterable[dict[str, Any]], engines: Iterable[dict[str, Any]]) -> bytes:
