@@ -16,6 +16,7 @@ import { StoresPage } from "./pages/models/StoresPage";
 import { VersionDetailPage } from "./pages/models/VersionDetailPage";
 import { DeploymentDetailPage } from "./pages/nodes/DeploymentDetailPage";
 import { NodesPage } from "./pages/nodes/NodesPage";
+import { PlaygroundPage } from "./pages/playground/PlaygroundPage";
 import { RequestLogPage } from "./pages/requests/RequestLogPage";
 import { RolloutsPage } from "./pages/rollouts/RolloutsPage";
 import { ShadowPairsPage } from "./pages/rollouts/ShadowPairsPage";
@@ -49,6 +50,7 @@ export const routes: ConsoleRoute[] = [
   { path: "routing/chains/:id", element: <StageChainPage /> },
   { path: "rollouts", element: <RolloutsPage />, nav: { label: "Rollouts", section: "Fleet" } },
   { path: "rollouts/shadow/:alias", element: <ShadowPairsPage /> },
+  { path: "playground", element: <PlaygroundPage />, nav: { label: "Playground", section: "Fleet" } },
   { path: "tenants", element: <TenantsPage />, nav: { label: "Tenants", section: "Access" } },
   { path: "tenants/:id", element: <TenantDetailPage /> },
   { path: "evaluations", element: <RunsPage />, nav: { label: "Evaluations", section: "Quality" } },

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from routing.proxy import metrics as m
-from routing.proxy import spill
+from routing.proxy import pin, spill
 from routing.proxy.canary import draw
 from routing.proxy.config import Canary, Endpoint, Policy, Pool
 from routing.proxy.errors import ProxyError, bad_request, unavailable
@@ -112,6 +112,9 @@ def route(
     """The proxy's part of the route decision: the pool, why, and the endpoints the scorer picks from
     (the canary candidate's when the request is drawn for it and one can take it)."""
     pool, reason = pick_pool(svc, policy, alias, ctx, header(scope, b"x-task"))
+    version = pin.requested_version(scope)
+    if version is not None:
+        return pinned_route(svc, pool, reason, alias, version, tokens, out)
     if pool.canary is not None:
         drawn = draw_canary(svc, ctx, pool, pool.canary, scope, tokens, out)
         if drawn:
@@ -124,6 +127,21 @@ def route(
         if spilled is not None:
             return spilled[0], f"{reason}; {spilled[2]}", spilled[1]
     return pool, reason, candidates
+
+
+def pinned_route(
+    svc: Services, picked: Pool, reason: str, alias: str, version: int, tokens: int, out: int | None
+) -> tuple[Pool, str, list[Endpoint]]:
+    """The route of a request that names its version (routing/proxy/pin.py): that version's endpoints."""
+    snap = svc.snapshot
+    mine = pin.version_endpoints(snap, alias, version)
+    now, state = time.monotonic(), svc.live.of
+    eps = [ep for ep in mine if fits(ep, tokens, out) and state(ep).available(now)]
+    label = snap.version_labels.get(version, "version")
+    if not eps:
+        raise pin.no_candidate(alias, version, label)
+    pool = pin.pool_for(snap, picked, alias, version)
+    return pool, f"{reason}; pinned version {label} (id {version})", eps
 
 
 def fits(ep: Endpoint, tokens: int, out: int | None) -> bool:

@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 import redis.asyncio as aioredis
 
-from routing.proxy import answercache, responseformat
+from routing.proxy import answercache, pin, responseformat
 from routing.proxy import metrics as m
 from routing.proxy.config import ChainSpec
 from routing.proxy.errors import ProxyError
@@ -293,9 +293,10 @@ class Cache(Stage):
         if "no-store" in control:
             self._outcome(ctx, "bypass", b"bypass")  # neither read nor written
             return
-        name = answercache.digest(
-            ctx.kind, ctx.alias, answercache.served_versions(svc.snapshot, ctx.alias), body
-        )
+        # A request naming its version (routing/proxy/pin.py) shares entries only with that version's.
+        pinned = pin.requested_version(scope)
+        versions = answercache.served_versions(svc.snapshot, ctx.alias) if pinned is None else f"pin:{pinned}"
+        name = answercache.digest(ctx.kind, ctx.alias, versions, body)
         recorder = answercache.Recorder()
         visit = run_of(ctx).state[self.name] = CacheVisit(name, recorder)
         if asked == "bypass" or "no-cache" in control:

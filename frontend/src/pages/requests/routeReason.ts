@@ -29,6 +29,7 @@ function explain(raw: string): Pick<RouteStep, "text" | "link"> {
   if ((m = raw.match(/^canary ([\d.]+)%$/))) return { text: `Canary: drawn for the candidate version (${m[1]}% share)`, link: "/rollouts" };
   if ((m = raw.match(/^fallback (.+)$/))) return { text: `Fallback to pool ${m[1]} (the chosen pool had no healthy engine)`, link: "/routing" };
   if ((m = raw.match(/^spill (\S+)(?: (.*))?$/))) return { text: `Spilled onto pool ${m[1]}${m[2] ? ` (${m[2]})` : ""}`, link: "/routing" };
+  if ((m = raw.match(/^pinned version (.+)$/))) return { text: `Version ${m[1]} named by the request (x-inferchain-version)` };
   if ((m = raw.match(/^retry (\d+)$/))) return { text: `Retry ${m[1]} (an earlier engine failed)` };
   const scorer = SCORERS.find((s) => raw === s || raw.startsWith(`${s} `));
   if (scorer) {
