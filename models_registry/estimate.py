@@ -66,6 +66,8 @@ class Step:
     label: str
     formula: str
     value: float | int
+    # What `value` counts, so a page never shows a token count as bytes: bytes, tokens or count.
+    unit: str = "bytes"
 
 
 @dataclass
@@ -431,6 +433,7 @@ def estimate_memory(
             "parameters",
             f"linear {linear:,} + embeddings/head/norms {other:,}",
             total,
+            "count",
         )
     )
     model_dtype = str(architecture.get("dtype") or "float16").lower()
@@ -590,6 +593,7 @@ def fit_architecture(
             f"floor({max(0, free_for_kv):,} / ({est.kv_bytes_per_token:,} B x {KV_BLOCK_TOKENS})) blocks"
             f" x {KV_BLOCK_TOKENS} tokens",
             kv_tokens,
+            "tokens",
         )
     )
     largest = kv_tokens if max_context is None else min(kv_tokens, max_context)
@@ -599,11 +603,17 @@ def fit_architecture(
             "largest context that fits",
             f"min({kv_tokens:,} KV tokens, {model_max} model max)",
             largest,
+            "tokens",
         )
     )
     full_length = kv_tokens // max_model_len
     steps.append(
-        Step("full-length sequences at once", f"floor({kv_tokens:,} / {max_model_len:,})", full_length)
+        Step(
+            "full-length sequences at once",
+            f"floor({kv_tokens:,} / {max_model_len:,})",
+            full_length,
+            "count",
+        )
     )
 
     if free_for_kv <= 0:

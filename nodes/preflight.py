@@ -5,6 +5,7 @@ The API runs it on create and in the deploy wizard; the agent runs it again befo
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from django.db.models import Q
@@ -100,32 +101,45 @@ def held_fraction(deployment: Deployment, gpu_total_bytes: int) -> float:
     return util
 
 
-def _gpu_reservations(
-    host: Host, gpu_indices: tuple[int, ...], exclude_id: int | None, totals: dict[int, int] | None = None
-) -> dict[int, list[tuple[str, float]]]:
-    """For each GPU index, the (deployment name, share of its memory) of others that hold it.
+def reservations(
+    host_ids: Iterable[int] | None, exclude_id: int | None, totals: Mapping[tuple[int, int], int]
+) -> dict[tuple[int, int], list[tuple[str, float]]]:
+    """For each (host id, GPU index) others hold, the (deployment name, share of its memory) of each.
 
     A deployment on vLLM's default reserves what vLLM takes: 0.92; a sleeping one what sleep leaves
-    (held_fraction). A deployment spanning hosts holds its members' GPUs on their hosts too.
+    (held_fraction, which needs the GPU's total from `totals`). A deployment spanning hosts holds its
+    members' GPUs on their hosts too. `host_ids` None: every host, in the same two queries.
     """
     live = Q(state__in=ACTIVE_STATES) & ~Q(desired_state=DesiredState.STOPPED, state=DeploymentState.STOPPED)
-    others = Deployment.objects.filter(live, host=host)
-    members = DeploymentMember.objects.filter(host=host).select_related("deployment")
+    others = Deployment.objects.filter(live)
+    members = DeploymentMember.objects.select_related("deployment")
     members = members.filter(deployment__state__in=ACTIVE_STATES).exclude(
         deployment__desired_state=DesiredState.STOPPED, deployment__state=DeploymentState.STOPPED
     )
+    if host_ids is not None:
+        others = others.filter(host_id__in=list(host_ids))
+        members = members.filter(host_id__in=list(host_ids))
     if exclude_id is not None:
         others = others.exclude(pk=exclude_id)
         members = members.exclude(deployment_id=exclude_id)
-    holders = [(other, other.gpu_indices) for other in others]
-    holders += [(member.deployment, member.gpu_indices) for member in members]
-    held: dict[int, list[tuple[str, float]]] = {i: [] for i in gpu_indices}
-    for other, indices in holders:
+    holders = [(other, other.host_id, other.gpu_indices) for other in others]
+    holders += [(member.deployment, member.host_id, member.gpu_indices) for member in members]
+    held: dict[tuple[int, int], list[tuple[str, float]]] = {}
+    for other, host_id, indices in holders:
+        asleep = " (asleep)" if other.state == DeploymentState.SLEEPING else ""
         for index in indices or []:
-            if index in held:
-                asleep = " (asleep)" if other.state == DeploymentState.SLEEPING else ""
-                held[index].append((other.name + asleep, held_fraction(other, (totals or {}).get(index, 0))))
+            share = held_fraction(other, totals.get((host_id, index), 0))
+            held.setdefault((host_id, index), []).append((other.name + asleep, share))
     return held
+
+
+def gpu_reservations(
+    host: Host, gpu_indices: tuple[int, ...], exclude_id: int | None, totals: dict[int, int] | None = None
+) -> dict[int, list[tuple[str, float]]]:
+    """For each of `gpu_indices` on `host`, the (deployment name, share of its memory) of others that
+    hold it (see `reservations`)."""
+    held = reservations([host.pk], exclude_id, {(host.pk, i): t for i, t in (totals or {}).items()})
+    return {i: held.get((host.pk, i), []) for i in gpu_indices}
 
 
 def preflight(spec: DeploySpec, *, exclude_id: int | None = None, check_reachable: bool = True) -> Preflight:
@@ -459,7 +473,7 @@ def _stage_gpus(
         return None
     wanted = VLLM_DEFAULT_GPU_MEMORY_UTILIZATION if utilization is None else utilization
     totals = {i: g.memory_total_bytes for i, g in gpus.items()}
-    for index, gpu_holders in _gpu_reservations(host, stage.gpu_indices, exclude_id, totals).items():
+    for index, gpu_holders in gpu_reservations(host, stage.gpu_indices, exclude_id, totals).items():
         taken = sum(util for _, util in gpu_holders)
         if taken + wanted > 1.0 + 1e-9:
             names = ", ".join(f"'{name}' ({util:.0%})" for name, util in gpu_holders)

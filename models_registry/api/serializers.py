@@ -421,6 +421,10 @@ class StepSerializer(serializers.Serializer):
     label = serializers.CharField()  # type: ignore[assignment]
     formula = serializers.CharField()
     value = serializers.FloatField()
+    unit = serializers.ChoiceField(
+        choices=[("bytes", "bytes"), ("tokens", "tokens"), ("count", "count")],
+        help_text="What `value` counts: a token count is not shown as bytes.",
+    )
 
 
 class FitResultSerializer(serializers.Serializer):

@@ -8,7 +8,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from core.api.base import StrictModelSerializer, StrictSerializerMixin
-from models_registry.api.serializers import FitResultSerializer
+from models_registry.api.serializers import FitResultSerializer, StepSerializer
 from models_registry.models import ModelVersion, QuantizationConfig
 from nodes import baselines, fleet_summary
 from nodes.choices import ACTIVE_STATES, DeploymentState, Engine, MultiHostBackend
@@ -747,3 +747,173 @@ class FleetSummarySerializer(serializers.Serializer):
     pools = PoolSummarySerializer(many=True)
     busiest_engines = BusyEngineSerializer(many=True, help_text="By KV cache usage, then requests waiting.")
     hottest_gpus = HotGpuSerializer(many=True, help_text="By utilization.")
+
+
+class PlacementRequestSerializer(StrictSerializerMixin, serializers.Serializer):
+    """The deploy wizard's placement help: where could this version run with these settings?"""
+
+    model_version = serializers.PrimaryKeyRelatedField(
+        queryset=ModelVersion.objects.all(),
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Omitted: only the free memory per GPU comes back.",
+    )
+    quantization = serializers.PrimaryKeyRelatedField(
+        queryset=QuantizationConfig.objects.all(), required=False, allow_null=True, default=None
+    )
+    engine = serializers.ChoiceField(choices=Engine.choices, default=Engine.VLLM)
+    host = serializers.PrimaryKeyRelatedField(
+        queryset=Host.objects.all(),
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Omitted: every host is a candidate.",
+    )
+    gpu_indices = serializers.ListField(
+        child=serializers.IntegerField(min_value=0),
+        default=list,
+        help_text="The GPUs picked so far (on `host`); empty: the verdict is on the proposed placement.",
+    )
+    gpu_memory_utilization = serializers.FloatField(
+        min_value=0.01, max_value=1.0, required=False, allow_null=True, default=None
+    )
+    max_model_len = serializers.IntegerField(min_value=1, max_value=10_000_000, default=4096)
+    max_num_seqs = serializers.IntegerField(min_value=1, required=False, allow_null=True, default=None)
+    max_num_batched_tokens = serializers.IntegerField(
+        min_value=1, required=False, allow_null=True, default=None
+    )
+    tensor_parallel_size = serializers.IntegerField(
+        min_value=1,
+        max_value=64,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Omitted: the number of GPUs picked, or as few as fit (1, 2, 4, 8) for the proposal.",
+    )
+
+    def validate(self, attrs: Any) -> Any:
+        attrs = super().validate(attrs)
+        if attrs["gpu_indices"] and attrs["host"] is None:
+            raise serializers.ValidationError({"gpu_indices": ["Pick the host these GPUs are on."]})
+        tp = attrs["tensor_parallel_size"]
+        if tp is not None and attrs["gpu_indices"] and tp != len(attrs["gpu_indices"]):
+            raise serializers.ValidationError(
+                {
+                    "tensor_parallel_size": [
+                        f"tensor_parallel_size ({tp}) must equal the number of GPUs picked "
+                        f"({len(attrs['gpu_indices'])}); vLLM runs one worker per GPU."
+                    ]
+                }
+            )
+        return attrs
+
+
+class GpuHolderSerializer(serializers.Serializer):
+    deployment = serializers.CharField(help_text="The deployment's name; '(asleep)' when it sleeps.")
+    fraction = serializers.FloatField(help_text="The share of the GPU's memory it holds.")
+
+    def to_representation(self, instance: Any) -> Any:
+        name, share = instance
+        return {"deployment": name, "fraction": share}
+
+
+class GpuFreeSerializer(serializers.Serializer):
+    """One GPU's memory as the fit check counts it: what other deployments reserve, what is left."""
+
+    index = serializers.IntegerField()
+    name = serializers.CharField()
+    memory_total_bytes = serializers.IntegerField()
+    reserved_fraction = serializers.FloatField()
+    reserved_bytes = serializers.IntegerField()
+    free_fraction = serializers.FloatField()
+    free_bytes = serializers.IntegerField()
+    holders = GpuHolderSerializer(many=True)
+
+
+class HostFreeSerializer(serializers.Serializer):
+    host = serializers.IntegerField(source="host.pk")
+    host_name = serializers.CharField(source="host.name")
+    usable = serializers.BooleanField(help_text="Reachable, not draining and with GPUs.")
+    note = serializers.CharField(allow_blank=True, help_text="Why not usable ('' when it is).")
+    gpus = GpuFreeSerializer(many=True)
+
+
+class ProposedPlacementSerializer(serializers.Serializer):
+    host = serializers.IntegerField(source="host.pk")
+    host_name = serializers.CharField(source="host.name")
+    gpu_indices = serializers.ListField(child=serializers.IntegerField())
+    gpu_memory_utilization = serializers.FloatField(
+        allow_null=True, help_text="The value to run with (null: vLLM's default)."
+    )
+    lowered_utilization = serializers.BooleanField(
+        help_text="The utilization was lowered to the share other deployments leave on these GPUs."
+    )
+    reason = serializers.CharField(source="fit.reason")
+
+
+class VerdictGpuSerializer(serializers.Serializer):
+    index = serializers.IntegerField(source="gpu.index")
+    name = serializers.CharField(source="gpu.name")
+    memory_total_bytes = serializers.IntegerField(source="gpu.memory_total_bytes")
+    free_bytes = serializers.IntegerField(source="gpu.free_bytes")
+    reserved_fraction = serializers.FloatField(source="gpu.reserved_fraction")
+    budget_bytes = serializers.IntegerField(
+        help_text="GPU memory x gpu_memory_utilization: what vLLM claims."
+    )
+    ok = serializers.BooleanField(help_text="The budget fits in what others leave free.")
+
+
+class VerdictSerializer(serializers.Serializer):
+    fits = serializers.BooleanField()
+    reason = serializers.CharField()
+    host = serializers.IntegerField(source="host.pk")
+    host_name = serializers.CharField(source="host.name")
+    gpu_indices = serializers.ListField(child=serializers.IntegerField())
+    gpu_memory_utilization = serializers.FloatField(help_text="The value used (vLLM's default when unset).")
+    lines = StepSerializer(
+        many=True, help_text="What the engine needs, in all and per GPU, against its budget."
+    )
+    gpus = VerdictGpuSerializer(many=True)
+    fit = FitResultSerializer(help_text="The registry's fit check on these GPUs, every step.")
+
+
+class PlacementChangesSerializer(serializers.Serializer):
+    """The wizard fields an alternative sets; only the keys present change."""
+
+    model_version = serializers.IntegerField(required=False)
+    quantization = serializers.IntegerField(required=False, allow_null=True)
+    host = serializers.IntegerField(required=False)
+    gpu_indices = serializers.ListField(child=serializers.IntegerField(), required=False)
+    gpu_memory_utilization = serializers.FloatField(required=False, allow_null=True)
+    max_model_len = serializers.IntegerField(required=False)
+
+    def to_representation(self, instance: Any) -> Any:
+        # A nullable field would come back as null when absent; absent must stay absent ("no change").
+        shown = super().to_representation(instance)
+        return {name: value for name, value in shown.items() if name in instance}
+
+
+class PlacementAlternativeSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(
+        choices=[
+            ("context", "a smaller context on the same GPUs"),
+            ("utilization", "the share other deployments leave on the same GPUs"),
+            ("version", "a quantized sibling from the registry's lineage"),
+            ("host", "another host"),
+        ]
+    )
+    label = serializers.CharField()  # type: ignore[assignment]
+    reason = serializers.CharField()
+    changes = PlacementChangesSerializer()
+
+
+class PlacementAnswerSerializer(serializers.Serializer):
+    """Free memory per GPU, a proposed placement, the verdict with its arithmetic, and what would fit."""
+
+    engine_uses_gpus = serializers.BooleanField()
+    note = serializers.CharField(allow_blank=True)
+    hosts = HostFreeSerializer(many=True)
+    proposed = ProposedPlacementSerializer(allow_null=True)
+    verdict = VerdictSerializer(allow_null=True)
+    alternatives = PlacementAlternativeSerializer(many=True)

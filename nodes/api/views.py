@@ -22,7 +22,17 @@ from core.audit import record_audit
 from core.choices import AuditAction
 from core.redis_client import publish_config_change
 from models_registry.api.serializers import FitResultSerializer
-from nodes import agent_channel, agent_tokens, baselines, fleet_summary, history, lifecycle, process, services
+from nodes import (
+    agent_channel,
+    agent_tokens,
+    baselines,
+    fleet_summary,
+    history,
+    lifecycle,
+    placement,
+    process,
+    services,
+)
 from nodes.api.serializers import (
     BaselineCheckSerializer,
     DeploymentEventSerializer,
@@ -33,6 +43,8 @@ from nodes.api.serializers import (
     HistoryQuerySerializer,
     HostSerializer,
     PerformanceBaselineSerializer,
+    PlacementAnswerSerializer,
+    PlacementRequestSerializer,
     PreflightResultSerializer,
     PreflightSerializer,
     SleepSerializer,
@@ -366,6 +378,33 @@ class DeploymentViewSet(LiveListMixin, AuditedModelViewSet):
         check = preflight(DeploySpec.from_values(params.validated_data))
         fit = FitResultSerializer(check.fit).data if check.fit is not None else None
         return Response(PreflightResultSerializer({"ok": check.ok, "errors": check.errors, "fit": fit}).data)
+
+    @extend_schema(request=PlacementRequestSerializer, responses={200: PlacementAnswerSerializer})
+    @action(detail=False, methods=["post"], pagination_class=None, filter_backends=[])
+    def placement(self, request: Request) -> Response:
+        """The deploy wizard's placement help (nodes/placement.py): free memory per GPU, a placement that
+        fits, the verdict with its whole arithmetic and, when it does not fit, what would."""
+        params = PlacementRequestSerializer(data=request.data)
+        params.is_valid(raise_exception=True)
+        values = params.validated_data
+        try:
+            answer = placement.placement_help(
+                version=values["model_version"],
+                quantization=values["quantization"],
+                engine=values["engine"],
+                host=values["host"],
+                gpu_indices=values["gpu_indices"],
+                settings=placement.EngineSettings(
+                    max_model_len=values["max_model_len"],
+                    gpu_memory_utilization=values["gpu_memory_utilization"],
+                    max_num_seqs=values["max_num_seqs"],
+                    max_num_batched_tokens=values["max_num_batched_tokens"],
+                    tensor_parallel_size=values["tensor_parallel_size"],
+                ),
+            )
+        except placement.PlacementError as exc:
+            raise ValidationError({exc.field: [str(exc)]}) from None
+        return Response(PlacementAnswerSerializer(answer).data)
 
 
 class PerformanceBaselineViewSet(AuditedModelViewSet):

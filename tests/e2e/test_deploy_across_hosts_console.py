@@ -25,6 +25,13 @@ from tests.e2e.harness import login, screenshot
 pytestmark = [pytest.mark.e2e]
 
 
+@pytest.fixture(autouse=True)
+def hosts_stay_reachable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The console process reads it at start: the seeded hosts have no agent sending heartbeats, and a
+    slow run must not see them fall unreachable after the default 6 s."""
+    monkeypatch.setenv("NODE_UNREACHABLE_SECONDS", "3600")
+
+
 def test_wizard_places_a_model_across_two_hosts(
     browser_page: Any, admin_user: Any, settings: Any, tmp_path: Path
 ) -> None:
@@ -54,6 +61,7 @@ def test_wizard_places_a_model_across_two_hosts(
     wizard.get_by_label("Model version").select_option(str(version.pk))
     wizard.get_by_label("Engine", exact=True).select_option("sim")
     wizard.get_by_label("Host", exact=True).select_option(str(hosts[0].pk))
+    wizard.get_by_test_id("gpu-card-0").get_by_role("checkbox").check()  # GPUs are picked by clicking
     wizard.get_by_label("Max model length").fill("4096")
     wizard.get_by_test_id("run-fit-check").click()
     result = wizard.get_by_test_id("fit-result")

@@ -24,6 +24,13 @@ from tests.e2e.harness import login, screenshot
 pytestmark = [pytest.mark.e2e]
 
 
+@pytest.fixture(autouse=True)
+def hosts_stay_reachable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The console process reads it at start: the seeded hosts have no agent sending heartbeats, and a
+    slow run must not see them fall unreachable after the default 6 s (no proposal goes to such a host)."""
+    monkeypatch.setenv("NODE_UNREACHABLE_SECONDS", "3600")
+
+
 def test_wizard_refuses_then_deploys(
     browser_page: Any, admin_user: Any, settings: Any, tmp_path: Path
 ) -> None:
@@ -49,6 +56,8 @@ def test_wizard_refuses_then_deploys(
     wizard.get_by_label("Model version").select_option(str(version.pk))
     wizard.get_by_label("Engine", exact=True).select_option("sim")
     wizard.get_by_label("Host", exact=True).select_option(str(host.pk))
+    # GPUs are picked by clicking their cards (issue 35 item 7), no longer typed as indices.
+    wizard.get_by_test_id("gpu-card-0").get_by_role("checkbox").check()
     wizard.get_by_label("Max model length").fill("200000")
 
     wizard.get_by_test_id("run-fit-check").click()
