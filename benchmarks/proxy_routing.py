@@ -4,7 +4,9 @@
 
 Times `routing.proxy.scorers.choose` (the part of the decision that grows with the pool) for each
 scorer over `--endpoints` candidates with varied loads and KV headroom, 20,000 decisions per
-repetition, median of 5 repetitions. The proxy exports the whole decision (policy rules + this)
+repetition, median of 5 repetitions. The predicted scorers (`predicted_latency`, `slo_cost`) get warm
+latency models (routing/proxy/predict.py) with varied weights, so they evaluate every candidate's
+prediction, not the cold fallback. The proxy exports the whole decision (policy rules + this)
 as `inferchain_proxy_route_decision_seconds`.
 
 Then the prefix key that `prefix_affinity` and `weighted` are given, built once per request at
@@ -38,7 +40,30 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from routing.choices import Scorer
+from routing.proxy.predict import MIN_SAMPLES, EndpointModel
 from routing.proxy.scorers import EndpointLoad, ScoreRequest, choose, prefix_key, token_prefix_key
+
+
+def warm_model(rng: random.Random, endpoint_id: str) -> EndpointModel:
+    """A warm latency model (routing/proxy/predict.py) with plausible weights, for the predicted scorers."""
+    m = EndpointModel(endpoint_id)
+    m.ttft.w = [
+        rng.uniform(0.01, 0.05),
+        rng.uniform(0.02, 0.2),
+        rng.uniform(0.01, 0.1),
+        rng.uniform(0.0, 0.05),
+    ]
+    m.tpot.w = [
+        rng.uniform(0.005, 0.03),
+        rng.uniform(0.001, 0.01),
+        rng.uniform(0.0, 0.01),
+        rng.uniform(0.0, 0.02),
+    ]
+    m.ttft.n = m.tpot.n = MIN_SAMPLES
+    m.inflight, m.inflight_prompt = rng.randrange(0, 40), rng.randrange(0, 100_000)
+    m.peak_tokens_per_s = rng.uniform(200, 3000)
+    m.refresh()
+    return m
 
 
 def main() -> None:
@@ -56,12 +81,23 @@ def main() -> None:
             kv_free_tokens=rng.randrange(0, 60_000),
             kv_total_tokens=65_536,
             max_inflight=64,
+            model=warm_model(rng, str(i)),
+            cost_per_hour=rng.choice([1.0, 2.5, 8.0]),
         )
         for i in range(args.endpoints)
     ]
     prompts = [f"system prompt {i % 10} " * 60 + f"question {i}" for i in range(100)]
     requests = [
-        ScoreRequest(tokens_needed=rng.randrange(100, 8000), prefix_key=prefix_key(p), session_key=f"s{i}")
+        ScoreRequest(
+            tokens_needed=rng.randrange(100, 8000),
+            prefix_key=prefix_key(p),
+            session_key=f"s{i}",
+            prompt_tokens=rng.randrange(50, 6000),
+            output_tokens=rng.randrange(1, 1000),
+            # A third of the requests meet their targets nowhere (the scorer then looks at every one).
+            ttft_target_s=rng.choice([0.5, 2.0, 0.001]),
+            tpot_target_s=0.1,
+        )
         for i, p in enumerate(prompts)
     ]
     weights = {"load": 1.0, "kv": 1.0, "prefix": 0.5}

@@ -1,6 +1,6 @@
 """What the route decision buys: routing policies compared on simulated fleets, one command per scenario.
 
-    .venv/bin/python benchmarks/routing_scenarios.py heterogeneous|prefix|homogeneous
+    .venv/bin/python benchmarks/routing_scenarios.py heterogeneous|prefix|homogeneous|mixed
         [--quick] [--reps 3] [--time-scale 2] [--policies a,b] [--skip-litellm] [--plot docs/x]
 
 Each scenario starts its simulator engines (vllm_sim, fixed profiles, `--time-scale` times faster than
@@ -27,6 +27,14 @@ Scenarios (docs/benchmarks.md has the tables and what they mean):
 - prefix: four identical A10 engines; 48 tenants, each with its own ~3,000-token system prompt (their
   sum exceeds one engine's KV cache, not four), in multi-turn sessions (X-Session-Id).
 - homogeneous: four identical A10 engines, short prompts with nothing shared: the control.
+- mixed: the predicted scorers' scenario. One A100-80G x4 engine (Llama-3.1-70B) and three A10s
+  (Llama-3.1-8B int4) on one host with a cost per GPU-hour (the 70B engine holds four GPUs, so costs
+  four A10 engines); a mixed workload: short chats with small and large `max_tokens`, long documents,
+  prompts behind eight shared system prompts. Every level first sends `warmup_requests` unmeasured
+  requests (the predictors need MIN_SAMPLES answers per engine before they are used). Adds the cost per
+  1,000 output tokens, two ways: the fleet held for the level's duration ("held") and each engine's
+  busy time only ("busy", the bill of a fleet that releases idle engines), and each engine's
+  predictor error (MAPE, from the proxy's published report).
 
 `--quick` runs a tiny version (a few requests, one level, one rep, inferchain policies only) in seconds:
 the test that keeps this harness from rotting (tests/routing/test_routing_scenarios.py).
@@ -39,6 +47,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import random
 import re
@@ -91,6 +100,9 @@ INFERCHAIN_SCORERS = (
     "prefix_affinity",
     "session_affinity",
 )
+# The scorers that predict (routing/proxy/predict.py), compared with today's in the mixed scenario.
+PREDICTED_SCORERS = ("predicted_latency", "slo_cost")
+TODAYS_IN_MIXED = ("round_robin", "least_outstanding", "best_fit", "prefix_affinity")
 LITELLM_STRATEGIES = ("simple-shuffle", "least-busy", "latency-based-routing")
 
 
@@ -117,6 +129,8 @@ class Scenario:
     # Requests sent before each level's measurement, on the same (reset) caches and through the same
     # policy, and left out of its figures: a production service runs warm (prefix scenario).
     warmup_requests: int = 0
+    # The host's cost per GPU-hour (0: no costs); an engine costs its tensor-parallel GPUs' worth.
+    cost_per_gpu_hour: float = 0.0
 
 
 A10 = Node(
@@ -189,6 +203,35 @@ def homogeneous_items(n: int, seed: int) -> list[WorkItem]:
     return synthetic(SyntheticMix(requests=n, prompt_tokens=300, output_tokens=96, sigma=0.4, seed=seed))
 
 
+def mixed_items(n: int, seed: int) -> list[WorkItem]:
+    """Short chats (55 %: ~250 tokens, max_tokens 32 to 512), long documents (15 %: ~6,000 tokens,
+    max_tokens 64 or 256) and requests behind one of eight ~1,500-token system prompts (30 %, max_tokens
+    64 or 256): the mixed workload of the predicted scorers' scenario."""
+    rng = random.Random(seed)
+    systems = [_words(random.Random(seed * 7919 + g), 1500) for g in range(8)]
+    items: list[WorkItem] = []
+    for i in range(n):
+        draw = rng.random()
+        if draw < 0.55:
+            words = max(20, int(rng.lognormvariate(math.log(250), 0.4)))
+            messages = [{"role": "user", "content": f"Request {i}: " + _words(rng, words)}]
+            items.append(WorkItem(max_tokens=rng.choice([32, 64, 128, 512]), messages=messages))
+        elif draw < 0.70:
+            words = max(1000, int(rng.lognormvariate(math.log(6000), 0.15)))
+            messages = [{"role": "user", "content": f"Document {i}: " + _words(rng, words)}]
+            items.append(WorkItem(max_tokens=rng.choice([64, 256]), messages=messages))
+        else:
+            group = rng.randrange(len(systems))
+            messages = [
+                {"role": "system", "content": systems[group]},
+                {"role": "user", "content": f"Question {i}: " + _words(rng, 60)},
+            ]
+            items.append(
+                WorkItem(max_tokens=rng.choice([64, 256]), messages=messages, prefix_group=str(group))
+            )
+    return items
+
+
 def build_scenario(name: str, quick: bool, requests: int = 0) -> Scenario:
     """The scenario; `requests` per level overrides its default (the workload grows to match)."""
     n = requests or (12 if quick else 160)
@@ -236,7 +279,24 @@ def build_scenario(name: str, quick: bool, requests: int = 0) -> Scenario:
             policies=INFERCHAIN_SCORERS,
             notes=["chain: not applicable (one kind of engine: its rules would send everything to one pool)"],
         )
-    raise SystemExit(f"unknown scenario {name!r}: heterogeneous, prefix or homogeneous")
+    if name == "mixed":
+        levels = (4,) if quick else (24,)
+        warm = 8 if quick else 192
+        n = requests or (12 if quick else 160)
+        return Scenario(
+            name,
+            (A100_70B, A10, A10, A10),
+            mixed_items(max(len(levels) * (n + warm) + 8, 200), seed=17),
+            levels,
+            n,
+            policies=(*TODAYS_IN_MIXED, *PREDICTED_SCORERS),
+            warmup_requests=warm,
+            cost_per_gpu_hour=2.0,
+            notes=[
+                "host cost 2.00 per GPU-hour: the 70B engine (4 GPUs) 8.00/h, each A10 engine 2.00/h",
+            ],
+        )
+    raise SystemExit(f"unknown scenario {name!r}: heterogeneous, prefix, homogeneous or mixed")
 
 
 # ---- the fleet ---------------------------------------------------------------------------------------
@@ -277,7 +337,7 @@ def setup_database(db_url: str, scenario: Scenario, sims: list[SimHandle]) -> st
     from console.models import Tenant
     from console.services import issue_api_key
     from models_registry.models import Model, ModelAlias, ModelVersion
-    from nodes.models import Deployment, Host
+    from nodes.models import Deployment, Gpu, Host
 
     model, _ = Model.objects.get_or_create(name="bench-model")
     version, _ = ModelVersion.objects.get_or_create(
@@ -287,8 +347,18 @@ def setup_database(db_url: str, scenario: Scenario, sims: list[SimHandle]) -> st
     )
     ModelAlias.objects.get_or_create(name=ALIAS, defaults={"active_version": version})
     host, _ = Host.objects.get_or_create(name="bench-host", defaults={"address": "127.0.0.1"})
+    gpus = sum(node.tp for node in scenario.nodes)
+    if scenario.cost_per_gpu_hour:
+        # Each engine bears the share of the host's cost its GPUs are (routing.proxy.predict.host_share).
+        host.cost_per_hour = scenario.cost_per_gpu_hour * gpus
+        host.save(update_fields=["cost_per_hour"])
+        for index in range(gpus):
+            Gpu.objects.get_or_create(host=host, index=index, defaults={"simulated": True})
+    first = 0
     for i, (node, sim) in enumerate(zip(scenario.nodes, sims, strict=True)):
+        held, first = list(range(first, first + node.tp)), first + node.tp
         Deployment.objects.create(
+            gpu_indices=held,
             name=f"bench-{i}",
             model_version=version,
             host=host,
@@ -312,7 +382,7 @@ def configure_policy(policy: str) -> None:
 
     RoutePolicy.objects.all().delete()
     RoutePool.objects.all().delete()
-    if policy in INFERCHAIN_SCORERS:
+    if policy in INFERCHAIN_SCORERS or policy in PREDICTED_SCORERS:
         RoutePool.objects.create(name=ALIAS, alias=ALIAS, scorer=policy)
         return
     fast = RoutePool.objects.create(
@@ -396,7 +466,9 @@ def route_reasons(since: Any) -> dict[str, int]:
 
 
 @contextlib.contextmanager
-def inferchain_proxy(db_url: str, logs: Path, seed: int) -> Iterator[str]:
+def inferchain_proxy(
+    db_url: str, logs: Path, seed: int, slo: tuple[float, float] | None = None
+) -> Iterator[str]:
     port = free_port()
     env = {
         **os.environ,
@@ -405,6 +477,12 @@ def inferchain_proxy(db_url: str, logs: Path, seed: int) -> Iterator[str]:
         "REQUEST_LOG_SPOOL_DIR": str(logs / "spool"),
         "PROXY_RANDOM_SEED": str(seed),
     }
+    if slo is not None:
+        # The scenario's SLO in wall time (the proxy measures wall time): the standard class's targets,
+        # which the bench key's requests get.
+        env["PROXY_SLO_STANDARD"] = f"{slo[0]:g}/{slo[1]:g}"
+        env["PROXY_DEFAULT_SLO_CLASS"] = "standard"
+    forget_predictions()
     proc = spawn([sys.executable, "-m", "routing.proxy", "--port", str(port)], logs / "proxy.log", env)
     try:
         wait_ready(f"http://127.0.0.1:{port}/healthz", proc)
@@ -475,6 +553,35 @@ def start_litellm(
     argv = [str(python), "-c", LITELLM_SEEDED, str(SEED), "--config", str(cfg), "--port", str(port)]
     proc = spawn(argv, logs / f"litellm-{strategy}.log", env)
     return proc, f"http://127.0.0.1:{port}", key
+
+
+def forget_predictions() -> None:
+    """Drop every proxy's published predictor report (a stopped proxy's lingers for its TTL)."""
+    from core.redis_client import get_redis
+
+    r = get_redis()
+    for name in r.scan_iter(f"{REDIS_PREFIX}predict:*"):
+        r.delete(name)
+
+
+def predictor_errors() -> dict[str, dict[str, Any]]:
+    """The running proxy's predictor report (routing/proxy/predict.py), by deployment id, once it has
+    published it after the level (every PREDICTIONS_PUBLISH_S)."""
+    from core.redis_client import get_redis
+    from routing.proxy.predict import PREDICTIONS_PUBLISH_S, merge_reports
+
+    time.sleep(PREDICTIONS_PUBLISH_S + 0.5)
+    r = get_redis()
+    raws = [r.get(name) for name in r.scan_iter(f"{REDIS_PREFIX}predict:*")]
+    return merge_reports([json.loads(raw) for raw in raws if raw])
+
+
+def busy_model_s(sims: list[SimHandle]) -> list[float]:
+    out = []
+    for sim in sims:
+        with urllib.request.urlopen(sim.base_url + "/sim/stats", timeout=5) as r:
+            out.append(float(json.load(r).get("busy_model_s", 0.0)))
+    return out
 
 
 def reset_caches(sims: list[SimHandle]) -> None:
@@ -568,10 +675,32 @@ def measure(
             seed=seed,
         )
         before = engine_metrics(sims)
+        busy0 = busy_model_s(sims)
         report = asyncio.run(run(plan, Report(plan), lambda total, label: _NoBar()))
         engines = engine_side(before, engine_metrics(sims))
-        out += [{**model_time(level, time_scale), **engines} for level in report.levels]
+        extra: dict[str, Any] = {}
+        if scenario.cost_per_gpu_hour:
+            busy = [b - a for a, b in zip(busy0, busy_model_s(sims), strict=True)]
+            extra["predictor"] = predictor_errors()
+        for level in report.levels:
+            row = {**model_time(level, time_scale), **engines, **extra}
+            if scenario.cost_per_gpu_hour:
+                row.update(level_cost(scenario, level, busy, time_scale))
+            out.append(row)
     return out
+
+
+def level_cost(scenario: Scenario, level: dict[str, Any], busy: list[float], ts: float) -> dict[str, Any]:
+    """Cost per 1,000 output tokens of one level (modelled time): the whole fleet held for the level's
+    duration, and each engine's busy seconds only (what a fleet that releases idle engines pays)."""
+    rates = [scenario.cost_per_gpu_hour * node.tp / 3600.0 for node in scenario.nodes]  # per second
+    wall = level["requests"] / level["requests_per_s"] if level["requests_per_s"] else 0.0
+    tokens = level["output_tokens_per_s"] * wall
+    if not tokens:
+        return {"cost_per_1k_held": None, "cost_per_1k_busy": None}
+    held = sum(rates) * wall * ts
+    used = sum(rate * b for rate, b in zip(rates, busy, strict=True))
+    return {"cost_per_1k_held": held / tokens * 1000, "cost_per_1k_busy": used / tokens * 1000}
 
 
 def engine_metrics(sims: list[SimHandle]) -> list[Any]:
@@ -648,6 +777,8 @@ def model_time(level: dict[str, Any], ts: float) -> dict[str, Any]:
 
 
 METRICS = (
+    "cost_per_1k_held",
+    "cost_per_1k_busy",
     "goodput_rps",
     "slo_met_share",
     "output_tokens_per_s",
@@ -669,8 +800,27 @@ def medians(reps: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
             values = [r[i][m] for r in reps if i < len(r) and r[i].get(m) is not None]
             row[m] = statistics.median(values) if values else None
         row["errors"] = sum(sum(r[i]["errors"].values()) for r in reps if i < len(r))
+        predicted = [r[i]["predictor"] for r in reps if i < len(r) and r[i].get("predictor")]
+        if predicted:
+            row["predictor"] = predictor_medians(predicted)
         out.append(row)
     return out
+
+
+def predictor_medians(reports: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Per engine (by its order among the deployments: engine 0 is the scenario's first node), the
+    median over reps of its predictor's TTFT and TPOT error (MAPE, %) and samples."""
+    out: dict[str, dict[str, Any]] = {}
+    for report in reports:
+        for n, ep in enumerate(sorted(report, key=lambda k: int(k) if k.isdigit() else 0)):
+            mine = out.setdefault(str(n), {"ttft_mape_pct": [], "tpot_mape_pct": [], "samples": []})
+            for name in mine:
+                if report[ep].get(name) is not None:
+                    mine[name].append(report[ep][name])
+    return {
+        ep: {name: statistics.median(values) if values else None for name, values in series.items()}
+        for ep, series in out.items()
+    }
 
 
 def markdown(scenario: Scenario, table: dict[str, list[dict[str, Any]]]) -> str:
@@ -712,6 +862,40 @@ def markdown(scenario: Scenario, table: dict[str, list[dict[str, Any]]]) -> str:
                 f"| {f(row.get('engine_ttft_p50_s'), '.2f')} | {f(row.get('engine_ttft_p90_s'), '.2f')} "
                 f"| {f(row['ttft_p90_s'], '.2f')} |"
             )
+    if scenario.cost_per_gpu_hour:
+        lines += [
+            "",
+            "Cost per 1,000 output tokens (modelled time): the whole fleet held for the level (held), "
+            "and each engine's busy time only (busy).",
+            "",
+            "| policy | clients | held | busy | goodput (req/s) | output tok/s |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for policy, rows in table.items():
+            for row in rows:
+                lines.append(
+                    f"| {policy} | {row['clients']} | {f(row.get('cost_per_1k_held'), '.4f')} "
+                    f"| {f(row.get('cost_per_1k_busy'), '.4f')} | {f(row['goodput_rps'], '.2f')} "
+                    f"| {f(row['output_tokens_per_s'], '.0f')} |"
+                )
+        lines += [
+            "",
+            "Predictor error per engine (MAPE of TTFT and time per output token, exponentially weighted "
+            "over its last ~20-40 predictions after warm-up; the proxy learns every pool's engines, "
+            "whatever its scorer):",
+            "",
+            "| policy | clients | engine | samples | TTFT MAPE | TPOT MAPE |",
+            "|---|---:|---|---:|---:|---:|",
+        ]
+        for policy, rows in table.items():
+            for row in rows:
+                for ep, errs in sorted((row.get("predictor") or {}).items()):
+                    node = scenario.nodes[int(ep)].profile if int(ep) < len(scenario.nodes) else "?"
+                    ttft, tpot = errs.get("ttft_mape_pct"), errs.get("tpot_mape_pct")
+                    lines.append(
+                        f"| {policy} | {row['clients']} | {ep}: {node} | {f(errs.get('samples'), '.0f')} "
+                        f"| {f(ttft, '.1f')} % | {f(tpot, '.1f')} % |"
+                    )
     return "\n".join(lines)
 
 
@@ -822,6 +1006,44 @@ def targets(scenario: str, table: dict[str, list[dict[str, Any]]]) -> list[str]:
                             f"p90 TTFT {_ratio(other['ttft_p90_s'], row['ttft_p90_s'])} lower"
                         )
                 lines.append(line)
+    if scenario == "mixed":
+        lines += mixed_targets(table)
+    return lines
+
+
+def mixed_targets(table: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """The predicted scorers against the best of today's (by goodput) at each level."""
+    lines: list[str] = []
+    for p in PREDICTED_SCORERS:
+        for row in table.get(p, []):
+            c = row["clients"]
+            today = [(q, r) for q in TODAYS_IN_MIXED if (r := _at(table, q, c))]
+            if not today:
+                continue
+            name, best = max(today, key=lambda qr: qr[1]["goodput_rps"] or 0.0)
+            cheapest_name, cheapest = min(today, key=lambda qr: qr[1].get("cost_per_1k_busy") or math.inf)
+            line = (
+                f"- {p} at {c} clients: goodput {_ratio(row['goodput_rps'], best['goodput_rps'])} {name} "
+                f"(best of today's, target >= 1.3x); median {row['latency_p50_s'] or 0:.2f} s vs "
+                f"{best['latency_p50_s'] or 0:.2f} s, P99 {row['latency_p99_s'] or 0:.2f} s vs "
+                f"{best['latency_p99_s'] or 0:.2f} s"
+            )
+            for kind in ("held", "busy"):
+                mine, theirs = row.get(f"cost_per_1k_{kind}"), best.get(f"cost_per_1k_{kind}")
+                if mine is not None and theirs:
+                    line += f"; cost per 1k output tokens ({kind}) {mine / theirs:.2f}x {name}'s"
+            if cheapest is not best and row.get("cost_per_1k_busy") and cheapest.get("cost_per_1k_busy"):
+                line += f" ({row['cost_per_1k_busy'] / cheapest['cost_per_1k_busy']:.2f}x {cheapest_name}'s)"
+            line += " (target <= 0.80x at equal or better goodput)"
+            errs = row.get("predictor") or {}
+            worst = [
+                max(v for v in (e.get("ttft_mape_pct"), e.get("tpot_mape_pct")) if v is not None)
+                for e in errs.values()
+                if e.get("ttft_mape_pct") is not None or e.get("tpot_mape_pct") is not None
+            ]
+            if worst:
+                line += f"; worst engine MAPE {max(worst):.0f} % (target <= 20 %)"
+            lines.append(line)
     return lines
 
 
@@ -832,7 +1054,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("scenario", choices=("heterogeneous", "prefix", "homogeneous"))
+    parser.add_argument("scenario", choices=("heterogeneous", "prefix", "homogeneous", "mixed"))
     parser.add_argument("--quick", action="store_true", help="a few requests, one rep, no LiteLLM")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--time-scale", type=float, default=2.0)
@@ -943,7 +1165,8 @@ def main(argv: list[str] | None = None) -> int:
 
                         configure_policy(policy)
                         since = timezone.now()
-                        with inferchain_proxy(db_url, logs, seed=SEED + rep) as url:
+                        slo = (scenario.slo_ttft_s / ts, scenario.slo_itl_s / ts)
+                        with inferchain_proxy(db_url, logs, seed=SEED + rep, slo=slo) as url:
                             warm_up(url, key, scenario, sims)
                             levels = measure(url, key, scenario, ts, seed=rep, sims=sims)
                         mine = reasons.setdefault(policy, {})

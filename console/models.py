@@ -8,7 +8,7 @@ from django.contrib.auth.models import AbstractUser
 from django.db import models
 from django.utils import timezone
 
-from console.choices import Role
+from console.choices import Role, SloClass
 
 
 class User(AbstractUser):
@@ -33,6 +33,9 @@ class Tenant(models.Model):
     # candidate's answers are then stored for comparison). Off by default: mirroring is a data-use
     # decision the tenant's owner makes, not the rollout's.
     shadow_consent = models.BooleanField(default=False)
+    # Its requests' latency class (TTFT and time-per-token targets, settings.PROXY_SLO_CLASSES), for
+    # pools routed by the `slo_cost` scorer; blank: settings.PROXY_DEFAULT_SLO_CLASS.
+    slo_class = models.CharField(max_length=16, choices=SloClass.choices, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -95,6 +98,9 @@ class ApiKey(models.Model):
     hashed_key = models.CharField(max_length=64, unique=True)
     # Model aliases this key may call; empty means every alias.
     scopes = models.JSONField(default=list, blank=True)
+    # Overrides the tenant's latency class for this key's requests (a batch job's key); blank: the
+    # tenant's.
+    slo_class = models.CharField(max_length=16, choices=SloClass.choices, blank=True, default="")
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)

@@ -403,6 +403,15 @@ PROXY_CONFIG_REFRESH_SECONDS = env_float("PROXY_CONFIG_REFRESH_SECONDS", 30.0)
 PROXY_LIVE_STALE_SECONDS = env_float("PROXY_LIVE_STALE_SECONDS", 2.5 * NODE_TELEMETRY_SECONDS)
 # An integer seeds the `random` scorer's draws (benchmarks repeat a run with it); empty: seeded by the OS.
 PROXY_RANDOM_SEED = env_str("PROXY_RANDOM_SEED", "")
+# SLO classes (routing.choices.SloClass): each one's targets for TTFT and time per output token, in
+# seconds, "ttft/tpot". The `slo_cost` scorer sends a request to the cheapest engine predicted to meet
+# its class's; a tenant or key without a class of its own gets PROXY_DEFAULT_SLO_CLASS.
+PROXY_SLO_CLASSES = {
+    "interactive": env_str("PROXY_SLO_INTERACTIVE", "0.5/0.05"),
+    "standard": env_str("PROXY_SLO_STANDARD", "2/0.1"),
+    "batch": env_str("PROXY_SLO_BATCH", "30/0.5"),
+}
+PROXY_DEFAULT_SLO_CLASS = env_str("PROXY_DEFAULT_SLO_CLASS", "standard")
 # Failed API-key attempts (malformed or unknown keys) one source address may make per window, counted
 # across proxy processes in Redis; beyond it the address gets 429 until the window ends. 0 turns it off.
 PROXY_AUTH_FAILURES_PER_WINDOW = env_int("PROXY_AUTH_FAILURES_PER_WINDOW", 60)

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from django.db import models
 
+from console.choices import SloClass
+
+__all__ = ["Priority", "RollupKind", "Scorer", "SloClass"]
+
 
 class Scorer(models.TextChoices):
     ROUND_ROBIN = "round_robin", "Round robin"
@@ -13,6 +17,8 @@ class Scorer(models.TextChoices):
     PREFIX_AFFINITY = "prefix_affinity", "Prefix affinity (bounded-load consistent hashing)"
     SESSION_AFFINITY = "session_affinity", "Session affinity by header"
     WEIGHTED = "weighted", "Weighted combination"
+    PREDICTED_LATENCY = "predicted_latency", "Soonest predicted completion (learnt online)"
+    SLO_COST = "slo_cost", "Cheapest predicted to meet the SLO class"
 
 
 class Priority(models.TextChoices):

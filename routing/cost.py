@@ -39,6 +39,7 @@ from nodes.choices import ACTIVE_STATES
 from nodes.models import Deployment, DeploymentEvent, Gpu
 from routing.models import RequestLog, RoutePool
 from routing.proxy.limits import budget_key, tenant_scope
+from routing.proxy.predict import host_share
 
 PER_MILLION = 1_000_000
 
@@ -171,7 +172,7 @@ def deployment_costs(window: Window, deployment_ids: Iterable[int] | None = None
     for dep in deployments_list:
         n_gpus = host_gpus.get(dep.host_id, 0)
         held = len(dep.gpu_indices or [])
-        share = 1.0 if n_gpus == 0 else min(held, n_gpus) / n_gpus
+        share = host_share(held, n_gpus)
         hours = active_hours(dep.created_at, dep.state, events[dep.pk], window)
         rate = float(dep.host.cost_per_hour)
         cost = rate * share * hours

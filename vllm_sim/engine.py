@@ -166,6 +166,9 @@ class SimEngine:
         self.metrics = metrics
         self.enable_prefix_caching = enable_prefix_caching
         self.time_scale = time_scale
+        # Modelled step times are multiplied by this (POST /sim/slowdown): the hardware got slower (a
+        # throttled GPU, a noisy neighbour) while the engine runs, for tests of what learns its speed.
+        self.slowdown = 1.0
         self.pool = BlockPool(shape.num_gpu_blocks)
         self.waiting: collections.deque[Sequence] = collections.deque()
         self.running: list[Sequence] = []
@@ -322,7 +325,7 @@ class SimEngine:
             context_tokens=plan.context_tokens,
             attention_pairs=plan.attention_pairs,
         )
-        return plan, dt
+        return plan, dt * self.slowdown
 
     def finish_step(self, plan: StepPlan, dt: float, now: float) -> None:
         """Apply a step that ended at `now` (clock time) after `dt` modelled seconds."""

@@ -331,3 +331,31 @@ class TrafficSerializer(serializers.Serializer):
     minutes = serializers.IntegerField()
     routed = RoutedTrafficSerializer(many=True)
     refused = RefusedTrafficSerializer(many=True)
+
+
+class EnginePredictionSerializer(serializers.Serializer):
+    """One engine's latency predictor, merged over the proxy processes (routing/predictions.py)."""
+
+    deployment_id = serializers.IntegerField()
+    deployment = serializers.CharField()
+    samples = serializers.IntegerField(help_text="Answered streams the predictors learnt from.")
+    warm = serializers.BooleanField(help_text="Enough samples for the predicted scorers to use it.")
+    ttft_predicted_s = serializers.FloatField(allow_null=True, help_text="Last prediction, seconds.")
+    ttft_observed_s = serializers.FloatField(allow_null=True, help_text="What that request took, seconds.")
+    tpot_predicted_s = serializers.FloatField(allow_null=True)
+    tpot_observed_s = serializers.FloatField(allow_null=True)
+    ttft_mape_pct = serializers.FloatField(
+        allow_null=True, help_text="Mean absolute percentage error over recent warm predictions."
+    )
+    tpot_mape_pct = serializers.FloatField(allow_null=True)
+    peak_tokens_per_s = serializers.FloatField(
+        allow_null=True,
+        help_text="Best recent output rate: the slo_cost scorer's cost per token divides by it.",
+    )
+
+
+class PoolPredictionsSerializer(serializers.Serializer):
+    pool = serializers.CharField()
+    alias = serializers.CharField()
+    scorer = serializers.CharField()
+    engines = EnginePredictionSerializer(many=True)

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from routing.api import chains, cost, history, rollouts, serving, shadow_pairs, views
+from routing.api import chains, cost, history, predictions, rollouts, serving, shadow_pairs, views
 from routing.scaling import api as scaling
 
 router = DefaultRouter()
@@ -20,6 +20,7 @@ urlpatterns = [
     path("routing/usage/", views.usage, name="routing-usage"),
     path("routing/traffic/", views.traffic, name="routing-traffic"),
     path("routing/serving/", serving.serving, name="routing-serving"),
+    path("routing/predictions/", predictions.predictions, name="routing-predictions"),
     path("routing/serving/<path:name>/", serving.alias_serving, name="routing-alias-serving"),
     path("routing/cost/deployments/", cost.deployment_costs, name="routing-cost-deployments"),
     path("routing/cost/pools/", cost.pool_costs, name="routing-cost-pools"),

@@ -60,6 +60,7 @@ from routing.proxy.pipeline.context import (
 from routing.proxy.pipeline.read import SUPPORTED_ENDPOINTS, unsupported_endpoint
 from routing.proxy.pipeline.respond import JSON_HEADERS, send_error, send_raw
 from routing.proxy.pipeline.route import context_length_error
+from routing.proxy.predict import PREDICTIONS_PUBLISH_S, PREDICTIONS_TTL_S
 from routing.proxy.requestlog import RequestLogWriter
 from routing.proxy.scorers import seed_random
 from routing.proxy.services import LIVE_POLL_S, Services
@@ -211,7 +212,13 @@ class Proxy:
             await self.reload_snapshot()
         except Exception:
             log.exception("proxy: initial config load failed; retrying in the background")
-        for coro in (self._listen_config(), self._poll_live(), self._renew_leases(), self._refresh_loop()):
+        for coro in (
+            self._listen_config(),
+            self._poll_live(),
+            self._renew_leases(),
+            self._refresh_loop(),
+            self._publish_predictions(),
+        ):
             self._tasks.append(loop.create_task(coro))
         # Everything loaded so far (Django, the ORM, the snapshot) lives as long as the process: moving it
         # out of the collector's reach keeps full collections short, and with them the latency tail.
@@ -393,6 +400,19 @@ class Proxy:
         while True:
             await asyncio.sleep(LIVE_POLL_S)
             await self.services.live.poll(self.redis, self.services.snapshot)
+
+    async def _publish_predictions(self) -> None:
+        """This process's latency predictors' report (routing/proxy/predict.py) to Redis, for the
+        console's routing page; each process under its own key, gone PREDICTIONS_TTL_S after it stops."""
+        assert self.redis is not None
+        svc = self.services
+        name = rkey("predict", svc.id_prefix)
+        while True:
+            await asyncio.sleep(PREDICTIONS_PUBLISH_S)
+            report = svc.predictors.report()
+            if report:
+                with contextlib.suppress(Exception):
+                    await self.redis.set(name, orjson.dumps(report), px=int(PREDICTIONS_TTL_S * 1000))
 
     async def _renew_leases(self) -> None:
         limiter = self.services.limiter

@@ -16,14 +16,16 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
+from django.db.models import Count
 
 from console.models import ApiKey
 from models_registry.models import ModelAlias
 from nodes.choices import DeploymentState
 from nodes.lifecycle import engine_key_for
-from nodes.models import Deployment
+from nodes.models import Deployment, Gpu
 from routing.choices import Scorer
 from routing.models import ACTIVE_ROLLOUT_STATES, Rollout, RoutePolicy, RoutePool, ShadowConfig, StageChain
+from routing.proxy.predict import host_share
 from routing.proxy.spill import Spill, parse_spill
 from routing.proxy.stagespec import ChainError, StageSpec, expand, parse_stages, split
 
@@ -71,6 +73,8 @@ class KeyInfo:
     key_limits: Limits
     # Whether the tenant lets its requests be mirrored to a shadow candidate (Tenant.shadow_consent).
     shadow_consent: bool = False
+    # Its requests' latency class: the key's, else the tenant's, else PROXY_DEFAULT_SLO_CLASS.
+    slo_class: str = ""
 
     def may_use(self, alias: str) -> bool:
         return not self.scopes or alias in self.scopes
@@ -120,6 +124,9 @@ class Endpoint:
     sim_builtin_tokenizer: bool = False
     # The level a sleeping deployment sleeps at (0: awake); only Pool.sleeping holds sleeping ones.
     sleeping_level: int = 0
+    # Its share of its host's cost per hour (routing.cost.host_share): what the `slo_cost` scorer
+    # spreads over the tokens it generates. 0 for a static endpoint.
+    cost_per_hour: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,6 +381,7 @@ def key_info_from_model(api_key: Any) -> KeyInfo:
         tenant_limits=_limits(tenant_quota),
         key_limits=_limits(key_quota),
         shadow_consent=tenant.shadow_consent,
+        slo_class=api_key.slo_class or tenant.slo_class or settings.PROXY_DEFAULT_SLO_CLASS,
     )
 
 
@@ -447,6 +455,11 @@ class DeploymentRow:
     engine: str
     extra_args: list[str]
     sleeping_level: int
+    host_cost_per_hour: Any = 0
+    gpu_indices: list[int] | None = None
+    host_id: int = 0
+    # The host's GPU count (filled in by deployment_rows).
+    host_gpus: int = 0
 
     @property
     def version_label(self) -> str:
@@ -472,12 +485,23 @@ _ROW_FIELDS = (
     "engine",
     "extra_args",
     "sleeping_level",
+    "host__cost_per_hour",
+    "gpu_indices",
+    "host_id",
 )
 
 
 def deployment_rows(rows: models.QuerySet[Deployment]) -> list[DeploymentRow]:
     """`rows` (a Deployment queryset) as DeploymentRows, in its order."""
-    return [DeploymentRow(*row) for row in rows.values_list(*_ROW_FIELDS)]
+    found = list(rows.values_list(*_ROW_FIELDS))
+    hosts = {row[-1] for row in found}
+    gpus = dict(
+        Gpu.objects.filter(host_id__in=hosts)
+        .values("host_id")
+        .annotate(n=Count("id"))
+        .values_list("host_id", "n")
+    )
+    return [DeploymentRow(*(*row, gpus.get(row[-1], 0))) for row in found]
 
 
 def _endpoint(dep: DeploymentRow) -> Endpoint:
@@ -497,6 +521,8 @@ def _endpoint(dep: DeploymentRow) -> Endpoint:
         embeddings=_serves_embeddings(dep.engine, args),
         sim_builtin_tokenizer=dep.engine == "sim" and not _has_flag(args, "--tokenizer"),
         sleeping_level=dep.sleeping_level if dep.state == DeploymentState.SLEEPING else 0,
+        cost_per_hour=float(dep.host_cost_per_hour or 0)
+        * host_share(len(dep.gpu_indices or []), dep.host_gpus),
     )
 
 
@@ -931,6 +957,7 @@ def key_record(info: KeyInfo, generation: str) -> dict[str, Any]:
         "tenant_limits": _limits_dict(info.tenant_limits),
         "key_limits": _limits_dict(info.key_limits),
         "shadow_consent": info.shadow_consent,
+        "slo_class": info.slo_class,
     }
 
 
@@ -951,4 +978,5 @@ def key_info_from_record(record: dict[str, Any]) -> KeyInfo:
         key_limits=Limits(**record["key_limits"]),
         # Records written before the flag existed never consent: mirroring needs a yes, not a default.
         shadow_consent=bool(record.get("shadow_consent", False)),
+        slo_class=str(record.get("slo_class") or settings.PROXY_DEFAULT_SLO_CLASS),
     )

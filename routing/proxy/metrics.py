@@ -165,6 +165,16 @@ ROUTE_DECISIONS = LOOP.add(
         ["pool", "scorer", "deployment"],
     )
 )
+SLO_REQUESTS = LOOP.add(
+    LoopMetric(
+        "counter",
+        "inferchain_proxy_slo_requests",
+        "Answered streams by pool and SLO class, and whether they met the class's TTFT and time per "
+        "output token targets (met, missed), plus batch requests shed because no engine was predicted "
+        "to meet them (shed). Goodput per class is the rate of `met`.",
+        ["pool", "slo_class", "outcome"],
+    )
+)
 DECISION_SECONDS = LOOP.add(
     LoopMetric(
         "histogram",

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from routing.choices import Scorer
+from routing.proxy.predict import EndpointModel
 
 # Bounded-load consistent hashing: no endpoint takes more than (1 + epsilon) x the average load.
 LOAD_BOUND_EPSILON = 0.25
@@ -52,6 +53,10 @@ class EndpointLoad:
     kv_free_tokens: int | None = None
     kv_total_tokens: int | None = None
     max_inflight: int = 64
+    # For the predicted scorers: the engine's learnt latency model (routing/proxy/predict.py) and its
+    # share of its host's cost per hour.
+    model: EndpointModel | None = None
+    cost_per_hour: float = 0.0
 
 
 @dataclass(slots=True)
@@ -59,6 +64,18 @@ class ScoreRequest:
     tokens_needed: int = 0
     prefix_key: bytes | None = None
     session_key: str | None = None
+    # For the predicted scorers: prompt tokens, the output tokens expected (predict.Predictors
+    # .output_tokens), and the SLO class's targets in seconds (None: no target).
+    prompt_tokens: int = 0
+    output_tokens: int = 1
+    ttft_target_s: float | None = None
+    tpot_target_s: float | None = None
+    # Refuse (SloUnmet) rather than send a request no engine is predicted to meet (the batch class).
+    shed_unmet: bool = False
+
+
+class SloUnmet(Exception):
+    """No candidate is predicted to meet the request's SLO class and the class says shed it."""
 
 
 def token_prefix_key(ids: Sequence[int]) -> bytes | None:
@@ -211,6 +228,85 @@ def weighted(
     return best, f"weighted cost={best_cost:.3f}"
 
 
+def _predictions(loads: Sequence[EndpointLoad], req: ScoreRequest) -> list[tuple[float, float, float]] | None:
+    """(TTFT, TPOT, completion) predicted on each candidate, or None while any is cold (too few
+    samples): then the predicted scorers decide as least-outstanding does, which spreads requests and
+    so warms every engine. The queue a request joins is in each model's kept base (what this process
+    has in flight there, EndpointModel.refresh): per candidate two multiply-adds, a log, two exps, a
+    dict lookup for the prefix it may hold and two clamps to the range it has shown."""
+    out: list[tuple[float, float, float]] = []
+    prompt, key, more = req.prompt_tokens, req.prefix_key, max(0, req.output_tokens - 1)
+    whole = math.log1p(prompt / 1000.0)
+    exp, log1p = math.exp, math.log1p
+    # Written out (not EndpointModel.ttft_for / tpot_for, which compute the same): a method call per
+    # candidate was a third of the decision with 16 endpoints.
+    for ld in loads:
+        m = ld.model
+        if m is None or not m.warm:
+            return None
+        # The part of the prompt this engine likely has not cached (its model remembers prefix keys).
+        lp = whole if key is None or key not in m.prefixes else log1p(m.uncached(prompt, key) / 1000.0)
+        v = m.ttft_base + m.ttft_per_kprompt * lp
+        ttft = exp(v if v < 30.0 else 30.0)
+        ttft = m.ttft_lo if ttft < m.ttft_lo else m.ttft_hi if ttft > m.ttft_hi else ttft
+        total, free = ld.kv_total_tokens, ld.kv_free_tokens
+        v = m.tpot_base + (m.tpot_per_kv * (1.0 - free / total) if total and free is not None else 0.0)
+        tpot = exp(v if v < 30.0 else 30.0)
+        tpot = m.tpot_lo if tpot < m.tpot_lo else m.tpot_hi if tpot > m.tpot_hi else tpot
+        out.append((ttft, tpot, ttft + tpot * more))
+    return out
+
+
+def predicted_latency(loads: Sequence[EndpointLoad], req: ScoreRequest, rr: int = 0) -> tuple[int, str]:
+    """The endpoint where the request is predicted to complete soonest: TTFT, plus TPOT times the
+    output tokens expected, each from the engine's own model learnt online with the queue it joins
+    (routing/proxy/predict.py). Completion, not TTFT, even for streams: ranking by TTFT alone sends
+    every stream to the engine with the fastest prefill however slow its decode batch has become."""
+    preds = _predictions(loads, req)
+    if preds is None:
+        i = least_outstanding(loads, rr)
+        return i, f"predicted_latency cold least_outstanding inflight={loads[i].inflight}"
+    best = preds[0]
+    i = 0
+    for k, p in enumerate(preds):
+        if p[2] < best[2]:
+            best, i = p, k
+    ttft, tpot, e2e = best
+    return i, f"predicted_latency e2e={e2e:.3f}s ttft={ttft:.3f}s tpot={tpot * 1000:.1f}ms"
+
+
+def slo_cost(loads: Sequence[EndpointLoad], req: ScoreRequest, rr: int = 0) -> tuple[int, str]:
+    """The cheapest endpoint predicted to meet the request's TTFT and TPOT targets, by cost per output
+    token (its host's cost per hour over the best throughput it has shown; before it has shown one,
+    over one stream's rate, 1 / TPOT); ties and free hosts by soonest completion. When none is
+    predicted to meet them: SloUnmet if the class sheds (batch), else the soonest completion."""
+    preds = _predictions(loads, req)
+    if preds is None:
+        i = least_outstanding(loads, rr)
+        return i, f"slo_cost cold least_outstanding inflight={loads[i].inflight}"
+    ttft_t = req.ttft_target_s if req.ttft_target_s is not None else math.inf
+    tpot_t = req.tpot_target_s if req.tpot_target_s is not None else math.inf
+    best: tuple[float, float] | None = None
+    pick = -1
+    for i, (ttft, tpot, e2e) in enumerate(preds):
+        if ttft > ttft_t or tpot > tpot_t:
+            continue
+        ld = loads[i]
+        assert ld.model is not None
+        per_token = ld.model.cost_per_token(ld.cost_per_hour)
+        if per_token is None:
+            per_token = ld.cost_per_hour / 3600.0 * tpot
+        key = (per_token, e2e)
+        if best is None or key < best:
+            best, pick = key, i
+    if best is not None:
+        return pick, f"slo_cost cheapest_meeting cost_per_1k={best[0] * 1000:.5f} e2e={best[1]:.3f}s"
+    if req.shed_unmet:
+        raise SloUnmet
+    i = min(range(len(preds)), key=lambda k: preds[k][2])
+    return i, f"slo_cost none_meet fastest e2e={preds[i][2]:.3f}s"
+
+
 def choose(
     scorer: str,
     loads: Sequence[EndpointLoad],
@@ -223,6 +319,8 @@ def choose(
     if not loads:
         raise ValueError("no candidates")
     if len(loads) == 1:
+        if scorer == Scorer.SLO_COST and req.shed_unmet:
+            slo_cost(loads, req, rr)  # a lone engine that cannot meet a batch request's class sheds it
         return 0, "only_endpoint"
     simple: dict[str, Callable[[Sequence[EndpointLoad], int], tuple[int, str]]] = {
         Scorer.ROUND_ROBIN: round_robin,
@@ -240,4 +338,8 @@ def choose(
         return affinity(loads, key, "session_affinity", rr)
     if scorer == Scorer.WEIGHTED:
         return weighted(loads, req, weights or {}, rr)
+    if scorer == Scorer.PREDICTED_LATENCY:
+        return predicted_latency(loads, req, rr)
+    if scorer == Scorer.SLO_COST:
+        return slo_cost(loads, req, rr)
     raise ValueError(f"unknown scorer {scorer!r}")

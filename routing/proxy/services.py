@@ -22,6 +22,7 @@ from routing.proxy.config import Endpoint, RoutingSnapshot
 from routing.proxy.health import EndpointState
 from routing.proxy.keycache import InDb, KeyCache
 from routing.proxy.limits import Limiter
+from routing.proxy.predict import Predictors
 from routing.proxy.requestlog import RequestLogWriter
 from routing.proxy.shadow import ShadowMirror
 from routing.proxy.tokens import load_tokenizer
@@ -142,6 +143,18 @@ class Tokenizers:
         return tok
 
 
+def slo_targets(classes: dict[str, str]) -> dict[str, tuple[float, float]]:
+    """PROXY_SLO_CLASSES parsed: each class's (TTFT, time per output token) targets in seconds."""
+    out: dict[str, tuple[float, float]] = {}
+    for name, spec in classes.items():
+        ttft, _, tpot = spec.partition("/")
+        try:
+            out[name] = (float(ttft), float(tpot))
+        except ValueError:
+            raise ValueError(f"SLO class {name!r}: expected 'ttft/tpot' in seconds, got {spec!r}") from None
+    return out
+
+
 class Services:
     """What the pipeline's steps are given: every long-lived object of one proxy process."""
 
@@ -156,6 +169,9 @@ class Services:
         self.redis: aioredis.Redis | None = None  # the shared client (wake requests use it)
         self.reqlog: RequestLogWriter | None = None
         self.shadow = ShadowMirror(self.upstream, self.live.states, None)
+        # Every engine's learnt TTFT/TPOT and the output lengths by tenant (routing/proxy/predict.py).
+        self.predictors = Predictors()
+        self.slo_targets = slo_targets(settings.PROXY_SLO_CLASSES)
         # A bound method, not the object: calling an instance's __call__ costs more on every request.
         self.metric = MetricChildren().get
         # pipeline/account.py's metric children per kind of request.

@@ -109,3 +109,24 @@ def test_quick_heterogeneous_run(tmp_path: Path) -> None:
     reasons = result["notes"]["route_reasons"]["best_fit"]
     live = sum(n for r, n in reasons.items() if "best_fit leftover" in r or "most_free" in r)
     assert live > 0.5 * sum(reasons.values()), reasons
+
+
+def test_mixed_scenario_prices_engines_and_compares_the_predicted_scorers() -> None:
+    scenario = build_scenario("mixed", quick=False)
+    assert set(harness.PREDICTED_SCORERS) <= set(scenario.policies)
+    assert {"least_outstanding", "best_fit", "prefix_affinity"} <= set(scenario.policies)
+    assert scenario.cost_per_gpu_hour > 0 and scenario.warmup_requests >= 3 * 16
+    items = scenario.items
+    long_docs = [i for i in items if len(i.messages[-1]["content"].split()) > 3000]
+    shared = [i for i in items if i.prefix_group is not None]
+    assert 0.1 < len(long_docs) / len(items) < 0.2 and 0.2 < len(shared) / len(items) < 0.4
+    assert len({i.max_tokens for i in items}) >= 4
+    # Cost of a level: 100 s of wall at time scale 2 (200 s modelled), 10,000 output tokens, the 70B
+    # engine (4 GPUs) busy 50 modelled seconds and the others idle.
+    level = {"requests": 100, "requests_per_s": 1.0, "output_tokens_per_s": 100.0}
+    cost = harness.level_cost(scenario, level, [50.0, 0.0, 0.0, 0.0], 2.0)
+    gpus = sum(node.tp for node in scenario.nodes)
+    held = scenario.cost_per_gpu_hour * gpus / 3600 * 200
+    busy = scenario.cost_per_gpu_hour * 4 / 3600 * 50
+    assert cost["cost_per_1k_held"] == pytest.approx(held / 10)
+    assert cost["cost_per_1k_busy"] == pytest.approx(busy / 10)

@@ -13,7 +13,7 @@ One module per endpoint family; each holds a mixin of SimServer's handlers over 
 - output.py: what a generation answers: JSON bodies, SSE streams, usage, logprobs.
 - stubs.py: /generative_scoring, /scale_elastic_ep, /is_scaling_elastic_ep (nothing behind them).
 - dev.py: /sleep, /wake_up, /is_sleeping, /reset_prefix_cache, /server_info (VLLM_SERVER_DEV_MODE=1).
-- sim.py: /sim/gpu, /sim/stats (the simulator's own).
+- sim.py: /sim/gpu, /sim/stats, /sim/slowdown (the simulator's own).
 - process.py: serve(), one `vllm serve` process from start to exit, and build_shape().
 """
 

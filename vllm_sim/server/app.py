@@ -70,6 +70,7 @@ class SimServer(BasicRoutes, TokenizerRoutes, GenerationRoutes, StubRoutes, DevR
             r.add_get("/server_info", self.server_info)
         r.add_get("/sim/gpu", self.sim_gpu)
         r.add_get("/sim/stats", self.sim_stats)
+        r.add_post("/sim/slowdown", self.sim_slowdown)
         return app
 
     @web.middleware

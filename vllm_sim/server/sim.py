@@ -1,8 +1,10 @@
 """The simulator's own endpoints, which vLLM does not have: GET /sim/gpu (the modelled GPUs, for the
-node agent) and GET /sim/stats (the engine cores' counters, for tests)."""
+node agent), GET /sim/stats (the engine cores' counters, for tests) and POST /sim/slowdown (make the
+modelled hardware slower or faster while it runs, for tests of what learns an engine's speed)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from aiohttp import web
@@ -37,6 +39,7 @@ class SimRoutes(ServerState):
                 "simulated": True,
                 "profile": self.shape.profile.name,
                 "time_scale": self.engine.time_scale,
+                "slowdown": self.engine.slowdown,
                 "data_parallel_size": len(es),
                 # Per engine core; the totals below add them up.
                 "num_gpu_blocks": self.shape.num_gpu_blocks,
@@ -56,3 +59,15 @@ class SimRoutes(ServerState):
                 "hung": any(e.hung for e in es),
             }
         )
+
+    async def sim_slowdown(self, request: web.Request) -> web.Response:
+        # ?factor=2 makes every step take twice its modelled time from the next step on; 1 undoes it.
+        try:
+            factor = float(request.query.get("factor", "1"))
+        except ValueError:
+            factor = math.nan
+        if not math.isfinite(factor) or factor <= 0:
+            return _json({"error": "factor must be a positive number"}, 400)
+        for e in self.engines:
+            e.slowdown = factor
+        return _json({"slowdown": factor})

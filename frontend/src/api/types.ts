@@ -78,6 +78,8 @@ export type Scorer = Schemas["ScorerEnum"];
 export type Traffic = Schemas["Traffic"];
 export type RoutedTraffic = Schemas["RoutedTraffic"];
 export type RefusedTraffic = Schemas["RefusedTraffic"];
+export type PoolPredictions = Schemas["PoolPredictions"];
+export type EnginePrediction = Schemas["EnginePrediction"];
 // Stage chains (routing/proxy/stagespec.py): pre-stages, one generate step, post-stages.
 export type StageChain = Schemas["StageChain"];
 export type StageChainRequest = Schemas["StageChainRequest"];

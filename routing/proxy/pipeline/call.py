@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from routing.choices import Scorer
+from routing.choices import Scorer, SloClass
 from routing.proxy import dialect
 from routing.proxy import metrics as m
 from routing.proxy.config import Endpoint, Pool
@@ -27,13 +27,23 @@ from routing.proxy.pipeline.context import (
     client_gone_error,
     header,
 )
-from routing.proxy.scorers import EndpointLoad, ScoreRequest, choose, prefix_key, token_prefix_key
+from routing.proxy.scorers import (
+    EndpointLoad,
+    ScoreRequest,
+    SloUnmet,
+    choose,
+    prefix_key,
+    token_prefix_key,
+)
 from routing.proxy.services import Services
 from routing.proxy.upstream import UpstreamResponse
 
 log = logging.getLogger("routing.proxy.app")
 
 PATHS = {"chat": "/v1/chat/completions", "completion": "/v1/completions", "embedding": "/v1/embeddings"}
+PREDICTED = (Scorer.PREDICTED_LATENCY, Scorer.SLO_COST)
+# The scorers given the prompt's prefix key (the predicted ones guess prefix-cache hits with it).
+KEYED = (Scorer.PREFIX_AFFINITY, Scorer.WEIGHTED, *PREDICTED)
 
 
 def prepare(ctx: RequestContext, svc: Services) -> None:
@@ -64,12 +74,20 @@ def prepare(ctx: RequestContext, svc: Services) -> None:
             if counted.leading_ids is not None
             else prefix_key("".join(ctx.parts))
         )
-        if pool.scorer in (Scorer.PREFIX_AFFINITY, Scorer.WEIGHTED)
+        if pool.scorer in KEYED
         else None,
         session_key=header(scope, pool.session_header.encode())
         if pool.scorer == Scorer.SESSION_AFFINITY
         else None,
+        prompt_tokens=ctx.prompt_tokens,
     )
+    if pool.scorer in PREDICTED:
+        req = ctx.score_req
+        req.output_tokens = svc.predictors.output_tokens(info.tenant_id, ctx.alias, ctx.requested_out)
+        targets = svc.slo_targets.get(info.slo_class)
+        if targets is not None:
+            req.ttft_target_s, req.tpot_target_s = targets
+        req.shed_unmet = info.slo_class == SloClass.BATCH
 
 
 async def step(ctx: RequestContext, svc: Services) -> None:
@@ -118,6 +136,8 @@ async def try_endpoints(
     wall = time.time()
     states = svc.live.states
     state_of = svc.live.of
+    predictors = svc.predictors
+    predicted = pool.scorer in PREDICTED
     for attempt in range(pool.max_retries + 1):
         now = time.monotonic()
         live = [ep for ep in candidates if ep.id not in tried and state_of(ep).available(now)]
@@ -137,12 +157,23 @@ async def try_endpoints(
                 kv_free_tokens=states[ep.id].kv_free_now(wall),
                 kv_total_tokens=states[ep.id].kv_total_tokens,
                 max_inflight=pool.max_inflight_per_endpoint,
+                model=predictors.model(ep.id) if predicted else None,
+                cost_per_hour=ep.cost_per_hour,
             )
             for ep in live
         ]
         rr = svc.live.rr.get(pool.name, 0)
         svc.live.rr[pool.name] = rr + 1
-        index, why = choose(pool.scorer, loads, score_req, weights=pool.weights, rr=rr)
+        try:
+            index, why = choose(pool.scorer, loads, score_req, weights=pool.weights, rr=rr)
+        except SloUnmet:
+            svc.metric(m.SLO_REQUESTS, pool.name, SloClass.BATCH, "shed").inc()
+            raise ProxyError(
+                429,
+                "No engine is predicted to meet this key's batch latency class right now; retry later.",
+                type="rate_limit_error",
+                code="slo_shed",
+            ) from None
         ep = live[index]
         # What this engine kind is sent (a 400 for what it cannot do, before anything is counted).
         ctx.dialect = dialect.for_endpoint(ep.engine, upstream, ctx.kind, ctx.prompt_tokens)
@@ -157,6 +188,17 @@ async def try_endpoints(
         state.begin(now, score_req.tokens_needed)
         inflight = svc.metric(m.INFLIGHT, dep_label)
         inflight.inc()
+        # Every pool's engines are learnt (not only the predicted scorers'), so a pool switched to one
+        # starts warm and the routing page shows every engine's predictions.
+        load = loads[index]
+        kv_total = load.kv_total_tokens
+        admission = predictors.dispatch(
+            ep.id,
+            ctx.prompt_tokens,
+            1.0 - load.kv_free_tokens / kv_total if kv_total and load.kv_free_tokens is not None else 0.0,
+            score_req.prefix_key,
+        )
+        called = time.perf_counter()
         try:
             upstream["model"] = ep.served_model_name
             if ctx.dialect is None:
@@ -169,6 +211,15 @@ async def try_endpoints(
                     await fan_out(svc, ctx, pool, ep, payloads, send)
             if ctx.status < 500:
                 state.success()
+            if ctx.status == 200:
+                duration = time.perf_counter() - called
+                predictors.observe(admission, ctx.ttft_s, duration, ctx.completion_tokens)
+                if ctx.ttft_s is not None and ctx.key is not None:
+                    count_slo(svc, pool.name, ctx.key.slo_class, ctx.ttft_s, duration, ctx.completion_tokens)
+                if ctx.completion_tokens is not None and ctx.key is not None:
+                    predictors.observe_output(
+                        ctx.key.tenant_id, ctx.alias, ctx.requested_out, ctx.completion_tokens
+                    )
             return
         except RetryableUpstreamError as exc:
             last = exc
@@ -182,6 +233,7 @@ async def try_endpoints(
         finally:
             state.end()
             inflight.dec()
+            predictors.release(admission)
     if last is not None and last.status == 504:
         raise ProxyError(
             504,
@@ -196,6 +248,18 @@ async def try_endpoints(
     raise unavailable(
         f"No healthy endpoint serves '{pool.alias}' right now; retry shortly.", code="no_healthy_endpoint"
     )
+
+
+def count_slo(
+    svc: Services, pool: str, slo_class: str, ttft: float, duration: float, tokens: int | None
+) -> None:
+    """Whether an answered stream met its SLO class's targets (goodput per class, in the metrics)."""
+    targets = svc.slo_targets.get(slo_class)
+    if targets is None:
+        return
+    tpot = (duration - ttft) / (tokens - 1) if tokens is not None and tokens > 1 else 0.0
+    met = ttft <= targets[0] and tpot <= targets[1]
+    svc.metric(m.SLO_REQUESTS, pool, slo_class, "met" if met else "missed").inc()
 
 
 def engine_address(svc: Services, ep: Endpoint) -> tuple[str, int, bytes]:

@@ -11,6 +11,7 @@ import { Table } from "../../components/Table";
 import { formatNumber } from "../../format";
 import { useApi } from "../../hooks/useApi";
 import { PoolHistory } from "./PoolHistory";
+import { PredictionsCard } from "./PredictionsCard";
 import { ScalingCard } from "./ScalingCard";
 import "./routing.css";
 import { SCORERS, describeMatch } from "./rules";
@@ -44,6 +45,7 @@ export function RoutingPage() {
     >
       <TrafficCard />
       <PoolHistory pools={pools.data?.results ?? []} />
+      <PredictionsCard />
       <Card title="Pools" testId="pools-card">
         <ErrorState error={pools.error} onRetry={pools.reload} />
         <Table

@@ -7,6 +7,8 @@ export const SCORERS: ReadonlyArray<{ value: Scorer; label: string }> = [
   { value: "prefix_affinity", label: "Prefix affinity" },
   { value: "session_affinity", label: "Session affinity" },
   { value: "weighted", label: "Weighted" },
+  { value: "predicted_latency", label: "Predicted latency (learnt)" },
+  { value: "slo_cost", label: "Cheapest meeting the SLO class" },
   { value: "round_robin", label: "Round robin" },
   { value: "random", label: "Random" },
 ];
