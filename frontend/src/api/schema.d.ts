@@ -524,6 +524,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/deployments/placement/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * @description The deploy wizard's placement help (nodes/placement.py): free memory per GPU, a placement that
+         *     fits, the verdict with its whole arithmetic and, when it does not fit, what would.
+         */
+        post: operations["deployments_placement_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/deployments/preflight/": {
         parameters: {
             query?: never;
@@ -1801,6 +1821,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/routing/predictions/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Per pool, each ready engine's latency predictor as the proxies last published it. */
+        get: operations["routing_predictions_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/routing/serving/": {
         parameters: {
             query?: never;
@@ -2469,6 +2506,7 @@ export interface components {
             readonly prefix: string;
             /** @description The model aliases this key may call; empty: every alias, including ones added later. Each must be an alias the proxy can route (GET /api/keys/scope-aliases/). */
             scopes: string[];
+            slo_class: components["schemas"]["SloClassEnum"] | components["schemas"]["BlankEnum"];
             /** Format: date-time */
             expires_at: string | null;
             /** Format: date-time */
@@ -2489,6 +2527,7 @@ export interface components {
             readonly prefix: string;
             /** @description The model aliases this key may call; empty: every alias, including ones added later. Each must be an alias the proxy can route (GET /api/keys/scope-aliases/). */
             scopes: string[];
+            slo_class: components["schemas"]["SloClassEnum"] | components["schemas"]["BlankEnum"];
             /** Format: date-time */
             expires_at: string | null;
             /** Format: date-time */
@@ -2508,6 +2547,7 @@ export interface components {
             name: string;
             /** @description The model aliases this key may call; empty: every alias, including ones added later. Each must be an alias the proxy can route (GET /api/keys/scope-aliases/). */
             scopes?: string[];
+            slo_class?: components["schemas"]["SloClassEnum"] | components["schemas"]["BlankEnum"];
             /** Format: date-time */
             expires_at?: string | null;
             quota_override?: components["schemas"]["QuotaRequest"] | null;
@@ -2611,6 +2651,8 @@ export interface components {
             /** Format: double */
             latency_p99_s: number | null;
         };
+        /** @enum {unknown} */
+        BlankEnum: "";
         /**
          * @description * `max` - max
          *     * `min` - min
@@ -2899,6 +2941,8 @@ export interface components {
             kl_quantiles?: components["schemas"]["KLQuantiles"] | null;
             /** @description full_vocabulary (both sides listed their whole distribution: the KL is exact) or top_k. */
             method?: string;
+            /** @description How both sides' listings were matched: token_ids (by token id: exact even where two ids share a text), token_text, or mixed; null for runs made before it was recorded. */
+            keys?: string | null;
             /** @description Tokens listed per position (-1: the whole vocabulary). */
             k?: number | null;
             /**
@@ -3002,6 +3046,41 @@ export interface components {
             idle_since?: number | null;
             /** @description 0 awake; 1 or 2 asleep. */
             sleeping_level?: number;
+        };
+        /** @description One engine's latency predictor, merged over the proxy processes (routing/predictions.py). */
+        EnginePrediction: {
+            deployment_id: number;
+            deployment: string;
+            /** @description Answered streams the predictors learnt from. */
+            samples: number;
+            /** @description Enough samples for the predicted scorers to use it. */
+            warm: boolean;
+            /**
+             * Format: double
+             * @description Last prediction, seconds.
+             */
+            ttft_predicted_s: number | null;
+            /**
+             * Format: double
+             * @description What that request took, seconds.
+             */
+            ttft_observed_s: number | null;
+            /** Format: double */
+            tpot_predicted_s: number | null;
+            /** Format: double */
+            tpot_observed_s: number | null;
+            /**
+             * Format: double
+             * @description Mean absolute percentage error over recent warm predictions.
+             */
+            ttft_mape_pct: number | null;
+            /** Format: double */
+            tpot_mape_pct: number | null;
+            /**
+             * Format: double
+             * @description Best recent output rate: the slo_cost scorer's cost per token divides by it.
+             */
+            peak_tokens_per_s: number | null;
         };
         /** @description A case; validated by the same rules as a JSONL line (suites.validate_case), errors per field. */
         EvalCase: {
@@ -3380,6 +3459,19 @@ export interface components {
             /** @description GPUs with a live sample. */
             reporting: number;
         };
+        /** @description One GPU's memory as the fit check counts it: what other deployments reserve, what is left. */
+        GpuFree: {
+            index: number;
+            name: string;
+            memory_total_bytes: number;
+            /** Format: double */
+            reserved_fraction: number;
+            reserved_bytes: number;
+            /** Format: double */
+            free_fraction: number;
+            free_bytes: number;
+            holders: components["schemas"]["GpuHolder"][];
+        };
         /** @description One GPU's samples as columns: `t` and one value per sample in each list (null: no value). */
         GpuHistory: {
             host: string;
@@ -3392,6 +3484,15 @@ export interface components {
             memory_used_bytes: (number | null)[];
             temperature_c: (number | null)[];
             power_watts: (number | null)[];
+        };
+        GpuHolder: {
+            /** @description The deployment's name; '(asleep)' when it sleeps. */
+            deployment: string;
+            /**
+             * Format: double
+             * @description The share of the GPU's memory it holds.
+             */
+            fraction: number;
         };
         /** @description One GPU sample as the agent publishes it each tick (live value and `host.telemetry` events). */
         GpuSample: {
@@ -3557,6 +3658,15 @@ export interface components {
             };
             /** @description Hosts not reachable: no heartbeat yet, or none for too long. */
             down: components["schemas"]["DownHosts"];
+        };
+        HostFree: {
+            host: number;
+            host_name: string;
+            /** @description Reachable, not draining and with GPUs. */
+            usable: boolean;
+            /** @description Why not usable ('' when it is). */
+            note: string;
+            gpus: components["schemas"]["GpuFree"][];
         };
         /** @description A host; GPUs, heartbeat and state come from its agent and are read-only here. */
         HostRequest: {
@@ -4314,6 +4424,7 @@ export interface components {
             name?: string;
             /** @description The model aliases this key may call; empty: every alias, including ones added later. Each must be an alias the proxy can route (GET /api/keys/scope-aliases/). */
             scopes?: string[];
+            slo_class?: components["schemas"]["SloClassEnum"] | components["schemas"]["BlankEnum"];
             /** Format: date-time */
             expires_at?: string | null;
             quota_override?: components["schemas"]["QuotaRequest"] | null;
@@ -4529,6 +4640,7 @@ export interface components {
             is_active?: boolean;
             log_prompts?: boolean;
             shadow_consent?: boolean;
+            slo_class?: components["schemas"]["SloClassEnum"] | components["schemas"]["BlankEnum"];
             /** @description Its limits; null: none. A tenant created without one gets the default quota (GET /api/tenants/defaults/), and the limits a new tenant's quota names replace the defaults'. */
             quota?: components["schemas"]["QuotaRequest"] | null;
         };
@@ -4571,6 +4683,59 @@ export interface components {
             name: string;
             /** @description The JSON `inferchain bench --out FILE` wrote. */
             report: unknown;
+        };
+        PlacementAlternative: {
+            kind: components["schemas"]["PlacementAlternativeKindEnum"];
+            label: string;
+            reason: string;
+            changes: components["schemas"]["PlacementChanges"];
+        };
+        /**
+         * @description * `context` - a smaller context on the same GPUs
+         *     * `utilization` - the share other deployments leave on the same GPUs
+         *     * `version` - a quantized sibling from the registry's lineage
+         *     * `host` - another host
+         * @enum {string}
+         */
+        PlacementAlternativeKindEnum: "context" | "utilization" | "version" | "host";
+        /** @description Free memory per GPU, a proposed placement, the verdict with its arithmetic, and what would fit. */
+        PlacementAnswer: {
+            engine_uses_gpus: boolean;
+            note: string;
+            hosts: components["schemas"]["HostFree"][];
+            proposed: components["schemas"]["ProposedPlacement"] | null;
+            verdict: components["schemas"]["Verdict"] | null;
+            alternatives: components["schemas"]["PlacementAlternative"][];
+        };
+        /** @description The wizard fields an alternative sets; only the keys present change. */
+        PlacementChanges: {
+            model_version?: number;
+            quantization?: number | null;
+            host?: number;
+            gpu_indices?: number[];
+            /** Format: double */
+            gpu_memory_utilization?: number | null;
+            max_model_len?: number;
+        };
+        /** @description The deploy wizard's placement help: where could this version run with these settings? */
+        PlacementRequestRequest: {
+            /** @description Omitted: only the free memory per GPU comes back. */
+            model_version?: number | null;
+            quantization?: number | null;
+            /** @default vllm */
+            engine: components["schemas"]["EngineEnum"];
+            /** @description Omitted: every host is a candidate. */
+            host?: number | null;
+            /** @description The GPUs picked so far (on `host`); empty: the verdict is on the proposed placement. */
+            gpu_indices?: number[];
+            /** Format: double */
+            gpu_memory_utilization?: number | null;
+            /** @default 4096 */
+            max_model_len: number;
+            max_num_seqs?: number | null;
+            max_num_batched_tokens?: number | null;
+            /** @description Omitted: the number of GPUs picked, or as few as fit (1, 2, 4, 8) for the proposal. */
+            tensor_parallel_size?: number | null;
         };
         PoolCost: {
             pool: string;
@@ -4623,6 +4788,12 @@ export interface components {
             ttft_p99_ms: number | null;
             /** @description The route pool (an alias without a policy is a pool of its name). */
             name: string;
+        };
+        PoolPredictions: {
+            pool: string;
+            alias: string;
+            scorer: string;
+            engines: components["schemas"]["EnginePrediction"][];
         };
         PoolSpend: {
             pool: string;
@@ -4709,6 +4880,19 @@ export interface components {
             /** @description The file's sha256, if readable. */
             actual: string | null;
             detail: string;
+        };
+        ProposedPlacement: {
+            host: number;
+            host_name: string;
+            gpu_indices: number[];
+            /**
+             * Format: double
+             * @description The value to run with (null: vLLM's default).
+             */
+            gpu_memory_utilization: number | null;
+            /** @description The utilization was lowered to the share other deployments leave on these GPUs. */
+            lowered_utilization: boolean;
+            reason: string;
         };
         /** @description How the registry made the files (the quantize action); empty for a registered version. */
         Provenance: {
@@ -5526,9 +5710,11 @@ export interface components {
          *     * `prefix_affinity` - Prefix affinity (bounded-load consistent hashing)
          *     * `session_affinity` - Session affinity by header
          *     * `weighted` - Weighted combination
+         *     * `predicted_latency` - Soonest predicted completion (learnt online)
+         *     * `slo_cost` - Cheapest predicted to meet the SLO class
          * @enum {string}
          */
-        ScorerEnum: "round_robin" | "random" | "least_outstanding" | "best_fit" | "prefix_affinity" | "session_affinity" | "weighted";
+        ScorerEnum: "round_robin" | "random" | "least_outstanding" | "best_fit" | "prefix_affinity" | "session_affinity" | "weighted" | "predicted_latency" | "slo_cost";
         /** @description Reject fields the serializer does not know, instead of silently dropping them (nested ones too). */
         ShadowConfig: {
             readonly id: number;
@@ -5640,6 +5826,13 @@ export interface components {
             level?: number | null;
         };
         /**
+         * @description * `interactive` - Interactive
+         *     * `standard` - Standard
+         *     * `batch` - Batch
+         * @enum {string}
+         */
+        SloClassEnum: "interactive" | "standard" | "batch";
+        /**
          * @description * `file` - the engine's log file
          *     * `agent` - the engine's log file, read by the host's agent
          *     * `last_exit` - the lines kept at its last exit
@@ -5720,6 +5913,14 @@ export interface components {
             formula: string;
             /** Format: double */
             value: number;
+            /**
+             * @description What `value` counts: a token count is not shown as bytes.
+             *
+             *     * `bytes` - bytes
+             *     * `tokens` - tokens
+             *     * `count` - count
+             */
+            unit: components["schemas"]["UnitEnum"];
         };
         StepDecision: {
             action: string;
@@ -5824,6 +6025,7 @@ export interface components {
             is_active: boolean;
             log_prompts: boolean;
             shadow_consent: boolean;
+            slo_class: components["schemas"]["SloClassEnum"] | components["schemas"]["BlankEnum"];
             /** @description Its limits; null: none. A tenant created without one gets the default quota (GET /api/tenants/defaults/), and the limits a new tenant's quota names replace the defaults'. */
             quota: components["schemas"]["Quota"] | null;
             readonly key_count: number;
@@ -5843,6 +6045,7 @@ export interface components {
             is_active?: boolean;
             log_prompts?: boolean;
             shadow_consent?: boolean;
+            slo_class?: components["schemas"]["SloClassEnum"] | components["schemas"]["BlankEnum"];
             /** @description Its limits; null: none. A tenant created without one gets the default quota (GET /api/tenants/defaults/), and the limits a new tenant's quota names replace the defaults'. */
             quota?: components["schemas"]["QuotaRequest"] | null;
         };
@@ -5909,6 +6112,13 @@ export interface components {
             routed: components["schemas"]["RoutedTraffic"][];
             refused: components["schemas"]["RefusedTraffic"][];
         };
+        /**
+         * @description * `bytes` - bytes
+         *     * `tokens` - tokens
+         *     * `count` - count
+         * @enum {string}
+         */
+        UnitEnum: "bytes" | "tokens" | "count";
         /** @description A refused upload: the summary under the field that carried the file, and every line's problem. */
         UploadRefused: {
             file?: string[];
@@ -5967,6 +6177,35 @@ export interface components {
              */
             is_active?: boolean;
             password?: string;
+        };
+        Verdict: {
+            fits: boolean;
+            reason: string;
+            host: number;
+            host_name: string;
+            gpu_indices: number[];
+            /**
+             * Format: double
+             * @description The value used (vLLM's default when unset).
+             */
+            gpu_memory_utilization: number;
+            /** @description What the engine needs, in all and per GPU, against its budget. */
+            lines: components["schemas"]["Step"][];
+            gpus: components["schemas"]["VerdictGpu"][];
+            /** @description The registry's fit check on these GPUs, every step. */
+            fit: components["schemas"]["FitResult"];
+        };
+        VerdictGpu: {
+            index: number;
+            name: string;
+            memory_total_bytes: number;
+            free_bytes: number;
+            /** Format: double */
+            reserved_fraction: number;
+            /** @description GPU memory x gpu_memory_utilization: what vLLM claims. */
+            budget_bytes: number;
+            /** @description The budget fits in what others leave free. */
+            ok: boolean;
         };
         VerificationRun: {
             readonly id: number;
@@ -7103,6 +7342,31 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Deployment"];
+                };
+            };
+        };
+    };
+    deployments_placement_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["PlacementRequestRequest"];
+                "application/x-www-form-urlencoded": components["schemas"]["PlacementRequestRequest"];
+                "multipart/form-data": components["schemas"]["PlacementRequestRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PlacementAnswer"];
                 };
             };
         };
@@ -9964,8 +10228,10 @@ export interface operations {
                  *     * `prefix_affinity` - Prefix affinity (bounded-load consistent hashing)
                  *     * `session_affinity` - Session affinity by header
                  *     * `weighted` - Weighted combination
+                 *     * `predicted_latency` - Soonest predicted completion (learnt online)
+                 *     * `slo_cost` - Cheapest predicted to meet the SLO class
                  */
-                scorer?: "best_fit" | "least_outstanding" | "prefix_affinity" | "random" | "round_robin" | "session_affinity" | "weighted";
+                scorer?: "best_fit" | "least_outstanding" | "predicted_latency" | "prefix_affinity" | "random" | "round_robin" | "session_affinity" | "slo_cost" | "weighted";
                 /** @description A search term. */
                 search?: string;
             };
@@ -10187,6 +10453,25 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["TenantUsageList"];
+                };
+            };
+        };
+    };
+    routing_predictions_list: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PoolPredictions"][];
                 };
             };
         };
