@@ -15,7 +15,7 @@ export WEB_WORKERS
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF
 FRONTEND_SRC := $(shell find frontend/src frontend/index.html frontend/vite.config.ts frontend/tsconfig.json -type f 2>/dev/null)
 
-.PHONY: stop run test soak install frontend llama chromium promtool lint typecheck services migrate seed schema pytest clean
+.PHONY: stop run test soak install frontend llama chromium promtool lint typecheck services migrate seed schema pytest clean screenshots
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -123,6 +123,12 @@ soak: install
 	@$(PYTHON) scripts/local_services.py --redis "$(REDIS_URL)" --postgres "$${DATABASE_URL:-$(TEST_DATABASE_URL)}"
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} SOAK_SECONDS=$(SOAK_SECONDS) LIMITS_CONTENTION_SECONDS=55 \
 		$(VENV)/bin/pytest -s -q tests/routing/test_soak.py tests/routing/test_limits_contention.py
+
+# A fresh shot of every console page at 1280x800 and 1440x900 in docs/screenshots/ (scripts/screenshots.py
+# runs the layout test, tests/e2e/test_layouts_fit.py, which opens every page on a seeded database).
+screenshots: install frontend chromium
+	@$(PYTHON) scripts/local_services.py --redis "$(REDIS_URL)" --postgres "$${DATABASE_URL:-$(TEST_DATABASE_URL)}"
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(PY) scripts/screenshots.py
 
 clean:
 	rm -rf $(VENV) frontend/node_modules frontend/dist staticfiles var

@@ -116,9 +116,10 @@ export function AuditPage() {
           { header: "Actor", cell: (e) => e.actor_name || <span className="muted">system</span> },
           { header: "Action", cell: (e) => <StatusBadge status={e.action} tone={ACTION_TONES[e.action]} /> },
           { header: "Object", cell: (e) => <code>{e.object_type}</code> },
-          { header: "Name", cell: (e) => e.object_repr || <span className="muted">#{e.object_id}</span> },
+          { header: "Name", wrap: true, cell: (e) => e.object_repr || <span className="muted">#{e.object_id}</span> },
           {
             header: "Changed",
+            wrap: true,
             cell: (e) => {
               const fields = changedFields(e);
               return fields.length ? <span className="muted">{fields.join(", ")}</span> : null;

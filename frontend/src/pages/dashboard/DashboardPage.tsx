@@ -233,9 +233,9 @@ export function DashboardPage() {
             </>
           }
           columns={[
-            { header: "Deployment", cell: (d) => <Link to={`/nodes/deployments/${d.id}`}>{d.name}</Link> },
+            { header: "Deployment", wrap: true, cell: (d) => <Link to={`/nodes/deployments/${d.id}`}>{d.name}</Link> },
             { header: "Host", cell: (d) => d.host_name },
-            { header: "Role", cell: (d) => d.role || <span className="muted">—</span> },
+            { header: "Role", wrap: true, cell: (d) => d.role || <span className="muted">—</span> },
             // The live state (from the agent's last tick) wins over the state the page loaded with.
             { header: "State", cell: (d) => <StatusBadge status={live.engines[d.id]?.state ?? d.state} /> },
             { header: "Running", className: "num", cell: (d) => liveFigure(live.engines[d.id] ?? d.live, (e) => e.num_requests_running, (v) => String(v ?? "—")) },

@@ -593,7 +593,7 @@ function SamplesCard({ run, samples, loading, error, onRetry, offset, query, can
           empty={run.done_count === 0 ? "No samples yet." : "No sample matches these filters."}
           columns={[
             { header: "#", className: "num", cell: (s) => s.position + 1 },
-            { header: "Case", cell: (s) => <strong>{s.case_key}</strong> },
+            { header: "Case", wrap: true, cell: (s) => <strong>{s.case_key}</strong> },
             {
               header: "Parts at",
               className: "num",

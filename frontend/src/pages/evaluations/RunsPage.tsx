@@ -134,6 +134,7 @@ export function RunsPage() {
         columns={[
           {
             header: "Run",
+            wrap: true,
             cell: (r) => (
               <span onClick={(e) => e.stopPropagation()}>
                 <Link to={`/evaluations/runs/${r.id}`} data-testid={`run-link-${r.id}`}>
@@ -149,6 +150,7 @@ export function RunsPage() {
           },
           {
             header: "Candidate vs reference",
+            wrap: true,
             cell: (r) => (
               <span className="run-sides">
                 <strong title="candidate">{r.candidate_label}</strong>

@@ -61,6 +61,7 @@ export function SuitesPage() {
         columns={[
           {
             header: "Suite",
+            wrap: true,
             cell: (s) => (
               <>
                 <strong>{s.name}</strong>

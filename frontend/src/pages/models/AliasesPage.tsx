@@ -49,8 +49,8 @@ export function AliasesPage() {
         rowKey={(a) => a.id}
         empty="No aliases yet."
         columns={[
-          { header: "Alias", cell: (a) => <code>{a.name}</code> },
-          { header: "Active version", cell: (a) => <Link to={`/models/versions/${a.active_version}`}>{a.active_version_label}</Link> },
+          { header: "Alias", wrap: true, cell: (a) => <code>{a.name}</code> },
+          { header: "Active version", wrap: true, cell: (a) => <Link to={`/models/versions/${a.active_version}`}>{a.active_version_label}</Link> },
           { header: "State", cell: (a) => <StatusBadge status={a.active_version_state} tone={a.active_version_state === "verified" ? "ok" : undefined} /> },
           {
             header: "Serving: configured / live",
@@ -70,8 +70,8 @@ export function AliasesPage() {
               );
             },
           },
-          { header: "Task tags", cell: (a) => (a.task_tags.length ? a.task_tags.join(", ") : <span className="muted">—</span>) },
-          { header: "Updated", cell: (a) => formatDateTime(a.updated_at) },
+          { header: "Task tags", wrap: true, cell: (a) => (a.task_tags.length ? a.task_tags.join(", ") : <span className="muted">—</span>) },
+          { header: "Updated", priority: 1, cell: (a) => formatDateTime(a.updated_at) },
           {
             header: "",
             className: "actions-cell",

@@ -133,7 +133,7 @@ export function FitCalculatorPage() {
             rowKey={(s) => s.label}
             columns={[
               { header: "Step", cell: (s) => <strong>{s.label}</strong> },
-              { header: "Formula", cell: (s) => <code>{s.formula}</code> },
+              { header: "Formula", wrap: true, cell: (s) => <code>{s.formula}</code> },
               { header: "Value", className: "num", cell: (s) => s.value.toLocaleString() },
             ]}
           />

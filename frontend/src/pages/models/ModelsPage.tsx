@@ -115,7 +115,7 @@ export function ModelsPage() {
           columns={[
             { header: "Name", cell: (m) => <strong>{m.name}</strong> },
             { header: "Architecture", cell: (m) => m.architecture || <span className="muted">—</span> },
-            { header: "Task tags", cell: (m) => (m.task_tags.length ? m.task_tags.join(", ") : <span className="muted">—</span>) },
+            { header: "Task tags", wrap: true, cell: (m) => (m.task_tags.length ? m.task_tags.join(", ") : <span className="muted">—</span>) },
             { header: "Versions", className: "num", cell: (m) => m.version_count },
           ]}
         />

@@ -61,13 +61,13 @@ export function StoresPage() {
           columns={[
             { header: "Name", cell: (s) => <strong>{s.name}</strong> },
             { header: "Kind", cell: (s) => <code>{s.kind}</code> },
-            { header: "Location", cell: (s) => <code>{s.location}</code> },
-            { header: "Endpoint", cell: (s) => (s.endpoint_url ? <code>{s.endpoint_url}</code> : <span className="muted">—</span>) },
+            { header: "Location", wrap: true, cell: (s) => <code>{s.location}</code> },
+            { header: "Endpoint", wrap: true, cell: (s) => (s.endpoint_url ? <code>{s.endpoint_url}</code> : <span className="muted">—</span>) },
             {
               header: "State",
               cell: (s) => (s.is_active ? <StatusBadge status="active" tone="ok" /> : <span className="muted">inactive</span>),
             },
-            { header: "Description", cell: (s) => s.description || <span className="muted">—</span> },
+            { header: "Description", wrap: true, cell: (s) => s.description || <span className="muted">—</span> },
             {
               header: "",
               cell: (s) =>

@@ -222,13 +222,14 @@ export function NodesPage() {
           }
           columns={[
             { header: sort("Name", "name"), cell: (d) => <Link to={`/nodes/deployments/${d.id}`}>{d.name}</Link> },
-            { header: "Model", cell: (d) => d.model_version_label },
+            { header: "Model", wrap: true, cell: (d) => d.model_version_label },
             { header: sort("Serves as", "served_model_name"), cell: (d) => <code>{d.served_model_name}</code> },
             { header: sort("Engine", "engine"), cell: (d) => engineLabel(d.engine) },
-            { header: sort("Host", "host__name"), cell: (d) => `${d.host_name}${d.gpu_indices.length ? ` · GPU ${d.gpu_indices.join(",")}` : " · CPU"}` },
-            { header: sort("Port", "port"), className: "num", cell: (d) => d.port },
+            { header: sort("Host", "host__name"), wrap: true, cell: (d) => `${d.host_name}${d.gpu_indices.length ? ` · GPU ${d.gpu_indices.join(",")}` : " · CPU"}` },
+            { header: sort("Port", "port"), label: "Port", className: "num", priority: 2, cell: (d) => d.port },
             {
               header: sort("State", "state"),
+              wrap: true,
               cell: (d) => (
                 <span data-testid={`deployment-state-${d.id}`}>
                   <StatusBadge status={live.engines[d.id]?.state ?? d.state} />
@@ -243,7 +244,9 @@ export function NodesPage() {
             },
             {
               header: <span title="Restarts after a crash over the deployment's life (in a row now)">Restarts</span>,
+              label: "Restarts",
               className: "num",
+              priority: 1,
               cell: (d) => (
                 <span data-testid={`restarts-${d.id}`}>
                   {d.restarts_total}

@@ -324,9 +324,10 @@ export function RequestLogPage() {
             },
             {
               header: "Tokens in / out",
+              priority: 1,
               cell: (r) => `${formatNumber(r.prompt_tokens, "—")}${r.prompt_tokens_estimated ? "≈" : ""} / ${formatNumber(r.completion_tokens, "—")}`,
             },
-            { header: "TTFT", cell: (r) => ms(r.ttft_ms) },
+            { header: "TTFT", priority: 2, cell: (r) => ms(r.ttft_ms) },
             { header: "Latency", cell: (r) => ms(r.latency_ms) },
             { header: "Route", cell: (r) => <Clip text={routeText(r)} title={routeTitle(r)} muted /> },
           ]}

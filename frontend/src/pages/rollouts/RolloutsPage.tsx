@@ -114,7 +114,7 @@ export function RolloutsPage() {
           columns={[
             { header: "#", cell: (r) => (String(r.id) === selectedId ? <strong>#{r.id}</strong> : `#${r.id}`) },
             { header: "Alias", cell: (r) => <code>{r.alias_name}</code> },
-            { header: "Candidate", cell: (r) => `${r.baseline_label} → ${r.candidate_label}` },
+            { header: "Candidate", wrap: true, cell: (r) => `${r.baseline_label} → ${r.candidate_label}` },
             { header: "State", cell: (r) => <StatusBadge status={r.state} tone={STATE_TONES[r.state]} /> },
             { header: "Share", cell: (r) => formatShare(r.share) },
             { header: "Started", cell: (r) => formatDateTime(r.created_at) },
@@ -311,7 +311,7 @@ function RolloutDetailCard({
           { header: "Decision", cell: (d) => <span data-action={d.action}>{d.action}</span> },
           { header: "Share", cell: (d) => `${formatShare(d.from_share)} → ${formatShare(d.to_share)}` },
           { header: "By", cell: (d) => d.actor_name },
-          { header: "Why", cell: (d) => <span className="decision-reason">{d.reason}</span> },
+          { header: "Why", wrap: true, cell: (d) => <span className="decision-reason">{d.reason}</span> },
         ]}
       />
       <ConfirmDialog
@@ -593,7 +593,7 @@ function ShadowCard() {
         empty="No shadow traffic configured."
         columns={[
           { header: "Alias", cell: (s) => <code>{s.alias_name}</code> },
-          { header: "Candidate", cell: (s) => s.candidate_label },
+          { header: "Candidate", wrap: true, cell: (s) => s.candidate_label },
           { header: "Mirrored", cell: (s) => formatShare(s.percent) },
           { header: "State", cell: (s) => <StatusBadge status={s.enabled ? "active" : "inactive"} /> },
           { header: "Max in flight", cell: (s) => s.max_inflight },

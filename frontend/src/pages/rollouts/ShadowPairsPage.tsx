@@ -186,8 +186,8 @@ function PairsCard({ config, pairs, loading, error, onRetry, offset, query, canR
           rowClassName={(p) => (p.id === currentId ? "row-selected" : undefined)}
           empty={FILTERS.some((name) => filter(name)) ? "No pair matches these filters." : "No pairs mirrored yet."}
           columns={[
-            { header: "When", cell: (p) => formatDateTime(p.created_at) },
-            { header: "Candidate", cell: (p) => p.candidate_version_label },
+            { header: "When", wrap: true, cell: (p) => formatDateTime(p.created_at) },
+            { header: "Candidate", wrap: true, cell: (p) => p.candidate_version_label },
             {
               header: "Parts at",
               className: "num",
@@ -195,7 +195,7 @@ function PairsCard({ config, pairs, loading, error, onRetry, offset, query, canR
                 p.candidate_error ? <StatusBadge status="error" label="failed" /> : p.first_divergence ?? <span className="muted">same</span>,
             },
             { header: "chrF", className: "num", cell: (p) => formatFixed(p.chrf, 1) },
-            { header: "Latency", className: "num", cell: (p) => `${formatMs(p.primary_latency_ms)} → ${formatMs(p.candidate_latency_ms)}` },
+            { header: "Latency", className: "num", priority: 1, cell: (p) => `${formatMs(p.primary_latency_ms)} → ${formatMs(p.candidate_latency_ms)}` },
             {
               header: "Mark",
               cell: (p) => (p.mark ? <StatusBadge status={p.mark} tone={MARKS.find((m) => m.value === p.mark)?.tone} /> : <span className="muted">—</span>),

@@ -51,7 +51,7 @@ export function TenantsPage() {
         onRowClick={(t) => navigate(`/tenants/${t.id}`)}
         empty={search ? "No tenant matches." : "No tenants yet."}
         columns={[
-          { header: "Name", cell: (t) => <strong>{t.name}</strong> },
+          { header: "Name", wrap: true, cell: (t) => <strong>{t.name}</strong> },
           { header: "Status", cell: (t) => <StatusBadge status={t.is_active ? "active" : "inactive"} /> },
           { header: "Active keys", className: "num", cell: (t) => t.key_count },
           { header: "Requests / min", className: "num", cell: (t) => formatNumber(t.quota?.requests_per_minute) },
