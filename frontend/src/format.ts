@@ -73,10 +73,15 @@ export function formatSeconds(value: number | null | undefined): string {
   return value < 1 ? `${(value * 1000).toFixed(0)} ms` : `${value.toFixed(2)} s`;
 }
 
-/** A 0..1 fraction as a whole percentage. */
+/** A 0..1 fraction as a percentage: whole above 10 %, one decimal below it and just under 100 %, so that
+ * a KV cache 0.4 % used reads "0.4%", not "0%", and one 99.6 % used is not shown full. */
 export function formatPct(fraction: number | null | undefined): string {
   if (fraction === null || fraction === undefined) return "—";
-  return `${(fraction * 100).toFixed(0)}%`;
+  const pct = fraction * 100;
+  if (pct > 0 && pct < 0.1) return "<0.1%";
+  if (pct > 0 && pct < 10) return `${pct.toFixed(1)}%`;
+  if (pct > 99 && pct < 100) return `${(Math.floor(pct * 10) / 10).toFixed(1)}%`;
+  return `${pct.toFixed(0)}%`;
 }
 
 /** Seconds since an ISO time, for heartbeat ages. */

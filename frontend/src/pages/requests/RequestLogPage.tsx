@@ -357,6 +357,14 @@ function UsageCard({ tenantId, tenantName }: { tenantId: string; tenantName: str
   const requests = buckets.reduce((sum, b) => sum + b.requests, 0);
   const refused = buckets.reduce((sum, b) => sum + b.refused, 0);
   const width = 24 * 20;
+  // Each bar at its own hour of the last 24 (the API lists only hours with requests): placed by index, two
+  // consecutive hours were drawn half the chart apart. The window's last slot is the hour now running.
+  const HOUR_MS = 3_600_000;
+  const lastHour = Math.floor(Date.now() / HOUR_MS) * HOUR_MS;
+  const slot = width / 24;
+  const bars = buckets
+    .map((b) => ({ b, index: 23 - Math.round((lastHour - Date.parse(b.hour)) / HOUR_MS) }))
+    .filter(({ index }) => index >= 0 && index < 24);
   return (
     <Card title={tenantId ? `Usage of tenant ${tenantName}, last 24 hours` : "Usage, last 24 hours (all tenants)"} testId="usage-card">
       <ErrorState error={usage.error} onRetry={usage.reload} />
@@ -367,13 +375,13 @@ function UsageCard({ tenantId, tenantName }: { tenantId: string; tenantName: str
         <span className="muted">bars: requests per hour, red: errors</span>
       </div>
       <svg className="usage-chart" viewBox={`0 0 ${width} 100`} preserveAspectRatio="none" role="img" aria-label="requests per hour">
-        {buckets.map((b, i) => {
-          const x = (i / Math.max(1, buckets.length)) * width;
-          const w = Math.max(2, width / Math.max(24, buckets.length) - 4);
+        {bars.map(({ b, index }) => {
+          const x = index * slot + 2;
+          const w = slot - 4;
           const h = (b.requests / peak) * 96;
           const e = (b.errors / peak) * 96;
           return (
-            <g key={b.hour}>
+            <g key={b.hour} data-testid="usage-bar" data-slot={index}>
               <title>{`${formatDateTime(b.hour)}: ${b.requests} requests, ${b.errors} errors (${b.refused} refused), ${b.prompt_tokens + b.completion_tokens} tokens`}</title>
               <rect className="req" x={x} y={100 - h} width={w} height={h} />
               <rect className="err" x={x} y={100 - e} width={w} height={e} />
@@ -381,6 +389,11 @@ function UsageCard({ tenantId, tenantName }: { tenantId: string; tenantName: str
           );
         })}
       </svg>
+      <div className="usage-axis muted">
+        <span>{formatDateTime(new Date(lastHour - 23 * HOUR_MS).toISOString())}</span>
+        <span>{formatDateTime(new Date(lastHour - 11 * HOUR_MS).toISOString())}</span>
+        <span>this hour</span>
+      </div>
     </Card>
   );
 }
