@@ -158,7 +158,9 @@ def test_each_engine_kind_shown_as_it_is(
     expect(table.locator("tr", has_text="smollm2-cpu")).to_contain_text("llama.cpp")
     expect(table.locator("tr", has_text="llama-gpu")).to_contain_text("vLLM")
     # A KV cache in use under 10 % keeps a decimal: 0.4 % used is not shown as an empty "0%".
-    record = json.loads(get_redis().get(live_deployment_key(gpu.pk)))
+    raw = get_redis().get(live_deployment_key(gpu.pk))
+    assert raw is not None
+    record = json.loads(raw)
     get_redis().set(live_deployment_key(gpu.pk), json.dumps({**record, "kv_cache_usage_perc": 0.004}), ex=300)
     page.reload()
     expect(page.get_by_test_id(f"kv-{gpu.pk}")).to_have_text("0.4%")
