@@ -311,6 +311,8 @@ def start_engines(scenario: Scenario, time_scale: float) -> list[SimHandle]:
                     node.model,
                     *("--served-model-name", ALIAS, "--max-model-len", str(node.max_model_len)),
                     *("--tensor-parallel-size", str(node.tp)),
+                    # The prefix-cache hit in each answer's usage: the predictors learn from it.
+                    "--enable-prompt-tokens-details",
                     profile=node.profile,
                     time_scale=time_scale,
                     timeout=60,

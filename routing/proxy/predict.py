@@ -4,15 +4,19 @@ request's output length, learnt in the proxy from the requests it completes.
 Why online linear models and not the engine's formulas: the proxy sees every engine as a black box
 (a vLLM on an H100, a llama.cpp on a CPU, a simulator): what it can know is what it sent and what came
 back. At admission it knows the request's prompt tokens and what it has itself in flight on each
-engine (requests, their prompt tokens) and, when the engine's live record is fresh, its KV-cache usage.
+engine (requests, and the uncached prompt tokens of those still waiting for their first token: the
+prefill queue the request joins) and, when the engine's live record is fresh, its KV-cache usage.
 When the request completes it knows the outcome (TTFT, and TPOT from the rest of the stream). Each
 engine gets two recursive-least-squares regressions over those features:
 
-    log TTFT = w . [1, ln(1 + uncached prompt/1k), ln(1 + uncached prompt in flight/1k),
+    log TTFT = w . [1, ln(1 + uncached prompt/1k), ln(1 + prefill queue/1k),
                     ln(1 + requests in flight)]
-    log TPOT = w . [1, ln(1 + requests in flight), ln(1 + prompt in flight/10k), KV used fraction]
+    log TPOT = w . [1, ln(1 + requests in flight), ln(1 + prefill queue/10k), KV used fraction]
 
-that is, power laws: TTFT = C (1 + prompt/1k)^a (1 + queued prompt/1k)^b (1 + in flight)^c. In logs
+that is, power laws: TTFT = C (1 + prompt/1k)^a (1 + queued prompt/1k)^b (1 + in flight)^c. The
+prefill queue counts a request's prompt only until its first token (`Predictors.first_token`): a
+request already decoding no longer delays a newcomer's prefill (the first version counted every
+prompt in flight, most of them of streams long past their prefill). In logs
 because what matters is the relative error (a 10 ms prefix-cache hit and a 5 s queued long document
 are both answers to predict, and a fit of seconds is all about the second: in a first version, a
 linear fit in seconds, the mixed benchmark's TTFT error was hundreds of percent), and a slowdown of
@@ -23,6 +27,12 @@ prefix keys (routing/proxy/scorers.py, the prompt's leading blocks) of the reque
 (`PREFIXES_KEPT`), each with the shortest prompt seen with it (the shared part is at most that long);
 a request whose key is there counts only the tokens beyond it. So the same request is predicted
 faster on the engine that holds its system prompt, and the predicted scorers trade that against load.
+When the engine reports its actual hit (`usage.prompt_tokens_details.cached_tokens`: vLLM with
+--enable-prompt-tokens-details, the simulator likewise), the fit learns from the actual uncached tokens
+rather than the guess, and a reported hit sets the shared length the memory keeps for its key. (A
+reported miss does not drop the key: the request that missed has just cached its prefix. A first
+version dropped it, so the next requests behind that system prompt were predicted as misses: in the
+mixed benchmark its worst engine's TTFT error was 370 %, against 296 % keeping the key.)
 A prediction is kept within RANGE_MARGIN of the range of recent observations (its ends forget old
 extremes by RANGE_DECAY per observation): a linear fit extrapolates badly, and one wild prediction
 sends a request to the wrong engine.
@@ -34,6 +44,10 @@ array, is more than the arithmetic here). The forgetting factor (`FORGET`) weigh
 `FORGET**k` after k newer ones: at 0.95 the fit's memory is ~20 requests, so an engine that slows down
 (a throttled GPU, a noisy neighbour) is followed within a few dozen of its requests
 (tests/routing/test_predict_speed_change.py changes a simulator's speed at run time and measures it).
+The update is robust to single outliers (a Huber-style loss): after MIN_SAMPLES updates its residual
+(in logs) is clipped to HUBER_K times the recent mean absolute residual (at least HUBER_FLOOR), so one
+10 ms prefix hit, or one request stuck behind a burst, does not drag the next twenty predictions after
+it; a real change of speed raises the mean absolute residual within a few updates and gets through.
 The covariance's diagonal is capped (`P_DIAG_MAX`) so that a stretch of identical features (an idle
 engine answering the same prompt length) cannot wind it up and make the next update jump.
 
@@ -64,6 +78,11 @@ FORGET = 0.95
 # The initial covariance (a weak prior: the first observations move the weights at once) and its cap.
 P_INIT = 100.0
 P_DIAG_MAX = 1_000.0
+# Residuals (in logs) beyond HUBER_K x the recent mean absolute residual (HUBER_FLOOR at least) are
+# clipped in the update; that mean moves by SCALE_ALPHA per update (see the module docstring).
+HUBER_K = 3.0
+HUBER_FLOOR = 0.1
+SCALE_ALPHA = 0.1
 # The weight of the newest observation in the error means and the output-length means.
 ERROR_ALPHA = 0.05
 OUTPUT_ALPHA = 0.1
@@ -85,6 +104,10 @@ RANGE_MARGIN = 1.5
 # by PREDICTIONS_TTL_S (routing/proxy/app.py); the console merges them (`merge_reports`).
 PREDICTIONS_PUBLISH_S = 2.0
 PREDICTIONS_TTL_S = 15.0
+# slo_cost's margin under the targets: an engine's prediction times (1 + its recent MAPE, at most this)
+# must meet them (`EndpointModel.ttft_margin`); capped so that a model with one bad stretch is not
+# ruled out for ever.
+SLO_MARGIN_MAX = 1.0
 
 
 def host_share(gpus_held: int, host_gpus: int) -> float:
@@ -96,10 +119,11 @@ def host_share(gpus_held: int, host_gpus: int) -> float:
 class Rls:
     """Recursive least squares with exponential forgetting: y ~ w . x."""
 
-    __slots__ = ("n", "p", "w")
+    __slots__ = ("n", "p", "scale", "w")
 
     def __init__(self, dim: int) -> None:
         self.n = 0
+        self.scale = 0.0  # recent mean absolute residual (the Huber clip's scale)
         self.w = [0.0] * dim
         self.p = [[P_INIT if i == j else 0.0 for j in range(dim)] for i in range(dim)]
 
@@ -112,6 +136,12 @@ class Rls:
         px = [sum([a * b for a, b in zip(row, x, strict=True)]) for row in p]
         inv = 1.0 / (FORGET + sum([a * b for a, b in zip(x, px, strict=True)]))
         err = y - sum([a * b for a, b in zip(w, x, strict=True)])
+        if self.n >= MIN_SAMPLES:
+            c = HUBER_K * max(self.scale, HUBER_FLOOR)
+            self.scale += SCALE_ALPHA * (min(abs(err), 2.0 * c) - self.scale)
+            err = c if err > c else -c if err < -c else err
+        else:
+            self.scale += SCALE_ALPHA * (abs(err) - self.scale)
         step = err * inv
         self.w = [a + b * step for a, b in zip(w, px, strict=True)]
         # P <- (P - P x x' P / (FORGET + x' P x)) / FORGET
@@ -154,6 +184,11 @@ class Admission:
     kv_used: float
     predicted_ttft: float | None
     predicted_tpot: float | None
+    # The whole prompt and its prefix key (to learn the actual cache hit when the engine reports it),
+    # and whether it is still in its engine's prefill queue (no first token yet).
+    full_prompt: int = 0
+    prefix_key: bytes | None = None
+    prefilling: bool = True
 
 
 @dataclass(slots=True)
@@ -163,12 +198,16 @@ class EndpointModel:
     endpoint_id: str
     ttft: Rls = field(default_factory=lambda: Rls(4))
     tpot: Rls = field(default_factory=lambda: Rls(4))
-    # This process's requests in flight on it and their prompt tokens.
+    # This process's requests in flight on it, and the uncached prompt tokens of those among them
+    # still waiting for their first token (the prefill queue).
     inflight: int = 0
     inflight_prompt: int = 0
     # Exponentially weighted absolute percentage errors after warm-up (None: none yet).
     ttft_ape: float | None = None
     tpot_ape: float | None = None
+    # 1 + those errors, at most 1 + SLO_MARGIN_MAX: slo_cost's margin (kept here so a decision reads it).
+    ttft_margin: float = 1.0
+    tpot_margin: float = 1.0
     last: dict[str, float | None] = field(default_factory=dict)
     # Throughput: tokens generated in the current window, the window's start, the decayed peak rate.
     window_tokens: int = 0
@@ -335,17 +374,29 @@ class Predictors:
             kv_used,
             m.predict_ttft(prompt, m.inflight, m.inflight_prompt) if m.warm else None,
             m.predict_tpot(m.inflight, m.inflight_prompt, kv_used) if m.warm else None,
+            full,
+            prefix_key,
         )
         m.inflight += 1
         m.inflight_prompt += prompt
         m.refresh()
         return adm
 
+    def first_token(self, adm: Admission) -> None:
+        """The request's first token has come back: it has left its engine's prefill queue."""
+        if adm.prefilling:
+            adm.prefilling = False
+            m = self.model(adm.endpoint_id)
+            m.inflight_prompt = max(0, m.inflight_prompt - adm.prompt)
+            m.refresh()
+
     def release(self, adm: Admission) -> None:
         """The request has left `adm.endpoint_id` (answered, failed or cut short)."""
         m = self.model(adm.endpoint_id)
         m.inflight = max(0, m.inflight - 1)
-        m.inflight_prompt = max(0, m.inflight_prompt - adm.prompt)
+        if adm.prefilling:
+            adm.prefilling = False
+            m.inflight_prompt = max(0, m.inflight_prompt - adm.prompt)
         m.refresh()
 
     def observe(
@@ -355,17 +406,30 @@ class Predictors:
         duration_s: float,
         completion_tokens: int | None,
         now: float | None = None,
+        cached_tokens: int | None = None,
     ) -> None:
         """Learn from a completed request: its TTFT (streams only: a whole answer has none), its TPOT
-        ((duration - TTFT) / (tokens - 1), two tokens at least) and the tokens it generated."""
+        ((duration - TTFT) / (tokens - 1), two tokens at least) and the tokens it generated.
+        `cached_tokens`: the engine's reported prefix-cache hit, when it reports one (the fit then
+        learns from the tokens it actually computed, and the prefix memory is corrected)."""
         m = self.model(adm.endpoint_id)
         if completion_tokens:
             m._count_tokens(completion_tokens, time.monotonic() if now is None else now)
+        prompt = adm.prompt
+        if cached_tokens is not None and adm.full_prompt:
+            cached = max(0, min(cached_tokens, adm.full_prompt))
+            prompt = max(1, adm.full_prompt - cached)
+            key = adm.prefix_key
+            # A hit tells how long the shared part is (block-aligned, as the engine shares it). A miss
+            # tells nothing about the next request: this one has just put its prefix in the cache.
+            if key is not None and cached > 0 and key in m.prefixes:
+                m.prefixes[key] = cached
         if ttft_s is None or ttft_s <= 0.0:
             return
-        x = ttft_features(adm.prompt, adm.inflight, adm.inflight_prompt)
+        x = ttft_features(prompt, adm.inflight, adm.inflight_prompt)
         if adm.predicted_ttft is not None:
             m.ttft_ape = _ape(m.ttft_ape, adm.predicted_ttft, ttft_s)
+            m.ttft_margin = 1.0 + min(m.ttft_ape, SLO_MARGIN_MAX)
         m._observed(ttft_s, None)
         m.ttft.update(x, math.log(max(ttft_s, 1e-4)))
         m.refresh()
@@ -376,6 +440,7 @@ class Predictors:
         tpot = (duration_s - ttft_s) / (completion_tokens - 1)
         if adm.predicted_tpot is not None:
             m.tpot_ape = _ape(m.tpot_ape, adm.predicted_tpot, tpot)
+            m.tpot_margin = 1.0 + min(m.tpot_ape, SLO_MARGIN_MAX)
         m._observed(None, tpot)
         m.tpot.update(
             tpot_features(adm.inflight, adm.inflight_prompt, adm.kv_used), math.log(max(tpot, 1e-5))

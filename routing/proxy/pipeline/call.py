@@ -27,6 +27,7 @@ from routing.proxy.pipeline.context import (
     client_gone_error,
     header,
 )
+from routing.proxy.predict import Admission, Predictors
 from routing.proxy.scorers import (
     EndpointLoad,
     ScoreRequest,
@@ -199,21 +200,28 @@ async def try_endpoints(
             score_req.prefix_key,
         )
         called = time.perf_counter()
+        watched = first_token_send(send, ctx, admission, predictors)
         try:
             upstream["model"] = ep.served_model_name
             if ctx.dialect is None:
-                await attempt_call(svc, ctx, pool, ep, orjson.dumps(upstream), send)
+                await attempt_call(svc, ctx, pool, ep, orjson.dumps(upstream), watched)
             else:
                 payloads = ctx.dialect.bodies(ep.served_model_name)
                 if len(payloads) == 1 or ctx.stream:
-                    await attempt_call(svc, ctx, pool, ep, payloads[0], send, payloads[1:])
+                    await attempt_call(svc, ctx, pool, ep, payloads[0], watched, payloads[1:])
                 else:
-                    await fan_out(svc, ctx, pool, ep, payloads, send)
+                    await fan_out(svc, ctx, pool, ep, payloads, watched)
             if ctx.status < 500:
                 state.success()
             if ctx.status == 200:
                 duration = time.perf_counter() - called
-                predictors.observe(admission, ctx.ttft_s, duration, ctx.completion_tokens)
+                predictors.observe(
+                    admission,
+                    ctx.ttft_s,
+                    duration,
+                    ctx.completion_tokens,
+                    cached_tokens=ctx.usage_cached_tokens,
+                )
                 if ctx.ttft_s is not None and ctx.key is not None:
                     count_slo(svc, pool.name, ctx.key.slo_class, ctx.ttft_s, duration, ctx.completion_tokens)
                 if ctx.completion_tokens is not None and ctx.key is not None:
@@ -248,6 +256,19 @@ async def try_endpoints(
     raise unavailable(
         f"No healthy endpoint serves '{pool.alias}' right now; retry shortly.", code="no_healthy_endpoint"
     )
+
+
+def first_token_send(send: Send, ctx: RequestContext, admission: Admission, predictors: Predictors) -> Send:
+    """`send`, telling the predictors when the answer's first token goes out (the relay sets `ttft_s`
+    just before): the request then leaves its engine's prefill queue, which is what the next request's
+    TTFT is predicted from (routing/proxy/predict.py)."""
+
+    async def forward(message: dict[str, Any]) -> None:
+        if admission.prefilling and ctx.ttft_s is not None:
+            predictors.first_token(admission)
+        await send(message)
+
+    return forward
 
 
 def count_slo(

@@ -95,6 +95,7 @@ class RequestContext:
     prompt_estimated: bool = False
     completion_tokens: int | None = None
     usage_prompt_tokens: int | None = None
+    usage_cached_tokens: int | None = None  # the engine's reported prefix-cache hit, if any
     status: int = 0
     error_type: str = ""
     endpoint: Endpoint | None = None

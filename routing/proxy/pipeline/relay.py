@@ -100,6 +100,14 @@ async def engine_refused(
     return True
 
 
+def cached_tokens(usage: dict[str, Any]) -> int | None:
+    """The engine's reported prefix-cache hit (`prompt_tokens_details.cached_tokens`; None when it does
+    not report one): the predictors learn from it (routing/proxy/predict.py)."""
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return cached if isinstance(cached, int) else None
+
+
 def usage_from(ctx: RequestContext, data: bytes) -> None:
     try:
         parsed = orjson.loads(data)
@@ -109,6 +117,7 @@ def usage_from(ctx: RequestContext, data: bytes) -> None:
     if isinstance(usage, dict):
         ctx.completion_tokens = usage.get("completion_tokens") or 0
         ctx.usage_prompt_tokens = usage.get("prompt_tokens")
+        ctx.usage_cached_tokens = cached_tokens(usage)
     if ctx.collect_text and isinstance(parsed, dict):
         ctx.response_parts.extend(texts(parsed, "message"))
 
@@ -280,6 +289,7 @@ def read_event(
     if isinstance(usage, dict):
         ctx.completion_tokens = usage.get("completion_tokens") or 0
         ctx.usage_prompt_tokens = usage.get("prompt_tokens")
+        ctx.usage_cached_tokens = cached_tokens(usage)
         if not obj.get("choices") and not client_wants_usage:
             keep = False
     return obj, keep
@@ -326,6 +336,7 @@ def usage_event(ctx: RequestContext, events: bytes, client_wants_usage: bool) ->
         return events
     ctx.completion_tokens = usage.get("completion_tokens") or 0
     ctx.usage_prompt_tokens = usage.get("prompt_tokens")
+    ctx.usage_cached_tokens = cached_tokens(usage)
     if client_wants_usage or obj.get("choices"):
         return events
     return events[:begin] + events[end:]
