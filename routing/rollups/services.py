@@ -1,8 +1,9 @@
 """Writing the charts' history: 10 s points each beat tick, 1 min and 1 h aggregates, pruning.
 
-Every write is one bulk INSERT for the whole fleet (whatever its size): a tick's 10 s points (every
-GPU's and engine's live record, read with one MGET as the fleet exposition does, and the request log's
-rows of one bucket grouped by pool and tenant), and each aggregation run's coarser points. Inserts skip
+Every write is one bulk INSERT for the whole fleet (whatever its size): a tick's 10 s points (each
+host's GPU and engine rows as its agent's syncs wrote them, nodes/tick_points.py, or from its live
+records for a host with none; and the request log's rows of one bucket grouped by pool and tenant), and
+each aggregation run's coarser points. Inserts skip
 rows already there (the unique bucket of a subject), so a tick or an aggregation run twice writes
 nothing twice.
 """
