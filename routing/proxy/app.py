@@ -14,6 +14,7 @@ import contextlib
 import gc
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -115,14 +116,33 @@ def apply_settings() -> None:
 
 
 class Coalesced:
-    """`job` run once, `window()` seconds after the first request since its last run: a burst of requests
-    shares one run. A request made while the job runs gets a run of its own after it."""
+    """`job` run soon after a request, at the pace its `window()` allows: a token bucket that holds
+    `burst` runs and earns one back per window. A request waits `settle` seconds (the rest of its burst
+    shares that run), then runs at once if a run is in the bucket, or when the next one is earned; every
+    request made meanwhile shares it. A request made while the job runs gets a run of its own after it.
 
-    def __init__(self, window: Callable[[], float], job: Callable[[], Awaitable[None]], what: str) -> None:
+    Why a bucket rather than a delay of `window()` after every first request: the window grows with what
+    a load costs (ten times it), so one slow load (a cold start, a busy machine) would hold back the next
+    lone admin change by that much, and a switch or a canary step must reach every proxy within a second
+    (docs/rollouts.md). A lone change is never held back; a steady burst still runs at most `burst`
+    loads and then one per window, a tenth of a core."""
+
+    def __init__(
+        self,
+        window: Callable[[], float],
+        job: Callable[[], Awaitable[None]],
+        what: str,
+        settle: float = RELOAD_WINDOW_MIN_S,
+        burst: int = 2,
+    ) -> None:
         self.window = window
         self.job = job
         self.what = what
+        self.settle = settle
+        self.burst = burst
         self.pending = False
+        self.tokens = float(burst)
+        self.earned_at: float | None = None  # loop time the bucket was last topped up
 
     def request(self) -> None:
         if self.pending:
@@ -130,8 +150,19 @@ class Coalesced:
         self.pending = True
         asyncio.get_running_loop().create_task(self._later())
 
+    def _top_up(self, now: float) -> None:
+        if self.earned_at is not None:
+            self.tokens = min(self.burst, self.tokens + (now - self.earned_at) / self.window())
+        self.earned_at = now
+
     async def _later(self) -> None:
-        await asyncio.sleep(self.window())
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(self.settle)
+        self._top_up(loop.time())
+        if self.tokens < 1:
+            await asyncio.sleep((1 - self.tokens) * self.window())
+            self._top_up(loop.time())
+        self.tokens = max(0.0, self.tokens - 1)
         self.pending = False
         try:
             await self.job()
@@ -150,7 +181,10 @@ class Proxy:
         self._tasks: list[asyncio.Task[None]] = []
         # A burst of changes shares one reload, after Proxy.reload_window.
         self._reloads = Coalesced(self.reload_window, self.reload_snapshot, "config reload")
-        self.reload_seconds = 0.0  # how long the last snapshot load took (it sets the coalescing window)
+        self.reload_seconds = 0.0  # how long the last snapshot load took
+        # The last few loads' durations: the least of them sets the coalescing window, so one slow load
+        # (the cold first one, a busy moment) does not widen it; a big fleet's loads are all slow.
+        self.load_costs: deque[float] = deque(maxlen=3)
         self.reloads = 0
         # What the snapshot was built from, so one deployment's change rebuilds its alias only
         # (config.RoutingSource); None until the first load.
@@ -272,6 +306,7 @@ class Proxy:
             self._apply(snap)
             self.source = src
             self.reload_seconds = time.perf_counter() - began
+            self.load_costs.append(self.reload_seconds)
             self.reloads += 1
 
     async def patch_snapshot(self) -> None:
@@ -310,12 +345,14 @@ class Proxy:
         self.services.snapshot = snap
 
     def reload_window(self) -> float:
-        """How long a change waits for others to share its reload: 50 ms, or ten times what the last
-        load took, at most RELOAD_WINDOW_MAX_S. A big fleet's snapshot (thousands of deployments) costs
-        a tenth of a second to load, and its agents report state changes many times a second: without
-        this, every proxy process would spend its whole core reloading (docs/proxy.md, "Config changes").
+        """How long a change waits for others to share its reload: 50 ms, or ten times what a load costs
+        (the least of the last three), at most RELOAD_WINDOW_MAX_S. A big fleet's snapshot (thousands of
+        deployments) costs a tenth of a second to load, and its agents report state changes many times a
+        second: without this, every proxy process would spend its whole core reloading (docs/proxy.md,
+        "Config changes"). `Coalesced` runs a lone change's reload sooner (a throttle, not a delay).
         """
-        return min(RELOAD_WINDOW_MAX_S, max(RELOAD_WINDOW_MIN_S, 10 * self.reload_seconds))
+        cost = min(self.load_costs, default=0.0)
+        return min(RELOAD_WINDOW_MAX_S, max(RELOAD_WINDOW_MIN_S, 10 * cost))
 
     def _schedule_reload(self) -> None:
         self._reloads.request()
