@@ -55,7 +55,13 @@ def browser_page(
     # Playwright's sync API keeps an event loop running in this thread; the ORM calls a test makes between
     # browser steps are still plain synchronous calls in one thread, so Django's async guard does not apply.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
+
+    # Assertions wait as long as actions do. Playwright's own 5 s suits a quiet machine; `make test` runs
+    # two workers on two cores, each with a live console, proxies and engines, and a page that answers in
+    # 0.3 s alone has taken over 5 s there (a filter's total, 2026-12-07). A wait that ends early passes
+    # early; only a real fault waits out the 15 s.
+    expect.set_options(timeout=15_000)
 
     profile = Path(tempfile.mkdtemp(prefix="chromium-profile-", dir=tmp_path))
     with sync_playwright() as playwright:
