@@ -171,7 +171,8 @@ SLO_REQUESTS = LOOP.add(
         "inferchain_proxy_slo_requests",
         "Answered streams by pool and SLO class, and whether they met the class's TTFT and time per "
         "output token targets (met, missed), plus batch requests shed because no engine was predicted "
-        "to meet them (shed). Goodput per class is the rate of `met`.",
+        "to meet them (shed) and other requests moved to the policy's fallback pool for that reason "
+        "(fallback, under the pool they left). Goodput per class is the rate of `met`.",
         ["pool", "slo_class", "outcome"],
     )
 )

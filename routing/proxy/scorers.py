@@ -72,6 +72,8 @@ class ScoreRequest:
     tpot_target_s: float | None = None
     # Refuse (SloUnmet) rather than send a request no engine is predicted to meet (the batch class).
     shed_unmet: bool = False
+    # Raise SloUnmet too when the request has somewhere else to go (the policy's fallback pool).
+    fallback_unmet: bool = False
 
 
 class SloUnmet(Exception):
@@ -279,7 +281,8 @@ def slo_cost(loads: Sequence[EndpointLoad], req: ScoreRequest, rr: int = 0) -> t
     """The cheapest endpoint predicted to meet the request's TTFT and TPOT targets, by cost per output
     token (its host's cost per hour over the best throughput it has shown; before it has shown one,
     over one stream's rate, 1 / TPOT); ties and free hosts by soonest completion. When none is
-    predicted to meet them: SloUnmet if the class sheds (batch), else the soonest completion.
+    predicted to meet them: SloUnmet if the class sheds (batch) or the request may move (to the
+    policy's fallback pool, `fallback_unmet`), else the soonest completion.
 
     "Predicted to meet" keeps a margin that grows with the engine's recent error: its prediction times
     (1 + its recent MAPE, at most predict.SLO_MARGIN_MAX: `EndpointModel.ttft_margin`, `tpot_margin`)
@@ -308,7 +311,7 @@ def slo_cost(loads: Sequence[EndpointLoad], req: ScoreRequest, rr: int = 0) -> t
             best, pick = key, i
     if best is not None:
         return pick, f"slo_cost cheapest_meeting cost_per_1k={best[0] * 1000:.5f} e2e={best[1]:.3f}s"
-    if req.shed_unmet:
+    if req.shed_unmet or req.fallback_unmet:
         raise SloUnmet
     i = min(range(len(preds)), key=lambda k: preds[k][2])
     return i, f"slo_cost none_meet fastest e2e={preds[i][2]:.3f}s"
@@ -326,8 +329,8 @@ def choose(
     if not loads:
         raise ValueError("no candidates")
     if len(loads) == 1:
-        if scorer == Scorer.SLO_COST and req.shed_unmet:
-            slo_cost(loads, req, rr)  # a lone engine that cannot meet a batch request's class sheds it
+        if scorer == Scorer.SLO_COST and (req.shed_unmet or req.fallback_unmet):
+            slo_cost(loads, req, rr)  # a lone engine that cannot meet the class sheds or moves it
         return 0, "only_endpoint"
     simple: dict[str, Callable[[Sequence[EndpointLoad], int], tuple[int, str]]] = {
         Scorer.ROUND_ROBIN: round_robin,

@@ -1,6 +1,7 @@
 """The predicted scorers inside the proxy, against simulator engines: the proxy learns every engine from
 the streams it completes, decides as least-outstanding does until they are warm, then by prediction,
-with the reason in the request log; a batch key's request no engine is predicted to meet is shed."""
+with the reason in the request log; a batch key's request no engine is predicted to meet is shed, any
+other goes to the policy's fallback pool."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from collections.abc import Callable
 
 import pytest
 
-from routing.models import RequestLog, RoutePool
+from core.redis_client import publish_config_change
+from routing.models import RequestLog, RoutePolicy, RoutePool
 from routing.proxy.predict import MIN_SAMPLES
 from tests.routing.conftest import Proc, make_tenant_key, post
-from tests.routing.fleet import FleetMember
+from tests.routing.fleet import FleetMember, start_member
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -87,3 +89,49 @@ def test_batch_request_no_engine_can_meet_is_shed(
     shed = [line for line in text.splitlines() if line.startswith("inferchain_proxy_slo_requests_total{")]
     assert any('slo_class="batch"' in line and 'outcome="shed"' in line for line in shed), shed
     assert any('slo_class="standard"' in line and 'outcome="missed"' in line for line in shed), shed
+
+
+def slo_outcomes(proxy: Proc) -> list[str]:
+    with urllib.request.urlopen(proxy.url + "/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    return [line for line in text.splitlines() if line.startswith("inferchain_proxy_slo_requests_total{")]
+
+
+def test_a_request_no_engine_of_its_pool_can_meet_goes_to_the_fallback_pool(
+    start_proxy: Callable[..., Proc], transactional_db: None, redis_clean: None
+) -> None:
+    cheap = [start_member("llama", role="cheap") for _ in range(2)]
+    spare = start_member("llama", role="spare")
+    try:
+        home = RoutePool.objects.create(name="cheap", alias="llama", role="cheap", scorer="slo_cost")
+        fallback = RoutePool.objects.create(name="spare", alias="llama", role="spare")
+        RoutePolicy.objects.create(name="p", alias="llama", default_pool=home, fallback_pool=fallback)
+        tk = make_tenant_key()
+        # Targets no engine meets: once the cheap pool's engines are warm, a standard request moves.
+        proxy = start_proxy(PROXY_SLO_STANDARD="0.000001/0.000001")
+        # Cold, slo_cost decides as least-outstanding does, inside its own pool (ties alternate), until
+        # both engines have MIN_SAMPLES answers.
+        n = MIN_SAMPLES * len(cheap)
+        for i in range(n):
+            assert stream(proxy, tk.raw_key, 20 + 40 * (i % 5)) == 200
+        logged = rows(n)
+        assert {r.deployment_id for r in logged} == {m.deployment.pk for m in cheap}
+        assert stream(proxy, tk.raw_key, 30) == 200
+        moved = rows(n + 1)[-1]
+        assert moved.deployment_id == spare.deployment.pk, moved.route_reason
+        assert moved.route_pool == "spare"
+        assert "slo_cost none_meet in cheap, fallback spare" in moved.route_reason
+        assert any('pool="cheap"' in line and 'outcome="fallback"' in line for line in slo_outcomes(proxy))
+        # With no engine left in the fallback pool, the request stays home and goes to the soonest there.
+        fallback.role = "gone"
+        fallback.save()
+        publish_config_change("route_pool", id=fallback.pk)  # as the API does; proxies reload within 1 s
+        time.sleep(1.0)
+        count = RequestLog.objects.count()
+        assert stream(proxy, tk.raw_key, 30) == 200
+        last = rows(count + 1)[-1]
+        assert last.deployment_id in {m.deployment.pk for m in cheap}, last.route_reason
+        assert "slo_cost none_meet fastest" in last.route_reason
+    finally:
+        for member in (*cheap, spare):
+            member.sim.stop()

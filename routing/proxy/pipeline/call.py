@@ -89,6 +89,7 @@ def prepare(ctx: RequestContext, svc: Services) -> None:
         if targets is not None:
             req.ttft_target_s, req.tpot_target_s = targets
         req.shed_unmet = info.slo_class == SloClass.BATCH
+        req.fallback_unmet = not req.shed_unmet and ctx.slo_fallback is not None
 
 
 async def step(ctx: RequestContext, svc: Services) -> None:
@@ -138,7 +139,22 @@ async def try_endpoints(
     states = svc.live.states
     state_of = svc.live.of
     predictors = svc.predictors
-    predicted = pool.scorer in PREDICTED
+
+    def loads_of(live: list[Endpoint], pool: Pool) -> list[EndpointLoad]:
+        predicted = pool.scorer in PREDICTED
+        return [
+            EndpointLoad(
+                endpoint_id=ep.id,
+                inflight=states[ep.id].inflight,
+                kv_free_tokens=states[ep.id].kv_free_now(wall),
+                kv_total_tokens=states[ep.id].kv_total_tokens,
+                max_inflight=pool.max_inflight_per_endpoint,
+                model=predictors.model(ep.id) if predicted else None,
+                cost_per_hour=ep.cost_per_hour,
+            )
+            for ep in live
+        ]
+
     for attempt in range(pool.max_retries + 1):
         now = time.monotonic()
         live = [ep for ep in candidates if ep.id not in tried and state_of(ep).available(now)]
@@ -151,30 +167,33 @@ async def try_endpoints(
         if not live:
             break
         t0 = time.perf_counter()
-        loads = [
-            EndpointLoad(
-                endpoint_id=ep.id,
-                inflight=states[ep.id].inflight,
-                kv_free_tokens=states[ep.id].kv_free_now(wall),
-                kv_total_tokens=states[ep.id].kv_total_tokens,
-                max_inflight=pool.max_inflight_per_endpoint,
-                model=predictors.model(ep.id) if predicted else None,
-                cost_per_hour=ep.cost_per_hour,
-            )
-            for ep in live
-        ]
+        loads = loads_of(live, pool)
         rr = svc.live.rr.get(pool.name, 0)
         svc.live.rr[pool.name] = rr + 1
         try:
             index, why = choose(pool.scorer, loads, score_req, weights=pool.weights, rr=rr)
         except SloUnmet:
-            svc.metric(m.SLO_REQUESTS, pool.name, SloClass.BATCH, "shed").inc()
-            raise ProxyError(
-                429,
-                "No engine is predicted to meet this key's batch latency class right now; retry later.",
-                type="rate_limit_error",
-                code="slo_shed",
-            ) from None
+            if score_req.shed_unmet:
+                svc.metric(m.SLO_REQUESTS, pool.name, SloClass.BATCH, "shed").inc()
+                raise ProxyError(
+                    429,
+                    "No engine is predicted to meet this key's batch latency class right now; retry later.",
+                    type="rate_limit_error",
+                    code="slo_shed",
+                ) from None
+            # No engine here is predicted to meet the class: the policy's fallback pool takes it, or,
+            # when that has no engine that can, the soonest engine here does (asked once per request).
+            score_req.fallback_unmet = False
+            moved = ctx.slo_fallback() if ctx.slo_fallback is not None else None
+            if moved is not None:
+                assert ctx.key is not None
+                svc.metric(m.SLO_REQUESTS, pool.name, ctx.key.slo_class, "fallback").inc()
+                reason += f"; slo_cost none_meet in {pool.name}, fallback {moved[0].name}"
+                pool, candidates = moved
+                ctx.pool, ctx.pool_obj = pool.name, pool
+                live = [ep for ep in candidates if state_of(ep).available(now)]
+                loads = loads_of(live, pool)
+            index, why = choose(pool.scorer, loads, score_req, weights=pool.weights, rr=rr)
         ep = live[index]
         # What this engine kind is sent (a 400 for what it cannot do, before anything is counted).
         ctx.dialect = dialect.for_endpoint(ep.engine, upstream, ctx.kind, ctx.prompt_tokens)

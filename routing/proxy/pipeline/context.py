@@ -141,6 +141,9 @@ class RequestContext:
     reason: str = ""
     route_time: float = 0.0
     baseline: Callable[[], list[Endpoint]] | None = None
+    # The policy's fallback pool and its endpoints that can take the request, for a request that the
+    # slo_cost scorer finds no engine of its pool predicted to meet (None: there is no such pool).
+    slo_fallback: Callable[[], tuple[Pool, list[Endpoint]] | None] | None = None
     # admit: the tokens reserved, and what the scorer is told.
     reserve: int = 0
     score_req: ScoreRequest | None = None

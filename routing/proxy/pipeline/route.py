@@ -8,6 +8,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from routing.choices import Scorer
 from routing.proxy import metrics as m
 from routing.proxy import pin, spill
 from routing.proxy.canary import draw
@@ -196,6 +197,21 @@ def candidates_of(
     return eps, fallback
 
 
+def slo_fallback(
+    svc: Services, policy: Policy | None, pool: Pool, tokens: int, out: int | None
+) -> tuple[Pool, list[Endpoint]] | None:
+    """The policy's fallback pool and its endpoints that can take this request, when the pool is not
+    itself the fallback: where slo_cost sends a request no engine of its pool is predicted to meet."""
+    if policy is None or not policy.fallback_pool or policy.fallback_pool == pool.name:
+        return None
+    fallback = svc.snapshot.pools.get(policy.fallback_pool)
+    if fallback is None:
+        return None
+    now, state = time.monotonic(), svc.live.of
+    eps = [ep for ep in fallback.endpoints if fits(ep, tokens, out) and state(ep).available(now)]
+    return (fallback, eps) if eps else None
+
+
 def draw_canary(
     svc: Services, ctx: RequestContext, pool: Pool, canary: Canary, scope: Scope, tokens: int, out: int | None
 ) -> list[Endpoint] | None:
@@ -333,3 +349,5 @@ def settle(
             return candidates_of(svc, pool, policy, tokens, out)[0]
 
         ctx.baseline = baseline
+    if pool.scorer == Scorer.SLO_COST and policy is not None and policy.fallback_pool:
+        ctx.slo_fallback = lambda: slo_fallback(svc, policy, pool, tokens, out)
