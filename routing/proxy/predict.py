@@ -73,6 +73,13 @@ from typing import Any
 
 # Observations an engine needs before its predictions are used.
 MIN_SAMPLES = 16
+# Once warm, an engine of a pool routed by another scorer learns from one request in LEARN_EVERY
+# (`Predictors.learns`): its model only feeds the routing page and a later switch to a predicted
+# scorer, and the fit updates were most of what the predictors cost every pool. Measured with
+# benchmarks/proxy_app_cpu.py (stream, 2026-12-07): the predictors as first built added about 55 us
+# of CPU per stream (235 against 180 us); with the loop-written update, the first-token hook in
+# place of a wrapped `send`, decisions' parts computed when read (`stale`) and this sampling, 19 us.
+LEARN_EVERY = 4
 # Weight of an observation after each newer one (memory ~ 1 / (1 - FORGET) observations).
 FORGET = 0.95
 # The initial covariance (a weak prior: the first observations move the weights at once) and its cap.
@@ -132,10 +139,25 @@ class Rls:
         return sum(w[i] * x[i] for i in range(len(w)))
 
     def update(self, x: list[float], y: float) -> None:
+        # Plain loops over locals: this runs twice per answered stream on the proxy's hot path, and
+        # comprehensions over zip() cost three times as much here (24 us against 8 us per observation,
+        # measured 2026-12-07).
         p, w = self.p, self.w
-        px = [sum([a * b for a, b in zip(row, x, strict=True)]) for row in p]
-        inv = 1.0 / (FORGET + sum([a * b for a, b in zip(x, px, strict=True)]))
-        err = y - sum([a * b for a, b in zip(w, x, strict=True)])
+        d = len(w)
+        rng = range(d)
+        px = [0.0] * d
+        xpx = 0.0
+        pred = 0.0
+        for i in rng:
+            row = p[i]
+            acc = 0.0
+            for j in rng:
+                acc += row[j] * x[j]
+            px[i] = acc
+            xpx += x[i] * acc
+            pred += w[i] * x[i]
+        inv = 1.0 / (FORGET + xpx)
+        err = y - pred
         if self.n >= MIN_SAMPLES:
             c = HUBER_K * max(self.scale, HUBER_FLOOR)
             self.scale += SCALE_ALPHA * (min(abs(err), 2.0 * c) - self.scale)
@@ -143,19 +165,22 @@ class Rls:
         else:
             self.scale += SCALE_ALPHA * (abs(err) - self.scale)
         step = err * inv
-        self.w = [a + b * step for a, b in zip(w, px, strict=True)]
-        # P <- (P - P x x' P / (FORGET + x' P x)) / FORGET
-        self.p = p = [
-            [(a - pi * inv * pj) / FORGET for a, pj in zip(row, px, strict=True)]
-            for row, pi in zip(p, px, strict=True)
-        ]
+        for i in rng:
+            w[i] += px[i] * step
+        # P <- (P - P x x' P / (FORGET + x' P x)) / FORGET, in place (P is symmetric, so x' P = (P x)').
+        k = 1.0 / FORGET
+        for i in rng:
+            row = p[i]
+            a = px[i] * inv
+            for j in rng:
+                row[j] = (row[j] - a * px[j]) * k
         # A feature that does not vary (no live KV state, one prompt length) is not learnt about, and
         # its variance grows by 1 / FORGET per update without bound; capping it (D P D with D diagonal,
         # so P stays symmetric positive definite) keeps the next update that does vary it sane.
-        for i in range(len(p)):
+        for i in rng:
             if p[i][i] > P_DIAG_MAX:
                 s = math.sqrt(P_DIAG_MAX / p[i][i])
-                for j in range(len(p)):
+                for j in rng:
                     p[i][j] *= s
                     p[j][i] *= s
         self.n += 1
@@ -214,10 +239,14 @@ class EndpointModel:
     window_start: float | None = None
     peak_tokens_per_s: float = 0.0
     warm: bool = False
-    # The parts of both predictions that do not depend on the request, kept up to date whenever the
-    # weights or what is in flight change (`refresh`), so a decision costs two multiply-adds per
-    # candidate: log TTFT = ttft_base + ttft_per_kprompt * ln(1 + prompt/1k),
-    # log TPOT = tpot_base + tpot_per_kv * kv.
+    # Requests dispatched here (`Predictors.learns` samples by it).
+    dispatched: int = 0
+    # The parts of both predictions that do not depend on the request, so a decision costs two
+    # multiply-adds per candidate: log TTFT = ttft_base + ttft_per_kprompt * ln(1 + prompt/1k),
+    # log TPOT = tpot_base + tpot_per_kv * kv. Computed when read (`refresh`, by the scorers) after the
+    # weights or what is in flight changed (`stale`), not at each change: a request changes what is in
+    # flight three times (dispatch, first token, release), and most pools' decisions never read them.
+    stale: bool = True
     ttft_base: float = 0.0
     ttft_per_kprompt: float = 0.0
     tpot_base: float = 0.0
@@ -263,13 +292,23 @@ class EndpointModel:
         self.ttft_per_kprompt = t[1]
         self.tpot_base = p[0] + p[1] * n + p[2] * math.log1p(queued / 10_000.0)
         self.tpot_per_kv = p[3]
+        self.stale = False
+
+    def _fitted(self) -> None:
+        """A fit was updated: it may be warm now, and the parts kept for decisions are stale."""
+        self.warm = self.ttft.n >= MIN_SAMPLES and self.tpot.n >= MIN_SAMPLES
+        self.stale = True
 
     def ttft_for(self, prompt: int) -> float:
         """Predicted TTFT of a prompt of `prompt` uncached tokens, joining what is in flight now."""
+        if self.stale:
+            self.refresh()
         return self.clamp_ttft(_exp(self.ttft_base + self.ttft_per_kprompt * math.log1p(prompt / 1000.0)))
 
     def tpot_for(self, kv_used: float) -> float:
         """Predicted TPOT of a request joining what is in flight now, at this KV-cache use."""
+        if self.stale:
+            self.refresh()
         return self.clamp_tpot(_exp(self.tpot_base + self.tpot_per_kv * kv_used))
 
     def predict_ttft(self, prompt: int, inflight: int, inflight_prompt: int) -> float:
@@ -358,12 +397,26 @@ class Predictors:
 
     # ---- dispatch and completion -------------------------------------------------------------------
 
+    def learns(self, endpoint_id: str) -> bool:
+        """Whether the next request to `endpoint_id` is learnt from when its pool's scorer does not
+        predict: every one until the engine is warm, then one in LEARN_EVERY."""
+        m = self.model(endpoint_id)
+        m.dispatched += 1
+        return not m.warm or m.dispatched % LEARN_EVERY == 0
+
     def dispatch(
-        self, endpoint_id: str, prompt: int, kv_used: float, prefix_key: bytes | None = None
+        self,
+        endpoint_id: str,
+        prompt: int,
+        kv_used: float,
+        prefix_key: bytes | None = None,
+        predict: bool = True,
     ) -> Admission:
         """A request sent to `endpoint_id`: what it sees there (before counting it), then counted. Its
-        prompt counts as the part the engine likely has not cached (`EndpointModel.uncached`)."""
+        prompt counts as the part the engine likely has not cached (`EndpointModel.uncached`).
+        `predict`: make the predictions its error is measured by (a request learnt from)."""
         m = self.model(endpoint_id)
+        predict = predict and m.warm
         full, prompt = prompt, m.uncached(prompt, prefix_key)
         m.remember(full, prefix_key)
         adm = Admission(
@@ -372,14 +425,14 @@ class Predictors:
             m.inflight,
             m.inflight_prompt,
             kv_used,
-            m.predict_ttft(prompt, m.inflight, m.inflight_prompt) if m.warm else None,
-            m.predict_tpot(m.inflight, m.inflight_prompt, kv_used) if m.warm else None,
+            m.predict_ttft(prompt, m.inflight, m.inflight_prompt) if predict else None,
+            m.predict_tpot(m.inflight, m.inflight_prompt, kv_used) if predict else None,
             full,
             prefix_key,
         )
         m.inflight += 1
         m.inflight_prompt += prompt
-        m.refresh()
+        m.stale = True
         return adm
 
     def first_token(self, adm: Admission) -> None:
@@ -388,7 +441,7 @@ class Predictors:
             adm.prefilling = False
             m = self.model(adm.endpoint_id)
             m.inflight_prompt = max(0, m.inflight_prompt - adm.prompt)
-            m.refresh()
+            m.stale = True
 
     def release(self, adm: Admission) -> None:
         """The request has left `adm.endpoint_id` (answered, failed or cut short)."""
@@ -397,7 +450,7 @@ class Predictors:
         if adm.prefilling:
             adm.prefilling = False
             m.inflight_prompt = max(0, m.inflight_prompt - adm.prompt)
-        m.refresh()
+        m.stale = True
 
     def observe(
         self,
@@ -407,11 +460,13 @@ class Predictors:
         completion_tokens: int | None,
         now: float | None = None,
         cached_tokens: int | None = None,
+        learn: bool = True,
     ) -> None:
         """Learn from a completed request: its TTFT (streams only: a whole answer has none), its TPOT
         ((duration - TTFT) / (tokens - 1), two tokens at least) and the tokens it generated.
         `cached_tokens`: the engine's reported prefix-cache hit, when it reports one (the fit then
-        learns from the tokens it actually computed, and the prefix memory is corrected)."""
+        learns from the tokens it actually computed, and the prefix memory is corrected). `learn`
+        False: only the throughput and the prefix memory take it, not the fits (`learns`)."""
         m = self.model(adm.endpoint_id)
         if completion_tokens:
             m._count_tokens(completion_tokens, time.monotonic() if now is None else now)
@@ -424,7 +479,7 @@ class Predictors:
             # tells nothing about the next request: this one has just put its prefix in the cache.
             if key is not None and cached > 0 and key in m.prefixes:
                 m.prefixes[key] = cached
-        if ttft_s is None or ttft_s <= 0.0:
+        if not learn or ttft_s is None or ttft_s <= 0.0:
             return
         x = ttft_features(prompt, adm.inflight, adm.inflight_prompt)
         if adm.predicted_ttft is not None:
@@ -432,7 +487,7 @@ class Predictors:
             m.ttft_margin = 1.0 + min(m.ttft_ape, SLO_MARGIN_MAX)
         m._observed(ttft_s, None)
         m.ttft.update(x, math.log(max(ttft_s, 1e-4)))
-        m.refresh()
+        m._fitted()
         m.last["ttft_observed"] = ttft_s
         m.last["ttft_predicted"] = adm.predicted_ttft
         if completion_tokens is None or completion_tokens < 2 or duration_s <= ttft_s:
@@ -445,7 +500,7 @@ class Predictors:
         m.tpot.update(
             tpot_features(adm.inflight, adm.inflight_prompt, adm.kv_used), math.log(max(tpot, 1e-5))
         )
-        m.refresh()
+        m._fitted()
         m.last["tpot_observed"] = tpot
         m.last["tpot_predicted"] = adm.predicted_tpot
 

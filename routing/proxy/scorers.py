@@ -246,6 +246,8 @@ def _predictions(loads: Sequence[EndpointLoad], req: ScoreRequest) -> list[tuple
         m = ld.model
         if m is None or not m.warm:
             return None
+        if m.stale:
+            m.refresh()
         # The part of the prompt this engine likely has not cached (its model remembers prefix keys).
         lp = whole if key is None or key not in m.prefixes else log1p(m.uncached(prompt, key) / 1000.0)
         v = m.ttft_base + m.ttft_per_kprompt * lp

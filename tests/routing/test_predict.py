@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from routing.proxy.predict import MIN_SAMPLES, Predictors, Rls, host_share
+from routing.proxy.predict import LEARN_EVERY, MIN_SAMPLES, Predictors, Rls, host_share
 
 
 def engine_ttft(prompt: int, inflight_prompt: int, inflight: int) -> float:
@@ -43,6 +43,26 @@ def test_rls_recovers_a_linear_function() -> None:
         x = [1.0, rng.random(), rng.random()]
         rls.update(x, 2.0 + 3.0 * x[1] - 1.0 * x[2])
     assert rls.w == pytest.approx([2.0, 3.0, -1.0], abs=1e-3)
+
+
+def test_other_pools_engines_learn_from_every_request_until_warm_then_one_in_learn_every() -> None:
+    pred = Predictors()
+    assert all(pred.learns("a") for _ in range(3 * LEARN_EVERY))  # cold: every one
+    feed(pred, MIN_SAMPLES, random.Random(3))
+    m = pred.model("a")
+    assert m.warm
+    picks = [pred.learns("a") for _ in range(5 * LEARN_EVERY)]
+    assert picks.count(True) == 5
+    # A request not learnt from still counts in flight, and its tokens count towards throughput,
+    # but the fits and their error are left alone.
+    n, ape, inflight = m.ttft.n, m.ttft_ape, m.inflight
+    adm = pred.dispatch("a", 300, 0.0, predict=False)
+    assert adm.predicted_ttft is None and m.inflight == inflight + 1
+    pred.release(adm)
+    pred.observe(adm, 0.5, 1.0, 40, now=0.0, learn=False)
+    pred.observe(adm, 0.5, 1.0, 40, now=3.0, learn=False)
+    assert (m.ttft.n, m.ttft_ape, m.inflight) == (n, ape, inflight)
+    assert m.peak_tokens_per_s > 0
 
 
 def test_cold_until_min_samples_then_predicts_a_power_law_engine() -> None:

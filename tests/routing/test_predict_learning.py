@@ -4,15 +4,14 @@ margin growing with the prediction error."""
 
 from __future__ import annotations
 
-import asyncio
 import math
 import random
-from typing import Any
+import time
+from functools import partial
 
 import pytest
 
 from routing.proxy import predict
-from routing.proxy.pipeline.call import first_token_send
 from routing.proxy.pipeline.context import RequestContext
 from routing.proxy.pipeline.relay import usage_from
 from routing.proxy.predict import MIN_SAMPLES, EndpointModel, Predictors
@@ -166,19 +165,9 @@ def test_the_proxy_reads_the_cache_hit_and_the_first_token_for_the_predictors() 
 
     pred = Predictors()
     adm = pred.dispatch("a", 1700, 0.0)
-    sent: list[dict[str, Any]] = []
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    forward = first_token_send(send, ctx, adm, pred)
-
-    async def relay() -> None:
-        await forward({"type": "http.response.start", "status": 200})
-        assert pred.model("a").inflight_prompt == 1700  # headers only: still in prefill
-        ctx.ttft_s = 0.2  # the relay saw the first token
-        await forward({"type": "http.response.body", "body": b"data: ..."})
-
-    asyncio.run(relay())
+    # As try_endpoints sets it: the relay calls it when the answer's first text goes out.
+    ctx.on_first_token = partial(pred.first_token, adm)
+    assert pred.model("a").inflight_prompt == 1700  # nothing relayed yet: still in prefill
+    ctx.first_token_out(time.perf_counter() - 0.2)
+    assert ctx.ttft_s is not None and 0.2 <= ctx.ttft_s < 1.0
     assert pred.model("a").inflight_prompt == 0 and not adm.prefilling
-    assert len(sent) == 2

@@ -9,6 +9,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any
 
 import orjson
@@ -27,7 +28,6 @@ from routing.proxy.pipeline.context import (
     client_gone_error,
     header,
 )
-from routing.proxy.predict import Admission, Predictors
 from routing.proxy.scorers import (
     EndpointLoad,
     ScoreRequest,
@@ -209,27 +209,30 @@ async def try_endpoints(
         inflight = svc.metric(m.INFLIGHT, dep_label)
         inflight.inc()
         # Every pool's engines are learnt (not only the predicted scorers'), so a pool switched to one
-        # starts warm and the routing page shows every engine's predictions.
+        # starts warm and the routing page shows every engine's predictions; other pools' engines from
+        # one answered request in predict.LEARN_EVERY once warm (a fit update is most of the cost).
         load = loads[index]
         kv_total = load.kv_total_tokens
+        learn = pool.scorer in PREDICTED or predictors.learns(ep.id)
         admission = predictors.dispatch(
             ep.id,
             ctx.prompt_tokens,
             1.0 - load.kv_free_tokens / kv_total if kv_total and load.kv_free_tokens is not None else 0.0,
             score_req.prefix_key,
+            predict=learn,
         )
+        ctx.on_first_token = partial(predictors.first_token, admission)
         called = time.perf_counter()
-        watched = first_token_send(send, ctx, admission, predictors)
         try:
             upstream["model"] = ep.served_model_name
             if ctx.dialect is None:
-                await attempt_call(svc, ctx, pool, ep, orjson.dumps(upstream), watched)
+                await attempt_call(svc, ctx, pool, ep, orjson.dumps(upstream), send)
             else:
                 payloads = ctx.dialect.bodies(ep.served_model_name)
                 if len(payloads) == 1 or ctx.stream:
-                    await attempt_call(svc, ctx, pool, ep, payloads[0], watched, payloads[1:])
+                    await attempt_call(svc, ctx, pool, ep, payloads[0], send, payloads[1:])
                 else:
-                    await fan_out(svc, ctx, pool, ep, payloads, watched)
+                    await fan_out(svc, ctx, pool, ep, payloads, send)
             if ctx.status < 500:
                 state.success()
             if ctx.status == 200:
@@ -240,6 +243,7 @@ async def try_endpoints(
                     duration,
                     ctx.completion_tokens,
                     cached_tokens=ctx.usage_cached_tokens,
+                    learn=learn,
                 )
                 if ctx.ttft_s is not None and ctx.key is not None:
                     count_slo(svc, pool.name, ctx.key.slo_class, ctx.ttft_s, duration, ctx.completion_tokens)
@@ -260,6 +264,7 @@ async def try_endpoints(
         finally:
             state.end()
             inflight.dec()
+            ctx.on_first_token = None
             predictors.release(admission)
     if last is not None and last.status == 504:
         raise ProxyError(
@@ -275,19 +280,6 @@ async def try_endpoints(
     raise unavailable(
         f"No healthy endpoint serves '{pool.alias}' right now; retry shortly.", code="no_healthy_endpoint"
     )
-
-
-def first_token_send(send: Send, ctx: RequestContext, admission: Admission, predictors: Predictors) -> Send:
-    """`send`, telling the predictors when the answer's first token goes out (the relay sets `ttft_s`
-    just before): the request then leaves its engine's prefill queue, which is what the next request's
-    TTFT is predicted from (routing/proxy/predict.py)."""
-
-    async def forward(message: dict[str, Any]) -> None:
-        if admission.prefilling and ctx.ttft_s is not None:
-            predictors.first_token(admission)
-        await send(message)
-
-    return forward
 
 
 def count_slo(

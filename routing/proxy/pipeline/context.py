@@ -103,6 +103,9 @@ class RequestContext:
     route_reason: str = ""
     retries: int = 0
     ttft_s: float | None = None
+    # Called once when the answer's first token goes out (`first_token_out`): the predictors take the
+    # request out of its engine's prefill queue then (routing/proxy/predict.py).
+    on_first_token: Callable[[], None] | None = None
     admission: Admission | None = None
     prompt_text: str | None = None
     response_parts: list[str] = field(default_factory=list)
@@ -155,6 +158,12 @@ class RequestContext:
     # The request's stage chain (None: the fast path, no stage runs) and its stages' per-request state.
     chain: StageChain | None = None
     stage_run: StageRun | None = None
+
+    def first_token_out(self, started: float) -> None:
+        """The answer's first generated text goes to the client now: its TTFT, counted from `started`."""
+        self.ttft_s = time.perf_counter() - started
+        if self.on_first_token is not None:
+            self.on_first_token()
 
     def track_upstream(self, resp: UpstreamResponse) -> None:
         """The engine call in flight (UpstreamPool.post's hook): the one to abort if the client leaves."""

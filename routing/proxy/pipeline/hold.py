@@ -170,7 +170,7 @@ async def stream(
         ctx.response_parts.extend(answer.new_text(i) for i in answer.pieces)
     out = answer.events()
     ctx.status = 200
-    ctx.ttft_s = time.perf_counter() - started  # the answer's first text reaches the client now
+    ctx.first_token_out(started)  # the answer's first text reaches the client now
     await send({"type": "http.response.start", "status": 200, "headers": response_headers(ctx, SSE_HEADERS)})
     await send({"type": "http.response.body", "body": out})
 
@@ -201,7 +201,7 @@ async def _relay_rewrite(
     final = b""
     try:
         out = stages.through(ctx, after, index, first, False)
-        ctx.ttft_s = time.perf_counter() - started
+        ctx.first_token_out(started)
         await send(
             {
                 "type": "http.response.body",

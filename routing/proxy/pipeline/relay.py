@@ -170,7 +170,7 @@ async def stream(
                     events = ctx.dialect.events(events)
                 # TTFT is the first generated text, not the first byte (engines send the role first).
                 if ctx.ttft_s is None and FIRST_TOKEN.search(events):
-                    ctx.ttft_s = time.perf_counter() - started
+                    ctx.first_token_out(started)
                 if tap is not None:
                     tap(events)  # the raw events, before post-stages change them
                 if ctx.chain is not None and ctx.chain.answer:
