@@ -179,7 +179,7 @@ class Proxy:
         self.redis: aioredis.Redis | None = None
         self.pairs: RequestLogWriter | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        # A burst of changes shares one reload, after Proxy.reload_window.
+        # A burst of changes shares reloads, paced by Proxy.reload_window (Coalesced).
         self._reloads = Coalesced(self.reload_window, self.reload_snapshot, "config reload")
         self.reload_seconds = 0.0  # how long the last snapshot load took
         # The last few loads' durations: the least of them sets the coalescing window, so one slow load
@@ -349,7 +349,8 @@ class Proxy:
         (the least of the last three), at most RELOAD_WINDOW_MAX_S. A big fleet's snapshot (thousands of
         deployments) costs a tenth of a second to load, and its agents report state changes many times a
         second: without this, every proxy process would spend its whole core reloading (docs/proxy.md,
-        "Config changes"). `Coalesced` runs a lone change's reload sooner (a throttle, not a delay).
+        "Config changes"). `Coalesced` paces reloads by it with a token bucket, so a lone change is not
+        held back by it.
         """
         cost = min(self.load_costs, default=0.0)
         return min(RELOAD_WINDOW_MAX_S, max(RELOAD_WINDOW_MIN_S, 10 * cost))
