@@ -181,7 +181,6 @@ class Proxy:
         self._tasks: list[asyncio.Task[None]] = []
         # A burst of changes shares reloads, paced by Proxy.reload_window (Coalesced).
         self._reloads = Coalesced(self.reload_window, self.reload_snapshot, "config reload")
-        self.reload_seconds = 0.0  # how long the last snapshot load took
         # The last few loads' durations: the least of them sets the coalescing window, so one slow load
         # (the cold first one, a busy moment) does not widen it; a big fleet's loads are all slow.
         self.load_costs: deque[float] = deque(maxlen=3)
@@ -305,8 +304,7 @@ class Proxy:
             src, snap = await self._in_db(load)
             self._apply(snap)
             self.source = src
-            self.reload_seconds = time.perf_counter() - began
-            self.load_costs.append(self.reload_seconds)
+            self.load_costs.append(time.perf_counter() - began)
             self.reloads += 1
 
     async def patch_snapshot(self) -> None:
@@ -343,6 +341,11 @@ class Proxy:
     def _apply(self, snap: RoutingSnapshot) -> None:
         self.services.live.track(snap)
         self.services.snapshot = snap
+
+    @property
+    def reload_seconds(self) -> float:
+        """How long the last snapshot load took (0 before the first)."""
+        return self.load_costs[-1] if self.load_costs else 0.0
 
     def reload_window(self) -> float:
         """How long a change waits for others to share its reload: 50 ms, or ten times what a load costs

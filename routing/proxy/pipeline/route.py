@@ -135,14 +135,19 @@ def pinned_route(
 ) -> tuple[Pool, str, list[Endpoint]]:
     """The route of a request that names its version (routing/proxy/pin.py): that version's endpoints."""
     snap = svc.snapshot
-    mine = pin.version_endpoints(snap, alias, version)
-    now, state = time.monotonic(), svc.live.of
-    eps = [ep for ep in mine if fits(ep, tokens, out) and state(ep).available(now)]
+    eps = takers(svc, pin.version_endpoints(snap, alias, version), tokens, out)
     label = snap.version_labels.get(version, "version")
     if not eps:
         raise pin.no_candidate(alias, version, label)
     pool = pin.pool_for(snap, picked, alias, version)
     return pool, f"{reason}; pinned version {label} (id {version})", eps
+
+
+def takers(svc: Services, endpoints: Sequence[Endpoint], tokens: int, out: int | None) -> list[Endpoint]:
+    """Those of `endpoints` that can take this request now: it fits their context (`fits`) and their
+    live state says they are available (not ejected, not stale)."""
+    now, state = time.monotonic(), svc.live.of
+    return [ep for ep in endpoints if fits(ep, tokens, out) and state(ep).available(now)]
 
 
 def fits(ep: Endpoint, tokens: int, out: int | None) -> bool:
@@ -159,9 +164,8 @@ def spill_to(
     pool = svc.snapshot.pools.get(rule.pool)
     if pool is None or not home:
         return None
-    now, wall = time.monotonic(), time.time()
-    state = svc.live.of
-    eps = [ep for ep in pool.endpoints if fits(ep, tokens, out) and state(ep).available(now)]
+    wall, state = time.time(), svc.live.of
+    eps = takers(svc, pool.endpoints, tokens, out)
     if not eps:
         return None
 
@@ -185,31 +189,21 @@ def spill_to(
 def candidates_of(
     svc: Services, pool: Pool, policy: Policy | None, tokens: int, out: int | None
 ) -> tuple[list[Endpoint], Pool | None]:
-    now = time.monotonic()
-    state = svc.live.of
-    eps = [ep for ep in pool.endpoints if fits(ep, tokens, out) and state(ep).available(now)]
+    eps = takers(svc, pool.endpoints, tokens, out)
     if eps or policy is None or not policy.fallback_pool:
         return eps, None
     fallback = svc.snapshot.pools.get(policy.fallback_pool)
     if fallback is None:
         return eps, None
-    eps = [ep for ep in fallback.endpoints if fits(ep, tokens, out) and state(ep).available(now)]
-    return eps, fallback
+    return takers(svc, fallback.endpoints, tokens, out), fallback
 
 
-def slo_fallback(
-    svc: Services, policy: Policy | None, pool: Pool, tokens: int, out: int | None
-) -> tuple[Pool, list[Endpoint]] | None:
-    """The policy's fallback pool and its endpoints that can take this request, when the pool is not
-    itself the fallback: where slo_cost sends a request no engine of its pool is predicted to meet."""
+def slo_fallback_pool(svc: Services, policy: Policy | None, pool: Pool) -> Pool | None:
+    """The policy's fallback pool when it is not `pool` itself: where slo_cost sends a request that no
+    engine of `pool` is predicted to meet."""
     if policy is None or not policy.fallback_pool or policy.fallback_pool == pool.name:
         return None
-    fallback = svc.snapshot.pools.get(policy.fallback_pool)
-    if fallback is None:
-        return None
-    now, state = time.monotonic(), svc.live.of
-    eps = [ep for ep in fallback.endpoints if fits(ep, tokens, out) and state(ep).available(now)]
-    return (fallback, eps) if eps else None
+    return svc.snapshot.pools.get(policy.fallback_pool)
 
 
 def draw_canary(
@@ -222,9 +216,7 @@ def draw_canary(
     if not draw(canary, session, ctx.key.tenant_id):
         svc.metric(m.CANARY_DRAWS, pool.alias, "baseline").inc()
         return None
-    now = time.monotonic()
-    state = svc.live.of
-    eps = [ep for ep in canary.endpoints if fits(ep, tokens, out) and state(ep).available(now)]
+    eps = takers(svc, canary.endpoints, tokens, out)
     if not eps:
         svc.metric(m.CANARY_DRAWS, pool.alias, "candidate_unavailable").inc()
         return None
@@ -349,5 +341,11 @@ def settle(
             return candidates_of(svc, pool, policy, tokens, out)[0]
 
         ctx.baseline = baseline
-    if pool.scorer == Scorer.SLO_COST and policy is not None and policy.fallback_pool:
-        ctx.slo_fallback = lambda: slo_fallback(svc, policy, pool, tokens, out)
+    spare = slo_fallback_pool(svc, policy, pool) if pool.scorer == Scorer.SLO_COST else None
+    if spare is not None:
+
+        def move() -> tuple[Pool, list[Endpoint]] | None:
+            eps = takers(svc, spare.endpoints, tokens, out)
+            return (spare, eps) if eps else None
+
+        ctx.slo_fallback = move
