@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 from celery import Celery
+from celery.signals import worker_process_init
 from django.db import transaction
 from kombu import Queue
 
@@ -16,6 +17,21 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.task_queues = [Queue("control")]
 app.conf.task_default_queue = "control"
 app.autodiscover_tasks()
+
+
+@worker_process_init.connect
+def leave_the_workers_process_group(**_: Any) -> None:
+    """Put a prefork pool child in a process group of its own, so only the worker's main process hears a stop.
+
+    honcho (`make run`, `make stop`, Ctrl-C) signals each Procfile process's whole group, as supervisord's
+    stopasgroup and a terminal's ^C do. Celery's warm shutdown is the main process's SIGTERM: it stops
+    taking tasks, waits for the running ones and then ends its children. A child that got the SIGTERM
+    itself died in the middle of its task instead (`WorkerLostError ... signal 15` logged at ERROR, the
+    task redelivered and run twice). Out of the group, a child still ends with its parent: Celery sets
+    it a parent-death signal (SIGKILL) before this runs, so honcho's SIGKILL of the group after its
+    grace period leaves no child behind. Thread and solo pools have no children and never call this.
+    """
+    os.setpgid(0, 0)
 
 
 def node_queue(host_name: str) -> str:
