@@ -1,97 +1,43 @@
 """Short series the range conditions need (restarts over 15 min, the queue over 5 min, TTFT's day).
 
 Prometheus keeps these as its TSDB; the console keeps only what the rules read, in Redis next to the
-live records: one sorted set per (series, subject) holding the window's samples (one per evaluation,
-about 60 at the 15 s default), and for the TTFT baseline one hash per deployment of hourly sums and
-counts (26 hours). Everything expires on its own when a subject goes away. Each run writes every
-subject's sample in a few Lua calls (CHUNK subjects each) and reads back only what a condition can use.
+live records. A run's samples of one series are written as **one snapshot** (one JSON object of every
+subject's value, one key, indexed by time in one sorted set per series), and the TTFT baseline as one
+pair of hashes per hour (sums and counts by subject). Everything expires on its own.
+
+Why snapshots: a sorted set per (series, subject) cost each run a ZADD, a ZREMRANGEBYSCORE, an EXPIRE
+and a read per subject, 20,000 Redis calls for two series at 5,000 engines, about 250 ms of a run
+(benchmarks/alert_evaluation.py). A snapshot is one SET whatever the fleet's size, and what a condition
+reads back is usually one more snapshot: the oldest in the window holds every subject's first sample.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Collection, Mapping
+
+import orjson
+from redis import Redis
 
 from core.redis_client import get_redis, key
 
 HOUR = 3600
+# Snapshots read per round trip while looking for the subjects' first samples (usually one round).
+READ_BATCH = 4
 
 
-def window_key(series: str, subject: str) -> str:
-    return key("alerts", "window", series, subject)
+def snapshot_index_key(series: str) -> str:
+    """The sorted set of a series' snapshots: member `<time>:<tag>`, score the run's time."""
+    return key("alerts", "snaps", series)
 
 
-def baseline_key(subject: str) -> str:
-    return key("alerts", "baseline", subject)
+def snapshot_key(series: str, member: str) -> str:
+    return key("alerts", "snap", series, member)
 
 
-# One script call per CHUNK subjects instead of four pipelined commands each: at 5,000 engines the
-# pipelines were 60,000 commands a run, most of the evaluation's time spent packing and parsing them in
-# redis-py (benchmarks/alert_evaluation.py). Chunks keep Redis free for the proxies between calls.
-CHUNK = 1000
-
-# KEYS: one window per subject. ARGV: the score (now), the exclusive cutoff, the TTL, then per subject
-# its member and "f" (return the whole window) or "e" (return the members at its oldest and newest
-# times only: what an increase needs, and all of them, so ties at one time still sort as before).
-WINDOWS_LUA = """
-local out = {}
-for i, k in ipairs(KEYS) do
-  redis.call('ZADD', k, ARGV[1], ARGV[2 + 2 * i])
-  redis.call('ZREMRANGEBYSCORE', k, '-inf', ARGV[2])
-  redis.call('EXPIRE', k, ARGV[3])
-  if ARGV[3 + 2 * i] == 'f' then
-    out[i] = redis.call('ZRANGE', k, 0, -1)
-  else
-    -- The two oldest and the two newest: a tie at either end (rare: a re-run at one time) reads it all.
-    local lo = redis.call('ZRANGE', k, 0, 1, 'WITHSCORES')
-    local members = {lo[1]}
-    if lo[4] == lo[2] then members = redis.call('ZRANGEBYSCORE', k, lo[2], lo[2]) end
-    local hi = redis.call('ZRANGE', k, -2, -1, 'WITHSCORES')
-    local top = hi[#hi]
-    if top ~= lo[2] then
-      if hi[2] == top then
-        for _, m in ipairs(redis.call('ZRANGEBYSCORE', k, top, top)) do members[#members + 1] = m end
-      else
-        members[#members + 1] = hi[#hi - 1]
-      end
-    end
-    out[i] = members
-  end
-end
-return out
-"""
-
-# KEYS: one hash per subject. ARGV: this hour, the TTL, the first and last hour of the baseline, the
-# first hour kept, "1" to drop the fields before it, then per subject its value and "1" to return the
-# baseline's fields (the hours in [first, last]). Fields before the kept hour are dropped once an hour
-# (when the kept hour moves), not every run: they lie outside every baseline, so only memory is at stake.
-BASELINES_LUA = """
-local first, last, keep_from = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local prune = ARGV[6] == '1'
-local out = {}
-for i, k in ipairs(KEYS) do
-  redis.call('HINCRBYFLOAT', k, ARGV[1] .. ':s', ARGV[5 + 2 * i])
-  redis.call('HINCRBY', k, ARGV[1] .. ':n', 1)
-  redis.call('EXPIRE', k, ARGV[2])
-  local want = ARGV[6 + 2 * i] == '1'
-  local kept = {}
-  if prune or want then
-    local fields = redis.call('HGETALL', k)
-    local stale = {}
-    for j = 1, #fields, 2 do
-      local h = tonumber(string.match(fields[j], '^(-?%d+):'))
-      if h < keep_from then
-        stale[#stale + 1] = fields[j]
-      elseif want and h >= first and h <= last then
-        kept[#kept + 1] = fields[j]
-        kept[#kept + 1] = fields[j + 1]
-      end
-    end
-    if prune and #stale > 0 then redis.call('HDEL', k, unpack(stale)) end
-  end
-  out[i] = kept
-end
-return out
-"""
+def baseline_keys(hour: int) -> tuple[str, str]:
+    """The hashes of one hour's TTFT sums and counts, by subject."""
+    return key("alerts", "ttft-hour", str(hour), "sums"), key("alerts", "ttft-hour", str(hour), "counts")
 
 
 def _text(raw: bytes | str) -> str:
@@ -107,34 +53,108 @@ def record_windows(
 ) -> dict[str, list[tuple[float, float]]]:
     """Append each subject's value at `now`, drop what is older than `window`, return the window's
     samples oldest first (this one included): all of them for the subjects in `full` (every subject
-    when None), only the oldest and the newest for the others (what an increase, last - first, needs).
-    One script call per CHUNK subjects."""
+    when None), only the oldest and the newest for the others (what an increase, last - first, needs;
+    every sample at either time, should a re-run at one time have written two).
+
+    Writes one snapshot; reads the snapshots in the window only as far as needed: all of them when a
+    subject wants its whole window, else from the oldest until every subject has its first sample."""
     if not values:
         return {}
     redis = get_redis()
-    script = redis.register_script(WINDOWS_LUA)
-    subjects = list(values)
-    head = [repr(now), f"({now - window!r}", str(int(window * 2) + 60)]
+    ttl = int(window * 2) + 60
+    index = snapshot_index_key(series)
+    # The tag keeps two runs at one time (a re-run) two snapshots, as they were two samples.
+    member = f"{now!r}:{uuid.uuid4().hex[:8]}"
+    pipe = redis.pipeline(transaction=False)
+    pipe.set(snapshot_key(series, member), orjson.dumps(dict(values)), ex=ttl)
+    pipe.zadd(index, {member: now})
+    pipe.zremrangebyscore(index, "-inf", f"({now - window!r}")
+    pipe.expire(index, ttl)
+    pipe.zrange(index, 0, -1, withscores=True)
+    listed = [(_text(m), float(t)) for m, t in pipe.execute()[-1] if _text(m) != member]
+    listed.sort(key=lambda mt: (mt[1], mt[0]))  # oldest first
+
+    whole = set(values) if full is None else {s for s in full if s in values}
+    if whole:
+        snaps = _read(redis, series, listed)  # a subject wants every sample
+    else:
+        # The oldest, as far as every subject's first sample (and that time's ties), and any other at
+        # `now` or later (a re-run at one time): the newest.
+        older = [mt for mt in listed if mt[1] < now]
+        snaps = _first_samples(redis, series, older, set(values))
+        snaps += _read(redis, series, [mt for mt in listed if mt[1] >= now])
+    snaps.append((now, values))
+    by_time: dict[float, list[Mapping[str, float]]] = {}
+    for t, snap in sorted(snaps, key=lambda ts: ts[0]):
+        by_time.setdefault(t, []).append(snap)
+    times = list(by_time)
+    # Each subject's first and last time, by set operations on the snapshots' keys (no Python loop
+    # over the subjects of every snapshot: 5,000 engines a run).
+    first: dict[str, float] = {}
+    last: dict[str, float] = {}
+    for order, seen in ((times, first), (times[::-1], last)):
+        for t in order:
+            for snap in by_time[t]:
+                seen.update(dict.fromkeys(snap.keys() - seen.keys(), t))
+
     out: dict[str, list[tuple[float, float]]] = {}
-    for at in range(0, len(subjects), CHUNK):
-        chunk = subjects[at : at + CHUNK]
-        args: list[str] = list(head)
-        for subject in chunk:
-            # The member carries the time too, so two equal values at different times stay two samples.
-            args.append(f"{now!r}:{values[subject]!r}")
-            args.append("f" if full is None or subject in full else "e")
-        replies = script(keys=[window_key(series, subject) for subject in chunk], args=args)
-        for subject, members in zip(chunk, replies, strict=True):
-            points = []
-            for member in members:
-                t, _, v = _text(member).partition(":")
-                points.append((float(t), float(v)))
-            out[subject] = sorted(points)
+    for subject in values:
+        oldest, newest = first[subject], last[subject]
+        ends = times if subject in whole else (oldest,) if oldest == newest else (oldest, newest)
+        # A set: two runs at one time with one value are one sample, as one (time, value) member was.
+        out[subject] = sorted(
+            {(t, float(snap[subject])) for t in ends for snap in by_time[t] if subject in snap}
+        )
     return out
 
 
-def _pruned_key() -> str:
-    return key("alerts", "baseline", "pruned")
+Snapshot = tuple[float, Mapping[str, float]]
+
+
+def _read(redis: Redis, series: str, listed: list[tuple[str, float]]) -> list[Snapshot]:
+    """The listed snapshots' contents, in order; one that expired (its evaluator stopped for long)
+    is left out, as a run that wrote no sample."""
+    if not listed:
+        return []
+    raws = redis.mget([snapshot_key(series, m) for m, _ in listed])
+    return [(t, orjson.loads(raw)) for (_, t), raw in zip(listed, raws, strict=True) if raw is not None]
+
+
+def _first_samples(
+    redis: Redis, series: str, older: list[tuple[str, float]], subjects: set[str]
+) -> list[Snapshot]:
+    """The oldest snapshots of `older` (sorted oldest first) as far as the first sample of every one
+    of `subjects`, and every snapshot at that last time: usually the one oldest snapshot, as every
+    subject was there. READ_BATCH snapshots a round trip."""
+    missing = set(subjects)
+    snaps: list[Snapshot] = []
+    at = 0
+    while at < len(older) and missing:
+        batch = older[at : at + READ_BATCH]
+        at += len(batch)
+        for t, snap in _read(redis, series, batch):
+            snaps.append((t, snap))
+            missing.difference_update(snap)
+    tied = at
+    while 0 < tied < len(older) and older[tied][1] == older[at - 1][1]:
+        tied += 1
+    return snaps + _read(redis, series, older[at:tied])
+
+
+# KEYS: the hour's sums and counts. ARGV: the TTL, then per subject its name and value.
+BASELINES_LUA = """
+for i = 2, #ARGV, 2 do
+  redis.call('HINCRBYFLOAT', KEYS[1], ARGV[i], ARGV[i + 1])
+  redis.call('HINCRBY', KEYS[2], ARGV[i], 1)
+end
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+redis.call('EXPIRE', KEYS[2], ARGV[1])
+return 0
+"""
+
+# Subjects per script call: each call holds Redis for its length, so chunks keep it free for the
+# proxies between calls.
+CHUNK = 1000
 
 
 def record_baselines(
@@ -146,38 +166,76 @@ def record_baselines(
 ) -> dict[str, float | None]:
     """Add each subject's value to its current hour's sum and count; return its average over the hours
     that lie wholly in [now - skip - span, now - skip] (None before there is any), for the subjects in
-    `wanted` (every subject when None; the others map to None). One script call per CHUNK subjects."""
+    `wanted` (every subject when None; the others map to None).
+
+    The hour's sums and counts are two hashes (one script call per CHUNK subjects, and an hour expires
+    whole once no baseline can reach it); the averages read only the wanted subjects' fields of the
+    baseline's hours, one HMGET per hour and hash."""
     if not values:
         return {}
     hour = int(now // HOUR)
     first = int((now - skip - span) // HOUR) + 1
     last = int((now - skip) // HOUR) - 1
-    keep_from = first - 1
+    ttl = int(skip + span + 2 * HOUR)
     redis = get_redis()
     script = redis.register_script(BASELINES_LUA)
-    # Fields older than the kept hour are dropped in the first run after the kept hour moves.
-    previous = redis.set(_pruned_key(), keep_from, get=True, ex=int(skip + span + 2 * HOUR))
-    prune = not isinstance(previous, (bytes, str)) or _text(previous) != str(keep_from)
-    head = [str(hour), str(int(skip + span + 2 * HOUR)), str(first), str(last), str(keep_from)]
-    head.append("1" if prune else "0")
+    _adopt_per_subject_baselines(redis, ttl)
+    sums_key, counts_key = baseline_keys(hour)
     subjects = list(values)
-    out: dict[str, float | None] = {}
     for at in range(0, len(subjects), CHUNK):
-        chunk = subjects[at : at + CHUNK]
-        args: list[str] = list(head)
-        for subject in chunk:
-            args.append(repr(float(values[subject])))
-            args.append("1" if wanted is None or subject in wanted else "0")
-        replies = script(keys=[baseline_key(subject) for subject in chunk], args=args)
-        for subject, fields in zip(chunk, replies, strict=True):
-            total, count = 0.0, 0
-            for n in range(0, len(fields), 2):
-                if _text(fields[n]).endswith(":s"):
-                    total += float(fields[n + 1])
-                else:
-                    count += int(fields[n + 1])
-            out[subject] = total / count if count else None
+        args: list[str] = [str(ttl)]
+        for subject in subjects[at : at + CHUNK]:
+            args += [subject, repr(float(values[subject]))]
+        script(keys=[sums_key, counts_key], args=args)
+    out: dict[str, float | None] = dict.fromkeys(values)
+    asked = subjects if wanted is None else [s for s in subjects if s in wanted]
+    if not asked or last < first:
+        return out
+    pipe = redis.pipeline(transaction=False)
+    for h in range(first, last + 1):
+        sums, counts = baseline_keys(h)
+        pipe.hmget(sums, asked)
+        pipe.hmget(counts, asked)
+    replies = pipe.execute()
+    for n, subject in enumerate(asked):
+        total, count = 0.0, 0
+        for h in range(0, len(replies), 2):
+            s, c = replies[h][n], replies[h + 1][n]
+            if c is not None:
+                total += float(s)
+                count += int(c)
+        out[subject] = total / count if count else None
     return out
+
+
+def _adopt_per_subject_baselines(redis: Redis, ttl: int) -> None:
+    """Moves the baselines an earlier version kept, one hash per subject (`alerts:baseline:<subject>`,
+    fields `<hour>:s` and `<hour>:n`), into the hourly hashes, once: an upgrade keeps its engines' day of
+    TTFT instead of alerting on no baseline for the next two hours. A marker key says it was done."""
+    if not redis.set(key("alerts", "baselines-adopted"), "1", nx=True):
+        return
+    old = list(redis.scan_iter(match=key("alerts", "baseline", "*"), count=1000))
+    redis.delete(key("alerts", "baseline", "pruned"))  # that version's marker, a string
+    old = [name for name in old if not _text(name).endswith(":pruned")]
+    for at in range(0, len(old), CHUNK):
+        chunk = old[at : at + CHUNK]
+        read = redis.pipeline(transaction=False)
+        for name in chunk:
+            read.hgetall(name)
+        write = redis.pipeline(transaction=False)
+        for name, fields in zip(chunk, read.execute(), strict=True):
+            subject = _text(name).rsplit(":", 1)[-1]
+            for field, value in fields.items():
+                hour, _, part = _text(field).partition(":")
+                sums, counts = baseline_keys(int(hour))
+                if part == "s":
+                    write.hincrbyfloat(sums, subject, float(value))
+                    write.expire(sums, ttl)
+                elif part == "n":
+                    write.hincrby(counts, subject, int(value))
+                    write.expire(counts, ttl)
+            write.delete(name)
+        write.execute()
 
 
 def slope(points: list[tuple[float, float]]) -> float | None:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -12,6 +12,7 @@ from alerts.choices import AlertState, EventKind, Metric
 from alerts.models import Alert, AlertEvent, AlertRule
 from alerts.services import evaluate
 from core.redis_client import get_redis
+from core.redis_client import key as get_redis_key
 from nodes.models import Deployment, Host
 from tests.alerts.conftest import T0, at, heartbeat, publish_engine
 
@@ -92,7 +93,25 @@ def test_windows_return_the_same_ends_as_the_whole_window() -> None:
     assert full["a"] == [(1010.0, 5.0), (1020.0, 4.0), (1030.0, 7.0), (1030.0, 9.0)]
     assert ends["a"][0] == full["a"][0] and ends["a"][-1] == full["a"][-1]
     assert ends["b"] == full["b"]  # asked for in full
-    assert get_redis().ttl(samples.window_key("t", "a")) == 25 * 2 + 60
+    # One snapshot a run, indexed by time: the run at 1000 has left the 25 s window, each one expires.
+    redis = get_redis()
+    members = [m.decode() for m in cast(list[bytes], redis.zrange(samples.snapshot_index_key("t"), 0, -1))]
+    assert sorted(float(m.split(":")[0]) for m in members) == [1010.0, 1020.0, 1030.0, 1030.0, 1030.0]
+    assert {redis.ttl(samples.snapshot_key("t", m)) for m in members} == {25 * 2 + 60}
+
+
+def test_ends_come_from_the_oldest_snapshot_that_holds_the_subject() -> None:
+    """A subject that joined the series late (a new engine) starts its window at its own first sample;
+    one absent from a run (no live record then) has no sample there."""
+    samples.record_windows("r", {"old": 1.0}, 100.0, 60.0)
+    samples.record_windows("r", {"old": 2.0, "new": 5.0}, 115.0, 60.0)
+    samples.record_windows("r", {"new": 6.0}, 130.0, 60.0)
+    ends = samples.record_windows("r", {"old": 4.0, "new": 9.0}, 145.0, 60.0, full=())
+    assert ends == {"old": [(100.0, 1.0), (145.0, 4.0)], "new": [(115.0, 5.0), (145.0, 9.0)]}
+    whole = samples.record_windows("r", {"old": 4.0, "new": 9.0}, 165.0, 60.0)
+    # 100 has left the window (165 - 60 = 105); old missed the run at 130.
+    assert whole["old"] == [(115.0, 2.0), (145.0, 4.0), (165.0, 4.0)]
+    assert whole["new"] == [(115.0, 5.0), (130.0, 6.0), (145.0, 9.0), (165.0, 9.0)]
 
 
 def test_baselines_read_only_what_is_wanted_and_drop_old_hours() -> None:
@@ -106,9 +125,25 @@ def test_baselines_read_only_what_is_wanted_and_drop_old_hours() -> None:
     assert both["a"] == pytest.approx((0.8 + 0.6 + 0.4) / 3) and both["b"] == 1.0
     only_a = samples.record_baselines({"a": 0.1, "b": 1.0}, now + 1, skip, span, wanted={"a"})
     assert only_a["a"] == both["a"] and only_a["b"] is None
-    # Hours before the kept one (495 here: 493 and 494 go) are dropped once the kept hour moves.
-    fields = {f.decode() if isinstance(f, bytes) else f for f in get_redis().hkeys(samples.baseline_key("a"))}
-    assert {int(f.split(":")[0]) for f in fields} == {495, 496, 497, 498, 500}
-    samples.record_baselines({"a": 0.1}, now + 3 * hour, skip, span, wanted=())
-    fields = {f.decode() if isinstance(f, bytes) else f for f in get_redis().hkeys(samples.baseline_key("a"))}
-    assert {int(f.split(":")[0]) for f in fields} == {498, 500, 503}
+    # Each hour is two hashes (sums, counts) that expire whole once no baseline can reach them.
+    redis = get_redis()
+    for h in (494, 498, 500):
+        sums, counts = samples.baseline_keys(h)
+        assert {redis.ttl(sums), redis.ttl(counts)} == {int(skip + span + 2 * hour)}
+    assert redis.hget(samples.baseline_keys(500)[1], "a") == b"2"  # the runs at now and now + 1
+
+
+def test_baselines_kept_per_subject_by_an_earlier_version_are_adopted_once() -> None:
+    """An upgrade keeps the engines' day of TTFT: the per-subject hashes of the version before move into
+    the hourly ones at the first run, and are gone."""
+    hour = samples.HOUR
+    now = 500 * hour + 10.0
+    redis = get_redis()
+    old = get_redis_key("alerts", "baseline", "7")
+    redis.hset(old, mapping={"497:s": 1.2, "497:n": 3, "498:s": 0.6, "498:n": 2})
+    redis.set(get_redis_key("alerts", "baseline", "pruned"), "495")
+    got = samples.record_baselines({"7": 0.1}, now, hour, 4 * hour)
+    assert got["7"] == pytest.approx((1.2 + 0.6) / 5)
+    assert redis.exists(old) == 0 and redis.exists(get_redis_key("alerts", "baseline", "pruned")) == 0
+    # Once: a second run adds nothing more from anywhere.
+    assert samples.record_baselines({"7": 0.1}, now + 1, hour, 4 * hour)["7"] == got["7"]
