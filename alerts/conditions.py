@@ -10,7 +10,7 @@ to the subject (RuleBook).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,6 +100,15 @@ class RuleBook:
             if pool.alias == alias:
                 return self._of(row, metric)
         return self.for_fleet(metric)
+
+    def deployment_rules(self, metric: str) -> Callable[[DeploymentInfo], Effective]:
+        """`for_deployment` for one metric, as a function of the deployment: with no override narrower
+        than the fleet's (the usual case) it returns the one fleet rule without a lookup per call (5,000
+        engines x 5 rules a run)."""
+        if metric in self._narrowed:
+            return lambda dep: self.for_deployment(metric, dep)
+        fleet = self.for_fleet(metric)
+        return lambda _dep: fleet
 
     def for_deployment(self, metric: str, dep: DeploymentInfo) -> Effective:
         if metric not in self._narrowed:
@@ -203,6 +212,13 @@ def observe(state: FleetState, book: RuleBook, now: float) -> list[Observation]:
                 f"GPU {gpu} of {host} at {temp:g} °C",
             )
 
+    # Each deployment rule resolved once a run where no override narrows it (the usual case).
+    engine_down = book.deployment_rules(Metric.ENGINE_DOWN)
+    crash_looping = book.deployment_rules(Metric.ENGINE_CRASH_LOOPING)
+    kv_saturated = book.deployment_rules(Metric.KV_CACHE_SATURATED)
+    queue_growing = book.deployment_rules(Metric.QUEUE_GROWING)
+    ttft_over = book.deployment_rules(Metric.TTFT_P95_OVER_BASELINE)
+
     # The deployment's alias, role and version come with the fleet read (one query for both uses).
     restarts: dict[str, float] = {}
     waiting: dict[str, float] = {}
@@ -218,7 +234,7 @@ def observe(state: FleetState, book: RuleBook, now: float) -> list[Observation]:
             w = _num(live.get("num_requests_waiting"))
             if w is not None:
                 waiting[k] = w
-                queue_rule = book.for_deployment(Metric.QUEUE_GROWING, d)
+                queue_rule = queue_growing(d)
                 if queue_rule.threshold is not None and w > queue_rule.threshold:
                     growing.add(k)
             t = _num(live.get("ttft_p95_s"))
@@ -236,12 +252,15 @@ def observe(state: FleetState, book: RuleBook, now: float) -> list[Observation]:
         wanted={k for k, t in ttft.items() if t > TTFT_FLOOR_SECONDS},
     )
 
+    def about(dep: Any, d: DeploymentInfo) -> tuple[dict[str, str], str]:
+        """An alert's labels and its subject's words: made only for a condition that holds."""
+        return {"deployment": dep.name, "alias": d.alias, "host": dep.host}, f"{dep.name} on {dep.host}"
+
     for k, (dep, d, live) in by_key.items():
-        labels = {"deployment": dep.name, "alias": d.alias, "host": dep.host}
-        where = f"{dep.name} on {dep.host}"
-        rule = book.for_deployment(Metric.ENGINE_DOWN, d)
+        rule = engine_down(d)
         ready = dep.state == DeploymentState.READY and live is not None
         if dep.desired_state == DesiredState.RUNNING and not ready:
+            labels, where = about(dep, d)
             add(
                 Metric.ENGINE_DOWN,
                 rule,
@@ -251,11 +270,12 @@ def observe(state: FleetState, book: RuleBook, now: float) -> list[Observation]:
                 f"Engine {where} is down ({dep.state})",
             )
 
-        rule = book.for_deployment(Metric.ENGINE_CRASH_LOOPING, d)
+        rule = crash_looping(d)
         window = restart_windows.get(k, [])
         if window and rule.threshold is not None:
             increase = window[-1][1] - window[0][1]
             if increase >= rule.threshold:
+                labels, where = about(dep, d)
                 add(
                     Metric.ENGINE_CRASH_LOOPING,
                     rule,
@@ -265,13 +285,14 @@ def observe(state: FleetState, book: RuleBook, now: float) -> list[Observation]:
                     f"Engine {where} restarted {increase:.0f} times in 15 minutes",
                 )
 
-        rule = book.for_deployment(Metric.KV_CACHE_SATURATED, d)
+        rule = kv_saturated(d)
         kv = (
             _num(live.get("kv_cache_usage_perc"))
             if live is not None and live.get("has_metrics", True)
             else None
         )
         if kv is not None and rule.threshold is not None and kv > rule.threshold:
+            labels, where = about(dep, d)
             add(
                 Metric.KV_CACHE_SATURATED,
                 rule,
@@ -281,10 +302,11 @@ def observe(state: FleetState, book: RuleBook, now: float) -> list[Observation]:
                 f"KV cache of {dep.name} at {_pct(kv)}",
             )
 
-        rule = book.for_deployment(Metric.QUEUE_GROWING, d)
+        rule = queue_growing(d)
         if k in waiting and rule.threshold is not None and waiting[k] > rule.threshold:
             growth = samples.slope(queue_windows.get(k, []))
             if growth is not None and growth > 0:
+                labels, where = about(dep, d)
                 add(
                     Metric.QUEUE_GROWING,
                     rule,
@@ -294,11 +316,12 @@ def observe(state: FleetState, book: RuleBook, now: float) -> list[Observation]:
                     f"Queue of {dep.name} keeps growing ({waiting[k]:.0f} waiting)",
                 )
 
-        rule = book.for_deployment(Metric.TTFT_P95_OVER_BASELINE, d)
+        rule = ttft_over(d)
         base = baselines.get(k)
         if k in ttft and base is not None and rule.threshold is not None:
             value = ttft[k]
             if value > TTFT_FLOOR_SECONDS and value > rule.threshold * base:
+                labels, where = about(dep, d)
                 add(
                     Metric.TTFT_P95_OVER_BASELINE,
                     rule,

@@ -8,13 +8,15 @@ pair of hashes per hour (sums and counts by subject). Everything expires on its 
 Why snapshots: a sorted set per (series, subject) cost each run a ZADD, a ZREMRANGEBYSCORE, an EXPIRE
 and a read per subject, 20,000 Redis calls for two series at 5,000 engines, about 250 ms of a run
 (benchmarks/alert_evaluation.py). A snapshot is one SET whatever the fleet's size, and what a condition
-reads back is usually one more snapshot: the oldest in the window holds every subject's first sample.
+reads back is two more: the oldest in the window holds the first sample of every subject that was
+there, and the previous one records where each subject that joined since began.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Collection, Mapping
+from typing import Any
 
 import orjson
 from redis import Redis
@@ -22,8 +24,6 @@ from redis import Redis
 from core.redis_client import get_redis, key
 
 HOUR = 3600
-# Snapshots read per round trip while looking for the subjects' first samples (usually one round).
-READ_BATCH = 4
 
 
 def snapshot_index_key(series: str) -> str:
@@ -56,59 +56,82 @@ def record_windows(
     when None), only the oldest and the newest for the others (what an increase, last - first, needs;
     every sample at either time, should a re-run at one time have written two).
 
-    Writes one snapshot; reads the snapshots in the window only as far as needed: all of them when a
-    subject wants its whole window, else from the oldest until every subject has its first sample."""
+    Writes one snapshot and, unless a whole window is wanted, reads two: the oldest in the window (every
+    subject there since before it) and the previous one, which carries the first sample of each subject
+    that joined since (`j`), so a new engine costs no walk through the window. A subject that missed
+    a run in between starts its window again at the sample after the gap."""
     if not values:
         return {}
     redis = get_redis()
     ttl = int(window * 2) + 60
     index = snapshot_index_key(series)
-    # The tag keeps two runs at one time (a re-run) two snapshots, as they were two samples.
-    member = f"{now!r}:{uuid.uuid4().hex[:8]}"
-    pipe = redis.pipeline(transaction=False)
-    pipe.set(snapshot_key(series, member), orjson.dumps(dict(values)), ex=ttl)
-    pipe.zadd(index, {member: now})
-    pipe.zremrangebyscore(index, "-inf", f"({now - window!r}")
-    pipe.expire(index, ttl)
-    pipe.zrange(index, 0, -1, withscores=True)
-    listed = [(_text(m), float(t)) for m, t in pipe.execute()[-1] if _text(m) != member]
-    listed.sort(key=lambda mt: (mt[1], mt[0]))  # oldest first
+    trim = redis.pipeline(transaction=False)
+    trim.zremrangebyscore(index, "-inf", f"({now - window!r}")
+    trim.zrange(index, 0, -1, withscores=True)
+    listed = sorted(((_text(m), float(t)) for m, t in trim.execute()[-1]), key=lambda mt: (mt[1], mt[0]))
+    older = [mt for mt in listed if mt[1] < now]
+    newer = [mt for mt in listed if mt[1] >= now]  # a re-run at one time: more samples at the newest
 
     whole = set(values) if full is None else {s for s in full if s in values}
-    if whole:
-        snaps = _read(redis, series, listed)  # a subject wants every sample
-    else:
-        # The oldest, as far as every subject's first sample (and that time's ties), and any other at
-        # `now` or later (a re-run at one time): the newest.
-        older = [mt for mt in listed if mt[1] < now]
-        snaps = _first_samples(redis, series, older, set(values))
-        snaps += _read(redis, series, [mt for mt in listed if mt[1] >= now])
-    snaps.append((now, values))
-    by_time: dict[float, list[Mapping[str, float]]] = {}
-    for t, snap in sorted(snaps, key=lambda ts: ts[0]):
-        by_time.setdefault(t, []).append(snap)
-    times = list(by_time)
-    # Each subject's first and last time, by set operations on the snapshots' keys (no Python loop
-    # over the subjects of every snapshot: 5,000 engines a run).
-    first: dict[str, float] = {}
-    last: dict[str, float] = {}
-    for order, seen in ((times, first), (times[::-1], last)):
-        for t in order:
-            for snap in by_time[t]:
-                seen.update(dict.fromkeys(snap.keys() - seen.keys(), t))
+    oldest = [mt for mt in older if mt[1] == older[0][1]] if older else []
+    previous = older[-1:] if len(older) > len(oldest) else []
+    snaps = _read(redis, series, listed if whole else oldest + previous + newer)
+    at_oldest = [snap for t, snap in snaps if oldest and t == oldest[0][1]]
+    carried: Mapping[str, list[float]] = {}
+    before: Mapping[str, float] = {}
+    if previous:
+        prev = next((snap for t, snap in snaps if t == previous[0][1]), None)
+        if prev is not None:
+            carried, before = prev.get("j", {}), prev["v"]
+    in_oldest: set[str] = set().union(*(snap["v"].keys() for snap in at_oldest))
 
+    # Each subject's first sample in the window, where it is not in the oldest snapshot.
+    joined: dict[str, tuple[float, float]] = {}
+    cutoff = oldest[0][1] if oldest else now
+    for subject in values.keys() - in_oldest:
+        first = carried.get(subject)
+        if first is not None and first[0] > cutoff:
+            joined[subject] = (first[0], first[1])
+        elif subject in before:
+            joined[subject] = (previous[0][1], float(before[subject]))
+        else:
+            joined[subject] = (now, float(values[subject]))
+    member = f"{now!r}:{uuid.uuid4().hex[:8]}"  # the tag keeps two runs at one time two snapshots
+    body = orjson.dumps({"v": dict(values), "j": {k: [t, v] for k, (t, v) in joined.items()}})
+    write = redis.pipeline(transaction=False)
+    write.set(snapshot_key(series, member), body, ex=ttl)
+    write.zadd(index, {member: now})
+    write.expire(index, ttl)
+    write.execute()
+
+    mine: Snapshot = (now, {"v": values})
+    latest = [mine, *((t, snap) for t, snap in snaps if t >= now)]
     out: dict[str, list[tuple[float, float]]] = {}
+    # The usual run: one oldest snapshot and this one, so the two ends without any search.
+    alone = at_oldest[0]["v"] if len(at_oldest) == 1 and len(latest) == 1 else None
     for subject in values:
-        oldest, newest = first[subject], last[subject]
-        ends = times if subject in whole else (oldest,) if oldest == newest else (oldest, newest)
+        if alone is not None and subject not in whole:
+            head = joined.get(subject) or (cutoff, float(alone[subject]))
+            tail = (now, float(values[subject]))
+            out[subject] = [head] if head == tail else [head, tail]
+            continue
+        if subject in whole:
+            points = {(t, float(snap["v"][subject])) for t, snap in [*snaps, mine] if subject in snap["v"]}
+        else:
+            if subject in joined:
+                points = {joined[subject]}
+            else:
+                points = {(cutoff, float(snap["v"][subject])) for snap in at_oldest if subject in snap["v"]}
+            top = max(t for t, snap in latest if subject in snap["v"])
+            points |= {
+                (t, float(snap["v"][subject])) for t, snap in latest if t == top and subject in snap["v"]
+            }
         # A set: two runs at one time with one value are one sample, as one (time, value) member was.
-        out[subject] = sorted(
-            {(t, float(snap[subject])) for t in ends for snap in by_time[t] if subject in snap}
-        )
+        out[subject] = sorted(points)
     return out
 
 
-Snapshot = tuple[float, Mapping[str, float]]
+Snapshot = tuple[float, Mapping[str, Any]]
 
 
 def _read(redis: Redis, series: str, listed: list[tuple[str, float]]) -> list[Snapshot]:
@@ -118,27 +141,6 @@ def _read(redis: Redis, series: str, listed: list[tuple[str, float]]) -> list[Sn
         return []
     raws = redis.mget([snapshot_key(series, m) for m, _ in listed])
     return [(t, orjson.loads(raw)) for (_, t), raw in zip(listed, raws, strict=True) if raw is not None]
-
-
-def _first_samples(
-    redis: Redis, series: str, older: list[tuple[str, float]], subjects: set[str]
-) -> list[Snapshot]:
-    """The oldest snapshots of `older` (sorted oldest first) as far as the first sample of every one
-    of `subjects`, and every snapshot at that last time: usually the one oldest snapshot, as every
-    subject was there. READ_BATCH snapshots a round trip."""
-    missing = set(subjects)
-    snaps: list[Snapshot] = []
-    at = 0
-    while at < len(older) and missing:
-        batch = older[at : at + READ_BATCH]
-        at += len(batch)
-        for t, snap in _read(redis, series, batch):
-            snaps.append((t, snap))
-            missing.difference_update(snap)
-    tied = at
-    while 0 < tied < len(older) and older[tied][1] == older[at - 1][1]:
-        tied += 1
-    return snaps + _read(redis, series, older[at:tied])
 
 
 # KEYS: the hour's sums and counts. ARGV: the TTL, then per subject its name and value.

@@ -31,10 +31,17 @@ BENCH_DIR = REPO / "var" / "bench"
 
 def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from fakefleet import add_fleet_arguments, create_fleet, setup_django
+    from fakefleet import (
+        add_fleet_arguments,
+        add_heap_argument,
+        create_fleet,
+        heap_as_in_a_worker,
+        setup_django,
+    )
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_fleet_arguments(parser)
+    add_heap_argument(parser)
     parser.add_argument("--runs", type=int, default=40)
     parser.add_argument(
         "--profile", action="store_true", help="also print cProfile's top functions over the timed runs"
@@ -83,6 +90,7 @@ def main() -> None:
         pipe.set(live_deployment_key(dep.pk), json.dumps(live), ex=3600)
     pipe.execute()
 
+    heap_as_in_a_worker(options.unfrozen_heap)
     times = []
     profiler = cProfile.Profile() if options.profile else None
     try:
@@ -117,6 +125,7 @@ def main() -> None:
         "p95_ms": round(times[int(0.95 * (len(times) - 1))], 2),
         "max_ms": round(times[-1], 2),
         "load_average": os.getloadavg()[0],
+        "heap": "unfrozen" if options.unfrozen_heap else "frozen",
     }
     BENCH_DIR.mkdir(parents=True, exist_ok=True)
     (BENCH_DIR / "alert_evaluation.json").write_text(json.dumps(result, indent=2))

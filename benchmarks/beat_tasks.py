@@ -64,10 +64,17 @@ def summary(times: list[float]) -> dict[str, Any]:
 
 def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from fakefleet import add_fleet_arguments, create_fleet, setup_django
+    from fakefleet import (
+        add_fleet_arguments,
+        add_heap_argument,
+        create_fleet,
+        heap_as_in_a_worker,
+        setup_django,
+    )
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_fleet_arguments(parser)
+    add_heap_argument(parser)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--pools", type=int, default=50, help="route pools with a scaling policy")
     parser.add_argument("--roles", type=int, default=10, help="host roles (each pool has one)")
@@ -192,6 +199,7 @@ def main() -> None:
     stale_count = max(1, round(options.hosts * options.stale_percent / 100))
     bound = settings.NODE_UNREACHABLE_SECONDS
     sweep_times: list[float] = []
+    heap_as_in_a_worker(options.unfrozen_heap)
     idle_times: list[float] = []
     scale_times: list[float] = []
     swept: list[int] = []
@@ -258,6 +266,7 @@ def main() -> None:
         "database": connection.vendor,
         "runs": options.runs,
         "load_average": os.getloadavg()[0],
+        "heap": "unfrozen" if options.unfrozen_heap else "frozen",
         "sweep": {
             "stale_hosts_per_run": stale_count,
             "hosts_marked_per_run": statistics.median(swept),

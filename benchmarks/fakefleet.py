@@ -25,6 +25,26 @@ def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--database-url", default="", help="default: a scratch SQLite database")
 
 
+def add_heap_argument(parser: argparse.ArgumentParser) -> None:
+    """For a benchmark of what the Celery worker runs: how its heap stands (heap_as_in_a_worker)."""
+    parser.add_argument(
+        "--unfrozen-heap",
+        action="store_true",
+        help="leave the heap as the worker's was before core.celery.freeze_heap (default: frozen before "
+        "the timed runs, as a worker's pool child freezes its imports at start)",
+    )
+
+
+def heap_as_in_a_worker(unfrozen: bool) -> None:
+    """Before the timed runs: the heap frozen as a Celery pool child freezes its own at start
+    (core.celery.freeze_heap), unless `unfrozen`. The fleet's rows the benchmark holds are frozen with
+    it, as a worker holds none of them between runs."""
+    if not unfrozen:
+        from core.celery import freeze_heap
+
+        freeze_heap()
+
+
 def setup_django(name: str, database_url: str = "", **env: str) -> Path:
     """Configure and set up Django for a benchmark run; SQLite in a temp dir unless a URL is given.
 

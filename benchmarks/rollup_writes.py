@@ -67,10 +67,17 @@ class StatementCounter:
 
 def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from fakefleet import add_fleet_arguments, create_fleet, setup_django
+    from fakefleet import (
+        add_fleet_arguments,
+        add_heap_argument,
+        create_fleet,
+        heap_as_in_a_worker,
+        setup_django,
+    )
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_fleet_arguments(parser)
+    add_heap_argument(parser)
     parser.add_argument("--pools", type=int, default=20)
     parser.add_argument("--tenants", type=int, default=200)
     parser.add_argument("--requests", type=int, default=2000, help="request-log rows per 10 s bucket")
@@ -175,6 +182,7 @@ def main() -> None:
             for _ in range(options.requests)
         )
 
+    heap_as_in_a_worker(options.unfrozen_heap)
     counter = StatementCounter(connection)
     rows_before = MetricRollup.objects.count()
     per_tick: list[dict[str, float]] = []
@@ -267,6 +275,7 @@ def main() -> None:
         "tick_ms_p95": round(times[int(0.95 * (len(times) - 1))], 1),
         "tick_ms_max": round(times[-1], 1),
         "agent_points": options.agent_points,
+        "heap": "unfrozen" if options.unfrozen_heap else "frozen",
         # The ticks that read the agents' host points, and those that built every point from the live
         # records, apart (interleaved with --agent-points alternate).
         **{

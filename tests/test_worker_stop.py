@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from tests.celery_stop_app import slow_write
+from tests.celery_stop_app import frozen_count, slow_write
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("redis_clean")]
 
@@ -95,3 +95,16 @@ def test_sigkill_to_the_group_leaves_no_pool_child_behind(tmp_path: Path) -> Non
     worker.wait(timeout=10)
     wait_for(lambda: alive(pool) == [], 5, "the pool children to end", log)
     assert not (tmp_path / "done").exists()
+
+
+def test_a_pool_child_starts_with_its_imports_frozen(tmp_path: Path) -> None:
+    """core.celery.freeze_heap: the 200,000 objects of Django, Celery and the tasks' imports sit in the
+    collector's permanent generation, so a full collection during a beat task does not walk them."""
+    worker, queue, log = start_worker(tmp_path)
+    try:
+        frozen_count.apply_async(args=(str(tmp_path),), queue=queue)
+        wait_for(lambda: (tmp_path / "frozen").exists(), 30, "the task to run", log)
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)
+        worker.wait(timeout=20)
+    assert int((tmp_path / "frozen").read_text()) > 50_000

@@ -114,6 +114,24 @@ def test_ends_come_from_the_oldest_snapshot_that_holds_the_subject() -> None:
     assert whole["new"] == [(115.0, 5.0), (130.0, 6.0), (145.0, 9.0), (165.0, 9.0)]
 
 
+def test_a_run_reads_two_snapshots_however_late_a_subject_joined(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first sample of an engine that joined after the oldest snapshot comes from the previous
+    snapshot's record of joins, not from a walk through the window (60 snapshots at 15 min)."""
+    asked: list[int] = []
+    read = samples._read
+
+    def counting(redis: Any, series: str, listed: list[tuple[str, float]]) -> Any:
+        asked.append(len(listed))
+        return read(redis, series, listed)
+
+    monkeypatch.setattr(samples, "_read", counting)
+    for n in range(30):
+        values = {"a": float(n)} | ({"late": 100.0 + n} if n >= 12 else {})
+        got = samples.record_windows("r", values, 1000.0 + 15 * n, 900.0, full=())
+    assert max(asked) <= 2
+    assert got == {"a": [(1000.0, 0.0), (1435.0, 29.0)], "late": [(1180.0, 112.0), (1435.0, 129.0)]}
+
+
 def test_baselines_read_only_what_is_wanted_and_drop_old_hours() -> None:
     hour = samples.HOUR
     now = 500 * hour + 10.0
