@@ -15,7 +15,10 @@ writes (INSERT, UPDATE, DELETE, COPY) per tick and per host per 10 s, reads, row
 time. Budget (issue 21): under one database write per host per 10 s. With --agent-points (default
 alternate) the agents also write their host's 10 s point as a real sync does (nodes/tick_points.py),
 on every other tick, so the ticks that read those points and the ticks that build them from the live
-records are timed interleaved in one run. JSON in var/bench/rollup_writes.json.
+records are timed interleaved in one run. Then (`--hour-reps`, default 3) the 1 h aggregation on a
+full hour of 1 min points, the whole hour in one run against a slice a run as beat runs it
+(`routing.aggregate_history_hours`), interleaved, both checked to write the same points. JSON in
+var/bench/rollup_writes.json.
 """
 
 from __future__ import annotations
@@ -93,6 +96,14 @@ def main() -> None:
     )
     parser.add_argument(
         "--profile", action="store_true", help="cProfile's top functions of the last ticks and aggregation"
+    )
+    parser.add_argument(
+        "--hour-reps",
+        type=int,
+        default=3,
+        help="then time the 1 h aggregation this many times each way, interleaved: the whole hour in one "
+        "run, and a slice of HISTORY_HOUR_HOSTS_PER_RUN hosts a run (as beat runs it), on an hour of 1 min "
+        "points made from the last minute's (0: skip)",
     )
     options = parser.parse_args()
 
@@ -238,6 +249,7 @@ def main() -> None:
             services.prune(first + 10 * options.ticks)
             prune_ms = (time.perf_counter() - prune_began) * 1000
         prune_writes = counter.writes - prune_writes
+        hour = time_hour_aggregation(options.hour_reps, first) if options.hour_reps else {}
     finally:
         for redis_key in r.scan_iter(match=f"{os.environ['REDIS_KEY_PREFIX']}*", count=1000):
             r.delete(redis_key)
@@ -296,6 +308,7 @@ def main() -> None:
         "aggregate_rows_median": statistics.median(a["rows"] for a in aggregate_runs or [{"rows": 0}]),
         "aggregate_ms_median": round(statistics.median(agg_times), 1) if agg_times else None,
         "aggregate_ms_max": round(agg_times[-1], 1) if agg_times else None,
+        **hour,
         "prune_writes": prune_writes,
         "prune_ms": round(prune_ms, 1),
         "table_bytes": table_bytes,
@@ -303,6 +316,86 @@ def main() -> None:
     BENCH_DIR.mkdir(parents=True, exist_ok=True)
     (BENCH_DIR / "rollup_writes.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
+
+
+def time_hour_aggregation(reps: int, first: float) -> dict[str, Any]:
+    """The 1 h aggregation on a full hour: the ticks above never cross one, so the newest minute's 1 min
+    points are copied over the 60 minutes of the hour three hours before the first tick, and
+    `aggregate(3600)` runs at that hour's settle time until the hour is done, interleaved: with every
+    host and every pool and tenant in one slice each (the whole hour at once, as before the slices: the
+    sum of its two runs) and with HISTORY_HOUR_*_PER_RUN a slice (each run timed). Both must write the
+    same points; the hour's rows are deleted in between and at the end."""
+    from django.conf import settings
+    from django.db import connection
+
+    from routing.models import HistoryProgress, MetricRollup
+    from routing.rollups import services
+
+    hour = services.bucket_start(first, 3600) - 3 * 3600
+    table = MetricRollup._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (resolution_s, kind, subject, bucket, values) "
+            f"SELECT 60, kind, subject, %s::timestamptz + make_interval(mins => m), values "
+            f"FROM {table}, generate_series(0, 59) AS m WHERE resolution_s = 60 AND bucket = "
+            f"(SELECT max(bucket) FROM {table} WHERE resolution_s = 60)",
+            [services._at(hour)],
+        )
+        made = cursor.rowcount
+        # As autovacuum would have by then: fresh statistics of the table just filled. Without them the
+        # planner took the 133,200 new rows for one and read them all for each pool slice.
+        cursor.execute(f"ANALYZE {table}")
+    at = services._at(hour)
+    now = hour + 3600 + services.SETTLE_SECONDS + 1
+    names = ("HISTORY_HOUR_HOSTS_PER_RUN", "HISTORY_HOUR_REQUEST_SUBJECTS_PER_RUN")
+    per_run = {name: getattr(settings, name) for name in names}
+    whole_ms: list[float] = []
+    slice_ms: list[float] = []
+    slices: list[int] = []
+    outputs: dict[str, set[tuple[str, str, str]]] = {}
+    try:
+        for _ in range(reps):
+            for way in ("whole", "slices"):
+                for name in names:
+                    setattr(settings, name, 10**9 if way == "whole" else per_run[name])
+                runs: list[float] = []
+                while len(runs) < 10_000:
+                    began = time.perf_counter()
+                    result = services.aggregate(3600, now)
+                    runs.append((time.perf_counter() - began) * 1000)
+                    if result.buckets:
+                        break
+                if way == "whole":
+                    whole_ms.append(sum(runs))
+                else:
+                    slice_ms.extend(runs)
+                    slices.append(len(runs))
+                written = MetricRollup.objects.filter(resolution_s=3600, bucket=at)
+                outputs[way] = {(k, sub, json.dumps(v, sort_keys=True)) for k, sub, v in
+                                written.values_list("kind", "subject", "values")}  # fmt: skip
+                written.delete()
+                HistoryProgress.objects.filter(resolution_s=3600, bucket=at).delete()
+        if outputs["whole"] != outputs["slices"]:
+            raise SystemExit("the sliced hour's points differ from the whole hour's")
+    finally:
+        for name in names:
+            setattr(settings, name, per_run[name])
+        MetricRollup.objects.filter(
+            resolution_s=60, bucket__gte=at, bucket__lt=services._at(hour + 3600)
+        ).delete()
+    slice_ms.sort()
+    return {
+        "hour_minute_points_rows": made,
+        "hour_points_rows": len(outputs["whole"]),
+        "hour_hosts_per_run": per_run[names[0]],
+        "hour_request_subjects_per_run": per_run[names[1]],
+        "hour_whole_ms_median": round(statistics.median(whole_ms), 1),
+        "hour_whole_ms_all": [round(ms, 1) for ms in whole_ms],
+        "hour_slices": statistics.median(slices),
+        "hour_slice_ms_median": round(statistics.median(slice_ms), 1),
+        "hour_slice_ms_p95": round(slice_ms[int(0.95 * (len(slice_ms) - 1))], 1),
+        "hour_slice_ms_max": round(slice_ms[-1], 1),
+    }
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ ROUTINE_TASKS = (
     "routing-history-rollup",
     "routing.aggregate_history",
     "routing-history-aggregate",
+    "routing.aggregate_history_hours",
+    "routing-history-aggregate-hours",
     "routing.sleep_idle_engines",
     "routing-sleep-idle-engines",
 )

@@ -385,6 +385,36 @@ class MetricRollup(models.Model):
         return f"{self.kind}:{self.subject} {self.resolution_s}s {self.bucket:%Y-%m-%d %H:%M:%S}"
 
 
+class HistoryProgress(models.Model):
+    """How far a coarser bucket's points have been written, when they are written over several runs.
+
+    An hour's 1 h points at 1,000 hosts unnest 780,000 minute points and combine 13,200 request points:
+    4 s in one run. So they are written a slice a run (routing/rollups/services.py,
+    `aggregate_hour_slice`): first the hosts' GPU and engine rows, a range of host names at a time (so
+    a host that left the inventory during the hour still falls in one), then the pools' and tenants'
+    rows, a few subjects at a time. `phase` and `after` (the last host name, or `<kind>:<subject>`,
+    written) say where the next slice starts; `done` once the last one is in. Each slice's points and
+    this row are written in one transaction, so a slice is written once."""
+
+    class Phase(models.TextChoices):
+        HOSTS = "hosts"
+        REQUESTS = "requests"
+
+    resolution_s = models.PositiveIntegerField()
+    bucket = models.DateTimeField(help_text="Start of the bucket (UTC).")
+    phase = models.CharField(max_length=8, choices=Phase.choices, default=Phase.HOSTS)
+    after = models.CharField(max_length=200, blank=True, default="")
+    done = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["resolution_s", "bucket"], name="history_progress_bucket")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.resolution_s}s {self.bucket:%Y-%m-%d %H:%M} {self.phase} after {self.after!r}"
+
+
 class StageChain(models.Model):
     """A policy's chain of stages around generation, for one alias, one tenant, or both.
 

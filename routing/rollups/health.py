@@ -38,9 +38,11 @@ FIELDS = (
     "ttft_p99_ms",
 )
 # How long after a bucket ends its request point is surely written, when beat runs: a 10 s point by the
-# tick REQUEST_LAG_SECONDS later (plus a tick), a 1 min or 1 h point by the aggregation run after it
-# settles (every 60 s). A bucket past this with no row had no requests; one before it may be unwritten.
-WRITTEN_AFTER = {10: REQUEST_LAG_SECONDS + TICK_SECONDS, 60: SETTLE_SECONDS + 60, 3600: SETTLE_SECONDS + 60}
+# tick REQUEST_LAG_SECONDS later (plus a tick), a 1 min point by the aggregation run after it settles
+# (every 60 s). A bucket past this with no row had no requests; one before it may be unwritten. No 1 h
+# entry: the windows end at 24 h (1 min points), and an hour's points come a slice at a time
+# (services.newest_request_bucket knows when they are all in).
+WRITTEN_AFTER = {10: REQUEST_LAG_SECONDS + TICK_SECONDS, 60: SETTLE_SECONDS + 60}
 
 
 def health_figures(total: Mapping[str, Any] | None, seconds: float) -> dict[str, Any]:

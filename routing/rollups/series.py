@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Max, Q
+from django.db.models import Q
 
 from console.models import Tenant
 from models_registry.models import ModelAlias
@@ -29,6 +29,7 @@ from routing.rollups.services import (
     RESOLUTIONS,
     bucket_start,
     keep_seconds,
+    newest_request_bucket,
     packed_row,
 )
 
@@ -170,7 +171,7 @@ def read(subjects: list[Subject], range_key: str, end: dt.datetime) -> dict[str,
         for kind, subject, bucket, values in query:
             points.setdefault((kind, subject), {})[bucket.timestamp()] = values
     newest_requests = (
-        _newest_request_bucket(resolution) if any(s.kind in REQUEST_KINDS for s in subjects) else None
+        newest_request_bucket(resolution) if any(s.kind in REQUEST_KINDS for s in subjects) else None
     )
     series = []
     for s in subjects:
@@ -239,10 +240,3 @@ def _base(field: str) -> str:
     """`short_success_rate` -> `success_rate`: a pool's breakdown has the units of its totals."""
     part, _, rest = field.partition("_")
     return rest if part in POOL_PARTS else field
-
-
-def _newest_request_bucket(resolution: int) -> float | None:
-    newest = MetricRollup.objects.filter(resolution_s=resolution, kind__in=REQUEST_KINDS).aggregate(
-        newest=Max("bucket")
-    )["newest"]
-    return None if newest is None else newest.timestamp()

@@ -18,6 +18,8 @@ from typing import Any
 import orjson
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Max, Min, Q, TextField
+from django.db.models.functions import Cast
 
 from core.redis_client import get_redis
 from nodes import tick_points
@@ -25,7 +27,7 @@ from nodes.choices import DeploymentState, DesiredState
 from nodes.lifecycle import live_deployment_key, live_gpu_key, read_live_many
 from nodes.models import Deployment, Gpu, Host
 from routing.choices import RollupKind
-from routing.models import MetricRollup, RequestLog
+from routing.models import HistoryProgress, MetricRollup, RequestLog
 from routing.rollups import partitions, stats
 from routing.rollups.stats import SIGNIFICANT
 
@@ -328,12 +330,19 @@ def _finer_point_sql(finer: int, fields: int) -> str:
     return "string_to_array(m.value #>> '{}', ',', '')::float8[]"
 
 
-def _aggregate_gauges(resolution: int, missing: list[float]) -> tuple[int, set[float]]:
+def _aggregate_gauges(
+    resolution: int, missing: list[float], hosts: tuple[str | None, str | None] = (None, None)
+) -> tuple[int, set[float]]:
     """The GPUs' and engines' coarser points of the `missing` buckets, one INSERT ... SELECT per bucket
     (usually one a run): each host row's members unnested, combined per member, and packed again per
     host. The finer points never leave PostgreSQL (at 1,000 hosts x 8 GPUs a minute is 78,000 of
-    them). Returns (rows written, buckets written)."""
+    them). `hosts`: only the host rows after the first name and up to the second (either None: open).
+    Returns (rows written, buckets written)."""
     fields = max(len(f) for f in GAUGE_FIELDS.values())
+    after, upto = hosts
+    bounds = ("AND subject > %s " if after is not None else "") + (
+        "AND subject <= %s " if upto is not None else ""
+    )
     sql = (
         f"INSERT INTO {TABLE} (resolution_s, kind, subject, bucket, values) "
         f"SELECT %s, kind, subject, %s, jsonb_object_agg(member, {_point_sql(fields)}) FROM "
@@ -342,7 +351,7 @@ def _aggregate_gauges(resolution: int, missing: list[float]) -> tuple[int, set[f
         f"FROM {TABLE}, jsonb_each(values) AS m WHERE resolution_s = %s AND kind = ANY(%s) "
         # OFFSET 0 keeps the subquery whole, so `p` is parsed once a row; inlined, PostgreSQL parsed it
         # again at each of its 13 uses (8.8 s instead of 0.2 s for a minute at 1,000 hosts).
-        "AND jsonb_typeof(values) = 'object' AND bucket >= %s AND bucket < %s OFFSET 0) AS finer "
+        f"AND jsonb_typeof(values) = 'object' AND bucket >= %s AND bucket < %s {bounds}OFFSET 0) AS finer "
         "GROUP BY kind, subject, member) AS members "
         "GROUP BY kind, subject ON CONFLICT DO NOTHING"
     )
@@ -361,6 +370,7 @@ def _aggregate_gauges(resolution: int, missing: list[float]) -> tuple[int, set[f
                     list(PACKED_KINDS),
                     _at(bucket),
                     _at(bucket + resolution),
+                    *(name for name in hosts if name is not None),
                 ],
             )
             if cursor.rowcount:
@@ -383,11 +393,12 @@ def _combine(kind: str, values: list[Any]) -> Any:
 def aggregate(resolution: int, now: float | None = None) -> Aggregated:
     """Writes the coarser points (`resolution` 60 or 3600) of every settled bucket not yet written,
     from the finer points: on PostgreSQL the gauges in one INSERT ... SELECT and the request points
-    (a row per pool and tenant) read, combined and written in one insert; elsewhere all in Python."""
+    (a row per pool and tenant) read, combined and written in one insert; elsewhere all in Python.
+    On PostgreSQL the 1 h points are written a slice a run instead (`aggregate_hour_slice`)."""
     now = time.time() if now is None else now
-    finer = FINER[resolution]
-    last = bucket_start(now - SETTLE_SECONDS, resolution) - resolution
-    missing = _missing(resolution, [last - k * resolution for k in range(LOOKBACK_BUCKETS[resolution])])
+    if resolution == 3600 and connection.vendor == "postgresql":
+        return aggregate_hour_slice(now)
+    missing = _missing(resolution, _candidates(resolution, now))
     if not missing:
         return Aggregated(resolution, 0, 0)
     rows, written = 0, set[float]()
@@ -395,28 +406,173 @@ def aggregate(resolution: int, now: float | None = None) -> Aggregated:
     if connection.vendor == "postgresql":
         rows, written = _aggregate_gauges(resolution, missing)
         kinds = REQUEST_KINDS
+    more, more_written = _aggregate_in_python(resolution, missing, kinds)
+    return Aggregated(resolution, len(written | more_written), rows + more)
+
+
+def _candidates(resolution: int, now: float) -> list[float]:
+    """The settled buckets a run looks at, newest first: the last one settled and LOOKBACK_BUCKETS - 1
+    before it (a run missed is caught up by the next)."""
+    last = bucket_start(now - SETTLE_SECONDS, resolution) - resolution
+    return [last - k * resolution for k in range(LOOKBACK_BUCKETS[resolution])]
+
+
+def _aggregate_in_python(
+    resolution: int,
+    missing: list[float],
+    kinds: tuple[str, ...],
+    subjects: dict[str, list[str]] | None = None,
+) -> tuple[int, set[float]]:
+    """The coarser points of `kinds` in the `missing` buckets (only `subjects`, by kind, if given), from
+    their finer points read and combined here: the request points everywhere, every kind on SQLite.
+    Returns (rows, buckets) written."""
     groups: dict[tuple[str, str, float], list[Any]] = {}
+    which = Q(kind__in=kinds)
+    if subjects is not None:
+        which = Q(pk__in=[])
+        for kind, names in subjects.items():
+            which |= Q(kind=kind, subject__in=names)
+    # The values as text, parsed by orjson: the JSON field's own loader (json.loads) took as long as
+    # combining them (a request point is about 1.3 kB: three parts with two histograms each).
     finer_rows = MetricRollup.objects.filter(
-        resolution_s=finer,
-        kind__in=kinds,
+        which,
+        resolution_s=FINER[resolution],
         bucket__gte=_at(missing[0]),
         bucket__lt=_at(missing[-1] + resolution),
-    ).values_list("kind", "subject", "bucket", "values")
+    ).values_list("kind", "subject", "bucket", Cast("values", TextField()))
     wanted = set(missing)
-    for kind, subject, bucket, values in finer_rows.iterator(chunk_size=5000):
+    for kind, subject, bucket, text in finer_rows.iterator(chunk_size=5000):
         coarse = bucket_start(bucket.timestamp(), resolution)
         if coarse in wanted:
-            groups.setdefault((kind, subject, coarse), []).append(values)
+            groups.setdefault((kind, subject, coarse), []).append(orjson.loads(text))
     points = [
         _row(resolution, kind, subject, _at(coarse), _combine(kind, values))
         for (kind, subject, coarse), values in groups.items()
     ]
-    written |= {coarse for _, _, coarse in groups}
-    return Aggregated(resolution, len(written), rows + _insert(points))
+    return _insert(points), {coarse for _, _, coarse in groups}
+
+
+def aggregate_hour_slice(now: float | None = None) -> Aggregated:
+    """One slice of the oldest settled hour whose 1 h points are not all written (PostgreSQL): the GPU
+    and engine rows of the next HISTORY_HOUR_HOSTS_PER_RUN hosts by name, or once every host is in, the
+    rows of the next HISTORY_HOUR_REQUEST_SUBJECTS_PER_RUN pools and tenants. routing.models
+    .HistoryProgress keeps where the next slice starts. `buckets` is 1 when the run finished the hour.
+
+    Why slices: at 1,000 hosts x 8 GPUs an hour is 780,000 minute points of GPUs and engines and 13,200
+    request points of 220 pools and tenants; written in one run it took 2.4-4 s of the worker
+    (benchmarks/rollup_writes.py), once an hour. A slice costs under 100 ms there, and beat runs one
+    every 10 s (`routing.aggregate_history_hours`), so such a fleet's hour is written within about 20
+    minutes of settling; a fleet of 10 hosts and 15 pools and tenants, in two runs. Until then the hour's
+    request series read as not yet written (`newest_request_bucket`), not as no requests."""
+    now = time.time() if now is None else now
+    candidates = _candidates(3600, now)
+    oldest = _at(candidates[-1])
+    HistoryProgress.objects.filter(resolution_s=3600, bucket__lt=oldest).delete()
+    done = set(
+        HistoryProgress.objects.filter(resolution_s=3600, bucket__gte=oldest, done=True).values_list(
+            "bucket", flat=True
+        )
+    )
+    todo = [c for c in sorted(candidates) if _at(c) not in done]
+    if not todo:
+        return Aggregated(3600, 0, 0)
+    with connection.cursor() as cursor:
+        # Per hour: are there minute points to make it from, and 1 h points already (written whole by
+        # the version before the slices, which kept no progress row)?
+        cursor.execute(
+            f"SELECT b, EXISTS (SELECT 1 FROM {TABLE} WHERE resolution_s = 60 AND bucket >= b "
+            "AND bucket < b + interval '1 hour'), "
+            f"EXISTS (SELECT 1 FROM {TABLE} WHERE resolution_s = 3600 AND bucket = b) "
+            "FROM unnest(%s::timestamptz[]) AS b",
+            [[_at(c) for c in todo]],
+        )
+        probes = {row[0].timestamp(): (row[1], row[2]) for row in cursor.fetchall()}
+    for hour in todo:
+        has_minutes, has_hour_points = probes[hour]
+        if not has_minutes:
+            continue
+        with transaction.atomic():
+            progress, created = HistoryProgress.objects.select_for_update().get_or_create(
+                resolution_s=3600, bucket=_at(hour)
+            )
+            if progress.done:
+                continue  # another run finished it since the read above
+            if created and has_hour_points:
+                progress.done = True
+                progress.save(update_fields=["done"])
+                continue
+            if progress.phase == HistoryProgress.Phase.HOSTS:
+                rows = _write_hosts_slice(hour, progress)
+            else:
+                rows = _write_requests_slice(hour, progress)
+            progress.save(update_fields=["phase", "after", "done"])
+            return Aggregated(3600, 1 if progress.done else 0, rows)
+    return Aggregated(3600, 0, 0)
+
+
+def _write_hosts_slice(hour: float, progress: HistoryProgress) -> int:
+    """The GPU and engine rows of the hosts after `progress.after` up to HISTORY_HOUR_HOSTS_PER_RUN of
+    them; the last slice is open-ended, so the slices cover every name (rows of hosts deleted since
+    are written too) and move `progress` to the request phase."""
+    after = progress.after or None
+    names = Host.objects.order_by("name").values_list("name", flat=True)
+    if after is not None:
+        names = names.filter(name__gt=after)
+    per_run = settings.HISTORY_HOUR_HOSTS_PER_RUN
+    ends = list(names[per_run - 1 : per_run + 1])
+    upto = ends[0] if len(ends) == 2 else None
+    rows, _ = _aggregate_gauges(3600, [hour], hosts=(after, upto))
+    if upto is None:
+        progress.phase, progress.after = HistoryProgress.Phase.REQUESTS, ""
+    else:
+        progress.after = upto
+    return rows
+
+
+def _write_requests_slice(hour: float, progress: HistoryProgress) -> int:
+    """The pool and tenant rows of the next HISTORY_HOUR_REQUEST_SUBJECTS_PER_RUN subjects in (kind,
+    subject) order after `progress.after` (`<kind>:<subject>`); none left after them: the hour is done."""
+    per_run = settings.HISTORY_HOUR_REQUEST_SUBJECTS_PER_RUN
+    after_kind, _, after_subject = progress.after.partition(":")
+    with connection.cursor() as cursor:
+        # Along the (kind, subject, resolution_s, bucket) unique index, so it stops after `per_run`.
+        cursor.execute(
+            f"SELECT DISTINCT kind, subject FROM {TABLE} WHERE kind = ANY(%s) AND resolution_s = 60 "
+            "AND bucket >= %s AND bucket < %s AND (kind, subject) > (%s, %s) "
+            "ORDER BY kind, subject LIMIT %s",
+            [list(REQUEST_KINDS), _at(hour), _at(hour + 3600), after_kind, after_subject, per_run + 1],
+        )
+        pairs = cursor.fetchall()
+    subjects: dict[str, list[str]] = {}
+    for kind, subject in pairs[:per_run]:
+        subjects.setdefault(kind, []).append(subject)
+    rows = _aggregate_in_python(3600, [hour], REQUEST_KINDS, subjects)[0] if pairs else 0
+    if len(pairs) <= per_run:
+        progress.done = True
+    else:
+        progress.after = f"{pairs[per_run - 1][0]}:{pairs[per_run - 1][1]}"
+    return rows
+
+
+def newest_request_bucket(resolution: int) -> float | None:
+    """The newest bucket of `resolution` whose request points are all written (a request series reads
+    a bucket without a point as no requests up to it): the newest one written, but before an hour whose
+    slices are still being written (`aggregate_hour_slice`)."""
+    newest = MetricRollup.objects.filter(resolution_s=resolution, kind__in=REQUEST_KINDS).aggregate(
+        newest=Max("bucket")
+    )["newest"]
+    if newest is None:
+        return None
+    unfinished = HistoryProgress.objects.filter(
+        resolution_s=resolution, done=False, bucket__lte=newest
+    ).aggregate(first=Min("bucket"))["first"]
+    if unfinished is not None:
+        return unfinished.timestamp() - resolution
+    return newest.timestamp()
 
 
 def aggregate_all(now: float | None = None) -> list[Aggregated]:
-    """1 min points from 10 s ones, then 1 h points from 1 min ones."""
+    """1 min points from 10 s ones, then 1 h points from 1 min ones (on PostgreSQL: one slice)."""
     now = time.time() if now is None else now
     return [aggregate(60, now), aggregate(3600, now)]
 

@@ -107,15 +107,24 @@ def add_request(
 def combine_requests(buckets: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Request values of several buckets as one: counts and histograms summed, part by part."""
     out: dict[str, Any] = {}
+    # Written for speed (a 1 h point combines 60 of about 200 numbers each; 220 pools and tenants):
+    # no empty dict made per missing part or histogram, the histogram's get looked up once.
     for values in buckets:
         for part, stats in values.items():
-            merged = out.setdefault(part, empty_requests())
+            merged = out.get(part)
+            if merged is None:
+                merged = out[part] = empty_requests()
             for name in REQUEST_COUNTS:
-                merged[name] += int(stats.get(name, 0))
+                count = stats.get(name)
+                if count:
+                    merged[name] += int(count)
             for name in REQUEST_HISTOGRAMS:
-                histogram = merged[name]
-                for key, count in stats.get(name, {}).items():
-                    histogram[key] = histogram.get(key, 0) + int(count)
+                counts = stats.get(name)
+                if counts:
+                    histogram = merged[name]
+                    get = histogram.get
+                    for key, count in counts.items():
+                        histogram[key] = get(key, 0) + int(count)
     return out
 
 

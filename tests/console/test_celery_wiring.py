@@ -51,6 +51,7 @@ def test_beat_schedules_every_periodic_task_by_a_registered_name() -> None:
         "routing.evaluate_rollouts",
         "routing.rollup_history",
         "routing.aggregate_history",
+        "routing.aggregate_history_hours",
         "routing.prune_history",
         "routing.refresh_fleet_metrics",
         "routing.sleep_idle_engines",

@@ -12,7 +12,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from routing.models import MetricRollup
+from nodes.models import Host
+from routing.models import HistoryProgress, MetricRollup
 from routing.rollups import services
 from routing.rollups.services import GPU_FIELDS, gauge_values, named_gauges
 from routing.rollups.stats import (
@@ -107,8 +108,8 @@ def test_ten_seconds_to_one_minute_to_one_hour() -> None:
     # Run again: nothing left to aggregate, nothing written.
     assert services.aggregate(60, now=hour + 160).rows == 0
 
-    hourly = services.aggregate(3600, now=hour + 3700)
-    assert hourly.buckets == 1
+    # The hosts' slice, then the pools' and tenants' (aggregate_hour_slice): done in the second run.
+    assert [services.aggregate(3600, now=hour + 3700).buckets for _ in range(3)] == [0, 1, 0]
     h = named_gauges(
         "gpu",
         MetricRollup.objects.get(resolution_s=3600, kind="gpu", subject="h", bucket=at(hour)).values["0"],
@@ -157,3 +158,97 @@ def test_coarser_means_keep_four_significant_digits() -> None:
         None,
         0.01235,
     ]
+
+
+def _hour_rows(hour: float, kinds: tuple[str, ...] = ("gpu", "engine")) -> dict[str, Any]:
+    return dict(
+        MetricRollup.objects.filter(resolution_s=3600, bucket=at(hour), kind__in=kinds).values_list(
+            "subject", "values"
+        )
+    )
+
+
+def test_an_hour_is_written_a_slice_a_run(settings: Any) -> None:
+    """HISTORY_HOUR_HOSTS_PER_RUN hosts a run, by name, the last host slice open-ended (a host gone from
+    the inventory is written too); then HISTORY_HOUR_REQUEST_SUBJECTS_PER_RUN pools and tenants a run.
+    Until the last one, the hour's request series read as not yet written; then nothing more is done."""
+    settings.HISTORY_HOUR_HOSTS_PER_RUN = 2
+    settings.HISTORY_HOUR_REQUEST_SUBJECTS_PER_RUN = 2
+    hour = services.bucket_start(time.time(), 3600) - 2 * 3600
+    names = ["h1", "h2", "h3", "h4", "h5"]
+    for name in names:
+        Host.objects.create(name=name)
+    for k, name in enumerate([*names, "zz-gone"]):  # zz-gone: a host deleted since the hour
+        for minute in (0, 30):
+            put(60, "gpu", f"{name}:0", hour + 60 * minute, encode_gauges([3, 10.0 * (k + 1) + minute]))
+    for pool in ("p1", "p2", "p3"):
+        put(60, "pool", pool, hour, {"all": requests(2, 2, [100.0, 100.0])})
+        put(60, "pool", pool, hour + 600, {"all": requests(1, 0, [900.0])})
+    put(60, "tenant", "7", hour, {"all": requests(3, 3, [100.0, 100.0, 100.0])})
+    put(3600, "pool", "p1", hour - 3600, {"all": requests(1, 1, [100.0])})  # the hour before, written
+    now = hour + 3600 + services.SETTLE_SECONDS + 1
+
+    hosts_written: list[set[str]] = []
+    requests_written: list[set[str]] = []
+    newest: list[float | None] = []
+    for _ in range(5):
+        result = services.aggregate(3600, now)
+        hosts_written.append(set(_hour_rows(hour)))
+        requests_written.append(set(_hour_rows(hour, ("pool", "tenant"))))
+        newest.append(services.newest_request_bucket(3600))
+        assert (result.buckets == 1) == (len(hosts_written) == 5)
+    assert hosts_written == [{"h1", "h2"}, {"h1", "h2", "h3", "h4"}] + [{*names, "zz-gone"}] * 3
+    # (kind, subject) order: pool p1, p2; then p3 and tenant 7.
+    assert requests_written == [set(), set(), set(), {"p1", "p2"}, {"p1", "p2", "p3", "7"}]
+    # Half-written, the hour is not the newest with request points: the hour before is.
+    assert newest == [hour - 3600] * 4 + [hour]
+    # Each host's hour is the mean of its two minutes (3 samples each): 10 (k + 1) + 15.
+    for k, name in enumerate([*names, "zz-gone"]):
+        point = named_gauges("gpu", _hour_rows(hour)[name]["0"])
+        assert point == {"n": 6, "utilization_pct": pytest.approx(10.0 * (k + 1) + 15)}
+    pools = _hour_rows(hour, ("pool", "tenant"))
+    assert [pools[p]["all"]["requests"] for p in ("p1", "p2", "p3", "7")] == [3, 3, 3, 3]
+    assert pools["p1"]["all"]["ok"] == 2
+    assert HistoryProgress.objects.get(resolution_s=3600, bucket=at(hour)).done
+
+    # Done: the next runs read the progress row and write nothing.
+    with CaptureQueriesContext(connection) as ctx:
+        assert services.aggregate(3600, now + 60) == services.Aggregated(3600, 0, 0)
+    assert not [q for q in ctx.captured_queries if "INSERT" in q["sql"] or "COPY" in q["sql"]]
+
+
+def test_a_failed_slice_leaves_the_progress_where_it_was(settings: Any, monkeypatch: Any) -> None:
+    settings.HISTORY_HOUR_REQUEST_SUBJECTS_PER_RUN = 1
+    hour = services.bucket_start(time.time(), 3600) - 2 * 3600
+    Host.objects.create(name="h1")
+    put(60, "gpu", "h1:0", hour, encode_gauges([1, 50.0]))
+    for pool in ("p1", "p2"):
+        put(60, "pool", pool, hour, {"all": requests(1, 1, [100.0])})
+    now = hour + 3600 + services.SETTLE_SECONDS + 1
+    services.aggregate(3600, now)  # the hosts
+    services.aggregate(3600, now)  # p1
+    assert set(_hour_rows(hour, ("pool",))) == {"p1"}
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the database went away mid-slice")
+
+    monkeypatch.setattr(services, "_insert", broken)
+    with pytest.raises(RuntimeError):
+        services.aggregate(3600, now)
+    # Nothing of p2 and the progress row where it was: the next run writes p2, the last.
+    assert HistoryProgress.objects.get(bucket=at(hour)).after == "pool:p1"
+    monkeypatch.undo()
+    assert [services.aggregate(3600, now).buckets for _ in range(2)] == [1, 0]
+    assert set(_hour_rows(hour, ("pool",))) == {"p1", "p2"}
+
+
+def test_an_hour_written_whole_before_the_slices_is_not_written_again() -> None:
+    """An upgraded control plane: the hours the version before wrote have 1 h points and no progress."""
+    hour = services.bucket_start(time.time(), 3600) - 2 * 3600
+    Host.objects.create(name="h1")
+    put(60, "gpu", "h1:0", hour, encode_gauges([1, 50.0]))
+    put(3600, "gpu", "h1:0", hour, encode_gauges([1, 50.0]))
+    put(60, "gpu", "h2:0", hour, encode_gauges([1, 70.0]))
+    assert services.aggregate(3600, hour + 3600 + services.SETTLE_SECONDS + 1).rows == 0
+    assert set(_hour_rows(hour)) == {"h1"}
+    assert HistoryProgress.objects.get(bucket=at(hour)).done

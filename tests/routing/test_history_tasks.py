@@ -30,11 +30,16 @@ def test_tasks_by_name(redis_clean: None) -> None:
     put_point(10, "gpu", "hist-a:0", minute, [1])
     old = dt.datetime.fromtimestamp(time.time() - 2 * 86400, dt.UTC)
     put_point(10, "gpu", "hist-a:0", old.timestamp(), [1])
-    written = app.tasks["routing.aggregate_history"].apply().get()
-    # Its hour is aggregated too when that hour has settled (in the first minutes of an hour).
-    assert written["60"] == 1 and written["3600"] in (0, 1)
+    assert app.tasks["routing.aggregate_history"].apply().get() == {"60": 1}
     assert MetricRollup.objects.filter(
         resolution_s=60, bucket=dt.datetime.fromtimestamp(minute, dt.UTC)
+    ).exists()
+    # A minute point of the hour before last (settled): the hours' task writes its 1 h point.
+    hour = (int(time.time()) // 3600 - 2) * 3600
+    put_point(60, "gpu", "hist-a:0", hour, "1,40")
+    assert app.tasks["routing.aggregate_history_hours"].apply().get() == {"3600": 1}
+    assert MetricRollup.objects.filter(
+        resolution_s=3600, bucket=dt.datetime.fromtimestamp(hour, dt.UTC)
     ).exists()
     pruned = app.tasks["routing.prune_history"].apply().get()
     # The day-old point sits in the default partition (none is made that far back): deleted as a row.
