@@ -8,8 +8,9 @@ file) gets the inventory: hosts, GPUs, deployments of one model version, route p
 Simulated agents then write, before every tick, a fresh live record per GPU and per engine to Redis
 (REDIS_URL, a key prefix of its own, removed at the end) in the shape the agent writes, and the proxy's
 request-log rows of one 10 s bucket (`--requests` rows over the pools and tenants, a quarter of them long
-prompts) are inserted. Each tick runs what beat runs every 10 s (`rollup_tick`), with the 1 min / 1 h
-aggregation every sixth tick (beat: every minute) and pruning at the end, over `--ticks` ticks of
+prompts) are inserted. Each tick runs what beat runs every 10 s (`rollup_tick`), with the minute's 1 min
+aggregation after every sixth tick (timed apart: the whole minute in one run and, every other minute, a
+slice a run until it is written, as beat runs it) and pruning at the end, over `--ticks` ticks of
 simulated time ending now. Every SQL statement the rollup code runs is counted (Django's debug cursor):
 writes (INSERT, UPDATE, DELETE, COPY) per tick and per host per 10 s, reads, rows written, and each tick's
 time. Budget (issue 21): under one database write per host per 10 s. With --agent-points (default
@@ -108,6 +109,7 @@ def main() -> None:
     options = parser.parse_args()
 
     setup_django("rollup", options.database_url)
+    from django.conf import settings
     from django.db import connection
     from django.utils import timezone
 
@@ -193,11 +195,12 @@ def main() -> None:
             for _ in range(options.requests)
         )
 
+    minute_per_run = settings.HISTORY_MINUTE_HOSTS_PER_RUN
     heap_as_in_a_worker(options.unfrozen_heap)
     counter = StatementCounter(connection)
     rows_before = MetricRollup.objects.count()
     per_tick: list[dict[str, float]] = []
-    aggregate_runs: list[dict[str, float]] = []
+    aggregate_runs: list[dict[str, Any]] = []
     try:
         for k in range(options.ticks):
             now = first + 10 * k + 3.0
@@ -225,13 +228,23 @@ def main() -> None:
             with counter.counting(), profiler or contextlib.nullcontext():
                 offered = services.rollup_tick(now)
             tick_ms = (time.perf_counter() - began) * 1000
-            if k % 6 == 5:  # beat's other task, once a minute: timed apart
-                began = time.perf_counter()
-                with counter.counting(), profiler or contextlib.nullcontext():
-                    aggregated = services.aggregate_all(now)
-                aggregate_runs.append(
-                    {"ms": (time.perf_counter() - began) * 1000, "rows": sum(a.rows for a in aggregated)}
-                )
+            if k % 6 == 5:  # the minute's aggregation (beat: a slice every 10 s), timed apart
+                # Interleaved: the whole minute in one run (every host in one slice: as before the
+                # slices) and a slice a run with HISTORY_MINUTE_HOSTS_PER_RUN, until it is written.
+                whole = (k // 6) % 2 == 0
+                settings.HISTORY_MINUTE_HOSTS_PER_RUN = 10**9 if whole else minute_per_run
+                runs: list[float] = []
+                rows = 0
+                while len(runs) < 100:
+                    began = time.perf_counter()
+                    with counter.counting(), profiler or contextlib.nullcontext():
+                        aggregated = services.aggregate(60, now)
+                    if not aggregated.slices:
+                        break
+                    runs.append((time.perf_counter() - began) * 1000)
+                    rows += aggregated.rows
+                settings.HISTORY_MINUTE_HOSTS_PER_RUN = minute_per_run
+                aggregate_runs.append({"ms": sum(runs), "rows": rows, "whole": whole, "runs": runs})
             if profiler is not None:
                 pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(25)
             per_tick.append(
@@ -266,7 +279,9 @@ def main() -> None:
             table_bytes = int(cursor.fetchone()[0])
     total_writes = sum(t["writes"] for t in per_tick)
     times = sorted(t["ms"] for t in per_tick)
-    agg_times = sorted(a["ms"] for a in aggregate_runs)
+    agg_times = sorted(a["ms"] for a in aggregate_runs if a["whole"])
+    sliced_minutes = [a for a in aggregate_runs if not a["whole"]]
+    slice_times = sorted(ms for a in sliced_minutes for ms in a["runs"])
     result = {
         "hosts": options.hosts,
         "gpus": options.hosts * options.gpus,
@@ -306,8 +321,17 @@ def main() -> None:
         },
         "aggregate_runs": len(aggregate_runs),
         "aggregate_rows_median": statistics.median(a["rows"] for a in aggregate_runs or [{"rows": 0}]),
+        # The minute in one run (every other minute), and a slice a run as beat runs it (the others).
         "aggregate_ms_median": round(statistics.median(agg_times), 1) if agg_times else None,
         "aggregate_ms_max": round(agg_times[-1], 1) if agg_times else None,
+        "minute_slices": statistics.median(len(a["runs"]) for a in sliced_minutes)
+        if sliced_minutes
+        else None,
+        "minute_slice_ms_median": round(statistics.median(slice_times), 1) if slice_times else None,
+        "minute_slice_ms_p95": round(slice_times[int(0.95 * (len(slice_times) - 1))], 1)
+        if slice_times
+        else None,
+        "minute_slice_ms_max": round(slice_times[-1], 1) if slice_times else None,
         **hour,
         "prune_writes": prune_writes,
         "prune_ms": round(prune_ms, 1),

@@ -172,15 +172,15 @@ CELERY_BEAT_SCHEDULE = {
     # Console alerts: the rules evaluated, state changes recorded, webhook messages queued and sent.
     "alerts-evaluate": {"task": "alerts.evaluate", "schedule": ALERT_EVALUATE_INTERVAL_SECONDS},
     # Charts' history (routing/rollups/, docs/monitoring.md "History"): one bulk insert of 10 s points per
-    # tick, their 1 min aggregates once a minute and 1 h ones a slice every 10 s, pruning past each
-    # resolution's retention hourly.
+    # tick, their 1 min and 1 h aggregates a slice every 10 s, pruning past each resolution's retention
+    # hourly.
     "routing-history-rollup": {"task": "routing.rollup_history", "schedule": 10.0},
     "routing-sleep-idle-engines": {
         "task": "routing.sleep_idle_engines",
         "schedule": SLEEP_CHECK_INTERVAL_SECONDS,
     },
-    "routing-history-aggregate": {"task": "routing.aggregate_history", "schedule": 60.0},
-    # The 1 h points a slice a run (HISTORY_HOUR_*_PER_RUN), so a big fleet's hour is in within minutes.
+    # The 1 min and 1 h points a slice a run (HISTORY_*_PER_RUN): a big fleet's minute is in nine runs.
+    "routing-history-aggregate": {"task": "routing.aggregate_history", "schedule": 5.0},
     "routing-history-aggregate-hours": {"task": "routing.aggregate_history_hours", "schedule": 10.0},
     "routing-history-prune": {"task": "routing.prune_history", "schedule": 3600.0},
     # The fleet exposition rendered ahead of FLEET_METRICS_MAX_AGE_SECONDS while someone scrapes /metrics,
@@ -427,9 +427,11 @@ HISTORY_KEEP_1H_DAYS = env_float("HISTORY_KEEP_1H_DAYS", 90.0)
 # ... and at most this much disk (PostgreSQL): past it the oldest 10 s, then 1 min, then 1 h partitions go
 # first, down to a floor per resolution (routing/rollups/partitions.py FLOOR; docs/capacity.md).
 HISTORY_MAX_GB = env_float("HISTORY_MAX_GB", 5.0)
-# The 1 h points are written a slice a run (every 10 s): this many hosts' GPU and engine rows, then this
-# many pools' and tenants' request rows, so no run combines a whole hour of a big fleet at once
-# (routing/rollups/services.py, `aggregate_hour_slice`; docs/benchmarks.md).
+# The 1 min and 1 h points are written a slice a run (every 5 and 10 s): this many hosts' GPU and engine
+# rows (more past 8 slices a minute, 200 an hour), then the pools' and tenants' request rows (an hour's this
+# many at a time), so no run combines a whole minute or hour of a big fleet at once
+# (routing/rollups/services.py, `aggregate_slice`; docs/benchmarks.md).
+HISTORY_MINUTE_HOSTS_PER_RUN = env_int("HISTORY_MINUTE_HOSTS_PER_RUN", 125)
 HISTORY_HOUR_HOSTS_PER_RUN = env_int("HISTORY_HOUR_HOSTS_PER_RUN", 10)
 HISTORY_HOUR_REQUEST_SUBJECTS_PER_RUN = env_int("HISTORY_HOUR_REQUEST_SUBJECTS_PER_RUN", 15)
 REQUEST_LOG_PARTITIONS_AHEAD = env_int("REQUEST_LOG_PARTITIONS_AHEAD", 3)

@@ -386,15 +386,16 @@ class MetricRollup(models.Model):
 
 
 class HistoryProgress(models.Model):
-    """How far a coarser bucket's points have been written, when they are written over several runs.
+    """How far a coarser bucket's points have been written: they are written a slice a run (PostgreSQL).
 
-    An hour's 1 h points at 1,000 hosts unnest 780,000 minute points and combine 13,200 request points:
-    4 s in one run. So they are written a slice a run (routing/rollups/services.py,
-    `aggregate_hour_slice`): first the hosts' GPU and engine rows, a range of host names at a time (so
-    a host that left the inventory during the hour still falls in one), then the pools' and tenants'
-    rows, a few subjects at a time. `phase` and `after` (the last host name, or `<kind>:<subject>`,
-    written) say where the next slice starts; `done` once the last one is in. Each slice's points and
-    this row are written in one transaction, so a slice is written once."""
+    A minute's 1 min points at 1,000 hosts unnest 78,000 10 s points (215-365 ms in one run), an hour's
+    1 h points 780,000 minute points and combine 13,200 request points (2.4-4.3 s). So beat writes them
+    a slice a run (routing/rollups/services.py, `aggregate_slice`): first the hosts' GPU and engine rows,
+    a range of host names at a time (so a host that left the inventory meanwhile still falls in one),
+    then the pools' and tenants' rows (a minute's at once, an hour's a few subjects at a time). `phase`
+    and `after` (the last host name, or `<kind>:<subject>`, written) say where the next slice starts;
+    `done` once the last one is in. Each slice's points and this row are written in one transaction,
+    so a slice is written once."""
 
     class Phase(models.TextChoices):
         HOSTS = "hosts"

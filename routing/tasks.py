@@ -36,16 +36,15 @@ def rollup_history_task() -> int:
 
 @app.task(name="routing.aggregate_history")
 def aggregate_history_task() -> dict[str, int]:
-    """Every minute: 1 min points from 10 s ones, for every settled minute not yet written
-    (idempotent). Returns the rows written per resolution."""
+    """Every 5 s: 1 min points from 10 s ones, a slice of hosts or the pools and tenants a run on
+    PostgreSQL (rollups.aggregate_slice), every settled minute not yet written at once on SQLite;
+    nothing when all are written (idempotent). Returns the rows written per resolution."""
     return {"60": rollups.aggregate(60).rows}
 
 
 @app.task(name="routing.aggregate_history_hours")
 def aggregate_history_hours_task() -> dict[str, int]:
-    """Every 10 s: 1 h points from 1 min ones, a slice of hosts or of pools and tenants a run on
-    PostgreSQL (rollups.aggregate_hour_slice: a whole hour took seconds at 1,000 hosts), every settled
-    hour not yet written at once on SQLite; nothing when every hour is written. Returns the rows."""
+    """Every 10 s: 1 h points from 1 min ones, as above (a whole hour took seconds at 1,000 hosts)."""
     return {"3600": rollups.aggregate(3600).rows}
 
 

@@ -275,30 +275,20 @@ def rollup_tick(now: float | None = None) -> int:
 @dataclass
 class Aggregated:
     resolution_s: int
-    buckets: int
+    buckets: int  # finished by this run
     rows: int
+    slices: int = 0  # written by this run (PostgreSQL, `aggregate_slice`): 0 when nothing was left
 
 
 def _missing(resolution: int, candidates: list[float]) -> list[float]:
-    """The candidate buckets with no point yet at `resolution`, oldest first: one index probe each (a
-    DISTINCT over the written buckets would read every subject's row: 13,000 a bucket at 1,000 hosts)."""
-    if connection.vendor != "postgresql":
-        done = set(
-            MetricRollup.objects.filter(resolution_s=resolution, bucket__in=[_at(c) for c in candidates])
-            .values_list("bucket", flat=True)
-            .distinct()
-        )
-        return sorted(c for c in candidates if _at(c) not in done)
-    # ... and with a finer point to make it from (two more probes), so an empty bucket costs nothing.
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT b FROM unnest(%s::timestamptz[]) AS b WHERE NOT EXISTS "
-            f"(SELECT 1 FROM {TABLE} WHERE resolution_s = %s AND bucket = b) AND EXISTS "
-            f"(SELECT 1 FROM {TABLE} WHERE resolution_s = %s AND bucket >= b "
-            "AND bucket < b + make_interval(secs => %s))",
-            [[_at(c) for c in candidates], resolution, FINER[resolution], resolution],
-        )
-        return sorted(row[0].timestamp() for row in cursor.fetchall())
+    """The candidate buckets with no point yet at `resolution`, oldest first (SQLite; PostgreSQL keeps
+    each bucket's progress, `aggregate_slice`)."""
+    done = set(
+        MetricRollup.objects.filter(resolution_s=resolution, bucket__in=[_at(c) for c in candidates])
+        .values_list("bucket", flat=True)
+        .distinct()
+    )
+    return sorted(c for c in candidates if _at(c) not in done)
 
 
 def _means_sql(fields: int) -> str:
@@ -391,23 +381,18 @@ def _combine(kind: str, values: list[Any]) -> Any:
 
 
 def aggregate(resolution: int, now: float | None = None) -> Aggregated:
-    """Writes the coarser points (`resolution` 60 or 3600) of every settled bucket not yet written,
-    from the finer points: on PostgreSQL the gauges in one INSERT ... SELECT and the request points
-    (a row per pool and tenant) read, combined and written in one insert; elsewhere all in Python.
-    On PostgreSQL the 1 h points are written a slice a run instead (`aggregate_hour_slice`)."""
+    """Writes coarser points (`resolution` 60 or 3600) from the finer points: on PostgreSQL one slice of
+    the oldest settled bucket not yet written (`aggregate_slice`: the gauges in an INSERT ... SELECT,
+    the request points read, combined and written in one insert); on SQLite (the demo) every settled
+    bucket not yet written, all in Python."""
     now = time.time() if now is None else now
-    if resolution == 3600 and connection.vendor == "postgresql":
-        return aggregate_hour_slice(now)
+    if connection.vendor == "postgresql":
+        return aggregate_slice(resolution, now)
     missing = _missing(resolution, _candidates(resolution, now))
     if not missing:
         return Aggregated(resolution, 0, 0)
-    rows, written = 0, set[float]()
-    kinds: tuple[str, ...] = (*PACKED_KINDS, *REQUEST_KINDS)
-    if connection.vendor == "postgresql":
-        rows, written = _aggregate_gauges(resolution, missing)
-        kinds = REQUEST_KINDS
-    more, more_written = _aggregate_in_python(resolution, missing, kinds)
-    return Aggregated(resolution, len(written | more_written), rows + more)
+    rows, written = _aggregate_in_python(resolution, missing, (*PACKED_KINDS, *REQUEST_KINDS))
+    return Aggregated(resolution, len(written), rows)
 
 
 def _candidates(resolution: int, now: float) -> list[float]:
@@ -452,76 +437,89 @@ def _aggregate_in_python(
     return _insert(points), {coarse for _, _, coarse in groups}
 
 
-def aggregate_hour_slice(now: float | None = None) -> Aggregated:
-    """One slice of the oldest settled hour whose 1 h points are not all written (PostgreSQL): the GPU
-    and engine rows of the next HISTORY_HOUR_HOSTS_PER_RUN hosts by name, or once every host is in, the
-    rows of the next HISTORY_HOUR_REQUEST_SUBJECTS_PER_RUN pools and tenants. routing.models
-    .HistoryProgress keeps where the next slice starts. `buckets` is 1 when the run finished the hour.
+# A bucket's GPU and engine rows are written in at most this many slices of hosts (more hosts, bigger
+# slices), so that with its request slices a minute fits the 12 runs of its minute (beat every 5 s)
+# and an hour the 360 of its hour (every 10 s), with room to catch up a missed one.
+HOST_SLICES_AT_MOST = {60: 8, 3600: 200}
 
-    Why slices: at 1,000 hosts x 8 GPUs an hour is 780,000 minute points of GPUs and engines and 13,200
-    request points of 220 pools and tenants; written in one run it took 2.4-4 s of the worker
-    (benchmarks/rollup_writes.py), once an hour. A slice costs under 100 ms there, and beat runs one
-    every 10 s (`routing.aggregate_history_hours`), so such a fleet's hour is written within about 20
-    minutes of settling; a fleet of 10 hosts and 15 pools and tenants, in two runs. Until then the hour's
-    request series read as not yet written (`newest_request_bucket`), not as no requests."""
+
+def aggregate_slice(resolution: int, now: float | None = None) -> Aggregated:
+    """One slice of the oldest settled bucket of `resolution` (60 or 3600) whose points are not all
+    written (PostgreSQL): the GPU and engine rows of the next hosts by name (HISTORY_MINUTE_HOSTS_PER_RUN
+    or HISTORY_HOUR_HOSTS_PER_RUN of them, more past HOST_SLICES_AT_MOST slices), or once every host is
+    in, the pools' and tenants' rows (a minute's all at once, an hour's
+    HISTORY_HOUR_REQUEST_SUBJECTS_PER_RUN at a time). routing.models.HistoryProgress keeps where the
+    next slice starts. `buckets` is 1 when the run finished its bucket; `slices` 0 when there was
+    nothing to write.
+
+    Why slices: at 1,000 hosts x 8 GPUs a minute is 78,000 10 s points of GPUs and engines (215-365 ms
+    in one run) and an hour 780,000 minute points and 13,200 request points of 220 pools and tenants
+    (2.4-4.3 s in one run, once an hour; benchmarks/rollup_writes.py). Beat runs a minute's slice every
+    5 s and an hour's every 10 s (`routing.aggregate_history`, `routing.aggregate_history_hours`): such
+    a fleet's minute is in nine runs (45 s), its hour in about 115 (20 minutes); a fleet of 125 hosts
+    and 15 pools and tenants has both in two runs. Until a bucket is done, its request series read as
+    not yet written (`newest_request_bucket`), not as no requests."""
     now = time.time() if now is None else now
-    candidates = _candidates(3600, now)
+    candidates = _candidates(resolution, now)
     oldest = _at(candidates[-1])
-    HistoryProgress.objects.filter(resolution_s=3600, bucket__lt=oldest).delete()
+    HistoryProgress.objects.filter(resolution_s=resolution, bucket__lt=oldest).delete()
     done = set(
-        HistoryProgress.objects.filter(resolution_s=3600, bucket__gte=oldest, done=True).values_list(
+        HistoryProgress.objects.filter(resolution_s=resolution, bucket__gte=oldest, done=True).values_list(
             "bucket", flat=True
         )
     )
     todo = [c for c in sorted(candidates) if _at(c) not in done]
     if not todo:
-        return Aggregated(3600, 0, 0)
+        return Aggregated(resolution, 0, 0)
     with connection.cursor() as cursor:
-        # Per hour: are there minute points to make it from, and 1 h points already (written whole by
-        # the version before the slices, which kept no progress row)?
+        # Per bucket: are there finer points to make it from, and points already (written whole by the
+        # version before the slices, which kept no progress row)?
         cursor.execute(
-            f"SELECT b, EXISTS (SELECT 1 FROM {TABLE} WHERE resolution_s = 60 AND bucket >= b "
-            "AND bucket < b + interval '1 hour'), "
-            f"EXISTS (SELECT 1 FROM {TABLE} WHERE resolution_s = 3600 AND bucket = b) "
+            f"SELECT b, EXISTS (SELECT 1 FROM {TABLE} WHERE resolution_s = %s AND bucket >= b "
+            f"AND bucket < b + make_interval(secs => %s)), "
+            f"EXISTS (SELECT 1 FROM {TABLE} WHERE resolution_s = %s AND bucket = b) "
             "FROM unnest(%s::timestamptz[]) AS b",
-            [[_at(c) for c in todo]],
+            [FINER[resolution], resolution, resolution, [_at(c) for c in todo]],
         )
         probes = {row[0].timestamp(): (row[1], row[2]) for row in cursor.fetchall()}
-    for hour in todo:
-        has_minutes, has_hour_points = probes[hour]
-        if not has_minutes:
+    for bucket in todo:
+        has_finer, has_points = probes[bucket]
+        if not has_finer:
             continue
         with transaction.atomic():
             progress, created = HistoryProgress.objects.select_for_update().get_or_create(
-                resolution_s=3600, bucket=_at(hour)
+                resolution_s=resolution, bucket=_at(bucket)
             )
             if progress.done:
                 continue  # another run finished it since the read above
-            if created and has_hour_points:
+            if created and has_points:
                 progress.done = True
                 progress.save(update_fields=["done"])
                 continue
             if progress.phase == HistoryProgress.Phase.HOSTS:
-                rows = _write_hosts_slice(hour, progress)
+                rows = _write_hosts_slice(resolution, bucket, progress)
             else:
-                rows = _write_requests_slice(hour, progress)
+                rows = _write_requests_slice(resolution, bucket, progress)
             progress.save(update_fields=["phase", "after", "done"])
-            return Aggregated(3600, 1 if progress.done else 0, rows)
-    return Aggregated(3600, 0, 0)
+            return Aggregated(resolution, 1 if progress.done else 0, rows, slices=1)
+    return Aggregated(resolution, 0, 0)
 
 
-def _write_hosts_slice(hour: float, progress: HistoryProgress) -> int:
-    """The GPU and engine rows of the hosts after `progress.after` up to HISTORY_HOUR_HOSTS_PER_RUN of
-    them; the last slice is open-ended, so the slices cover every name (rows of hosts deleted since
-    are written too) and move `progress` to the request phase."""
+def _write_hosts_slice(resolution: int, bucket: float, progress: HistoryProgress) -> int:
+    """The GPU and engine rows of the next hosts after `progress.after`; the last slice is open-ended,
+    so the slices cover every name (rows of hosts deleted since are written too) and move `progress`
+    to the request phase."""
     after = progress.after or None
     names = Host.objects.order_by("name").values_list("name", flat=True)
+    per_run = (
+        settings.HISTORY_MINUTE_HOSTS_PER_RUN if resolution == 60 else settings.HISTORY_HOUR_HOSTS_PER_RUN
+    )
+    per_run = max(per_run, -(-names.count() // HOST_SLICES_AT_MOST[resolution]))
     if after is not None:
         names = names.filter(name__gt=after)
-    per_run = settings.HISTORY_HOUR_HOSTS_PER_RUN
     ends = list(names[per_run - 1 : per_run + 1])
     upto = ends[0] if len(ends) == 2 else None
-    rows, _ = _aggregate_gauges(3600, [hour], hosts=(after, upto))
+    rows, _ = _aggregate_gauges(resolution, [bucket], hosts=(after, upto))
     if upto is None:
         progress.phase, progress.after = HistoryProgress.Phase.REQUESTS, ""
     else:
@@ -529,24 +527,36 @@ def _write_hosts_slice(hour: float, progress: HistoryProgress) -> int:
     return rows
 
 
-def _write_requests_slice(hour: float, progress: HistoryProgress) -> int:
-    """The pool and tenant rows of the next HISTORY_HOUR_REQUEST_SUBJECTS_PER_RUN subjects in (kind,
-    subject) order after `progress.after` (`<kind>:<subject>`); none left after them: the hour is done."""
+def _write_requests_slice(resolution: int, bucket: float, progress: HistoryProgress) -> int:
+    """The pool and tenant rows: a minute's all at once (the health figures read a minute's pools
+    together), an hour's the next HISTORY_HOUR_REQUEST_SUBJECTS_PER_RUN subjects in (kind, subject)
+    order after `progress.after` (`<kind>:<subject>`). None left: the bucket is done."""
+    if resolution == 60:
+        progress.done = True
+        return _aggregate_in_python(resolution, [bucket], REQUEST_KINDS)[0]
     per_run = settings.HISTORY_HOUR_REQUEST_SUBJECTS_PER_RUN
     after_kind, _, after_subject = progress.after.partition(":")
     with connection.cursor() as cursor:
         # Along the (kind, subject, resolution_s, bucket) unique index, so it stops after `per_run`.
         cursor.execute(
-            f"SELECT DISTINCT kind, subject FROM {TABLE} WHERE kind = ANY(%s) AND resolution_s = 60 "
+            f"SELECT DISTINCT kind, subject FROM {TABLE} WHERE kind = ANY(%s) AND resolution_s = %s "
             "AND bucket >= %s AND bucket < %s AND (kind, subject) > (%s, %s) "
             "ORDER BY kind, subject LIMIT %s",
-            [list(REQUEST_KINDS), _at(hour), _at(hour + 3600), after_kind, after_subject, per_run + 1],
+            [
+                list(REQUEST_KINDS),
+                FINER[resolution],
+                _at(bucket),
+                _at(bucket + resolution),
+                after_kind,
+                after_subject,
+                per_run + 1,
+            ],
         )
         pairs = cursor.fetchall()
     subjects: dict[str, list[str]] = {}
     for kind, subject in pairs[:per_run]:
         subjects.setdefault(kind, []).append(subject)
-    rows = _aggregate_in_python(3600, [hour], REQUEST_KINDS, subjects)[0] if pairs else 0
+    rows = _aggregate_in_python(resolution, [bucket], REQUEST_KINDS, subjects)[0] if pairs else 0
     if len(pairs) <= per_run:
         progress.done = True
     else:
@@ -556,8 +566,8 @@ def _write_requests_slice(hour: float, progress: HistoryProgress) -> int:
 
 def newest_request_bucket(resolution: int) -> float | None:
     """The newest bucket of `resolution` whose request points are all written (a request series reads
-    a bucket without a point as no requests up to it): the newest one written, but before an hour whose
-    slices are still being written (`aggregate_hour_slice`)."""
+    a bucket without a point as no requests up to it): the newest one written, but before a bucket whose
+    slices are still being written (`aggregate_slice`)."""
     newest = MetricRollup.objects.filter(resolution_s=resolution, kind__in=REQUEST_KINDS).aggregate(
         newest=Max("bucket")
     )["newest"]
@@ -569,12 +579,6 @@ def newest_request_bucket(resolution: int) -> float | None:
     if unfinished is not None:
         return unfinished.timestamp() - resolution
     return newest.timestamp()
-
-
-def aggregate_all(now: float | None = None) -> list[Aggregated]:
-    """1 min points from 10 s ones, then 1 h points from 1 min ones (on PostgreSQL: one slice)."""
-    now = time.time() if now is None else now
-    return [aggregate(60, now), aggregate(3600, now)]
 
 
 def prune(now: float | None = None) -> partitions.HistoryMaintenance:

@@ -76,13 +76,19 @@ def test_ten_seconds_to_one_minute_to_one_hour() -> None:
     put(10, "gpu", "h:0", hour + 3600, gauge_values("gpu", utilization_pct=0.0))
 
     with CaptureQueriesContext(connection) as ctx:
-        minute = services.aggregate(60, now=hour + 160)
-    # The gauges in one INSERT ... SELECT per bucket inside the database, whatever the number of GPUs
-    # and engines, and the pools' request points in one COPY.
-    inserts = [q["sql"] for q in ctx.captured_queries if "INSERT INTO" in q["sql"]]
+        runs = [services.aggregate(60, now=hour + 160) for _ in range(5)]
+    # A slice a run, oldest minute first: its hosts' gauges in one INSERT ... SELECT inside the
+    # database, whatever the number of GPUs and engines; then its pools' request points in one COPY.
+    assert [(r.slices, r.buckets, r.rows) for r in runs] == [
+        (1, 0, 1),
+        (1, 1, 1),
+        (1, 0, 1),
+        (1, 1, 1),
+        (0, 0, 0),
+    ]
+    inserts = [q["sql"] for q in ctx.captured_queries if "INSERT INTO routing_metricrollup" in q["sql"]]
     assert len(inserts) == 2 and all("SELECT" in sql.split("INSERT INTO", 1)[1] for sql in inserts)
-    assert sum(q["sql"].startswith("COPY") for q in ctx.captured_queries) == 1
-    assert minute.buckets == 2 and minute.rows == 4
+    assert sum(q["sql"].startswith("COPY") for q in ctx.captured_queries) == 2
 
     m1 = named_gauges(
         "gpu", MetricRollup.objects.get(resolution_s=60, kind="gpu", subject="h", bucket=at(hour)).values["0"]
@@ -108,7 +114,7 @@ def test_ten_seconds_to_one_minute_to_one_hour() -> None:
     # Run again: nothing left to aggregate, nothing written.
     assert services.aggregate(60, now=hour + 160).rows == 0
 
-    # The hosts' slice, then the pools' and tenants' (aggregate_hour_slice): done in the second run.
+    # The hosts' slice, then the pools' and tenants' (aggregate_slice): done in the second run.
     assert [services.aggregate(3600, now=hour + 3700).buckets for _ in range(3)] == [0, 1, 0]
     h = named_gauges(
         "gpu",
@@ -252,3 +258,36 @@ def test_an_hour_written_whole_before_the_slices_is_not_written_again() -> None:
     assert services.aggregate(3600, hour + 3600 + services.SETTLE_SECONDS + 1).rows == 0
     assert set(_hour_rows(hour)) == {"h1"}
     assert HistoryProgress.objects.get(bucket=at(hour)).done
+
+
+def test_a_minute_is_written_in_at_most_eight_host_slices_then_its_pools_at_once(settings: Any) -> None:
+    """Beat runs a slice every 5 s: a minute's slices must fit in its minute whatever the fleet, so a
+    slice takes more hosts than HISTORY_MINUTE_HOSTS_PER_RUN when there would be more than 8."""
+    settings.HISTORY_MINUTE_HOSTS_PER_RUN = 1
+    assert services.HOST_SLICES_AT_MOST[60] == 8
+    minute = services.bucket_start(time.time(), 60) - 600
+    names = [f"h{k:02d}" for k in range(16)]
+    for k, name in enumerate(names):
+        Host.objects.create(name=name)
+        put(10, "gpu", f"{name}:0", minute, gauge_values("gpu", utilization_pct=float(k)))
+    for pool in ("p1", "p2", "p3"):
+        put(10, "pool", pool, minute, {"all": requests(1, 1, [100.0])})
+    written = []
+    for _ in range(10):
+        result = services.aggregate(60, now=minute + 90)
+        rows = MetricRollup.objects.filter(resolution_s=60, bucket=at(minute))
+        written.append((result.slices, rows.filter(kind="gpu").count()))
+        # The pools' minute comes whole in the last slice: before it, none of them.
+        assert rows.filter(kind="pool").count() in (0, 3)
+    # Two hosts a slice (16 / 8), then the pools, then nothing left.
+    assert written == [(1, 2 * k) for k in range(1, 9)] + [(1, 16), (0, 16)]
+    assert MetricRollup.objects.filter(resolution_s=60, bucket=at(minute), kind="pool").count() == 3
+    assert named_gauges("gpu", _rows(60, minute)["h04"]["0"])["utilization_pct"] == 4.0
+
+
+def _rows(resolution: int, bucket: float) -> dict[str, Any]:
+    return dict(
+        MetricRollup.objects.filter(resolution_s=resolution, bucket=at(bucket), kind="gpu").values_list(
+            "subject", "values"
+        )
+    )
