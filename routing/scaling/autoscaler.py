@@ -915,7 +915,10 @@ def evaluate_due(now: datetime | None = None) -> list[int]:
     engines' live records (one MGET) and the templates' baselines, a query each. A policy that holds
     (most of them, most of the time) writes only its `last_*` fields, saved together at the end; one that
     acts does so in a savepoint of its own (its error rolls back only its changes), and the policies
-    after it read their engines afresh, as `evaluate` would.
+    after it whose pools serve the alias it changed read their engines afresh, as `evaluate` would. The
+    others keep the tick's reads: their engines are not the ones it changed (a pool's engines are those
+    serving its alias), and a placement reads the hosts afresh anyway. Re-reading every later pool
+    after any action made the acting ticks 2-4 times the others at 1,000 hosts.
     """
     now = now or timezone.now()
     due = due_policy_ids(now)
@@ -925,19 +928,20 @@ def evaluate_due(now: datetime | None = None) -> list[int]:
     with transaction.atomic():
         policies = _locked_policies(due)
         bulk = _read_tick(policies, now)
-        fresh_reads = False  # once a pool changed, the next ones read their engines themselves
+        changed: set[str] = set()  # aliases whose engines a pool changed: their pools read afresh
         held: list[ScalingPolicy] = []
         for policy in policies:
             try:
                 history = bulk.history[policy.pk]
                 if history.decided_this_interval:
                     continue  # decided already in this interval (a task run twice)
-                if fresh_reads:
+                if policy.pool.alias in changed:
                     with transaction.atomic():  # as `evaluate`, in a savepoint
                         _forget_removed(policy, history.mine)
                         rows = pool_engine_rows(policy.pool, policy.alias_version_id, alias_read=True)  # type: ignore[attr-defined]
                         decision = _carry_out(policy, _plan(policy, now, history, rows), now)
                         policy.save(update_fields=POLICY_FIELDS)
+                    changed.update(_aliases_changed(policy))
                     if decision is not None:
                         decided.append(policy.pk)
                     continue
@@ -950,13 +954,19 @@ def evaluate_due(now: datetime | None = None) -> list[int]:
                     _forget_removed(policy, history.mine)
                     decision = _carry_out(policy, plan, now)
                     policy.save(update_fields=POLICY_FIELDS)
-                fresh_reads = True
+                changed.update(_aliases_changed(policy))
                 if decision is not None:
                     decided.append(policy.pk)
             except Exception:
                 log.exception("scaling evaluation of policy %s failed", policy.pk)
         ScalingPolicy.objects.bulk_update(held, POLICY_FIELDS)
     return decided
+
+
+def _aliases_changed(policy: ScalingPolicy) -> set[str]:
+    """The aliases whose engines a policy's action may have changed: its pool's (the engines it drains
+    or replaces) and its template's (the copies it adds serve the template's name)."""
+    return {policy.pool.alias, policy.template.served_model_name}
 
 
 @dataclass

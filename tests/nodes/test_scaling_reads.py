@@ -188,6 +188,44 @@ def test_a_tick_evaluates_every_due_policy_as_one_evaluation_each_would(
     assert every.last_evaluated_at == at(0)
 
 
+def test_after_a_pool_acts_only_the_pools_of_its_alias_read_their_engines_again(
+    host: Host, template: Deployment, make_deployment: Any, monkeypatch: Any
+) -> None:
+    """The tick's bulk reads stay good for a pool of another alias: the acting pool changed only engines
+    of its own alias (and placements read the hosts afresh)."""
+    from routing.models import RoutePool
+
+    make_host("node-b", gpus=2)
+    Host.objects.filter(name="node-b").update(role=ROLE)
+    fast = make_policy(template)
+    RoutePool.objects.filter(pk=fast.pool_id).update(name="a-fast")
+    other_template = make_deployment(role=ROLE, state=DeploymentState.READY, served_model_name="other-alias")
+    other = make_policy(other_template)
+    RoutePool.objects.filter(pk=other.pool_id).update(name="b-other", alias="other-alias")
+    same = make_policy_for_another_pool(template)
+    RoutePool.objects.filter(pk=same.pool_id).update(name="c-same")
+    set_live(template, waiting=10, running=16, kv=0.5)  # a-fast and c-same: overloaded
+    set_live(other_template, waiting=0, running=1, kv=0.1)
+
+    read_again: list[str] = []
+    real_rows = autoscaler.pool_engine_rows
+
+    def rows(pool: Any, *args: Any, **kwargs: Any) -> Any:
+        read_again.append(pool.name)
+        return real_rows(pool, *args, **kwargs)
+
+    monkeypatch.setattr(autoscaler, "pool_engine_rows", rows)
+    assert autoscaler.evaluate_due(now=at(0)) == [fast.pk]
+    # a-fast added an engine; c-same (its alias) read its engines again and waits for that one;
+    # b-other kept the tick's read, and its figures are its own engine's.
+    assert read_again == ["c-same"]
+    same.refresh_from_db()
+    other.refresh_from_db()
+    assert "waiting for 1 starting engine" in same.last_reason
+    assert other.last_evaluated_at == at(0) and "Within the targets" in other.last_reason
+    assert other.last_metrics["serving"] == 1 and other.last_metrics["waiting_total"] == 0
+
+
 def test_an_engine_that_reports_no_metrics_is_left_out_of_the_pools_kv_usage(
     template: Deployment, make_deployment: Any
 ) -> None:
