@@ -5,11 +5,13 @@
 The same inventory and live records as benchmarks/fleet_exposition.py (a scratch SQLite database, or
 `--database-url`; Redis under a key prefix of its own, removed at the end), plus what keeps alerts open:
 every 10th engine crashed while meant to run (engine_down) and every 10th GPU at 90 °C
-(gpu_temperature_high), so each run updates ~120 open alerts as the steady state of a troubled fleet
-would. Runs are 15 s apart on the evaluator's clock (the default ALERT_EVALUATE_INTERVAL_SECONDS), so
-the Redis windows fill as they would; the first runs open the alerts pending, later ones fire them.
-Prints the median, p95 and max of one evaluation (JSON in var/bench/alert_evaluation.json); `--profile`
-adds cProfile's top functions over the timed runs, on stderr.
+(gpu_temperature_high), so each run holds ~120 open alerts (1,300 at 1,000 hosts) as the steady state
+of a troubled fleet would. Runs are 15 s apart on the evaluator's clock (the default
+ALERT_EVALUATE_INTERVAL_SECONDS), so the Redis windows fill as they would; the first runs open the
+alerts pending, later ones fire them. Prints the median, p95 and max of one evaluation (JSON in
+var/bench/alert_evaluation.json); `--profile` adds cProfile's top functions over the timed runs, on
+stderr; `--phases` the median per run of each part of it (the fleet read, the rules with their series,
+the series alone, the state changes), timed by wrapping those functions.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH_DIR = REPO / "var" / "bench"
@@ -45,6 +48,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=40)
     parser.add_argument(
         "--profile", action="store_true", help="also print cProfile's top functions over the timed runs"
+    )
+    parser.add_argument(
+        "--phases", action="store_true", help="also report the median time per run of each phase"
     )
     options = parser.parse_args()
 
@@ -90,6 +96,21 @@ def main() -> None:
         pipe.set(live_deployment_key(dep.pk), json.dumps(live), ex=3600)
     pipe.execute()
 
+    # Each phase's milliseconds in the run under way (a function may run more than once a run).
+    in_run: dict[str, float] = {}
+    phases: dict[str, list[float]] = {}
+    if options.phases:
+        from alerts import samples, services
+
+        for label, module, name in (
+            ("fleet read", services, "read_fleet"),
+            ("rules, with their series", services, "observe"),
+            ("range series (restarts, queue)", samples, "record_windows"),
+            ("TTFT baseline", samples, "record_baselines"),
+            ("state changes", services, "_apply"),
+        ):
+            setattr(module, name, timed(getattr(module, name), label, in_run))
+
     heap_as_in_a_worker(options.unfrozen_heap)
     times = []
     profiler = cProfile.Profile() if options.profile else None
@@ -103,6 +124,9 @@ def main() -> None:
             evaluate(now=now)
             if n:  # the first run is the warm-up (connections, query compilation, the fleet rules)
                 times.append((time.perf_counter() - began) * 1000)
+                for label, ms in in_run.items():
+                    phases.setdefault(label, []).append(ms)
+            in_run.clear()
             if profiler is not None:
                 profiler.disable()
         open_alerts = Alert.objects.exclude(state="resolved").count()
@@ -127,9 +151,24 @@ def main() -> None:
         "load_average": os.getloadavg()[0],
         "heap": "unfrozen" if options.unfrozen_heap else "frozen",
     }
+    if phases:
+        result["phases_median_ms"] = {label: round(statistics.median(ms), 2) for label, ms in phases.items()}
     BENCH_DIR.mkdir(parents=True, exist_ok=True)
     (BENCH_DIR / "alert_evaluation.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
+
+
+def timed(function: Any, label: str, into: dict[str, float]) -> Any:
+    """`function`, adding its milliseconds to `into[label]`."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            into[label] = into.get(label, 0.0) + (time.perf_counter() - began) * 1000
+
+    return wrapper
 
 
 if __name__ == "__main__":

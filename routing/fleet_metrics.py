@@ -316,25 +316,27 @@ def read_state(now: float | None = None) -> FleetState:
             raws = get_redis().mget(keys)
     n_gpus, n_deps = len(gpu_rows), len(deployments)
     gpus = [
-        ((h, str(i), uuid), name, simulated, _json(raws[k]))
+        ((h, str(i), uuid), name, simulated, live_json(raws[k]))
         for k, (h, i, uuid, name, simulated) in enumerate(gpu_rows)
     ]
     deps = [
         (
             (d.name, d.served_model_name, f"{d.model}@{d.revision}", d.host),
             d,
-            _json(raws[n_gpus + k]),
+            live_json(raws[n_gpus + k]),
         )
         for k, d in enumerate(deployments)
     ]
     tenants = [
-        (name, int(budget or 0), _int(raws[n_gpus + n_deps + k]))
+        (name, int(budget or 0), live_int(raws[n_gpus + n_deps + k]))
         for k, (_tid, name, budget) in enumerate(budgets)
     ]
     return FleetState(hosts=hosts, gpus=gpus, deployments=deps, tenants=tenants, read_at=now)
 
 
-def _json(raw: Any) -> dict[str, Any] | None:
+def live_json(raw: Any) -> dict[str, Any] | None:
+    """A live record as read from Redis: None for an absent, unreadable or non-object value (also the
+    alert rules' read, alerts/fleet.py)."""
     if not raw:
         return None
     try:
@@ -344,7 +346,8 @@ def _json(raw: Any) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def _int(raw: Any) -> int:
+def live_int(raw: Any) -> int:
+    """A counter as read from Redis (a tenant's tokens of the day): 0 when absent or unreadable."""
     try:
         return int(float(raw)) if raw else 0
     except (TypeError, ValueError):

@@ -3,16 +3,22 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Any, cast
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils.dateparse import parse_datetime
+from rest_framework.test import APIClient
 
-from alerts import samples
+from alerts import samples, services
 from alerts.choices import AlertState, EventKind, Metric
 from alerts.models import Alert, AlertEvent, AlertRule
 from alerts.services import evaluate
 from core.redis_client import get_redis
 from core.redis_client import key as get_redis_key
+from nodes.choices import DeploymentState
 from nodes.models import Deployment, Host
 from tests.alerts.conftest import T0, at, heartbeat, publish_engine
 
@@ -165,3 +171,101 @@ def test_baselines_kept_per_subject_by_an_earlier_version_are_adopted_once() -> 
     assert redis.exists(old) == 0 and redis.exists(get_redis_key("alerts", "baseline", "pruned")) == 0
     # Once: a second run adds nothing more from anywhere.
     assert samples.record_baselines({"7": 0.1}, now + 1, hour, 4 * hour)["7"] == got["7"]
+
+
+def test_a_steady_alert_is_not_rewritten_yet_every_reader_sees_it_seen_by_the_last_run(
+    alert_host: Host, make_engine: Any, viewer_client: APIClient
+) -> None:
+    """While an alert holds, its row is not written each run: its last-seen time is the evaluator's last
+    run (one row, alerts.models.Evaluation), and the API, a queryset and refresh_from_db all show it."""
+    engine: Deployment = make_engine(state=DeploymentState.CRASHED)
+    run(alert_host, T0)
+    (alert,) = Alert.objects.filter(metric=Metric.ENGINE_DOWN)
+    for t in (T0 + 15, T0 + 30):
+        with CaptureQueriesContext(connection) as ran:
+            run(alert_host, t)
+        assert not [
+            q for q in ran.captured_queries if q["sql"].startswith(f'UPDATE "{Alert._meta.db_table}"')
+        ]
+
+        assert parse_datetime(viewer_client.get(f"/api/alerts/{alert.pk}/").json()["last_seen_at"]) == at(t)
+        (listed,) = viewer_client.get("/api/alerts/").json()["results"]
+        assert parse_datetime(listed["last_seen_at"]) == at(t)
+        assert Alert.objects.get(pk=alert.pk).last_seen_at == at(t)
+        alert.refresh_from_db()
+        assert alert.last_seen_at == at(t)
+        # A relation's access reads through the same queryset (the base manager).
+        assert AlertEvent.objects.get(alert=alert).alert.last_seen_at == at(t)
+    # The column itself still holds the opening run: nothing wrote it since.
+    assert Alert.objects.values_list("last_seen_at", flat=True).get(pk=alert.pk) == at(T0)
+
+    # Fired, then the engine recovers: resolved with the last run that saw it down, and that stays.
+    run(alert_host, T0 + 120)
+    Deployment.objects.filter(pk=engine.pk).update(state=DeploymentState.READY)
+    publish_engine(engine)
+    assert run(alert_host, T0 + 135).resolved == [alert.pk]
+    for t in (T0 + 135, T0 + 150):
+        run(alert_host, t)
+        alert.refresh_from_db()
+        assert (alert.state, alert.last_seen_at) == (AlertState.RESOLVED, at(T0 + 120))
+        body = viewer_client.get(f"/api/alerts/{alert.pk}/").json()
+        assert parse_datetime(body["last_seen_at"]) == at(T0 + 120)
+
+
+def test_an_open_alert_written_after_the_last_run_keeps_its_own_time(alert_host: Host) -> None:
+    """The later of the row's time and the last run: a row opened since (by hand, or by the version
+    before, which wrote every run's time on the row) is not shown as seen earlier than it was."""
+    run(alert_host, T0)  # the evaluator's last run: T0
+    alert = Alert.objects.create(
+        metric=Metric.HOST_DOWN,
+        fingerprint="host_down:host=elsewhere",
+        subject="host elsewhere",
+        severity="critical",
+        state=AlertState.FIRING,
+        summary="Host elsewhere sends no heartbeat",
+        started_at=at(T0 - 600),
+        last_seen_at=at(T0 + 5),
+    )
+    assert Alert.objects.get(pk=alert.pk).last_seen_at == at(T0 + 5)
+    # The next run does not see it: resolved, last seen when its row said (later than the run before).
+    assert alert.pk in run(alert_host, T0 + 15).resolved
+    assert Alert.objects.get(pk=alert.pk).last_seen_at == at(T0 + 5)
+
+
+def test_an_hours_sum_and_count_are_added_up_exactly_and_expire_together() -> None:
+    """The baseline script adds each subject's value to its hour's sum in double precision and writes
+    it back without rounding; the count stays a whole number (what HINCRBY and the reads parse)."""
+    now = 500 * samples.HOUR + 10.0
+    for n, value in enumerate((0.1, 0.2, 1e-9)):
+        samples.record_baselines({"a": value, f"only-{n}": 2.5}, now + n, samples.HOUR, 4 * samples.HOUR)
+    sums, counts = samples.baseline_keys(500)
+    redis = get_redis()
+    assert float(cast(bytes, redis.hget(sums, "a"))) == 0.1 + 0.2 + 1e-9
+    assert redis.hget(counts, "a") == b"3" and redis.hget(counts, "only-1") == b"1"
+    assert redis.hget(sums, "only-2") == b"2.5"
+    assert redis.ttl(sums) == redis.ttl(counts) == int(5 * samples.HOUR + 2 * samples.HOUR)
+
+
+def test_a_run_pauses_the_garbage_collector_and_gives_it_back(
+    alert_host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The collector is off while a run reads and decides (its records die by reference count) and on
+    again after it, also after a run that failed: a worker left without it would never free a cycle."""
+    during: list[bool] = []
+    read = services.read_fleet
+
+    def reading(*args: Any, **kwargs: Any) -> Any:
+        during.append(gc.isenabled())
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(services, "read_fleet", reading)
+    run(alert_host, T0)
+    assert during == [False] and gc.isenabled()
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the database went away")
+
+    monkeypatch.setattr(services, "read_fleet", failing)
+    with pytest.raises(RuntimeError):
+        run(alert_host, T0 + 15)
+    assert gc.isenabled()
