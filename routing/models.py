@@ -389,7 +389,7 @@ class HistoryProgress(models.Model):
     """How far a coarser bucket's points have been written: they are written a slice a run (PostgreSQL).
 
     A minute's 1 min points at 1,000 hosts unnest 78,000 10 s points (215-365 ms in one run), an hour's
-    1 h points 780,000 minute points and combine 13,200 request points (2.4-4.3 s). So beat writes them
+    1 h points 780,000 minute points and combine 13,200 request points (2.4-4.7 s). So beat writes them
     a slice a run (routing/rollups/services.py, `aggregate_slice`): first the hosts' GPU and engine rows,
     a range of host names at a time (so a host that left the inventory meanwhile still falls in one),
     then the pools' and tenants' rows (a minute's at once, an hour's a few subjects at a time). `phase`

@@ -454,7 +454,7 @@ def aggregate_slice(resolution: int, now: float | None = None) -> Aggregated:
 
     Why slices: at 1,000 hosts x 8 GPUs a minute is 78,000 10 s points of GPUs and engines (215-365 ms
     in one run) and an hour 780,000 minute points and 13,200 request points of 220 pools and tenants
-    (2.4-4.3 s in one run, once an hour; benchmarks/rollup_writes.py). Beat runs a minute's slice every
+    (2.4-4.7 s in one run, once an hour; benchmarks/rollup_writes.py). Beat runs a minute's slice every
     5 s and an hour's every 10 s (`routing.aggregate_history`, `routing.aggregate_history_hours`): such
     a fleet's minute is in nine runs (45 s), its hour in about 115 (20 minutes); a fleet of 125 hosts
     and 15 pools and tenants has both in two runs. Until a bucket is done, its request series read as
