@@ -20,7 +20,6 @@ MGET of 13,000 records and their parse.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -29,12 +28,9 @@ from django.conf import settings
 from django.db.models import Q
 
 from console.models import Quota
-from core.redis_client import get_redis
 from nodes.choices import DeploymentState, DesiredState
-from nodes.lifecycle import live_deployment_key, live_gpu_key
 from nodes.models import Deployment, Gpu, Host
-from routing.fleet_metrics import live_int, live_json
-from routing.proxy.limits import budget_key, tenant_scope
+from routing.fleet_metrics import live_int, live_json, read_live_values
 
 
 class DeploymentInfo(NamedTuple):
@@ -112,20 +108,8 @@ def read_fleet(now: float, *, gpus: bool = True, tenants: bool = True) -> RuleFl
         if tenants
         else []
     )
-    day = dt.datetime.fromtimestamp(now, dt.UTC).strftime("%Y%m%d")
-    # Formatted from the shared prefix, as read_state does (13,000 keys at 1,000 hosts).
-    gpu_prefix = live_gpu_key("", 0).removesuffix(":0")
-    dep_prefix = live_deployment_key(0).removesuffix("0")
-    keys = (
-        [f"{gpu_prefix}{h}:{i}" for h, i in gpu_rows]
-        + [f"{dep_prefix}{d.pk}" for d in deployments]
-        + [budget_key(tenant_scope(tid), day) for tid, _, _ in budgets]
-    )
-    raws: list[Any] = [None] * len(keys)
-    if keys:
-        # Redis down: every live value is absent (the evaluator has stopped before this, at its lock).
-        with contextlib.suppress(Exception):
-            raws = get_redis().mget(keys)
+    # Redis down: every live value is absent (the evaluator has stopped before this, at its lock).
+    raws = read_live_values(gpu_rows, [d.pk for d in deployments], [tid for tid, _, _ in budgets], now)
     n_gpus, n_deps = len(gpu_rows), len(deployments)
     gpu_lives = [
         (h, i, live)

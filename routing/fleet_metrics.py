@@ -299,21 +299,9 @@ def read_state(now: float | None = None) -> FleetState:
         .order_by("tenant__name")
         .values_list("tenant_id", "tenant__name", "daily_token_budget")
     )
-    day = dt.datetime.fromtimestamp(now, dt.UTC).strftime("%Y%m%d")
-    # 13,000 keys at 1,000 hosts: formatted from the shared prefix (what live_gpu_key and
-    # live_deployment_key write) rather than through key()'s settings lookup and join for each.
-    gpu_prefix = live_gpu_key("", 0).removesuffix(":0")
-    dep_prefix = live_deployment_key(0).removesuffix("0")
-    keys = (
-        [f"{gpu_prefix}{h}:{i}" for h, i, *_ in gpu_rows]
-        + [f"{dep_prefix}{d.pk}" for d in deployments]
-        + [budget_key(tenant_scope(tid), day) for tid, _, _ in budgets]
+    raws = read_live_values(
+        [(h, i) for h, i, *_ in gpu_rows], [d.pk for d in deployments], [tid for tid, _, _ in budgets], now
     )
-    raws: list[Any] = [None] * len(keys)
-    if keys:
-        # Redis down: every live value is absent and the *_up gauges read 0.
-        with contextlib.suppress(Exception):
-            raws = get_redis().mget(keys)
     n_gpus, n_deps = len(gpu_rows), len(deployments)
     gpus = [
         ((h, str(i), uuid), name, simulated, live_json(raws[k]))
@@ -332,6 +320,29 @@ def read_state(now: float | None = None) -> FleetState:
         for k, (_tid, name, budget) in enumerate(budgets)
     ]
     return FleetState(hosts=hosts, gpus=gpus, deployments=deps, tenants=tenants, read_at=now)
+
+
+def read_live_values(
+    gpus: list[tuple[str, int]], deployment_ids: list[int], tenant_ids: list[int], now: float
+) -> list[Any]:
+    """The raw live records of these GPUs (host, index) and deployments, then these tenants' tokens of
+    the day at `now`, in that order, in one MGET (also the alert rules' read, alerts/fleet.py). Redis
+    down: every value absent (None), so the *_up gauges read 0."""
+    day = dt.datetime.fromtimestamp(now, dt.UTC).strftime("%Y%m%d")
+    # 13,000 keys at 1,000 hosts: formatted from the shared prefix (what live_gpu_key and
+    # live_deployment_key write) rather than through key()'s settings lookup and join for each.
+    gpu_prefix = live_gpu_key("", 0).removesuffix(":0")
+    dep_prefix = live_deployment_key(0).removesuffix("0")
+    keys = (
+        [f"{gpu_prefix}{h}:{i}" for h, i in gpus]
+        + [f"{dep_prefix}{pk}" for pk in deployment_ids]
+        + [budget_key(tenant_scope(tid), day) for tid in tenant_ids]
+    )
+    raws: list[Any] = [None] * len(keys)
+    if keys:
+        with contextlib.suppress(Exception):
+            raws = get_redis().mget(keys)
+    return raws
 
 
 def live_json(raw: Any) -> dict[str, Any] | None:
